@@ -1,0 +1,115 @@
+"""The ``cluster`` fixture's object: what tests call to run probes, whatever the launcher.
+
+``cluster.run("matmul", nodes=[node], tasks_per_node=8, gpus_per_task=1)`` builds a ``Step``, hands it
+to the launcher, records the exact command and the raw output on the current test (run record and
+report), and returns the parsed ``ProbeResult``. In a dry run it prints the command and skips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pytest
+
+from gpuaccept.dispatch.result import ProbeResult
+from gpuaccept.dispatch.step import Launcher, Step, shell_join
+from gpuaccept.errors import MeasurementError
+
+__all__ = ["NO_GPU_REASON", "Cluster"]
+
+NO_GPU_REASON = "partition declares no GPUs"
+
+
+class Cluster:
+    """Probes on nodes: the only way tests reach the machines."""
+
+    def __init__(
+        self,
+        launcher: Launcher,
+        *,
+        probe_timeout_s: float,
+        dry_run: bool = False,
+        on_step: Callable[[Step, list[str], ProbeResult | None], None] | None = None,
+    ) -> None:
+        self.launcher = launcher
+        self.probe_timeout_s = probe_timeout_s
+        self.dry_run = dry_run
+        self._on_step = on_step
+        self._down: dict[str, str] = {}
+
+    @property
+    def nodes(self) -> list[str]:
+        return self.launcher.nodes()
+
+    @property
+    def kind(self) -> str:
+        return self.launcher.name
+
+    def gpus_on(self, node: str) -> int:
+        """GPUs the node declares (what a healthy node must show)."""
+        return self.launcher.declared_gpus(node)
+
+    def require_gpus(self, node: str | None = None) -> int:
+        """Skip (the cluster's own declaration: no GPU gres) or return the declared GPU count."""
+        nodes = [node] if node else self.nodes
+        counts = [self.gpus_on(n) for n in nodes]
+        if not any(counts):
+            pytest.skip(NO_GPU_REASON)
+        return min(counts) if node is None else counts[0]
+
+    def run(
+        self,
+        probe: str,
+        *,
+        nodes: Iterable[str],
+        tasks_per_node: int = 1,
+        gpus_per_task: int = 0,
+        args: Iterable[str] = (),
+        env: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+        exclusive: bool = False,
+    ) -> ProbeResult:
+        """Run ``python -m gpuaccept.probes.<probe>`` on ``nodes``; raise ``ProbeError`` if it breaks."""
+        step = Step(
+            probe=probe,
+            nodes=tuple(nodes),
+            tasks_per_node=tasks_per_node,
+            gpus_per_task=gpus_per_task,
+            args=tuple(str(a) for a in args),
+            env=dict(env or {}),
+            timeout_s=timeout_s or self.probe_timeout_s,
+            exclusive=exclusive,
+        )
+        if not step.nodes:
+            raise MeasurementError(f"probe {probe}: no nodes to run on")
+        command = self.launcher.command(step)
+        if self.dry_run:
+            print(f"\n[gpuaccept dry run] {shell_join(command)}")
+            if self._on_step:
+                self._on_step(step, command, None)
+            pytest.skip(f"dry run: {shell_join(command)}")
+        result: ProbeResult | None = None
+        try:
+            result = self.launcher.run(step)
+            return result
+        except MeasurementError as exc:
+            result = getattr(exc, "result", None)
+            raise
+        finally:
+            if self._on_step:
+                self._on_step(step, command, result)
+
+    def run_each(self, probe: str, nodes: Iterable[str], **kwargs: Any) -> dict[str, ProbeResult | MeasurementError]:
+        """One step per node, run one after another; per-node errors are returned, not raised.
+
+        For checks that must say "node2 is broken, node1 is fine" in one test rather than stopping at
+        the first dead node.
+        """
+        out: dict[str, ProbeResult | MeasurementError] = {}
+        for node in nodes:
+            try:
+                out[node] = self.run(probe, nodes=[node], **kwargs)
+            except MeasurementError as exc:
+                out[node] = exc
+        return out

@@ -1,0 +1,91 @@
+"""Run child processes with a deadline, and stop them cleanly when it passes.
+
+Shared by both launchers. Children start in their own process group so a timeout or a failing rank
+can stop the whole tree (srun and its helpers, or a probe's worker threads) without touching pytest.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+
+__all__ = ["Finished", "run_all", "stop_group"]
+
+
+@dataclass
+class Finished:
+    """Exit codes (None = still running when stopped) and output of a group of processes."""
+
+    returncodes: list[int | None]
+    stdout: list[str]
+    stderr: list[str]
+    timed_out: bool
+    duration_s: float
+
+
+def stop_group(proc: subprocess.Popen[str], first: int = signal.SIGTERM, grace_s: float = 5.0) -> None:
+    """Signal the process group, then SIGKILL whatever is left after ``grace_s``."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, first)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def run_all(
+    argvs: list[list[str]],
+    envs: list[dict[str, str]],
+    timeout_s: float,
+    *,
+    kill_on_bad_exit: bool = True,
+    first_signal: int = signal.SIGTERM,
+) -> Finished:
+    """Start every argv at once; wait until all end, one fails (if asked) or the deadline passes."""
+    import tempfile
+
+    start = time.monotonic()
+    outs = [tempfile.TemporaryFile("w+") for _ in argvs]
+    errs = [tempfile.TemporaryFile("w+") for _ in argvs]
+    procs = [
+        subprocess.Popen(
+            argv, env=env, stdout=out, stderr=err, text=True, start_new_session=True, stdin=subprocess.DEVNULL
+        )
+        for argv, env, out, err in zip(argvs, envs, outs, errs, strict=True)
+    ]
+    timed_out = False
+    try:
+        while True:
+            codes = [p.poll() for p in procs]
+            if all(code is not None for code in codes):
+                break
+            if kill_on_bad_exit and any(code not in (None, 0) for code in codes):
+                break
+            if time.monotonic() - start > timeout_s:
+                timed_out = True
+                break
+            time.sleep(0.05)
+    finally:
+        codes = [p.poll() for p in procs]
+        for proc in procs:
+            stop_group(proc, first_signal)
+    texts_out, texts_err = [], []
+    for out, err in zip(outs, errs, strict=True):
+        out.seek(0)
+        err.seek(0)
+        texts_out.append(out.read())
+        texts_err.append(err.read())
+        out.close()
+        err.close()
+    return Finished(codes, texts_out, texts_err, timed_out, time.monotonic() - start)

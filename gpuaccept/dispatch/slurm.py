@@ -1,0 +1,123 @@
+"""Run probes as ``srun`` steps inside the session's allocation.
+
+Every step is pinned to its nodes (``--nodelist``), named (so a stuck step can be found and
+``scancel``ed), and launched with ``--kill-on-bad-exit`` so one failing rank ends the whole step at
+once instead of leaving its peers waiting in a collective until the timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from gpuaccept.dispatch.allocation import Allocation
+from gpuaccept.dispatch.proc import run_all
+from gpuaccept.dispatch.result import ProbeResult, check_step, reported_ranks
+from gpuaccept.dispatch.slurm_cli import SlurmError, node_info, slurm_cmd
+from gpuaccept.dispatch.step import STEP_ENV_DEFAULTS, Step, probe_argv
+from gpuaccept.errors import ProbeTimeout
+
+__all__ = ["SlurmLauncher"]
+
+
+class SlurmLauncher:
+    """The Launcher for a real Slurm cluster."""
+
+    name = "slurm"
+
+    def __init__(
+        self,
+        allocation: Allocation,
+        *,
+        srun_args: tuple[str, ...] = (),
+        gpus_per_node: int | None = None,
+        python: str | None = None,
+    ) -> None:
+        self.allocation = allocation
+        self.srun_args = srun_args
+        self._gpus_override = gpus_per_node
+        self._python = python
+        self._gpus: dict[str, int] = {}
+
+    def nodes(self) -> list[str]:
+        return list(self.allocation.nodes)
+
+    def declared_gpus(self, node: str) -> int:
+        """What the node declares to Slurm (gres), unless ``--gpus-per-node`` says otherwise."""
+        if self._gpus_override is not None:
+            return self._gpus_override
+        if node not in self._gpus:
+            try:
+                self._gpus[node] = node_info(node).gpus
+            except SlurmError:
+                self._gpus[node] = 0
+        return self._gpus[node]
+
+    def command(self, step: Step) -> list[str]:
+        argv = [
+            "srun",
+            f"--jobid={self.allocation.job_id}",
+            f"--job-name={step.name}",
+            f"--nodes={len(step.nodes)}",
+            f"--nodelist={','.join(step.nodes)}",
+            f"--ntasks={step.ranks}",
+            f"--ntasks-per-node={step.tasks_per_node}",
+            "--kill-on-bad-exit=1",
+        ]
+        if step.gpus_per_task:
+            argv.append(f"--gpus-per-task={step.gpus_per_task}")
+        elif not step.exclusive:
+            argv.append("--overlap")
+        argv += list(self.srun_args)
+        return argv + probe_argv(step.probe, step.args, self._python)
+
+    def run(self, step: Step) -> ProbeResult:
+        argv = self.command(step)
+        env = {**STEP_ENV_DEFAULTS, **os.environ, **step.env}
+        for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+            env.pop(var, None)
+        finished = run_all([argv], [env], step.timeout_s, first_signal=signal.SIGTERM)
+        result = ProbeResult(
+            probe=step.probe,
+            command=argv,
+            nodes=step.nodes,
+            returncode=finished.returncodes[0] if finished.returncodes[0] is not None else -signal.SIGTERM,
+            stdout=finished.stdout[0],
+            stderr=finished.stderr[0],
+            duration_s=finished.duration_s,
+        )
+        if finished.timed_out:
+            self._cancel_step(step)
+            raise ProbeTimeout(self._timeout_message(step, result), nodes=step.nodes)
+        return check_step(result, step.ranks)
+
+    def _timeout_message(self, step: Step, result: ProbeResult) -> str:
+        reported = reported_ranks(result.stdout)
+        missing = [rank for rank in range(step.ranks) if rank not in reported]
+        nodes_missing = sorted({step.nodes[rank // step.tasks_per_node] for rank in missing})
+        return (
+            f"probe {step.probe} on {', '.join(step.nodes)}: no result within {step.timeout_s:g} s; "
+            f"step {step.name} cancelled; ranks {missing} on {', '.join(nodes_missing)} did not finish"
+        )
+
+    def _cancel_step(self, step: Step) -> None:
+        """``scancel`` the named step if srun's own termination left it behind; wait until it is gone."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                rows = slurm_cmd(["squeue", "-h", "-s", "-j", self.allocation.job_id, "-o", "%i|%j"]).splitlines()
+            except SlurmError:
+                return
+            ids = [row.split("|")[0] for row in rows if row.endswith("|" + step.name)]
+            if not ids:
+                return
+            for step_id in ids:
+                try:
+                    slurm_cmd(["scancel", "--signal=KILL", step_id])
+                except SlurmError:
+                    pass
+            time.sleep(1)
+
+    def close(self) -> None:
+        self.allocation.release()

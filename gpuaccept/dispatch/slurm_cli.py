@@ -1,0 +1,154 @@
+"""Thin, typed wrappers over the Slurm commands the suite reads (scontrol, sinfo, squeue).
+
+Each returns parsed values or raises ``SlurmError`` with the command and its stderr. Node states are
+classified by table (after ReFrame's Slurm backend): a node is usable only when its base state is
+idle, mixed or allocated and no flag (DRAIN, DOWN, NOT_RESPONDING, ...) says otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+__all__ = [
+    "NodeInfo",
+    "SlurmError",
+    "expand_hostlist",
+    "gres_gpus",
+    "node_info",
+    "partition_info",
+    "slurm_available",
+    "slurm_cmd",
+    "state_is_usable",
+]
+
+USABLE_BASE_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED", "ALLOC", "MIX", "COMPLETING"})
+UNUSABLE_FLAGS = frozenset(
+    {
+        "DOWN",
+        "DRAIN",
+        "DRAINED",
+        "DRAINING",
+        "FAIL",
+        "FAILING",
+        "NOT_RESPONDING",
+        "NO_RESPOND",
+        "POWERED_DOWN",
+        "POWER_DOWN",
+        "POWERING_DOWN",
+        "REBOOT_REQUESTED",
+        "REBOOT_ISSUED",
+        "MAINTENANCE",
+        "MAINT",
+        "UNKNOWN",
+        "FUTURE",
+        "INVALID_REG",
+        "INVAL",
+    }
+)
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed or printed something unexpected."""
+
+
+def slurm_available() -> bool:
+    return shutil.which("srun") is not None and shutil.which("scontrol") is not None
+
+
+def slurm_cmd(argv: list[str], timeout_s: float = 30.0) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise SlurmError(f"{argv[0]}: command not found") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{' '.join(argv)}: no answer within {timeout_s:g} s") from None
+    if done.returncode != 0:
+        raise SlurmError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
+
+
+def expand_hostlist(hostlist: str) -> list[str]:
+    """``node[1-3,5]`` -> ``[node1, node2, node3, node5]`` through ``scontrol show hostnames``."""
+    if not hostlist.strip():
+        return []
+    return slurm_cmd(["scontrol", "show", "hostnames", hostlist]).split()
+
+
+_GRES_GPU = re.compile(r"gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
+
+
+def gres_gpus(gres: str) -> int:
+    """GPUs in a gres string: ``gpu:8``, ``gpu:h200:8(S:0-1)``, ``gpu:a:4,gpu:b:4`` -> 8; ``(null)`` -> 0."""
+    return sum(int(m.group(1)) for m in _GRES_GPU.finditer(gres or ""))
+
+
+def state_is_usable(state: str) -> bool:
+    """Whether a ``scontrol``/``sinfo`` state such as ``IDLE+DRAIN`` or ``mixed*`` can run work."""
+    tokens = re.split(r"[+]", state.upper().rstrip("*~#!%$@^-"))
+    if not tokens or tokens[0] not in USABLE_BASE_STATES:
+        return False
+    return not any(token in UNUSABLE_FLAGS for token in tokens[1:]) and not state.endswith("*")
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    state: str
+    gpus: int
+    cpus: int
+    reason: str
+    partitions: tuple[str, ...]
+
+    @property
+    def usable(self) -> bool:
+        return state_is_usable(self.state)
+
+
+def _fields(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for match in re.finditer(r"(\w+)=(.*?)(?=\s+\w+=|$)", text.replace("\n", " ")):
+        out[match.group(1)] = match.group(2).strip()
+    return out
+
+
+def node_info(node: str) -> NodeInfo:
+    """``scontrol show node`` parsed: state, declared GPUs, CPUs, drain reason, partitions."""
+    fields = _fields(slurm_cmd(["scontrol", "show", "node", node]))
+    if "NodeName" not in fields:
+        raise SlurmError(f"scontrol show node {node}: no such node")
+    return NodeInfo(
+        name=fields["NodeName"],
+        state=fields.get("State", "UNKNOWN"),
+        gpus=gres_gpus(fields.get("Gres", "")),
+        cpus=int(fields.get("CPUTot", "0") or 0),
+        reason=fields.get("Reason", ""),
+        partitions=tuple(p for p in fields.get("Partitions", "").split(",") if p),
+    )
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    name: str
+    available: str
+    nodes: tuple[str, ...]
+    gpus_declared: bool
+
+
+def partition_info(partition: str | None) -> PartitionInfo:
+    """The named partition (or the default one): availability, nodes, whether any node has GPU gres."""
+    argv = ["sinfo", "-h", "-N", "-o", "%P|%a|%N|%G"]
+    if partition:
+        argv += ["-p", partition]
+    rows = [line.split("|") for line in slurm_cmd(argv).splitlines() if line.strip()]
+    if not rows:
+        raise SlurmError(f"sinfo: partition {partition or '(default)'} has no nodes or does not exist")
+    if partition is None:
+        defaults = [r for r in rows if r[0].endswith("*")]
+        rows = defaults or rows
+    name = rows[0][0].rstrip("*")
+    rows = [r for r in rows if r[0].rstrip("*") == name]
+    nodes = tuple(dict.fromkeys(r[2] for r in rows))
+    return PartitionInfo(name, rows[0][1], nodes, any(gres_gpus(r[3]) > 0 for r in rows))

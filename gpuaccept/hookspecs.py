@@ -1,0 +1,36 @@
+"""Typed hooks other plugins (the report, a site's own checks) implement to follow a run.
+
+Modelled on pytest-xdist's ``newhooks.py``: plain functions with full annotations, registered through
+``pytest_addhooks``. All are notifications (no return value expected).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from gpuaccept.dispatch.result import ProbeResult
+    from gpuaccept.dispatch.step import Step
+    from gpuaccept.results.metrics import MetricResult
+    from gpuaccept.results.record import RunRecord
+
+
+@pytest.hookspec()
+def gpuaccept_step_finished(
+    item: pytest.Item | None, step: Step, command: list[str], result: ProbeResult | None
+) -> None:
+    """A probe step ended (``result`` is None when it broke or in a dry run)."""
+
+
+@pytest.hookspec()
+def gpuaccept_metric(item: pytest.Item | None, result: MetricResult) -> None:
+    """A metric was measured and judged (or reported without a limit)."""
+
+
+@pytest.hookspec()
+def gpuaccept_record_written(path: Path, record: RunRecord) -> None:
+    """The run record was written at session end (also after an interruption)."""

@@ -1,0 +1,159 @@
+"""The probe side of the probe protocol: rank identity and the one sentinel line per rank.
+
+A probe is a plain module (``python -m gpuaccept.probes.<name>``) that an operator can run by hand
+on a node. It must not import pytest or anything from the plugin: only this module, the standard
+library and what the measurement itself needs (torch, pynvml).
+
+Each rank prints exactly one line ``GPUACCEPT_RESULT {json}`` on stdout. The JSON carries the rank's
+identity (node, rank, world size, local rank, GPU index/UUID/PCI bus when it has one) and the
+measurements under ``"data"``. The dispatcher (``gpuaccept.dispatch.parse``) turns those lines back
+into records and treats a missing, duplicated or malformed line as "could not measure".
+
+Rank variables come from the launcher: Slurm's ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``
+under srun, or ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` from the local launcher or torchrun. With
+neither (a probe run by hand) the probe is rank 0 of 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["SENTINEL", "RankInfo", "emit", "gpu_identity", "node_name", "rank_info"]
+
+SENTINEL = "GPUACCEPT_RESULT "
+
+
+def node_name() -> str:
+    """The node's name as Slurm knows it (``SLURMD_NODENAME``), else the short hostname.
+
+    On a loopback dev cluster every slurmd runs on one host, so the hostname alone would not tell
+    the nodes apart; Slurm's own name does, and it is what operators drain.
+    """
+    return os.environ.get("SLURMD_NODENAME") or os.environ.get("GPUACCEPT_NODE") or socket.gethostname().split(".")[0]
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where this process sits in the launch: global rank, world size, rank on the node."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+
+
+def _env_int(*names: str, default: int) -> int:
+    for name in names:
+        value = os.environ.get(name)
+        if value not in (None, ""):
+            return int(value)
+    return default
+
+
+def rank_info() -> RankInfo:
+    """Rank identity from Slurm's step variables or the generic torch ones."""
+    rank = _env_int("RANK", "SLURM_PROCID", default=0)
+    world = _env_int("WORLD_SIZE", "SLURM_NTASKS", "SLURM_NPROCS", default=1)
+    local = _env_int("LOCAL_RANK", "SLURM_LOCALID", default=0)
+    local_world = _env_int("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", default=1)
+    addr = os.environ.get("MASTER_ADDR") or _first_step_node() or "127.0.0.1"
+    port = _env_int("MASTER_PORT", default=29500 + _env_int("SLURM_STEP_ID", default=0) % 1000)
+    return RankInfo(rank, world, local, local_world, addr, port)
+
+
+def _first_step_node() -> str | None:
+    """The rendezvous host under srun: the first node of the step.
+
+    ``SLURM_STEP_NODELIST`` may be compressed (``node[1-2]``); the expansion below covers the
+    forms Slurm prints for a single bracket group, which is what one step's list holds.
+    """
+    nodelist = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
+    if not nodelist:
+        return None
+    first = nodelist.split(",")[0]
+    if "[" in first:
+        prefix, rest = first.split("[", 1)
+        first = prefix + rest.split("-")[0].split(",")[0].rstrip("]")
+    return os.environ.get("GPUACCEPT_MASTER_ADDR") or _resolve(first)
+
+
+def _resolve(host: str) -> str:
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return host
+
+
+def gpu_identity(device_index: int | None = None) -> dict[str, Any] | None:
+    """NVML identity of the GPU this rank uses (index, UUID, PCI bus id, name), or None.
+
+    ``device_index`` is the CUDA ordinal within ``CUDA_VISIBLE_DEVICES``; the physical index and
+    UUID come from NVML so a failure message can name the board an operator must pull.
+    """
+    try:
+        import pynvml  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ordinal = device_index or 0
+    try:
+        if visible:
+            token = visible.split(",")[ordinal].strip()
+            handle = (
+                pynvml.nvmlDeviceGetHandleByUUID(token)
+                if token.startswith(("GPU-", "MIG-"))
+                else pynvml.nvmlDeviceGetHandleByIndex(int(token))
+            )
+        else:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(ordinal)
+        return {
+            "index": pynvml.nvmlDeviceGetIndex(handle),
+            "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
+            "pci_bus_id": _text(pynvml.nvmlDeviceGetPciInfo(handle).busId),
+            "name": _text(pynvml.nvmlDeviceGetName(handle)),
+        }
+    except Exception:
+        return None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/inf: turn them into strings so they reach the test as visible faults."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def emit(data: dict[str, Any], *, gpu: dict[str, Any] | None = None, probe: str | None = None) -> None:
+    """Print this rank's one result line: identity plus ``data``."""
+    info = rank_info()
+    line = {
+        "probe": probe or os.path.basename(sys.argv[0]).removesuffix(".py"),
+        "node": node_name(),
+        "rank": info.rank,
+        "world_size": info.world_size,
+        "local_rank": info.local_rank,
+        "gpu": gpu,
+        "data": _clean(data),
+    }
+    sys.stdout.write(SENTINEL + json.dumps(line, sort_keys=True) + "\n")
+    sys.stdout.flush()

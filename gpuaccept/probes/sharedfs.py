@@ -1,0 +1,66 @@
+"""Shared-filesystem probe: write a file on one node, read it back byte for byte on the others.
+
+Modes (``--mode``): ``write`` creates ``--path`` with ``--size`` bytes from ``--seed`` and reports its
+SHA-256; ``read`` reports the SHA-256 of what this node sees (or that the file is missing);
+``rename`` moves ``--path`` to ``--to`` (the test then reads the new name everywhere, catching caches
+that serve a stale directory entry); ``remove`` deletes test files. Reads bypass the page cache of
+the writer because they run on another node, which is the point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import random
+from pathlib import Path
+
+from gpuaccept.probes._protocol import emit
+
+__all__ = ["main"]
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--mode", choices=("write", "read", "rename", "remove"), required=True)
+    parser.add_argument("--path", type=Path, required=True)
+    parser.add_argument("--to", type=Path)
+    parser.add_argument("--size", type=int, default=4 << 20)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    data: dict[str, object] = {"mode": args.mode, "path": str(args.path)}
+    if args.mode == "write":
+        args.path.parent.mkdir(parents=True, exist_ok=True)
+        payload = random.Random(args.seed).randbytes(args.size)
+        with args.path.open("wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        data.update(sha256=hashlib.sha256(payload).hexdigest(), bytes=len(payload))
+    elif args.mode == "read":
+        if args.path.exists():
+            data.update(sha256=_digest(args.path), bytes=args.path.stat().st_size, exists=True)
+        else:
+            data.update(sha256=None, bytes=None, exists=False)
+    elif args.mode == "rename":
+        if args.to is None:
+            parser.error("--mode rename needs --to")
+        os.replace(args.path, args.to)
+        data.update(to=str(args.to))
+    else:
+        for path in (args.path, args.to):
+            if path is not None and path.exists():
+                path.unlink()
+    emit(data, probe="sharedfs")
+
+
+if __name__ == "__main__":
+    main()

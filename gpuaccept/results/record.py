@@ -1,0 +1,102 @@
+"""The run record: one JSON per session with fingerprints, every test's verdict and every metric.
+
+Written at session end whatever the ending (pass, failure, Ctrl-C, SIGTERM, a node dying), to
+``reports/runs/<UTC>.json`` (or ``--run-record``) and copied to ``latest.json`` beside it, atomically,
+so a baseline comparison never reads half a file.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuaccept.results.metrics import MetricResult
+
+__all__ = ["RunRecord", "TestEntry"]
+
+
+def _utc_stamp(moment: _dt.datetime) -> str:
+    return moment.strftime("%Y%m%dT%H%M%SZ")
+
+
+@dataclass
+class TestEntry:
+    """One test's outcome as the record and the report show it."""
+
+    nodeid: str
+    verdict: str = "not run"
+    duration_s: float = 0.0
+    message: str = ""
+    nodes: list[str] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunRecord:
+    """Everything one session learned; ``write`` is safe to call from any ending."""
+
+    started: _dt.datetime = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc))
+    settings: dict[str, Any] = field(default_factory=dict)
+    cluster: dict[str, Any] = field(default_factory=dict)
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    fingerprints: dict[str, Any] = field(default_factory=dict)
+    tests: dict[str, TestEntry] = field(default_factory=dict)
+    metrics: list[MetricResult] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    status: str = "running"
+
+    def test(self, nodeid: str) -> TestEntry:
+        return self.tests.setdefault(nodeid, TestEntry(nodeid))
+
+    def add_metric(self, result: MetricResult) -> None:
+        self.metrics.append(result)
+
+    def run_medians(self) -> dict[str, float]:
+        """Run-wide median of every numeric metric (what stragglers are compared with across nodes)."""
+        values: dict[str, list[float]] = {}
+        for m in self.metrics:
+            if isinstance(m.value, (int, float)) and not isinstance(m.value, bool):
+                values.setdefault(m.metric, []).append(float(m.value))
+        return {name: statistics.median(vals) for name, vals in values.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        finished = _dt.datetime.now(_dt.timezone.utc)
+        counts: dict[str, int] = {}
+        for entry in self.tests.values():
+            counts[entry.verdict] = counts.get(entry.verdict, 0) + 1
+        return {
+            "schema": "gpuaccept.run/1",
+            "started": self.started.isoformat(),
+            "finished": finished.isoformat(),
+            "duration_s": round((finished - self.started).total_seconds(), 3),
+            "status": self.status,
+            "counts": counts,
+            "settings": self.settings,
+            "cluster": self.cluster,
+            "thresholds": self.thresholds,
+            "fingerprints": self.fingerprints,
+            "tests": [vars(entry) for entry in self.tests.values()],
+            "metrics": [m.to_dict() for m in self.metrics],
+            "run_medians": self.run_medians(),
+            "errors": self.errors,
+        }
+
+    def default_path(self, reports_dir: Path) -> Path:
+        return reports_dir / "runs" / f"{_utc_stamp(self.started)}.json"
+
+    def write(self, path: Path) -> Path:
+        """Write atomically to ``path`` and refresh ``latest.json`` in the same folder."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=False, default=str)
+        for target in (path, path.parent / "latest.json"):
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".record-", suffix=".json")
+            with os.fdopen(fd, "w") as handle:
+                handle.write(text)
+            os.replace(tmp, target)
+        return path

@@ -1,0 +1,203 @@
+"""Every gpuaccept setting, resolved in one place and one order: command line > environment > ini.
+
+Modelled on pytest-timeout's single ``get_env``/``_get_timeout`` resolution: each option is declared
+once in ``OPTIONS`` (flag, environment variable, ini key, parser), ``add_options`` registers them with
+pytest, and ``resolve`` walks the three sources in order. A bad value raises ``SettingsError`` naming
+the source it came from (``--probe-timeout (command line)``, ``GPUACCEPT_NODES (environment)``, ``ini
+gpuaccept_partition``) so an operator knows which file or variable to fix.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+__all__ = ["OPTIONS", "Option", "Settings", "SettingsError", "add_options", "resolve"]
+
+
+class SettingsError(pytest.UsageError):
+    """A setting's value is unusable; the message names where it came from."""
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise ValueError("must be greater than 0")
+    return value
+
+
+def _nodes(text: str) -> int | str:
+    if text == "all":
+        return "all"
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be a positive integer or 'all'")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
+def _launcher(text: str) -> str:
+    if text not in ("auto", "slurm", "local"):
+        raise ValueError("must be one of auto, slurm, local")
+    return text
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("must be true or false")
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: where it can come from and how its text becomes a value."""
+
+    name: str
+    help: str
+    parse: Callable[[str], Any] = str
+    default: Any = None
+    repeatable: bool = False
+    flag_only: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return "GPUACCEPT_" + self.name.upper()
+
+    @property
+    def ini(self) -> str:
+        return "gpuaccept_" + self.name
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("launcher", "where probes run: slurm (srun), local (subprocesses) or auto", _launcher, "auto"),
+    Option("partition", "Slurm partition to allocate from (default: the cluster's default)"),
+    Option("nodes", "number of nodes to allocate, or 'all' idle nodes of the partition", _nodes, 1),
+    Option("nodelist", "comma-separated nodes to test (Slurm -w)", _csv, ()),
+    Option("exclude", "comma-separated nodes to leave out (Slurm -x)", _csv, ()),
+    Option("gpus_per_node", "GPUs each node must have (default: what Slurm declares)", _non_negative_int),
+    Option("account", "Slurm account for the allocation"),
+    Option("qos", "Slurm QOS for the allocation"),
+    Option("reservation", "Slurm reservation for the allocation"),
+    Option("time_limit", "allocation time limit in Slurm's format (e.g. 30, 1:00:00)", str, "60"),
+    Option("srun_arg", "extra argument passed to every srun (repeatable)", str, (), repeatable=True),
+    Option("thresholds", "site thresholds YAML merged over the packaged defaults", Path),
+    Option("sku", "force this SKU from thresholds.yaml instead of detecting it from NVML"),
+    Option("probe_timeout", "seconds one probe step may take before it is cancelled", _positive_float, 300.0),
+    Option("run_record", "path of the run record JSON (default reports/runs/<UTC>.json)", Path),
+    Option("sharedfs_path", "folder on the shared filesystem to test (default: <rootdir>/reports/.sharedfs)", Path),
+    Option("dry_run", "print every test's exact srun command instead of running it", _bool, False, flag_only=True),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved settings of one pytest session (see ``OPTIONS`` for meanings)."""
+
+    launcher: str = "auto"
+    partition: str | None = None
+    nodes: int | str = 1
+    nodelist: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    gpus_per_node: int | None = None
+    account: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    time_limit: str = "60"
+    srun_arg: tuple[str, ...] = ()
+    thresholds: Path | None = None
+    sku: str | None = None
+    probe_timeout: float = 300.0
+    run_record: Path | None = None
+    sharedfs_path: Path | None = None
+    dry_run: bool = False
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register every option as a command-line flag and an ini key."""
+    group = parser.getgroup("gpuaccept", "GPU cluster acceptance")
+    for opt in OPTIONS:
+        env_note = "" if opt.flag_only else f" [env {opt.env}, ini {opt.ini}]"
+        if opt.flag_only and opt.parse is _bool:
+            group.addoption(opt.flag, action="store_true", default=None, dest=f"gpuaccept_{opt.name}", help=opt.help)
+            continue
+        group.addoption(
+            opt.flag,
+            action="append" if opt.repeatable else "store",
+            default=None,
+            dest=f"gpuaccept_{opt.name}",
+            help=opt.help + env_note,
+        )
+        parser.addini(opt.ini, opt.help, type="linelist" if opt.repeatable else "string", default=None)
+
+
+def _parse(opt: Option, raw: str, source: str) -> Any:
+    try:
+        return opt.parse(raw)
+    except (ValueError, TypeError) as exc:
+        raise SettingsError(f"{source}: {raw!r} is not a valid value for {opt.flag}: {exc}") from None
+
+
+def resolve(config: pytest.Config, environ: dict[str, str] | None = None) -> Settings:
+    """Walk command line, environment and ini for every option; first one set wins."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for opt in OPTIONS:
+        cli = config.getoption(f"gpuaccept_{opt.name}", default=None)
+        if cli not in (None, []):
+            source = f"{opt.flag} (command line)"
+            if opt.parse is _bool and isinstance(cli, bool):
+                values[opt.name] = cli
+            elif opt.repeatable:
+                values[opt.name] = tuple(_parse(opt, item, source) for item in cli)
+            else:
+                values[opt.name] = _parse(opt, cli, source)
+            sources[opt.name] = source
+            continue
+        if not opt.flag_only and env.get(opt.env, "") != "":
+            source = f"{opt.env} (environment)"
+            raw = env[opt.env]
+            values[opt.name] = tuple(raw.split()) if opt.repeatable else _parse(opt, raw, source)
+            sources[opt.name] = source
+            continue
+        ini = None if opt.flag_only else config.getini(opt.ini)
+        if ini not in (None, "", []):
+            source = f"ini {opt.ini} ({config.inipath or 'ini file'})"
+            if opt.repeatable:
+                values[opt.name] = tuple(_parse(opt, item, source) for item in ini)
+            else:
+                values[opt.name] = _parse(opt, str(ini), source)
+            sources[opt.name] = source
+            continue
+        values[opt.name] = opt.default
+        sources[opt.name] = "default"
+    settings = Settings(**values, sources=sources)
+    if settings.nodelist and settings.exclude and set(settings.nodelist) & set(settings.exclude):
+        both = ", ".join(sorted(set(settings.nodelist) & set(settings.exclude)))
+        raise SettingsError(
+            f"{sources['nodelist']} and {sources['exclude']} both name {both}: a node cannot be tested and excluded"
+        )
+    return settings

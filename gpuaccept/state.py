@@ -1,0 +1,111 @@
+"""Per-session state: settings, thresholds, run record, and the launcher acquired on first need.
+
+Kept apart from the hook functions so the plugin module reads as the flow of a session, and so a
+session that never asks for nodes (the selftests' outer pytest) never touches Slurm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from gpuaccept.cluster import Cluster
+from gpuaccept.dispatch import choose_launcher, make_launcher
+from gpuaccept.dispatch.result import ProbeResult
+from gpuaccept.dispatch.slurm_cli import SlurmError
+from gpuaccept.dispatch.step import Step, shell_join
+from gpuaccept.fingerprints import Fingerprints
+from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.record import RunRecord
+from gpuaccept.settings import Settings
+from gpuaccept.thresholds.loader import Thresholds
+
+__all__ = ["STATE_KEY", "SessionState"]
+
+
+class SessionState:
+    """What one pytest process knows about the run."""
+
+    def __init__(self, config: pytest.Config, settings: Settings, thresholds: Thresholds) -> None:
+        self.config = config
+        self.settings = settings
+        self.thresholds = thresholds
+        self.record = RunRecord()
+        self.record.settings = {
+            k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(settings).items() if k != "sources"
+        } | {"sources": settings.sources}
+        self.record.thresholds = {"files": [str(f) for f in thresholds.files], "digest": thresholds.digest}
+        self.current_item: pytest.Item | None = None
+        self._cluster: Cluster | None = None
+        self._fingerprints: Fingerprints | None = None
+        self.job: tuple[str, list[str]] | None = None
+        self.setup_error: str | None = None
+
+    @property
+    def reports_dir(self) -> Path:
+        return Path(self.config.rootpath) / "reports"
+
+    @property
+    def cluster(self) -> Cluster:
+        """The cluster, allocating on first use (collection time for node-parametrized tests)."""
+        if self._cluster is None:
+            kind = choose_launcher(self.settings)
+            try:
+                launcher = make_launcher(self.settings, kind, job=self.job)
+            except SlurmError as exc:
+                self.setup_error = f"could not get nodes from Slurm: {exc}"
+                self.record.errors.append(self.setup_error)
+                raise pytest.UsageError(self.setup_error) from None
+            self._cluster = Cluster(
+                launcher,
+                probe_timeout_s=self.settings.probe_timeout,
+                dry_run=self.settings.dry_run,
+                on_step=self._on_step,
+            )
+            allocation = getattr(launcher, "allocation", None)
+            self.record.cluster = {
+                "launcher": launcher.name,
+                "nodes": launcher.nodes(),
+                "job_id": getattr(allocation, "job_id", None),
+                "partition": self.settings.partition,
+            }
+        return self._cluster
+
+    @property
+    def started(self) -> bool:
+        return self._cluster is not None
+
+    @property
+    def fingerprints(self) -> Fingerprints:
+        if self._fingerprints is None:
+            self._fingerprints = Fingerprints(self.cluster, self.thresholds, self.settings.sku)
+        return self._fingerprints
+
+    def _on_step(self, step: Step, command: list[str], result: ProbeResult | None) -> None:
+        item = self.current_item
+        if item is not None:
+            entry = self.record.test(item.nodeid)
+            entry.commands.append(shell_join(command))
+        self.config.hook.gpuaccept_step_finished(item=item, step=step, command=command, result=result)
+
+    def on_metric(self, result: MetricResult) -> None:
+        self.record.add_metric(result)
+        self.config.hook.gpuaccept_metric(item=self.current_item, result=result)
+
+    def close(self) -> None:
+        if self._cluster is not None:
+            self._cluster.launcher.close()
+
+    def write_record(self, status: str) -> Path:
+        self.record.status = status
+        if self._fingerprints is not None:
+            self.record.fingerprints = self._fingerprints.collected()
+        path = self.settings.run_record or self.record.default_path(self.reports_dir)
+        written = self.record.write(path)
+        self.config.hook.gpuaccept_record_written(path=written, record=self.record)
+        return written
+
+
+STATE_KEY = pytest.StashKey[SessionState]()

@@ -1,0 +1,153 @@
+"""Load the packaged thresholds.yaml, merge a site file over it, and validate before any job runs.
+
+Errors are ``ThresholdsError`` (a pytest usage error) that name the file and the dotted key, e.g.
+``site.yaml: skus.H200.limits.matmul_bf16_tflops: min 800 is greater than max 700``. A site file may
+override a whole limit (with its own ``source``), add limits for known metrics, and add SKUs that say
+how to ``match`` them; it may not invent metrics the probes do not produce.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from gpuaccept.thresholds.schema import Limit, MetricSpec, SkuSpec, ThresholdsFile
+
+__all__ = ["CPU_SKU", "KNOWN_SETTINGS", "Thresholds", "ThresholdsError", "default_path", "load_thresholds"]
+
+CPU_SKU = "cpu"
+KNOWN_SETTINGS = frozenset({"straggler_pct", "regression_pct"})
+
+
+class ThresholdsError(pytest.UsageError):
+    """thresholds.yaml (or a site file) is unusable; the message names file and key."""
+
+
+def default_path() -> Path:
+    """The packaged defaults (the repository's top-level thresholds.yaml, shipped in the wheel)."""
+    return Path(str(resources.files("gpuaccept") / "data" / "thresholds.yaml"))
+
+
+def _read(path: Path) -> ThresholdsFile:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ThresholdsError(f"{path}: thresholds file not found") from None
+    except yaml.YAMLError as exc:
+        raise ThresholdsError(f"{path}: not valid YAML: {exc}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ThresholdsError(f"{path}: the top level must be a mapping, not {type(raw).__name__}")
+    try:
+        return ThresholdsFile.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ThresholdsError(f"{path}: {problems}") from None
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The merged thresholds in force for a session."""
+
+    metrics: dict[str, MetricSpec]
+    settings: dict[str, float]
+    defaults: dict[str, Limit]
+    skus: dict[str, SkuSpec]
+    files: tuple[Path, ...]
+    digest: str = field(default="")
+
+    def sku_for_gpu(self, nvml_name: str) -> str | None:
+        """The SKU whose ``match`` patterns fit an NVML device name, or None."""
+        for name, sku in self.skus.items():
+            if any(re.search(pattern, nvml_name, re.IGNORECASE) for pattern in sku.match):
+                return name
+        return None
+
+    def limits_for(self, sku: str) -> dict[str, Limit]:
+        """Defaults, then each inherited SKU, then the SKU's own limits (later wins)."""
+        if sku not in self.skus:
+            raise ThresholdsError(f"SKU {sku!r} is not in {', '.join(str(f) for f in self.files)}")
+        chain: list[SkuSpec] = []
+        name: str | None = sku
+        while name is not None:
+            chain.append(self.skus[name])
+            name = self.skus[name].inherits
+        merged = dict(self.defaults)
+        for spec in reversed(chain):
+            merged.update(spec.limits)
+        return merged
+
+    def setting(self, name: str) -> float:
+        return self.settings[name]
+
+
+def _check_references(path: Path, data: ThresholdsFile, metrics: dict[str, MetricSpec], skus: set[str]) -> None:
+    for key, limit_map in [("defaults", data.defaults)] + [
+        (f"skus.{sku}.limits", spec.limits) for sku, spec in data.skus.items()
+    ]:
+        for metric in limit_map:
+            if metric not in metrics:
+                raise ThresholdsError(f"{path}: {key}.{metric}: unknown metric (known: {', '.join(sorted(metrics))})")
+    for sku, spec in data.skus.items():
+        if spec.inherits is not None and spec.inherits not in skus:
+            raise ThresholdsError(f"{path}: skus.{sku}.inherits: unknown SKU {spec.inherits!r}")
+    for name in data.settings:
+        if name not in KNOWN_SETTINGS:
+            raise ThresholdsError(
+                f"{path}: settings.{name}: unknown setting (known: {', '.join(sorted(KNOWN_SETTINGS))})"
+            )
+
+
+def load_thresholds(site: Path | None = None, *, defaults: Path | None = None) -> Thresholds:
+    """Validate the defaults and the optional site file, then merge the site file over them."""
+    base_path = defaults or default_path()
+    files = [base_path] + ([site] if site is not None else [])
+    metrics: dict[str, MetricSpec] = {}
+    settings: dict[str, float] = {}
+    limits: dict[str, Limit] = {}
+    skus: dict[str, SkuSpec] = {}
+    for path in files:
+        data = _read(path)
+        if path is not base_path and data.metrics:
+            raise ThresholdsError(f"{path}: metrics: a site file cannot define metrics; the probes produce a fixed set")
+        metrics.update(data.metrics)
+        for sku, spec in data.skus.items():
+            if path is not base_path and sku not in skus and not spec.match and spec.inherits is None:
+                raise ThresholdsError(f"{path}: skus.{sku}: unknown SKU; a new SKU needs 'match' patterns")
+        _check_references(path, data, metrics, set(skus) | set(data.skus))
+        settings.update({name: s.value for name, s in data.settings.items()})
+        limits.update(data.defaults)
+        for sku, spec in data.skus.items():
+            if sku in skus:
+                old = skus[sku]
+                spec = SkuSpec(
+                    match=spec.match or old.match,
+                    description=spec.description or old.description,
+                    inherits=spec.inherits or old.inherits,
+                    limits={**old.limits, **spec.limits},
+                )
+            skus[sku] = spec
+    if CPU_SKU not in skus:
+        raise ThresholdsError(f"{base_path}: skus.{CPU_SKU}: the defaults must define the '{CPU_SKU}' SKU")
+    missing = KNOWN_SETTINGS - set(settings)
+    if missing:
+        raise ThresholdsError(f"{base_path}: settings: missing {', '.join(sorted(missing))}")
+    payload: dict[str, Any] = {
+        "settings": settings,
+        "defaults": {k: v.model_dump() for k, v in limits.items()},
+        "skus": {k: v.model_dump() for k, v in skus.items()},
+    }
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+    return Thresholds(metrics, settings, limits, skus, tuple(files), digest)

@@ -1,0 +1,71 @@
+"""The shape of thresholds.yaml, as pydantic models that reject what they do not know.
+
+Every number a verdict depends on carries a ``source`` (datasheet, public measurement, or our own
+measurement with device and date): a limit without one is a usage error, not a default. Unknown keys
+are errors too (``extra="forbid"``), so a typo such as ``mni:`` cannot silently disable a check.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["Limit", "MetricSpec", "Setting", "SkuSpec", "ThresholdsFile"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MetricSpec(_Strict):
+    """A metric the suite knows: its unit and what it means. Limits may name only these."""
+
+    unit: str
+    description: str
+    better: Literal["higher", "lower", "equal"] = "higher"
+
+
+class Limit(_Strict):
+    """Pass criteria for one metric on one SKU; ``min``/``max`` inclusive, ``equal`` exact."""
+
+    min: float | None = None
+    max: float | None = None
+    equal: float | str | None = None
+    source: str = Field(min_length=3)
+    straggler_pct: float | None = Field(default=None, gt=0, lt=100)
+    regression_pct: float | None = Field(default=None, gt=0, lt=100)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Limit:
+        if self.min is None and self.max is None and self.equal is None:
+            raise ValueError("a limit needs at least one of min, max or equal")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min {self.min} is greater than max {self.max}")
+        return self
+
+
+class Setting(_Strict):
+    """A suite-wide number (e.g. the straggler percentage) with where it comes from."""
+
+    value: float
+    source: str = Field(min_length=3)
+
+
+class SkuSpec(_Strict):
+    """A GPU model: how NVML names it, what a node of it has, and its limits."""
+
+    match: list[str] = Field(default_factory=list, description="regular expressions on the NVML device name")
+    description: str = ""
+    inherits: str | None = None
+    limits: dict[str, Limit] = Field(default_factory=dict)
+
+
+class ThresholdsFile(_Strict):
+    """One YAML file: the packaged defaults or a site override (every section optional)."""
+
+    schema_version: Literal[1] = 1
+    metrics: dict[str, MetricSpec] = Field(default_factory=dict)
+    settings: dict[str, Setting] = Field(default_factory=dict)
+    defaults: dict[str, Limit] = Field(default_factory=dict, description="limits for every SKU")
+    skus: dict[str, SkuSpec] = Field(default_factory=dict)

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Stop a dev cluster started by up.sh: cancel its jobs, then stop exactly the daemons listed in
+# DIR/pids (TERM, wait, KILL). Keeps DIR and its logs unless --clean.
+#
+#   slurm/dev-cluster/down.sh [--clean] [DIR]     # DIR defaults to $GPUACCEPT_DEV_CLUSTER
+set -euo pipefail
+
+log() { printf 'down.sh: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+clean=0 dir=""
+while (($#)); do
+  case $1 in
+    --clean) clean=1; shift ;;
+    -h | --help) echo "usage: down.sh [--clean] [DIR]" >&2; exit 2 ;;
+    *) dir=$1; shift ;;
+  esac
+done
+dir=${dir:-${GPUACCEPT_DEV_CLUSTER:-}}
+[[ -n $dir ]] || die "no cluster folder: give DIR or set GPUACCEPT_DEV_CLUSTER"
+[[ -f $dir/slurm.conf && -f $dir/pids ]] || die "$dir is not a dev cluster folder (no slurm.conf/pids)"
+dir=$(cd "$dir" && pwd)
+
+# The cluster's own client environment (SLURM_CONF, and PATH/LD_LIBRARY_PATH for a --prefix one);
+# up.sh writes env only once the cluster is up, so fall back to the config path.
+if [[ -f $dir/env ]]; then
+  # shellcheck source=/dev/null
+  source "$dir/env"
+else
+  export SLURM_CONF=$dir/slurm.conf
+fi
+
+# alive_ours NAME PID: the pid is still this cluster's daemon (guards against pid reuse).
+alive_ours() {
+  local want=slurmd cmd
+  [[ $1 == slurmctld ]] && want=slurmctld
+  cmd=$(tr '\0' ' ' <"/proc/$2/cmdline" 2>/dev/null) || return 1
+  [[ $cmd == *"$want"* && $cmd == *"$dir/slurm.conf"* ]]
+}
+
+# Cancel jobs first so steps end through Slurm (their tasks get killed by slurmstepd).
+if command -v scontrol >/dev/null && timeout 5 scontrol ping 2>/dev/null | grep -q UP; then
+  mapfile -t jobs < <(timeout 10 squeue -h -o %i 2>/dev/null || true)
+  if ((${#jobs[@]})); then
+    log "cancelling jobs: ${jobs[*]}"
+    timeout 10 scancel "${jobs[@]}" || true
+    for ((i = 0; i < 30; i++)); do
+      [[ -z $(timeout 5 squeue -h -o %i 2>/dev/null || true) ]] && break
+      sleep 0.5
+    done
+  fi
+fi
+
+# Nodes first (reverse order), controller last.
+mapfile -t entries < <(tac "$dir/pids")
+victims=()
+for entry in "${entries[@]}"; do
+  read -r name pid <<<"$entry"
+  if alive_ours "$name" "$pid"; then
+    kill -TERM "$pid" 2>/dev/null || true
+    victims+=("$name:$pid")
+  fi
+done
+for ((i = 0; i < 100; i++)); do
+  left=()
+  for v in "${victims[@]}"; do alive_ours "${v%%:*}" "${v##*:}" && left+=("$v"); done
+  ((${#left[@]})) || break
+  sleep 0.1
+done
+for v in "${left[@]}"; do
+  log "${v%%:*} (pid ${v##*:}) ignored TERM for 10 s: KILL"
+  kill -KILL "${v##*:}" 2>/dev/null || true
+done
+
+# slurmstepd of a node whose slurmd was killed (kill-node.sh) outlive it; they carry
+# GPUACCEPT_DEV_CLUSTER=DIR from their slurmd, so only this cluster's are found.
+strays=()
+for p in /proc/[0-9]*; do
+  [[ $(cat "$p/comm" 2>/dev/null) == slurmstepd* ]] || continue
+  tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qxF "GPUACCEPT_DEV_CLUSTER=$dir" || continue
+  strays+=("${p#/proc/}")
+done
+if ((${#strays[@]})); then
+  log "stopping stray slurmstepd: ${strays[*]}"
+  kill -TERM "${strays[@]}" 2>/dev/null || true
+  sleep 2
+  kill -KILL "${strays[@]}" 2>/dev/null || true
+fi
+
+log "stopped ${#victims[@]} daemons of $dir"
+if ((clean)); then
+  rm -rf "$dir"
+  log "removed $dir"
+fi

@@ -1,0 +1,334 @@
+#!/usr/bin/env bash
+# Start a loopback Slurm cluster for gpuaccept development and CI: one slurmctld and N slurmd
+# ("node1".."nodeN") on one host, all on 127.0.0.1, with state, logs and pid files in one folder.
+#
+#   eval "$(slurm/dev-cluster/up.sh --nodes 2)"        # CPU-only nodes (what CI uses)
+#   eval "$(slurm/dev-cluster/up.sh --nodes 2 --gpus)" # one GPU per node on a multi-GPU host
+#
+# Only `export` lines go to stdout (so eval works); progress and errors go to stderr.
+# Stop it with slurm/dev-cluster/down.sh. Not a production configuration: no auth, no cgroups.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+usage() {
+  cat >&2 <<'EOF'
+usage: up.sh --nodes N [--gpus] [--gpus-per-node G] [--cpus-per-node C] [--dir DIR]
+             [--prefix PREFIX [--debs DEBDIR]]
+
+  --nodes N           number of slurmd "nodes" (node1..nodeN), all on this host
+  --gpus              give each node GPUs as gres (node K gets /dev/nvidia{(K-1)*G .. K*G-1})
+  --gpus-per-node G   GPUs per node (implies --gpus; default 1)
+  --cpus-per-node C   CPUs each node declares (default 4; Slurm does not check the real count)
+  --dir DIR           folder for config, state, logs, pids (default: mktemp -d /tmp/gpuaccept-slurm.XXXX)
+  --prefix PREFIX     use Slurm unpacked under PREFIX (dpkg -x) instead of the system's binaries
+  --debs DEBDIR       first unpack DEBDIR/*.deb into PREFIX (see debs.txt)
+
+environment: GPUACCEPT_SLURM_BASE_PORT (first of N+1 ports; default: a free range picked at random),
+  GPUACCEPT_DEV_TIMEOUT (seconds to wait for IDLE nodes, default 60),
+  GPUACCEPT_DEV_GPU_FILE (gres device path stem, default /dev/nvidia; for tests without GPUs)
+EOF
+  exit 2
+}
+
+log() { printf 'up.sh: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+nodes="" gpus=0 gpus_per_node=1 cpus=4 dir="" prefix="" debs=""
+while (($#)); do
+  case $1 in
+    --nodes) nodes=${2:?}; shift 2 ;;
+    --gpus) gpus=1; shift ;;
+    --gpus-per-node) gpus=1; gpus_per_node=${2:?}; shift 2 ;;
+    --cpus-per-node) cpus=${2:?}; shift 2 ;;
+    --dir) dir=${2:?}; shift 2 ;;
+    --prefix) prefix=${2:?}; shift 2 ;;
+    --debs) debs=${2:?}; shift 2 ;;
+    -h | --help) usage ;;
+    *) log "unknown argument: $1"; usage ;;
+  esac
+done
+
+[[ $nodes =~ ^[1-9][0-9]*$ ]] || { log "--nodes N is required (a positive integer)"; usage; }
+[[ $gpus_per_node =~ ^[1-9][0-9]*$ ]] || die "--gpus-per-node must be a positive integer"
+[[ $cpus =~ ^[1-9][0-9]*$ ]] || die "--cpus-per-node must be a positive integer"
+[[ -z $debs || -n $prefix ]] || die "--debs needs --prefix"
+# slurmd switches to the job's user and the prefix mode links into /usr/lib: both need root.
+((EUID == 0)) || die "must run as root"
+# Paths go unquoted into slurm.conf and the printed export lines: keep them plain.
+safe='^[A-Za-z0-9_./+-]+$'
+for p in "$dir" "$prefix"; do
+  [[ -z $p || $p =~ $safe ]] || die "path '$p' must only hold letters, digits and _ . / + -"
+done
+
+multiarch="$(uname -m)-linux-gnu"
+
+# --- Slurm binaries ---------------------------------------------------------------------------
+sbin=/usr/sbin bin=/usr/bin lib_path=""
+if [[ -n $prefix ]]; then
+  mkdir -p "$prefix"
+  prefix=$(cd "$prefix" && pwd)
+  plib=$prefix/usr/lib/$multiarch
+  if [[ -n $debs ]]; then
+    shopt -s nullglob
+    pkgs=("$debs"/*.deb)
+    shopt -u nullglob
+    ((${#pkgs[@]})) || die "no .deb files in $debs"
+    log "unpacking ${#pkgs[@]} .deb files into $prefix"
+    for f in "${pkgs[@]}"; do dpkg -x "$f" "$prefix"; done
+    # Tasks inherit LD_LIBRARY_PATH from srun, so any library the host already has must come from
+    # the host (a Debian copy could shadow it for python/torch): keep only the ones it lacks.
+    host_sonames=$(ldconfig -p | awk 'NR > 1 {print $1}')
+    for libdir in "$plib" "$prefix/lib/$multiarch"; do
+      [[ -d $libdir ]] || continue
+      for f in "$libdir"/lib*.so.*; do
+        name=${f##*/}
+        # libfoo.so.1.2.3 -> try libfoo.so.1.2.3, libfoo.so.1.2, libfoo.so.1 against the host cache
+        while [[ $name == *.so.* ]]; do
+          if grep -qxF "$name" <<<"$host_sonames"; then rm -f "$f"; break; fi
+          [[ $name == *.so.*.* ]] || break
+          name=${name%.*}
+        done
+      done
+    done
+  fi
+  [[ -x $prefix/usr/sbin/slurmd-wlm || -x $prefix/usr/sbin/slurmd ]] ||
+    die "no slurmd under $prefix/usr/sbin (give --debs DIR to unpack the .debs first)"
+  # slurmd takes its node name from argv[0] when that is "slurmd-XYZ" (started as slurmd-wlm it
+  # thinks it is node "wlm"): run the daemons under their plain names.
+  for b in slurmd slurmctld slurmstepd; do
+    [[ -e $prefix/usr/sbin/$b-wlm ]] && ln -sfn "$b-wlm" "$prefix/usr/sbin/$b"
+  done
+  # The binaries' RUNPATH and compiled-in PluginDir are /usr/lib/<multiarch>/slurm-wlm: link ours
+  # there when the host has none (overriding PluginDir alone does not cover the RUNPATH).
+  sys_plugins=/usr/lib/$multiarch/slurm-wlm
+  if [[ ! -e $sys_plugins ]]; then
+    ln -s "$plib/slurm-wlm" "$sys_plugins"
+    log "linked $sys_plugins -> $plib/slurm-wlm"
+  elif [[ $(readlink -f "$sys_plugins") != "$(readlink -f "$plib/slurm-wlm")" ]]; then
+    log "warning: $sys_plugins already exists; its plugins are used (must be the same Slurm version)"
+  fi
+  lib_path=$plib:$prefix/lib/$multiarch:$plib/slurm-wlm
+  export LD_LIBRARY_PATH=$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export PATH=$prefix/usr/bin:$prefix/usr/sbin:$PATH
+  sbin=$prefix/usr/sbin bin=$prefix/usr/bin
+  # Fail now, with names, rather than with a daemon that dies silently after daemonizing.
+  missing=$(for f in "$sbin"/slurmd "$sbin"/slurmctld "$sbin"/slurmstepd "$bin"/srun "$bin"/sinfo; do
+    ldd "$f" 2>/dev/null | awk -v f="${f##*/}" '/not found/ {print f ": " $1}'
+  done)
+  [[ -z $missing ]] || die "libraries missing (add their .debs to $debs):"$'\n'"$missing"
+fi
+for b in "$sbin"/slurmctld "$sbin"/slurmd "$sbin"/slurmstepd "$bin"/sinfo "$bin"/scontrol; do
+  [[ -x $b ]] || die "$b not found (install slurm-wlm, or use --prefix)"
+done
+
+# --- cluster folder ---------------------------------------------------------------------------
+if [[ -z $dir ]]; then
+  dir=$(mktemp -d /tmp/gpuaccept-slurm.XXXX)
+else
+  mkdir -p "$dir"
+  dir=$(cd "$dir" && pwd)
+fi
+if [[ -s $dir/pids ]]; then
+  while read -r _ pid; do
+    kill -0 "$pid" 2>/dev/null && die "$dir already has a running daemon (pid $pid): run down.sh $dir"
+  done <"$dir/pids"
+fi
+mkdir -p "$dir"/{state,log,run}
+for ((k = 1; k <= nodes; k++)); do mkdir -p "$dir/spool/node$k"; done
+: >"$dir/pids"
+conf=$dir/slurm.conf
+
+# --- ports: slurmctld on BASE, nodeK's slurmd on BASE+K ----------------------------------------
+# A random free range below the kernel's ephemeral range (32768+), so two clusters do not clash.
+if [[ -n ${GPUACCEPT_SLURM_BASE_PORT:-} ]]; then
+  base=$GPUACCEPT_SLURM_BASE_PORT
+else
+  base=$(python3 - "$((nodes + 1))" <<'PY'
+import random, socket, sys
+count = int(sys.argv[1])
+for _ in range(200):
+    base = random.randrange(20000, 32000 - count)
+    socks = []
+    try:
+        for port in range(base, base + count):
+            sock = socket.socket()
+            sock.bind(("0.0.0.0", port))
+            socks.append(sock)
+    except OSError:
+        continue
+    finally:
+        for sock in socks:
+            sock.close()
+    print(base)
+    break
+else:
+    sys.exit("no free range of %d ports found" % count)
+PY
+)
+fi
+[[ $base =~ ^[0-9]+$ ]] || die "bad base port '$base'"
+
+# --- configuration ----------------------------------------------------------------------------
+gres_line="" prolog_line=""
+if ((gpus)); then
+  gres_line="GresTypes=gpu"
+  prolog_line="TaskProlog=$dir/task-prolog.sh"
+fi
+cat >"$conf" <<EOF
+# Written by slurm/dev-cluster/up.sh: a loopback dev cluster on $(hostname), not a production config.
+ClusterName=gpuaccept
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=$base
+SlurmdPort=$((base + 1))
+SlurmUser=root
+SlurmdUser=root
+# No munge on the dev machines: every request is trusted.
+AuthType=auth/none
+CredType=cred/none
+# No systemd and no cgroup delegation: track processes by parentage, bind nothing.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+# Nodes declare more CPUs than the host has (and share one host): trust slurm.conf, do not drain.
+SlurmdParameters=config_overrides
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+ReturnToService=2
+# Short timeouts so a killed slurmd is noticed in well under a minute.
+SlurmdTimeout=30
+MessageTimeout=10
+KillWait=5
+InactiveLimit=0
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool/%n
+SlurmctldPidFile=$dir/run/slurmctld.pid
+SlurmdPidFile=$dir/run/slurmd-%n.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+$gres_line
+$prolog_line
+EOF
+for ((k = 1; k <= nodes; k++)); do
+  gres=""
+  ((gpus)) && gres=" Gres=gpu:$gpus_per_node"
+  echo "NodeName=node$k NodeHostname=$(hostname) NodeAddr=127.0.0.1 Port=$((base + k))" \
+    "CPUs=$cpus Boards=1 SocketsPerBoard=1 CoresPerSocket=$cpus ThreadsPerCore=1" \
+    "RealMemory=1024$gres State=UNKNOWN" >>"$conf"
+done
+echo "PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >>"$conf"
+
+# cgroup v2 without systemd makes the cgroup/v2 plugin fail and slurmd exit; v1 initialises and,
+# with proctrack/linuxproc + task/none, constrains nothing.
+echo "CgroupPlugin=cgroup/v1" >"$dir/cgroup.conf"
+
+: >"$dir/gres.conf"
+if ((gpus)); then
+  stem=${GPUACCEPT_DEV_GPU_FILE:-/dev/nvidia}
+  for ((k = 1; k <= nodes; k++)); do
+    first=$(((k - 1) * gpus_per_node)) last=$((k * gpus_per_node - 1))
+    if ((first == last)); then files=$stem$first; else files="${stem}[$first-$last]"; fi
+    echo "NodeName=node$k Name=gpu File=$files" >>"$dir/gres.conf"
+    for ((g = first; g <= last; g++)); do
+      [[ -e $stem$g ]] || log "warning: $stem$g does not exist (node$k's gres)"
+    done
+  done
+  # Slurm numbers GPUs within a node, so every node's task would get CUDA_VISIBLE_DEVICES=0 and
+  # NCCL would refuse the duplicate GPU. On this one-host cluster nodeK owns the host's GPUs
+  # (K-1)*G .. K*G-1: the TaskProlog turns Slurm's node-local indexes into those physical ones.
+  # A real cluster needs none of this (one GPU set per host).
+  cat >"$dir/task-prolog.sh" <<EOF
+#!/bin/bash
+# Dev-cluster-only TaskProlog written by up.sh (GPUs per node: $gpus_per_node). Its "export" lines
+# are applied to the task's environment by slurmstepd.
+gpus_per_node=$gpus_per_node
+EOF
+  cat >>"$dir/task-prolog.sh" <<'EOF'
+[[ ${SLURMD_NODENAME:-} =~ ^node([0-9]+)$ ]] || exit 0
+first=$(( (BASH_REMATCH[1] - 1) * gpus_per_node ))
+# No GPU in this step (or not Slurm's plain index list): leave the environment alone.
+[[ -n ${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-}} ]] || exit 0
+[[ ${CUDA_VISIBLE_DEVICES:-} =~ ^[0-9]+(,[0-9]+)*$ ]] || exit 0
+physical=""
+IFS=, read -ra local_ids <<<"$CUDA_VISIBLE_DEVICES"
+for i in "${local_ids[@]}"; do physical+=${physical:+,}$((first + i)); done
+echo "export CUDA_VISIBLE_DEVICES=$physical"
+EOF
+  chmod 755 "$dir/task-prolog.sh"
+fi
+
+# --- start the daemons --------------------------------------------------------------------------
+# The daemons daemonize themselves and write pid files; their own stdout/stderr (messages before
+# the log file opens) go to log/*.out so the eval'd $(...) never waits on them. GPUACCEPT_DEV_CLUSTER
+# in their environment (inherited by slurmstepd) lets down.sh find strays of this cluster only.
+export SLURM_CONF=$conf GPUACCEPT_DEV_CLUSTER=$dir
+started=$EPOCHREALTIME
+
+wait_pidfile() { # wait_pidfile NAME FILE: append "NAME PID" to pids once FILE names a live process
+  local i pid
+  for ((i = 0; i < 100; i++)); do
+    pid=$(cat "$2" 2>/dev/null || true)
+    if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+      echo "$1 $pid" >>"$dir/pids"
+      return 0
+    fi
+    sleep 0.1
+  done
+  return 1
+}
+
+fail() { # fail MESSAGE: show what the daemons said, stop what started, keep the folder
+  log "error: $1"
+  sinfo -N -o "%N %T %E" >&2 2>/dev/null || true
+  for f in "$dir"/log/*; do
+    [[ -s $f ]] || continue
+    printf '\n==> %s <==\n' "$f" >&2
+    tail -n 15 "$f" >&2
+  done
+  "$here/down.sh" "$dir" >&2 || true
+  log "logs kept in $dir/log"
+  exit 1
+}
+
+log "starting slurmctld on 127.0.0.1:$base ($dir)"
+"$sbin/slurmctld" -c -f "$conf" </dev/null >>"$dir/log/slurmctld.out" 2>&1 ||
+  fail "slurmctld did not start"
+wait_pidfile slurmctld "$dir/run/slurmctld.pid" || fail "slurmctld wrote no pid file"
+for ((k = 1; k <= nodes; k++)); do
+  log "starting slurmd node$k on 127.0.0.1:$((base + k))"
+  "$sbin/slurmd" -f "$conf" -N "node$k" -d "$sbin/slurmstepd" \
+    </dev/null >>"$dir/log/slurmd-node$k.out" 2>&1 || fail "slurmd node$k did not start"
+done
+for ((k = 1; k <= nodes; k++)); do
+  wait_pidfile "node$k" "$dir/run/slurmd-node$k.pid" || fail "slurmd node$k wrote no pid file"
+done
+
+# --- wait until every node is IDLE ---------------------------------------------------------------
+timeout_s=${GPUACCEPT_DEV_TIMEOUT:-60}
+deadline=$(($(date +%s) + timeout_s))
+while :; do
+  idle=$(sinfo -N -h -o "%N %T" 2>/dev/null | awk '$2 == "idle"' | wc -l) || idle=0
+  ((idle == nodes)) && break
+  while read -r name pid; do
+    kill -0 "$pid" 2>/dev/null || fail "$name (pid $pid) exited"
+  done <"$dir/pids"
+  (($(date +%s) < deadline)) || fail "only $idle of $nodes nodes IDLE after ${timeout_s} s"
+  sleep 0.2
+done
+log "$nodes nodes IDLE after $(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.1f", b - a}') s"
+
+# --- environment for the caller ------------------------------------------------------------------
+{
+  echo "export SLURM_CONF=$conf"
+  if [[ -n $prefix ]]; then
+    echo "export PATH=\"$prefix/usr/bin:$prefix/usr/sbin:\$PATH\""
+    echo "export LD_LIBRARY_PATH=\"$lib_path\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\""
+  fi
+  echo "export GPUACCEPT_DEV_CLUSTER=$dir"
+  echo "export GPUACCEPT_PARTITION=main"
+} | tee "$dir/env"
