@@ -47,6 +47,32 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _size(text: str) -> int:
+    """Bytes from ``1048576``, ``1M``, ``8G`` or ``512K`` (binary units, as nccl-tests reads them)."""
+    stripped = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = stripped[-1] if stripped and stripped[-1] in _UNITS else ""
+    value = int(float(stripped[: len(stripped) - len(unit)]) * _UNITS[unit])
+    if value <= 0:
+        raise ValueError("must be a positive size such as 1M or 8G")
+    return value
+
+
+def _drain(text: str) -> str:
+    if text not in ("off", "print", "yes"):
+        raise ValueError("must be off, print (show the scontrol command) or yes (really drain)")
+    return text
+
+
 def _launcher(text: str) -> str:
     if text not in ("auto", "slurm", "local"):
         raise ValueError("must be one of auto, slurm, local")
@@ -108,6 +134,21 @@ OPTIONS: tuple[Option, ...] = (
     Option("run_record", "path of the run record JSON (default reports/runs/<UTC>.json)", Path),
     Option("sharedfs_path", "folder on the shared filesystem to test (default: <rootdir>/reports/.sharedfs)", Path),
     Option("dry_run", "print every test's exact srun command instead of running it", _bool, False, flag_only=True),
+    # GPU hardware
+    Option("burn_in", "seconds of sustained matmul per GPU (0 = no burn-in test)", _non_negative_float, 0.0),
+    # NCCL
+    Option("nccl_tests_dir", "folder holding nccl-tests binaries (all_reduce_perf, ...) to run beside ours", Path),
+    Option("nccl_min_bytes", "smallest message of the NCCL sweep (bytes)", _size, 1 << 20),
+    Option("nccl_max_bytes", "largest message of the NCCL sweep (bytes; capped by free memory)", _size, 8 << 30),
+    Option("nccl_ring", "force NCCL_ALGO=Ring so inter-node busbw measures the network", _bool, False),
+    # training
+    Option("model_path", "local Hugging Face checkpoint to fine-tune instead of the tiny built-in Qwen2", Path),
+    Option("dataset", "JSONL of chat messages to fine-tune on instead of the built-in dataset", Path),
+    # reports and fleet
+    Option("baseline", "run record to compare with ('latest' or a path): regressions fail", str),
+    Option("drain_on_fail", "drain nodes with hardware failures: 'print' (dry run) or 'yes'", _drain, "off"),
+    Option("container_image", "pyxis/enroot image every srun step runs in (--container-image)"),
+    Option("container_mounts", "pyxis mounts for every step (--container-mounts)"),
 )
 
 
@@ -132,6 +173,17 @@ class Settings:
     run_record: Path | None = None
     sharedfs_path: Path | None = None
     dry_run: bool = False
+    burn_in: float = 0.0
+    nccl_tests_dir: Path | None = None
+    nccl_min_bytes: int = 1 << 20
+    nccl_max_bytes: int = 8 << 30
+    nccl_ring: bool = False
+    model_path: Path | None = None
+    dataset: Path | None = None
+    baseline: str | None = None
+    drain_on_fail: str = "off"
+    container_image: str | None = None
+    container_mounts: str | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -140,8 +192,12 @@ def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuaccept", "GPU cluster acceptance")
     for opt in OPTIONS:
         env_note = "" if opt.flag_only else f" [env {opt.env}, ini {opt.ini}]"
-        if opt.flag_only and opt.parse is _bool:
-            group.addoption(opt.flag, action="store_true", default=None, dest=f"gpuaccept_{opt.name}", help=opt.help)
+        if opt.parse is _bool:
+            group.addoption(
+                opt.flag, action="store_true", default=None, dest=f"gpuaccept_{opt.name}", help=opt.help + env_note
+            )
+            if not opt.flag_only:
+                parser.addini(opt.ini, opt.help, type="string", default=None)
             continue
         group.addoption(
             opt.flag,

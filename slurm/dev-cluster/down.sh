@@ -34,7 +34,7 @@ fi
 alive_ours() {
   local want=slurmd cmd
   [[ $1 == slurmctld ]] && want=slurmctld
-  cmd=$(tr '\0' ' ' <"/proc/$2/cmdline" 2>/dev/null) || return 1
+  cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$2/cmdline") || return 1
   [[ $cmd == *"$want"* && $cmd == *"$dir/slurm.conf"* ]]
 }
 
@@ -77,7 +77,7 @@ done
 strays=()
 for p in /proc/[0-9]*; do
   [[ $(cat "$p/comm" 2>/dev/null) == slurmstepd* ]] || continue
-  tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qxF "GPUACCEPT_DEV_CLUSTER=$dir" || continue
+  grep -qzxF "GPUACCEPT_DEV_CLUSTER=$dir" "$p/environ" 2>/dev/null || continue
   strays+=("${p#/proc/}")
 done
 if ((${#strays[@]})); then

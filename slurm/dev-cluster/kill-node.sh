@@ -17,13 +17,13 @@ dir=$(cd "$dir" && pwd)
 pid=$(awk -v n="$node" '$1 == n {print $2}' "$dir/pids")
 [[ -n $pid ]] || die "$node is not in $dir/pids"
 # Only kill it if the pid is still that slurmd of this cluster (pids get reused).
-cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || die "$node's slurmd (pid $pid) is not running"
+cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || die "$node's slurmd (pid $pid) is not running"
 [[ $cmd == *slurmd*"$dir/slurm.conf"*"-N $node "* ]] || die "pid $pid is not $node's slurmd: $cmd"
 
 kill -KILL "$pid"
 # Gone once its cmdline is empty (a zombie has none; some container inits never reap).
 for ((i = 0; i < 100; i++)); do
-  [[ -n $(tr -d '\0' <"/proc/$pid/cmdline" 2>/dev/null) ]] || break
+  [[ -n $(tr -d '\0' 2>/dev/null <"/proc/$pid/cmdline") ]] || break
   sleep 0.05
 done
 log "killed $node's slurmd (pid $pid)"
