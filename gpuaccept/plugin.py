@@ -8,6 +8,7 @@ finish: the run record is written whatever the ending, and the allocation releas
 
 from __future__ import annotations
 
+import importlib
 import signal
 import threading
 from collections.abc import Generator
@@ -41,6 +42,7 @@ MARKERS = (
     "multinode: needs several nodes at once (holds them exclusively)",
 )
 VERDICT = "gpuaccept_verdict"
+_OUR_FIXTURES = frozenset({"cluster", "limits", "fingerprints", "node"})
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -68,6 +70,8 @@ def pytest_configure(config: pytest.Config) -> None:
         job_id, nodes = workerinput["gpuaccept_job"]
         state.job = (job_id, list(nodes))
     config.stash[STATE_KEY] = state
+    if not config.pluginmanager.has_plugin("gpuaccept-report"):
+        config.pluginmanager.register(importlib.import_module("gpuaccept.report.plugin"), "gpuaccept-report")
     if workerinput is None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _sigterm)
     if workerinput is None and config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None):
@@ -134,7 +138,8 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """Classify the outcome (passed / failed / error / skipped) and ship metrics on the report."""
     report = yield
-    if report.when == "call" or report.failed or report.skipped:
+    ours = item.get_closest_marker("acceptance") or set(getattr(item, "fixturenames", ())) & _OUR_FIXTURES
+    if ours and (report.when == "call" or report.failed or report.skipped):
         if report.passed:
             verdict = "passed"
         elif report.skipped:

@@ -1,0 +1,1 @@
+"""Report plugin: Allure labels and attachments, plots, environment.properties (placeholder)."""

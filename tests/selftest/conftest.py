@@ -1,0 +1,140 @@
+"""Selftest fixtures: a real loopback Slurm cluster (never a mocked srun) and pytest-in-pytest runs.
+
+``dev_cluster`` reuses the cluster ``.ci/run`` started (``GPUACCEPT_DEV_CLUSTER`` + ``SLURM_CONF`` in
+the environment) or starts its own with ``slurm/dev-cluster/up.sh`` and stops it at the end. Without
+Slurm installed the Slurm selftests skip locally, but fail in CI (``CI=true``): CI must prove them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+UP = REPO / "slurm" / "dev-cluster" / "up.sh"
+DOWN = REPO / "slurm" / "dev-cluster" / "down.sh"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
+            item.add_marker(pytest.mark.selftest)
+
+
+@dataclass
+class DevCluster:
+    """Environment that points Slurm commands at one loopback cluster."""
+
+    env: dict[str, str]
+    directory: Path
+    nodes: list[str]
+
+    def cmd(self, *argv: str, check: bool = True) -> str:
+        done = subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=60)
+        if check and done.returncode:
+            raise AssertionError(f"{' '.join(argv)}: {done.returncode}: {done.stderr}")
+        return done.stdout
+
+    def jobs(self) -> list[str]:
+        """Jobs still pending or running (the allocation leak check)."""
+        return self.cmd("squeue", "-h", "-o", "%i %j %T").splitlines()
+
+    def steps(self) -> list[str]:
+        return self.cmd("squeue", "-h", "-s", "-o", "%i %j").splitlines()
+
+    def last_job_id(self) -> int:
+        out = self.cmd("scontrol", "show", "jobs", "-o", check=False)
+        ids = [int(tok.split("=")[1]) for line in out.splitlines() for tok in line.split() if tok.startswith("JobId=")]
+        return max(ids, default=0)
+
+
+def _parse_exports(text: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("export ") and "=" in line:
+            key, value = line[len("export ") :].split("=", 1)
+            env[key] = value.strip().strip("'\"")
+    return env
+
+
+def start_cluster(nodes: int, extra_env: dict[str, str] | None = None) -> DevCluster:
+    """Start a fresh loopback cluster of ``nodes`` nodes (the caller stops it with ``stop_cluster``)."""
+    if shutil.which("slurmctld") is None and shutil.which("slurmctld-wlm") is None:
+        if os.environ.get("CI"):
+            pytest.fail("Slurm is not installed in CI: .ci/run must apt-get install slurm-wlm")
+        pytest.skip("Slurm (slurm-wlm) is not installed on this machine")
+    done = subprocess.run(["bash", str(UP), "--nodes", str(nodes)], capture_output=True, text=True, timeout=180)
+    if done.returncode:
+        raise RuntimeError(f"up.sh failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    exports = _parse_exports(done.stdout)
+    env = {**os.environ, **exports, **(extra_env or {})}
+    env.pop("SLURM_JOB_ID", None)
+    return DevCluster(env, Path(exports["GPUACCEPT_DEV_CLUSTER"]), [f"node{i}" for i in range(1, nodes + 1)])
+
+
+def stop_cluster(cluster: DevCluster) -> None:
+    subprocess.run(["bash", str(DOWN), str(cluster.directory)], env=cluster.env, capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def dev_cluster() -> Iterator[DevCluster]:
+    """The shared 2-node loopback cluster for selftests that do not break it."""
+    if os.environ.get("GPUACCEPT_DEV_CLUSTER") and os.environ.get("SLURM_CONF"):
+        env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
+        names = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], env=env, capture_output=True, text=True).stdout.split()
+        yield DevCluster(env, Path(os.environ["GPUACCEPT_DEV_CLUSTER"]), sorted(set(names)))
+        return
+    cluster = start_cluster(2)
+    try:
+        yield cluster
+    finally:
+        stop_cluster(cluster)
+
+
+@dataclass
+class InnerRun:
+    """An inner pytest session: its exit code, output and run record."""
+
+    returncode: int
+    output: str
+    record_path: Path
+    duration_s: float
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return json.loads(self.record_path.read_text())
+
+    def verdicts(self) -> dict[str, str]:
+        return {t["nodeid"].split("::")[-1]: t["verdict"] for t in self.record["tests"]}
+
+    def messages(self) -> dict[str, str]:
+        return {t["nodeid"].split("::")[-1]: t["message"] for t in self.record["tests"]}
+
+
+def write_suite(directory: Path, source: str, name: str = "test_inner.py") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).write_text(source)
+    (directory / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    return directory
+
+
+def run_inner(
+    directory: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> InnerRun:
+    """Run ``python -m pytest`` in ``directory`` with our plugin (installed entry point)."""
+    record = directory / "record.json"
+    argv = [sys.executable, "-m", "pytest", "-q", "-rA", "--run-record", str(record), *args]
+    start = time.monotonic()
+    env = {**(env or os.environ), "GPUACCEPT_SELFTEST": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run(argv, cwd=directory, env=env, capture_output=True, text=True, timeout=timeout)
+    return InnerRun(done.returncode, done.stdout + done.stderr, record, time.monotonic() - start)

@@ -1,0 +1,67 @@
+"""Every way a probe can break is an ERROR, never a pass — through real srun and the local launcher."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import run_inner, write_suite
+
+INNER = """
+import pytest
+
+@pytest.mark.parametrize("fault", ["ok", "exit3", "garbage", "short", "hang"])
+def test_fault(cluster, fault):
+    result = cluster.run("_faults", nodes=[cluster.nodes[0]], tasks_per_node=2, args=["--fault", fault])
+    assert [r.rank for r in result.records] == [0, 1]
+"""
+
+EXPECTED = {
+    "test_fault[ok]": "passed",
+    "test_fault[exit3]": "error",
+    "test_fault[garbage]": "error",
+    "test_fault[short]": "error",
+    "test_fault[hang]": "error",
+}
+
+
+def _check(run, timeout_s: float) -> None:
+    assert run.verdicts() == EXPECTED, run.output[-3000:]
+    messages = run.messages()
+    assert "exit status 3" in messages["test_fault[exit3]"]
+    assert "malformed result line" in messages["test_fault[garbage]"]
+    assert "1 of 2 ranks reported" in messages["test_fault[short]"]
+    assert f"no result within {timeout_s:g} s" in messages["test_fault[hang]"]
+    assert run.returncode == 1
+    assert "ERROR" in run.output and "4 error" in run.output, run.output[-2000:]
+
+
+def test_faults_local(tmp_path):
+    run = run_inner(write_suite(tmp_path, INNER), "--launcher", "local", "--probe-timeout", "5")
+    _check(run, 5)
+
+
+def test_faults_slurm(tmp_path, dev_cluster):
+    before = dev_cluster.last_job_id()
+    run = run_inner(write_suite(tmp_path, INNER), "--launcher", "slurm", "--probe-timeout", "8", env=dev_cluster.env)
+    _check(run, 8)
+    assert run.record["cluster"]["launcher"] == "slurm"
+    assert int(run.record["cluster"]["job_id"]) > before
+    assert "srun --jobid=" in run.record["tests"][0]["commands"][0]
+    # the hung step was cancelled and the allocation released: nothing of ours is left in the queue
+    assert dev_cluster.jobs() == [], dev_cluster.jobs()
+    assert dev_cluster.steps() == [], dev_cluster.steps()
+
+
+@pytest.mark.parametrize("launcher", ["local", "slurm"])
+def test_dry_run_prints_commands_and_submits_nothing(tmp_path, launcher, request):
+    env = None
+    before = None
+    if launcher == "slurm":
+        cluster = request.getfixturevalue("dev_cluster")
+        env, before = cluster.env, cluster.last_job_id()
+    suite = write_suite(tmp_path, "def test_x(node, cluster):\n    cluster.run('hygiene', nodes=[node])\n")
+    run = run_inner(suite, "--launcher", launcher, "--dry-run", "-s", env=env)
+    assert "[gpuaccept dry run]" in run.output and "gpuaccept.probes.hygiene" in run.output, run.output
+    if launcher == "slurm":
+        assert 'srun --jobid="$SLURM_JOB_ID"' in run.output and "--nodelist=node1" in run.output
+        assert request.getfixturevalue("dev_cluster").last_job_id() == before, "a dry run submitted a job"

@@ -1,0 +1,87 @@
+"""The probe protocol's parsing and the Checker's judging: no pass on missing or bad data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuaccept.dispatch.result import ProbeResult, check_step, parse_records
+from gpuaccept.errors import MeasurementError, ProbeError
+from gpuaccept.probes._protocol import SENTINEL
+from gpuaccept.thresholds.check import Checker
+from gpuaccept.thresholds.loader import load_thresholds
+
+
+def line(rank: int, node: str = "n1", **data: object) -> str:
+    payload = {"node": node, "rank": rank, "world_size": 2, "local_rank": rank, "gpu": None, "data": data}
+    return SENTINEL + json.dumps(payload)
+
+
+def test_records_sorted_by_rank_with_noise_around():
+    out = "\n".join(["warning: noise", line(1, v=2), "more noise", line(0, v=1)])
+    records = parse_records("p", out, 2, ("n1",))
+    assert [r.rank for r in records] == [0, 1] and records[1].data == {"v": 2}
+
+
+@pytest.mark.parametrize(
+    ("stdout", "expected"),
+    [
+        (line(0), "1 of 2 ranks reported (missing ranks [1])"),
+        (line(0) + "\n" + line(0), "rank 0 reported twice"),
+        (SENTINEL + "{broken", "malformed result line 1"),
+        (SENTINEL + json.dumps({"rank": 0}), "malformed result line 1"),
+        ("", "0 of 2 ranks reported"),
+    ],
+)
+def test_bad_output_is_probe_error(stdout, expected):
+    with pytest.raises(ProbeError) as info:
+        parse_records("p", stdout, 2, ("n1",))
+    assert expected in str(info.value)
+
+
+def test_nonzero_exit_wins_over_good_lines():
+    result = ProbeResult("p", ["x"], ("n1",), -9, line(0) + "\n" + line(1), "Killed\n", 1.0)
+    with pytest.raises(ProbeError, match="killed by signal SIGKILL"):
+        check_step(result, 2)
+
+
+@pytest.fixture()
+def checker():
+    sink: list = []
+    return Checker(load_thresholds(), lambda node: "H200", sink.append, "t"), sink
+
+
+def test_check_pass_fail_and_report(checker):
+    check, sink = checker
+    assert check.check("dev_shm_gib", 64.0, node="n1").verdict == "pass"
+    miss = check.check("dev_shm_gib", 0.0625, node="n2")
+    assert miss.verdict == "fail" and "min 1" in miss.reason
+    assert check.check("memlock_kib", 8192, node="n1").verdict == "fail"
+    assert check.report("memory_gib", 2000, node="n1").verdict == "reported"
+    assert len(sink) == 4
+    with pytest.raises(AssertionError) as info:
+        check.verify()
+    assert "n2: dev_shm_gib = 0.0625 GiB" in str(info.value) and "memlock_kib" in str(info.value)
+
+
+def test_missing_value_is_measurement_error_and_nan_fails(checker):
+    check, _ = checker
+    with pytest.raises(MeasurementError, match="no value was measured on n1 GPU 3"):
+        check.check("dev_shm_gib", None, node="n1", gpu=3)
+    assert check.check("dev_shm_gib", float("nan"), node="n1").verdict == "fail"
+    assert check.check("dev_shm_gib", "nan", node="n1").verdict == "fail"
+
+
+def test_nothing_measured_never_passes(checker):
+    check, _ = checker
+    with pytest.raises(MeasurementError, match="nothing was measured"):
+        check.verify()
+
+
+def test_straggler_fails_above_floor(checker):
+    check, _ = checker
+    for gpu, value in enumerate([100.0, 101.0, 99.0, 85.0]):
+        check.check("dev_shm_gib", value, node="n1", gpu=gpu)
+    flagged = check.stragglers("dev_shm_gib")
+    assert [r.gpu for r in flagged] == ["3"] and "below n1's median" in flagged[0].reason
