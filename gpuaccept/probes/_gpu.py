@@ -1,0 +1,174 @@
+"""NVML helpers shared by the GPU probes: the rank's own GPU, foreign processes, live samples, NUMA binding.
+
+Kept apart from ``_nvml`` (shared with the fingerprint) because these are what the hardware probes need
+to judge a measurement's context: was someone else's process on the GPU before we started (a busy GPU
+is an error, not a slow GPU), which clocks/temperature/power/clock-event reasons held while we
+measured, and which CPUs are local to the GPU's PCIe root. Nothing here imports torch: a probe must
+look at the GPU through NVML *before* it creates a CUDA context of its own, so that it never counts
+itself as a foreign process.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from gpuaccept.probes._nvml import text
+
+__all__ = [
+    "bus_key",
+    "cpu_affinity",
+    "field_values",
+    "foreign_processes",
+    "handle_for_rank",
+    "identity",
+    "numa_node",
+    "sample",
+]
+
+
+def bus_key(bus_id: str) -> str:
+    """A PCI address in one spelling: ``00000000:18:00.0`` and ``0000:18:00`` both become ``0000:18:00``.
+
+    NVML writes an 8-digit domain, sysfs a 4-digit one and the kernel's Xid lines leave out the function;
+    comparing them needs one form.
+    """
+    parts = bus_id.strip().lower().split(":")
+    if len(parts) == 2:
+        parts = ["0", *parts]
+    domain, bus, rest = parts[-3], parts[-2], parts[-1]
+    device = rest.split(".")[0]
+    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}"
+
+
+def identity(lib: Any, handle: Any) -> dict[str, Any]:
+    """Index, UUID, PCI bus and model of one GPU, as failure messages name it."""
+    return {
+        "index": int(lib.nvmlDeviceGetIndex(handle)),
+        "uuid": text(lib.nvmlDeviceGetUUID(handle)),
+        "pci_bus_id": text(lib.nvmlDeviceGetPciInfo(handle).busId),
+        "name": text(lib.nvmlDeviceGetName(handle)),
+    }
+
+
+def handle_for_rank(lib: Any, ordinal: int = 0) -> Any:
+    """The NVML handle of CUDA ordinal ``ordinal`` as ``CUDA_VISIBLE_DEVICES`` maps it (index or UUID)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        tokens = [t.strip() for t in visible.split(",") if t.strip()]
+        token = tokens[ordinal]
+        if token.startswith(("GPU-", "MIG-")):
+            return lib.nvmlDeviceGetHandleByUUID(token)
+        return lib.nvmlDeviceGetHandleByIndex(int(token))
+    return lib.nvmlDeviceGetHandleByIndex(ordinal)
+
+
+def _process_name(lib: Any, pid: int) -> str:
+    try:
+        return text(lib.nvmlSystemGetProcessName(pid))
+    except Exception:
+        try:
+            return Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            return "?"
+
+
+def foreign_processes(lib: Any, handle: Any, own: set[int] | None = None) -> list[dict[str, Any]]:
+    """Compute and graphics processes already on the GPU, other than ``own`` pids.
+
+    Call it before this process touches CUDA: inside a container NVML may report host PIDs, so our own
+    context could not be told apart from someone else's afterwards.
+    """
+    mine = own if own is not None else {os.getpid()}
+    seen: dict[int, dict[str, Any]] = {}
+    for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        try:
+            procs = getattr(lib, getter)(handle)
+        except Exception:
+            continue
+        for proc in procs:
+            pid = int(proc.pid)
+            if pid in mine or pid in seen:
+                continue
+            used = getattr(proc, "usedGpuMemory", None)
+            seen[pid] = {
+                "pid": pid,
+                "name": _process_name(lib, pid),
+                "used_mib": round(used / 2**20, 1) if isinstance(used, int) and used < 2**62 else None,
+            }
+    return list(seen.values())
+
+
+def field_values(lib: Any, handle: Any, ids: dict[str, int]) -> dict[str, float | int | None]:
+    """NVML field values by name; a field the GPU or driver does not support reads as None."""
+    if not ids:
+        return {}
+    names = list(ids)
+    try:
+        raw = lib.nvmlDeviceGetFieldValues(handle, [ids[n] for n in names])
+    except Exception:
+        return dict.fromkeys(names)
+    kinds = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+    out: dict[str, float | int | None] = {}
+    for name, value in zip(names, raw, strict=True):
+        if value.nvmlReturn != 0:
+            out[name] = None
+            continue
+        out[name] = getattr(value.value, kinds.get(int(value.valueType), "ullVal"))
+    return out
+
+
+def sample(lib: Any, handle: Any) -> dict[str, Any]:
+    """What the GPU is doing right now: clocks, temperature, power, clock-event reasons, PCIe link."""
+
+    def get(call: Any, *args: Any) -> Any:
+        try:
+            return call(handle, *args)
+        except Exception:
+            return None
+
+    power = get(lib.nvmlDeviceGetPowerUsage)
+    reasons = get(lib.nvmlDeviceGetCurrentClocksEventReasons)
+    if reasons is None:
+        reasons = get(lib.nvmlDeviceGetCurrentClocksThrottleReasons)
+    return {
+        "sm_clock_mhz": get(lib.nvmlDeviceGetClockInfo, lib.NVML_CLOCK_SM),
+        "mem_clock_mhz": get(lib.nvmlDeviceGetClockInfo, lib.NVML_CLOCK_MEM),
+        "temperature_c": get(lib.nvmlDeviceGetTemperature, lib.NVML_TEMPERATURE_GPU),
+        "power_w": round(power / 1000, 1) if isinstance(power, int) else None,
+        "clock_event_reasons": reasons,
+        "pcie_gen": get(lib.nvmlDeviceGetCurrPcieLinkGeneration),
+        "pcie_width": get(lib.nvmlDeviceGetCurrPcieLinkWidth),
+    }
+
+
+def cpu_affinity(lib: Any, handle: Any) -> list[int]:
+    """CPUs NVML calls ideal for the GPU (its NUMA node's cores), from the affinity bitmask."""
+    words = max(1, ((os.cpu_count() or 64) + 63) // 64)
+    try:
+        mask = lib.nvmlDeviceGetCpuAffinity(handle, words)
+    except Exception:
+        return []
+    cpus: list[int] = []
+    for word_index, word in enumerate(mask):
+        for bit in range(64):
+            if int(word) >> bit & 1:
+                cpus.append(word_index * 64 + bit)
+    return cpus
+
+
+def numa_node(pci_bus_id: str, sysfs_root: Path = Path("/sys")) -> int | None:
+    """The GPU's NUMA node from sysfs (-1 on single-node machines and many VMs), or None if unreadable."""
+    path = sysfs_root / "bus" / "pci" / "devices" / _sysfs_bus(pci_bus_id) / "numa_node"
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _sysfs_bus(pci_bus_id: str) -> str:
+    """sysfs spells PCI addresses ``0000:18:00.0``: 4-digit domain, lower case, function kept."""
+    key = bus_key(pci_bus_id)
+    function = pci_bus_id.strip().split(".")[-1] if "." in pci_bus_id else "0"
+    return f"{key}.{function.lower()}"

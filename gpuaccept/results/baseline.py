@@ -1,0 +1,332 @@
+"""Compare a run with an earlier run record: per-metric regressions and what changed on the nodes.
+
+The moment this exists for is the upgrade: the cluster passed last month, the driver went from 550 to
+570, and now all_reduce busbw is 12% lower on four nodes while still above the absolute floor. The
+absolute limits cannot see that; the previous run of the same cluster can. ``--baseline latest``
+(the record ``latest.json`` held *before* this session started) or ``--baseline PATH`` loads one, and
+every metric is matched by (metric, node, GPU) and judged in the metric's own direction
+(``better: higher|lower`` in thresholds.yaml) against a tolerance: the limit's ``regression_pct`` or
+the suite-wide ``settings.regression_pct``. The fingerprint diff (driver, CUDA, NCCL, torch, kernel,
+GPU model) says what changed in between, so the report reads as cause and effect.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from gpuaccept.results.metrics import MetricResult
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from gpuaccept.thresholds.loader import Thresholds
+
+__all__ = [
+    "BASELINE_KEY",
+    "FINGERPRINT_FIELDS",
+    "SIDE_BY_SIDE_COLUMNS",
+    "Baseline",
+    "BaselineError",
+    "FingerprintChange",
+    "Regression",
+    "fingerprint_diff",
+    "resolve_baseline_path",
+    "summarize_changes",
+]
+
+#: What an upgrade changes and a regression is usually explained by: label -> path in a fingerprint.
+FINGERPRINT_FIELDS: dict[str, tuple[str, ...]] = {
+    "driver": ("gpus", "driver"),
+    "CUDA": ("gpus", "cuda_driver"),
+    "NCCL": ("stack", "nccl"),
+    "torch": ("stack", "torch"),
+    "torch CUDA": ("stack", "torch_cuda"),
+    "Python": ("stack", "python"),
+    "kernel": ("kernel",),
+    "OS": ("os",),
+    "GPU model": ("_gpu_model",),
+    "GPU count": ("gpus", "count"),
+    "VBIOS": ("_vbios",),
+}
+
+
+SIDE_BY_SIDE_COLUMNS = (
+    "metric", "node", "gpu", "unit", "baseline", "now", "delta_pct", "tolerance_pct", "better", "status", "test"
+)
+
+
+class BaselineError(pytest.UsageError):
+    """The baseline run record is missing or unreadable; the message names the file and the source."""
+
+
+def _get(data: Any, path: tuple[str, ...]) -> Any:
+    if path == ("_gpu_model",):
+        devices = (data.get("gpus") or {}).get("devices") or [] if isinstance(data, dict) else []
+        return ",".join(sorted({str(d.get("name")) for d in devices})) or None
+    if path == ("_vbios",):
+        devices = (data.get("gpus") or {}).get("devices") or [] if isinstance(data, dict) else []
+        return ",".join(sorted({str(d.get("vbios")) for d in devices if d.get("vbios")})) or None
+    for key in path:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
+@dataclass(frozen=True)
+class FingerprintChange:
+    """One field that differs between the baseline's fingerprint of a node and this run's."""
+
+    node: str
+    field: str
+    before: Any
+    after: Any
+
+    def __str__(self) -> str:
+        return f"{self.field} {self.before} -> {self.after} on {self.node}"
+
+
+def fingerprint_diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[FingerprintChange]:
+    """Changed fields for every node present in both runs (nodes with an error fingerprint are skipped)."""
+    changes: list[FingerprintChange] = []
+    for node in sorted(set(before) & set(after)):
+        old, new = before[node], after[node]
+        if not isinstance(old, dict) or not isinstance(new, dict) or "error" in old or "error" in new:
+            continue
+        for label, path in FINGERPRINT_FIELDS.items():
+            was, now = _get(old, path), _get(new, path)
+            if was != now:
+                changes.append(FingerprintChange(node, label, was, now))
+    return changes
+
+
+def summarize_changes(changes: Iterable[FingerprintChange]) -> list[str]:
+    """``driver 550.54 -> 570.86 on node1, node2``: one line per (field, before, after)."""
+    grouped: dict[tuple[str, str, str], list[str]] = {}
+    for change in changes:
+        grouped.setdefault((change.field, str(change.before), str(change.after)), []).append(change.node)
+    return [f"{field} {was} -> {now} on {', '.join(nodes)}" for (field, was, now), nodes in grouped.items()]
+
+
+@dataclass(frozen=True)
+class Regression:
+    """A metric worse than the baseline's value beyond the tolerance, in the metric's direction."""
+
+    metric: str
+    node: str
+    gpu: str | None
+    test: str
+    baseline: float
+    value: float
+    unit: str
+    delta_pct: float
+    tolerance_pct: float
+    better: str
+    baseline_file: str
+
+    @property
+    def where(self) -> str:
+        return self.node + (f" GPU {self.gpu}" if self.gpu is not None else "")
+
+    @property
+    def reason(self) -> str:
+        """What ``Checker`` appends to the metric's reason (and categories.json matches on)."""
+        return (
+            f"regressed {abs(self.delta_pct):.1f}% vs baseline {self.baseline_file} "
+            f"({self.baseline:g} -> {self.value:g} {self.unit}, tolerance {self.tolerance_pct:g}%)"
+        )
+
+    def __str__(self) -> str:
+        return f"{self.metric} on {self.where}: {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _delta_pct(base: float, now: float) -> float:
+    if base == 0:
+        return 0.0 if now == 0 else math.copysign(math.inf, now)
+    return (now - base) / abs(base) * 100
+
+
+def resolve_baseline_path(value: str, reports_dir: Path, source: str = "--baseline") -> Path:
+    """``latest`` -> ``<reports>/runs/latest.json``; anything else is a path (a folder means its latest.json)."""
+    path = reports_dir / "runs" / "latest.json" if value == "latest" else Path(value).expanduser()
+    if path.is_dir():
+        path = path / "latest.json"
+    if not path.is_file():
+        hint = " (no earlier run wrote one: run the suite once without --baseline first)" if value == "latest" else ""
+        raise BaselineError(f"{source}: baseline run record {path} not found{hint}")
+    return path
+
+
+class Baseline:
+    """An earlier run record, indexed by (metric, node, GPU), that judges this run's metrics."""
+
+    def __init__(self, record: Mapping[str, Any], path: Path, thresholds: Thresholds | None = None) -> None:
+        self.record = dict(record)
+        self.path = path
+        self.name = self._stable_name(path)
+        self._thresholds = thresholds
+        self._index: dict[tuple[str, str, str | None], list[dict[str, Any]]] = {}
+        for raw in self.record.get("metrics") or []:
+            gpu = raw.get("gpu")
+            key = (str(raw.get("metric")), str(raw.get("node")), None if gpu is None else str(gpu))
+            self._index.setdefault(key, []).append(raw)
+
+    @classmethod
+    def load(cls, path: Path, thresholds: Thresholds | None = None, source: str = "--baseline") -> Baseline:
+        """Read a run record; a missing file or a file that is not a gpuaccept record is a usage error."""
+        try:
+            record = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise BaselineError(f"{source}: baseline run record {path} not found") from None
+        except (OSError, ValueError) as exc:
+            raise BaselineError(f"{source}: {path} is not a readable run record: {exc}") from None
+        if not isinstance(record, dict) or not str(record.get("schema", "")).startswith("gpuaccept.run/"):
+            raise BaselineError(f"{source}: {path} is not a gpuaccept run record (no 'schema: gpuaccept.run/...')")
+        return cls(record, path, thresholds)
+
+    def _stable_name(self, path: Path) -> str:
+        """The record's own timestamped name: ``latest.json`` is overwritten by the very next run."""
+        if path.name != "latest.json":
+            return path.name
+        try:
+            started = _dt.datetime.fromisoformat(str(self.record.get("started")))
+        except ValueError:
+            return str(path)
+        return started.astimezone(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + ".json"
+
+    @property
+    def started(self) -> str:
+        return str(self.record.get("started", "unknown time"))
+
+    @property
+    def fingerprints(self) -> dict[str, Any]:
+        return dict(self.record.get("fingerprints") or {})
+
+    def find(self, metric: str, node: str, gpu: str | None, test: str | None = None) -> dict[str, Any] | None:
+        """The baseline's entry for this metric on this node/GPU: the same test's if several, else the only one."""
+        candidates = self._index.get((metric, node, gpu), [])
+        if test is not None:
+            same = [c for c in candidates if c.get("test") == test]
+            if same:
+                return same[0]
+        return candidates[0] if len(candidates) == 1 else None
+
+    def _direction_and_tolerance(self, result: MetricResult) -> tuple[str, float]:
+        if self._thresholds is None:
+            return "higher", 5.0
+        spec = self._thresholds.metrics.get(result.metric)
+        better = spec.better if spec is not None else "higher"
+        tolerance: float | None = None
+        if result.sku in self._thresholds.skus:
+            limit = self._thresholds.limits_for(result.sku).get(result.metric)
+            tolerance = limit.regression_pct if limit is not None else None
+        return better, tolerance if tolerance is not None else self._thresholds.setting("regression_pct")
+
+    def compare(self, result: MetricResult) -> Regression | None:
+        """A ``Regression`` when ``result`` is worse than the baseline beyond tolerance, else None.
+
+        Metrics judged by equality (``better: equal``) and non-numbers never regress here: a changed
+        value of those is a configuration change, shown in the side-by-side table and the fingerprint
+        diff, and judged by its own limit.
+        """
+        now = _number(result.value)
+        if now is None:
+            return None
+        entry = self.find(result.metric, result.node, result.gpu, result.test)
+        base = _number(entry.get("value")) if entry is not None else None
+        if base is None:
+            return None
+        better, tolerance = self._direction_and_tolerance(result)
+        delta = _delta_pct(base, now)
+        worse = delta < -tolerance if better == "higher" else delta > tolerance if better == "lower" else False
+        if not worse:
+            return None
+        return Regression(
+            metric=result.metric,
+            node=result.node,
+            gpu=result.gpu,
+            test=result.test,
+            baseline=base,
+            value=now,
+            unit=result.unit,
+            delta_pct=delta,
+            tolerance_pct=tolerance,
+            better=better,
+            baseline_file=self.name,
+        )
+
+    def regressions(self, results: Iterable[MetricResult]) -> list[Regression]:
+        return [r for r in (self.compare(m) for m in results) if r is not None]
+
+    def fingerprint_changes(self, current: Mapping[str, Any]) -> list[FingerprintChange]:
+        return fingerprint_diff(self.fingerprints, current)
+
+    def side_by_side(self, results: Iterable[MetricResult]) -> pd.DataFrame:
+        """Baseline vs now per metric/node/GPU with delta %, and a status for each row."""
+        import pandas as pd
+
+        rows: list[dict[str, Any]] = []
+        seen: set[tuple[str, str, str | None]] = set()
+        for result in results:
+            key = (result.metric, result.node, result.gpu)
+            seen.add(key)
+            entry = self.find(result.metric, result.node, result.gpu, result.test)
+            base = entry.get("value") if entry is not None else None
+            regression = self.compare(result)
+            now_n, base_n = _number(result.value), _number(base)
+            delta = _delta_pct(base_n, now_n) if now_n is not None and base_n is not None else None
+            better, tolerance = self._direction_and_tolerance(result)
+            if entry is None:
+                status = "new"
+            elif regression is not None:
+                status = "regressed"
+            elif delta is None or better == "equal":
+                status = "same" if base == result.value else "changed"
+            elif (delta > tolerance and better == "higher") or (delta < -tolerance and better == "lower"):
+                status = "improved"
+            else:
+                status = "within tolerance"
+            rows.append(
+                {
+                    "metric": result.metric,
+                    "node": result.node,
+                    "gpu": result.gpu,
+                    "unit": result.unit,
+                    "baseline": base,
+                    "now": result.value,
+                    "delta_pct": None if delta is None or not math.isfinite(delta) else round(delta, 2),
+                    "tolerance_pct": tolerance,
+                    "better": better,
+                    "status": status,
+                    "test": result.test,
+                }
+            )
+        nodes = {row["node"] for row in rows}
+        for (metric, node, gpu), entries in sorted(self._index.items(), key=lambda kv: tuple(map(str, kv[0]))):
+            if (metric, node, gpu) not in seen and node in nodes:
+                old = entries[0]
+                rows.append(
+                    dict.fromkeys(SIDE_BY_SIDE_COLUMNS)
+                    | {"metric": metric, "node": node, "gpu": gpu, "unit": old.get("unit")}
+                    | {"baseline": old.get("value"), "status": "not measured now", "test": old.get("test")}
+                )
+        return pd.DataFrame(rows, columns=list(SIDE_BY_SIDE_COLUMNS))
+
+
+BASELINE_KEY = pytest.StashKey["Baseline | None"]()
