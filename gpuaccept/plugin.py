@@ -20,6 +20,7 @@ from gpuaccept import hookspecs
 from gpuaccept.cluster import Cluster
 from gpuaccept.errors import MeasurementError
 from gpuaccept.fingerprints import Fingerprints
+from gpuaccept.fleet.drain import run_drain
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.summary import node_summary_lines
 from gpuaccept.settings import Settings, SettingsError, add_options, resolve
@@ -229,6 +230,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     try:
         if state.started or state.record.tests or state.record.errors:
             state.config._gpuaccept_record_path = state.write_record(status)  # type: ignore[attr-defined]
+        if state.settings.drain_on_fail != "off" and state.started and state.cluster.kind == "slurm":
+            state.drain_lines = run_drain(state.record, state.settings.drain_on_fail)
     finally:
         state.close()
 
@@ -239,6 +242,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     terminalreporter.section("gpuaccept verdict per node")
     for line in node_summary_lines(state.record):
+        terminalreporter.write_line(line)
+    for line in state.drain_lines:
         terminalreporter.write_line(line)
     path = getattr(config, "_gpuaccept_record_path", None)
     if path is not None:

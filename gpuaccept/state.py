@@ -42,6 +42,7 @@ class SessionState:
         self._fingerprints: Fingerprints | None = None
         self.job: tuple[str, list[str]] | None = None
         self.setup_error: str | None = None
+        self.drain_lines: list[str] = []
 
     @property
     def reports_dir(self) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from gpuaccept.dispatch.allocation import Allocation, acquire
 from gpuaccept.dispatch.local import LocalLauncher
@@ -86,4 +87,13 @@ def make_launcher(settings: Settings, kind: str, *, job: tuple[str, list[str]] |
             count = len(nodelist) if nodelist else int(settings.nodes)
         wait_s = float(os.environ.get("GPUACCEPT_ALLOC_WAIT", "600"))
         allocation = acquire(settings, count, gpus, nodelist, wait_s)
-    return SlurmLauncher(allocation, srun_args=settings.srun_arg, gpus_per_node=settings.gpus_per_node)
+    return SlurmLauncher(allocation, **_slurm_options(settings))
+
+
+def _slurm_options(settings: Settings) -> dict[str, Any]:
+    return {
+        "srun_args": settings.srun_arg,
+        "gpus_per_node": settings.gpus_per_node,
+        "container_image": settings.container_image,
+        "container_mounts": settings.container_mounts,
+    }

@@ -33,9 +33,15 @@ class SlurmLauncher:
         srun_args: tuple[str, ...] = (),
         gpus_per_node: int | None = None,
         python: str | None = None,
+        container_image: str | None = None,
+        container_mounts: str | None = None,
     ) -> None:
         self.allocation = allocation
         self.srun_args = srun_args
+        self.container_image = container_image
+        self.container_mounts = container_mounts
+        if container_image and python is None:
+            python = "python3"  # the login node's interpreter path means nothing inside the image
         self._gpus_override = gpus_per_node
         self._python = python
         self._gpus: dict[str, int] = {}
@@ -69,12 +75,20 @@ class SlurmLauncher:
             argv.append(f"--gpus-per-task={step.gpus_per_task}")
         elif not step.exclusive:
             argv.append("--overlap")
+        if self.container_image:
+            # pyxis/enroot (Soperator and most Slurm GPU clouds): the image must hold gpuaccept
+            # (installed, or mounted and on PYTHONPATH through --container-mounts)
+            argv.append(f"--container-image={self.container_image}")
+            if self.container_mounts:
+                argv.append(f"--container-mounts={self.container_mounts}")
         argv += list(self.srun_args)
         return argv + probe_argv(step.probe, step.args, self._python)
 
     def run(self, step: Step) -> ProbeResult:
         argv = self.command(step)
         env = {**STEP_ENV_DEFAULTS, **os.environ, **step.env}
+        if self.container_image:
+            env["GPUACCEPT_CONTAINER_IMAGE"] = self.container_image
         for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
             env.pop(var, None)
         finished = run_all([argv], [env], step.timeout_s, first_signal=signal.SIGTERM)

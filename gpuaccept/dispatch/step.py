@@ -71,6 +71,8 @@ class Launcher(Protocol):
 def shell_join(argv: list[str]) -> str:
     """Quote for a shell, leaving a dry run's ``$SLURM_JOB_ID`` expandable inside an allocation."""
     return " ".join(
-        arg.replace("$SLURM_JOB_ID", '"$SLURM_JOB_ID"') if "$SLURM_JOB_ID" in arg and "'" not in arg else shlex.quote(arg)
+        arg.replace("$SLURM_JOB_ID", '"$SLURM_JOB_ID"')
+        if "$SLURM_JOB_ID" in arg and "'" not in arg
+        else shlex.quote(arg)
         for arg in argv
     )

@@ -123,7 +123,7 @@ def collect() -> dict[str, Any]:
         "gpus": _gpus(),
         "stack": _python_stack(),
         "ib_hcas": _hcas(),
-        "container": os.environ.get("SLURM_CONTAINER") or os.environ.get("ENROOT_ROOTFS") or None,
+        "container": os.environ.get("GPUACCEPT_CONTAINER_IMAGE") or os.environ.get("SLURM_CONTAINER") or None,
         "python_executable": sys.executable,
     }
 

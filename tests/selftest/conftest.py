@@ -91,7 +91,9 @@ def dev_cluster() -> Iterator[DevCluster]:
     """The shared 2-node loopback cluster for selftests that do not break it."""
     if os.environ.get("GPUACCEPT_DEV_CLUSTER") and os.environ.get("SLURM_CONF"):
         env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
-        names = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], env=env, capture_output=True, text=True).stdout.split()
+        names = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%N"], env=env, capture_output=True, text=True
+        ).stdout.split()
         yield DevCluster(env, Path(os.environ["GPUACCEPT_DEV_CLUSTER"]), sorted(set(names)))
         return
     cluster = start_cluster(2)
@@ -128,9 +130,7 @@ def write_suite(directory: Path, source: str, name: str = "test_inner.py") -> Pa
     return directory
 
 
-def run_inner(
-    directory: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300
-) -> InnerRun:
+def run_inner(directory: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> InnerRun:
     """Run ``python -m pytest`` in ``directory`` with our plugin (installed entry point)."""
     record = directory / "record.json"
     argv = [sys.executable, "-m", "pytest", "-q", "-rA", "--run-record", str(record), *args]

@@ -24,8 +24,18 @@ def test_signal_cancels_allocation(tmp_path, dev_cluster, sig):
     suite = write_suite(tmp_path, INNER)
     record = tmp_path / "record.json"
     env = {**dev_cluster.env, "GPUACCEPT_SELFTEST": "1", "PYTHONPATH": str(REPO)}
-    argv = [sys.executable, "-m", "pytest", "-q", "--launcher", "slurm", "--probe-timeout", "300",
-            "--run-record", str(record)]
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "--launcher",
+        "slurm",
+        "--probe-timeout",
+        "300",
+        "--run-record",
+        str(record),
+    ]
     proc = subprocess.Popen(argv, cwd=suite, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 60

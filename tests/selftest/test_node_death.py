@@ -25,8 +25,15 @@ def test_killed_slurmd(tmp_path):
     cluster = start_cluster(2, {"KILL_NODE": str(REPO / "slurm" / "dev-cluster" / "kill-node.sh")})
     try:
         run = run_inner(
-            write_suite(tmp_path, INNER), "--launcher", "slurm", "--nodes", "2", "--probe-timeout", "60",
-            env=cluster.env, timeout=400,
+            write_suite(tmp_path, INNER),
+            "--launcher",
+            "slurm",
+            "--nodes",
+            "2",
+            "--probe-timeout",
+            "60",
+            env=cluster.env,
+            timeout=400,
         )
     finally:
         stop_cluster(cluster)

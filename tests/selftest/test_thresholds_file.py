@@ -11,10 +11,11 @@ from gpuaccept.thresholds.loader import ThresholdsError, default_path, load_thre
 from .conftest import run_inner, write_suite
 
 BAD_SITE_FILES = {
-    "unknown metric": ("skus:\n  H200:\n    limits:\n      matmul_tflopz: {min: 1, source: x-site}\n",
-                       "skus.H200.limits.matmul_tflopz: unknown metric"),
-    "unknown sku": ("skus:\n  H900:\n    limits:\n      nofile: {min: 1, source: x-site}\n",
-                    "skus.H900: unknown SKU"),
+    "unknown metric": (
+        "skus:\n  H200:\n    limits:\n      matmul_tflopz: {min: 1, source: x-site}\n",
+        "skus.H200.limits.matmul_tflopz: unknown metric",
+    ),
+    "unknown sku": ("skus:\n  H900:\n    limits:\n      nofile: {min: 1, source: x-site}\n", "skus.H900: unknown SKU"),
     "wrong type": ("defaults:\n  nofile: {min: lots, source: x-site}\n", "defaults.nofile.min"),
     "min above max": ("defaults:\n  nofile: {min: 10, max: 5, source: x-site}\n", "min 10.0 is greater than max 5.0"),
     "no source": ("defaults:\n  nofile: {min: 10}\n", "defaults.nofile.source"),

@@ -1,0 +1,1 @@
+"""Fleet operations: acting on a run's verdicts across many nodes (draining bad nodes)."""
