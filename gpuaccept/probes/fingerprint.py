@@ -6,6 +6,7 @@ Run by hand: ``python -m gpuaccept.probes.fingerprint``. The tests compare finge
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import socket
@@ -91,8 +92,24 @@ def _gpus() -> dict[str, Any]:
     }
 
 
-def _python_stack() -> dict[str, Any]:
+def _python_stack(has_gpus: bool) -> dict[str, Any]:
+    """Versions of the training stack; torch is imported only where NCCL's version needs it.
+
+    Importing torch costs seconds of CPU; on a CPU node the package metadata says enough, which keeps
+    a fingerprint of many loopback nodes sharing a few cores fast.
+    """
     out: dict[str, Any] = {"python": platform.python_version(), "torch": None, "torch_cuda": None, "nccl": None}
+    for package in ("transformers", "peft"):
+        try:
+            out[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            out[package] = None
+    if not has_gpus:
+        try:
+            out["torch"] = importlib.metadata.version("torch")
+        except importlib.metadata.PackageNotFoundError:
+            out["torch_error"] = "torch is not installed"
+        return out
     try:
         import torch
 
@@ -112,6 +129,7 @@ def _hcas(root: Path = Path("/sys/class/infiniband")) -> list[str]:
 
 def collect() -> dict[str, Any]:
     """The fingerprint as a plain dict."""
+    gpus = _gpus()
     return {
         "hostname": socket.gethostname(),
         "node": node_name(),
@@ -120,8 +138,8 @@ def collect() -> dict[str, Any]:
         "arch": platform.machine(),
         "cpu": _cpu(),
         "memory_gib": _mem_total_gib(),
-        "gpus": _gpus(),
-        "stack": _python_stack(),
+        "gpus": gpus,
+        "stack": _python_stack(bool(gpus["count"])),
         "ib_hcas": _hcas(),
         "container": os.environ.get("GPUACCEPT_CONTAINER_IMAGE") or os.environ.get("SLURM_CONTAINER") or None,
         "python_executable": sys.executable,

@@ -1,0 +1,121 @@
+"""Fleet benchmark (not a timed test): srun dispatch overhead and node-parallel wall time.
+
+(a) per-probe dispatch overhead of an ``srun`` step inside one allocation on the loopback cluster,
+    compared with the same probe started locally (so the difference is Slurm's, not Python's);
+(b) wall time of the node-local acceptance tests on 1, 4 and 8 loopback nodes with
+    ``pytest -n <nodes> --dist loadgroup`` (target: 8 nodes <= 1.5 x 1 node).
+
+Run as root on a machine with slurm-wlm installed: ``python benchmarks/fleet_bench.py``. It starts
+and stops its own clusters and prints a table. Loopback nodes share this machine's cores, so (b)
+measures scheduling and dispatch overlap, not per-node hardware.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+UP, DOWN = REPO / "slurm/dev-cluster/up.sh", REPO / "slurm/dev-cluster/down.sh"
+NODE_LOCAL = "acceptance and not multinode and not training and not nccl"
+
+
+def start(nodes: int) -> dict[str, str]:
+    out = subprocess.run(["bash", str(UP), "--nodes", str(nodes)], capture_output=True, text=True, check=True).stdout
+    env = dict(os.environ)
+    env.pop("SLURM_JOB_ID", None)
+    for line in out.splitlines():
+        key, value = line.removeprefix("export ").split("=", 1)
+        env[key] = value.strip("'\"")
+    return env
+
+
+def stop(env: dict[str, str]) -> None:
+    subprocess.run(["bash", str(DOWN), env["GPUACCEPT_DEV_CLUSTER"]], env=env, capture_output=True)
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(argv, env=env, check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def dispatch_overhead(repeats: int) -> list[tuple[str, float]]:
+    env = start(1)
+    try:
+        out = subprocess.run(["salloc", "--no-shell", "-N1", "-J", "bench"], env=env, capture_output=True, text=True)
+        job = out.stderr.split("allocation")[-1].split()[0]
+        probe = [sys.executable, "-m", "gpuaccept.probes.hygiene"]
+        srun = ["srun", f"--jobid={job}", "-N1", "-n1", "--overlap", "--kill-on-bad-exit=1"]
+        rows = []
+        for label, argv in (("srun true", [*srun, "true"]), ("srun probe", [*srun, *probe]), ("local probe", probe)):
+            times = [timed(argv, env) for _ in range(repeats)]
+            rows.append((label, statistics.median(times)))
+        subprocess.run(["scancel", job], env=env)
+        return rows
+    finally:
+        stop(env)
+
+
+def node_scaling(counts: list[int]) -> list[tuple[int, float, str]]:
+    rows = []
+    for nodes in counts:
+        env = start(nodes)
+        try:
+            argv = [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-m",
+                NODE_LOCAL,
+                "tests/acceptance",
+                "--launcher",
+                "slurm",
+                "--nodes",
+                str(nodes),
+                "--run-record",
+                f"/tmp/bench-{nodes}.json",
+            ]
+            if nodes > 1:
+                argv += ["-n", str(nodes), "--dist", "loadgroup"]
+            t0 = time.perf_counter()
+            done = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True)
+            rows.append(
+                (
+                    nodes,
+                    time.perf_counter() - t0,
+                    done.stdout.strip().splitlines()[-1] if done.stdout else done.stderr[-200:],
+                )
+            )
+        finally:
+            stop(env)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1, 4, 8])
+    args = parser.parse_args()
+    print("(a) dispatch overhead, median of", args.repeats)
+    rows = dict(dispatch_overhead(args.repeats))
+    for label, seconds in rows.items():
+        print(f"  {label:<12} {seconds:6.3f} s")
+    print(f"  srun overhead per probe step: {rows['srun probe'] - rows['local probe']:.3f} s (target <= 0.5 s)")
+    print("(b) node-local acceptance tests, pytest-xdist --dist loadgroup")
+    scaling = node_scaling(args.nodes)
+    base = scaling[0][1]
+    for nodes, seconds, tail in scaling:
+        print(f"  {nodes} node(s): {seconds:6.1f} s  ({seconds / base:4.2f} x 1 node)  {tail}")
+
+
+if __name__ == "__main__":
+    main()
