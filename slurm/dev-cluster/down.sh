@@ -44,7 +44,8 @@ if command -v scontrol >/dev/null && timeout 5 scontrol ping 2>/dev/null | grep 
   if ((${#jobs[@]})); then
     log "cancelling jobs: ${jobs[*]}"
     timeout 10 scancel "${jobs[@]}" || true
-    for ((i = 0; i < 30; i++)); do
+    # Up to 10 s: a job on a killed node stays COMPLETING until that node is marked DOWN.
+    for ((i = 0; i < 20; i++)); do
       [[ -z $(timeout 5 squeue -h -o %i 2>/dev/null || true) ]] && break
       sleep 0.5
     done
@@ -72,8 +73,9 @@ for v in "${left[@]}"; do
   kill -KILL "${v##*:}" 2>/dev/null || true
 done
 
-# slurmstepd of a node whose slurmd was killed (kill-node.sh) outlive it; they carry
-# GPUACCEPT_DEV_CLUSTER=DIR from their slurmd, so only this cluster's are found.
+# slurmstepd of a node whose slurmd was killed (kill-node.sh) outlive it, and so do their tasks.
+# The stepds carry GPUACCEPT_DEV_CLUSTER=DIR from their slurmd, so only this cluster's are found;
+# their tasks are found as their descendants (collected before anything is killed).
 strays=()
 for p in /proc/[0-9]*; do
   [[ $(cat "$p/comm" 2>/dev/null) == slurmstepd* ]] || continue
@@ -81,10 +83,23 @@ for p in /proc/[0-9]*; do
   strays+=("${p#/proc/}")
 done
 if ((${#strays[@]})); then
-  log "stopping stray slurmstepd: ${strays[*]}"
-  kill -TERM "${strays[@]}" 2>/dev/null || true
-  sleep 2
-  kill -KILL "${strays[@]}" 2>/dev/null || true
+  declare -A kids=()
+  for s in /proc/[0-9]*/stat; do
+    { read -r line <"$s"; } 2>/dev/null || continue
+    read -r _ ppid _ <<<"${line##*) }" # fields after "(comm) ": state ppid ...
+    pid=${s#/proc/}
+    kids[$ppid]+=" ${pid%/stat}"
+  done
+  tree=() queue=("${strays[@]}")
+  while ((${#queue[@]})); do
+    pid=${queue[0]}
+    queue=("${queue[@]:1}")
+    tree+=("$pid")
+    read -ra more <<<"${kids[$pid]:-}"
+    queue+=("${more[@]}")
+  done
+  log "killing stray slurmstepd and their tasks: ${tree[*]}"
+  kill -KILL "${tree[@]}" 2>/dev/null || true
 fi
 
 log "stopped ${#victims[@]} daemons of $dir"

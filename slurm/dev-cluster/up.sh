@@ -97,7 +97,7 @@ if [[ -n $prefix ]]; then
   # slurmd takes its node name from argv[0] when that is "slurmd-XYZ" (started as slurmd-wlm it
   # thinks it is node "wlm"): run the daemons under their plain names.
   for b in slurmd slurmctld slurmstepd; do
-    [[ -e $prefix/usr/sbin/$b-wlm ]] && ln -sfn "$b-wlm" "$prefix/usr/sbin/$b"
+    if [[ -e $prefix/usr/sbin/$b-wlm ]]; then ln -sfn "$b-wlm" "$prefix/usr/sbin/$b"; fi
   done
   # The binaries' RUNPATH and compiled-in PluginDir are /usr/lib/<multiarch>/slurm-wlm: link ours
   # there when the host has none (overriding PluginDir alone does not cover the RUNPATH).
@@ -129,12 +129,16 @@ else
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
 fi
+# ours PID: that process is a daemon of this folder's cluster. Not `kill -0`: a dead daemon can stay
+# a zombie for a while where PID 1 reaps lazily (containers, VMs), and pids get reused.
+ours() { [[ $(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") == *"$dir/slurm.conf"* ]]; }
 if [[ -s $dir/pids ]]; then
   while read -r _ pid; do
-    kill -0 "$pid" 2>/dev/null && die "$dir already has a running daemon (pid $pid): run down.sh $dir"
+    ! ours "$pid" || die "$dir already has a running daemon (pid $pid): run down.sh $dir"
   done <"$dir/pids"
 fi
 mkdir -p "$dir"/{state,log,run}
+rm -f "$dir"/run/*.pid # stale ones (a KILLed daemon leaves its own) would be read as new
 for ((k = 1; k <= nodes; k++)); do mkdir -p "$dir/spool/node$k"; done
 : >"$dir/pids"
 conf=$dir/slurm.conf
@@ -197,6 +201,7 @@ MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
+MailProg=/bin/true
 ReturnToService=2
 # Short timeouts so a killed slurmd is noticed in well under a minute.
 SlurmdTimeout=30
@@ -273,7 +278,7 @@ wait_pidfile() { # wait_pidfile NAME FILE: append "NAME PID" to pids once FILE n
   local i pid
   for ((i = 0; i < 100; i++)); do
     pid=$(cat "$2" 2>/dev/null || true)
-    if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+    if [[ -n $pid ]] && ours "$pid"; then
       echo "$1 $pid" >>"$dir/pids"
       return 0
     fi
@@ -303,8 +308,7 @@ for ((k = 1; k <= nodes; k++)); do
   log "starting slurmd node$k on 127.0.0.1:$((base + k))"
   "$sbin/slurmd" -f "$conf" -N "node$k" -d "$sbin/slurmstepd" \
     </dev/null >>"$dir/log/slurmd-node$k.out" 2>&1 || fail "slurmd node$k did not start"
-done
-for ((k = 1; k <= nodes; k++)); do
+  # One at a time, so that pids lists every daemon started before a failure (down.sh stops them).
   wait_pidfile "node$k" "$dir/run/slurmd-node$k.pid" || fail "slurmd node$k wrote no pid file"
 done
 
@@ -315,7 +319,7 @@ while :; do
   idle=$(sinfo -N -h -o "%N %T" 2>/dev/null | awk '$2 == "idle"' | wc -l) || idle=0
   ((idle == nodes)) && break
   while read -r name pid; do
-    kill -0 "$pid" 2>/dev/null || fail "$name (pid $pid) exited"
+    ours "$pid" || fail "$name (pid $pid) exited"
   done <"$dir/pids"
   (($(date +%s) < deadline)) || fail "only $idle of $nodes nodes IDLE after ${timeout_s} s"
   sleep 0.2
