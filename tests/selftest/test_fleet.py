@@ -30,7 +30,8 @@ def test_drain_on_fail(tmp_path, dev_cluster, mode):
         state = dev_cluster.cmd("scontrol", "show", "node", "node2")
         expected = "reason=gpuaccept: test_shm dev_shm_gib"
         if mode == "print":
-            assert f"would drain (use --drain-on-fail yes): scontrol update nodename=node2 state=drain '{expected}'" in run.output
+            line = f"would drain (use --drain-on-fail yes): scontrol update nodename=node2 state=drain '{expected}'"
+            assert line in run.output
             assert "DRAIN" not in state
         else:
             assert "drained: scontrol update nodename=node2" in run.output, run.output[-2000:]
