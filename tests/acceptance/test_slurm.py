@@ -30,10 +30,13 @@ def test_node_usable(node, slurm_only):
     assert info.usable, f"{node}: state {info.state}" + (f", reason: {info.reason}" if info.reason else "")
 
 
-def test_step_runs(node, cluster):
+def test_step_runs(node, cluster, limits):
+    """A step lands on the node it was sent to; its CPU binding is recorded."""
     record = cluster.run("visibility", nodes=[node]).one()
     assert record.node == node, f"step sent to {node} ran on {record.node}"
     assert record.data["cpus"], f"{node}: the task may run on no CPU at all"
+    limits.report("usable_cpus", len(record.data["cpus"]), node=node, cpu_bind=record.data["slurm_cpu_bind"])
+    limits.verify()
 
 
 def test_gpu_isolation(node, cluster, fingerprints):
