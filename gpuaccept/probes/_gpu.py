@@ -17,6 +17,7 @@ from typing import Any
 from gpuaccept.probes._nvml import text
 
 __all__ = [
+    "active_nvlinks",
     "bus_key",
     "cpu_affinity",
     "field_values",
@@ -24,6 +25,7 @@ __all__ = [
     "handle_for_rank",
     "identity",
     "numa_node",
+    "nvlink_error_counters",
     "sample",
 ]
 
@@ -172,3 +174,57 @@ def _sysfs_bus(pci_bus_id: str) -> str:
     key = bus_key(pci_bus_id)
     function = pci_bus_id.strip().split(".")[-1] if "." in pci_bus_id else "0"
     return f"{key}.{function.lower()}"
+
+
+def nvlink_error_counters(lib: Any, handle: Any, active_links: list[int]) -> dict[str, Any]:
+    """NVLink CRC (flit, data), replay and recovery counts since the driver loaded, summed over links.
+
+    The per-GPU ``*_TOTAL`` field values are read first; where the driver does not give them (newer
+    GPUs deprecate them) the per-link ``nvmlDeviceGetNvLinkErrorCounter`` values are summed instead.
+    A counter neither way gives reads as None.
+    """
+    totals = field_values(
+        lib,
+        handle,
+        {
+            "crc_flit": lib.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+            "crc_data": lib.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL,
+            "replay": lib.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL,
+            "recovery": lib.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL,
+        },
+    )
+    counters = {
+        "crc_flit": lib.NVML_NVLINK_ERROR_DL_CRC_FLIT,
+        "crc_data": lib.NVML_NVLINK_ERROR_DL_CRC_DATA,
+        "replay": lib.NVML_NVLINK_ERROR_DL_REPLAY,
+        "recovery": lib.NVML_NVLINK_ERROR_DL_RECOVERY,
+    }
+    out: dict[str, Any] = {}
+    for name, counter in counters.items():
+        if totals.get(name) is not None:
+            out[name] = int(totals[name])  # type: ignore[arg-type]
+            continue
+        values: list[int] = []
+        for link in active_links:
+            try:
+                values.append(int(lib.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter)))
+            except Exception:
+                values = []
+                break
+        out[name] = sum(values) if values else None
+    out["source"] = "field_totals" if all(totals.get(n) is not None for n in counters) else "per_link"
+    return out
+
+
+def active_nvlinks(lib: Any, handle: Any) -> list[int]:
+    """Indices of the GPU's active NVLinks (empty without NVLink)."""
+    active = []
+    for link in range(lib.NVML_NVLINK_MAX_LINKS):
+        try:
+            if lib.nvmlDeviceGetNvLinkState(handle, link):
+                active.append(link)
+        except lib.NVMLError_NotSupported:
+            break
+        except Exception:
+            continue
+    return active

@@ -57,8 +57,9 @@ def read_gpu(lib: Any, handle: Any) -> dict[str, Any]:
     gpu["ecc_corrected_volatile"] = _get(
         errors, "ecc_corrected_volatile", lib.nvmlDeviceGetTotalEccErrors, handle, corrected, lib.NVML_VOLATILE_ECC
     )
+    aggregate = lib.NVML_AGGREGATE_ECC
     gpu["ecc_uncorrected_aggregate"] = _get(
-        errors, "ecc_uncorrected_aggregate", lib.nvmlDeviceGetTotalEccErrors, handle, uncorrected, lib.NVML_AGGREGATE_ECC
+        errors, "ecc_uncorrected_aggregate", lib.nvmlDeviceGetTotalEccErrors, handle, uncorrected, aggregate
     )
     rows = _get(errors, "remapped_rows", lib.nvmlDeviceGetRemappedRows, handle)
     gpu["remapped_rows"] = (

@@ -31,7 +31,9 @@ class MetricResult:
 
     @property
     def where(self) -> str:
-        return f"{self.node}" + (f" GPU {self.gpu}" if self.gpu is not None else "")
+        """``node GPU 3 (bus)``, or another component named by the test (``HCA mlx5_2 port 1``)."""
+        kind = self.extra.get("component", "GPU")
+        return f"{self.node}" + (f" {kind} {self.gpu}" if self.gpu is not None else "")
 
     def limit_text(self) -> str:
         parts = []

@@ -1,0 +1,120 @@
+"""Parse InfiniBand sysfs values and judge a node's HCAs and ports against its SKU.
+
+sysfs spellings (``/sys/class/infiniband/<hca>/ports/<n>/``): ``state`` ``4: ACTIVE``; ``phys_state``
+``5: LinkUp``; ``rate`` ``400 Gb/sec (4X NDR)``; ``link_layer`` ``InfiniBand`` or ``Ethernet`` (RoCE);
+``counters/*`` plain integers since the last reset (usually boot).
+
+Which HCAs are the compute fabric: where the SKU sets ``ib_link_layer``, only HCAs with a port of
+that link layer count toward ``ib_hca_count`` and are judged; others (a storage or management NIC
+driven by mlx5, so also under /sys/class/infiniband) are reported. A compute HCA misconfigured to
+the other link layer therefore shows as a missing HCA, which is what it is for NCCL.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gpuaccept.hardware.verdict import Limits, conclude
+
+__all__ = ["COUNTER_METRICS", "judge_ib", "parse_rate", "parse_state"]
+
+#: sysfs counter file -> metric; the bounds in thresholds.yaml follow rdma-core's ibcheckerrs defaults.
+COUNTER_METRICS: dict[str, str] = {
+    "symbol_error": "ib_symbol_errors",
+    "link_error_recovery": "ib_link_error_recovery",
+    "link_downed": "ib_link_downed",
+    "port_rcv_errors": "ib_port_rcv_errors",
+    "port_rcv_remote_physical_errors": "ib_port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors": "ib_port_rcv_switch_relay_errors",
+    "port_xmit_discards": "ib_port_xmit_discards",
+    "port_xmit_constraint_errors": "ib_port_xmit_constraint_errors",
+    "port_rcv_constraint_errors": "ib_port_rcv_constraint_errors",
+    "local_link_integrity_errors": "ib_local_link_integrity_errors",
+    "excessive_buffer_overrun_errors": "ib_excessive_buffer_overrun_errors",
+    "VL15_dropped": "ib_vl15_dropped",
+}
+_RATE = re.compile(r"^\s*(?P<n>\d+(?:\.\d+)?)\s*Gb/sec")
+
+
+def parse_state(raw: str | None) -> str | None:
+    """``4: ACTIVE`` -> ``ACTIVE``; ``5: LinkUp`` -> ``LinkUp``; None stays None."""
+    if raw is None:
+        return None
+    return raw.split(":", 1)[1].strip() if ":" in raw else raw.strip()
+
+
+def parse_rate(raw: str | None) -> float | None:
+    """``400 Gb/sec (4X NDR)`` -> 400.0; ``2.5 Gb/sec (1X SDR)`` -> 2.5; unparsable -> None."""
+    match = _RATE.match(raw or "")
+    return float(match.group("n")) if match else None
+
+
+def _port_label(hca: str, port: str) -> str:
+    return f"{hca} port {port}"
+
+
+def judge_ib(data: dict[str, Any], limits: Limits, node: str, link_layer: str | None) -> None:
+    """HCA count, port state, rate, link layer and error counters of every compute HCA port.
+
+    ``link_layer`` is the SKU's ``ib_link_layer`` (None: every HCA counts). Ports are named
+    ``<hca> port <n>`` in the GPU column of the results.
+    """
+    hcas: dict[str, Any] = data.get("hcas") or {}
+    compute = {
+        name: hca
+        for name, hca in hcas.items()
+        if link_layer is None
+        or any((port.get("link_layer") or "") == link_layer for port in (hca.get("ports") or {}).values())
+    }
+    others = sorted(set(hcas) - set(compute))
+    limits.check(
+        "ib_hca_count",
+        len(compute),
+        node=node,
+        present=bool(data.get("present")),
+        hcas=sorted(compute),
+        other_devices=others,
+        path=data.get("path"),
+    )
+    missing: list[str] = []
+    for name, hca in sorted(hcas.items()):
+        judged = name in compute
+        record = limits.check if judged else limits.report
+        for port_name, port in sorted((hca.get("ports") or {}).items()):
+            where = _port_label(name, port_name)
+            info = {"hca_type": hca.get("hca_type"), "fw_ver": hca.get("fw_ver"), "numa_node": hca.get("numa_node")}
+            if not port:
+                missing.append(f"{node} {where}: no port attributes readable")
+                continue
+            record(
+                "ib_port_state",
+                parse_state(port.get("state")) or "unreadable",
+                node=node,
+                gpu=where,
+                component="HCA",
+                raw=port.get("state"),
+                **info,
+            )
+            record(
+                "ib_port_phys_state",
+                parse_state(port.get("phys_state")) or "unreadable",
+                node=node,
+                gpu=where,
+                component="HCA",
+                raw=port.get("phys_state"),
+            )
+            rate = parse_rate(port.get("rate"))
+            if rate is None:
+                missing.append(f"{node} {where}: rate {port.get('rate')!r} is not a rate")
+            else:
+                record("ib_port_rate_gbps", rate, node=node, gpu=where, component="HCA", raw=port.get("rate"))
+            record("ib_link_layer", port.get("link_layer") or "unreadable", node=node, gpu=where)
+            counters = port.get("counters") or {}
+            if judged and not counters:
+                missing.append(f"{node} {where}: no error counters under counters/")
+            for counter, metric in COUNTER_METRICS.items():
+                value = counters.get(counter)
+                if isinstance(value, int):
+                    record(metric, value, node=node, gpu=where)
+    conclude(limits, node, missing=missing)

@@ -1,0 +1,110 @@
+"""Judge the ``nvlink`` probe: links per GPU, link speed and error counters, pair topology, affinity.
+
+Topology per pair is asserted in NVLink terms because that is what an HGX SKU promises: every GPU pair
+joined by all its links through the NVSwitch fabric (NV18 on H100/H200 SXM, NV12 on A100 SXM4) and
+NVML reporting NVLink P2P as OK. The PCIe common ancestor (PIX/PXB/PHB/NODE/SYS) is reported beside
+it, as is each GPU's NUMA node and its relation to every InfiniBand HCA (GPUDirect RDMA wants a NIC
+behind the same PCIe switch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuaccept.hardware.verdict import Limits, conclude, gpu_label
+
+__all__ = ["judge_affinity", "judge_nvlink", "judge_topology", "pair_matrix"]
+
+
+def judge_nvlink(data: dict[str, Any], limits: Limits, node: str, declared_gpus: int) -> None:
+    """Active links, common link speed and CRC/replay/recovery counters of every GPU."""
+    gpus = data.get("gpus") or []
+    problems: list[str] = []
+    missing: list[str] = []
+    if not data.get("nvml", True):
+        missing.append(f"{node}: NVML could not be initialised")
+    if len(gpus) != declared_gpus:
+        problems.append(f"{node}: declares {declared_gpus} GPU(s) but NVML shows {len(gpus)}")
+    for gpu in gpus:
+        label = gpu_label(gpu)
+        link = gpu.get("nvlink") or {}
+        down = [k["link"] for k in link.get("links", []) if not k["active"]]
+        limits.check(
+            "nvlink_links_active",
+            link.get("active", 0),
+            node=node,
+            gpu=label,
+            supported=link.get("supported"),
+            inactive_links=down,
+        )
+        if link.get("active"):
+            speed = link.get("speed_mbps_common")
+            if speed is None:
+                limits.report("nvlink_speed_mbps", "unavailable", node=node, gpu=label)
+            else:
+                limits.check("nvlink_speed_mbps", speed, node=node, gpu=label)
+            errors = link.get("errors") or {}
+            crc = (
+                None
+                if errors.get("crc_flit") is None or errors.get("crc_data") is None
+                else (errors["crc_flit"] + errors["crc_data"])
+            )
+            for metric, value in (
+                ("nvlink_crc_errors", crc),
+                ("nvlink_replay_errors", errors.get("replay")),
+                ("nvlink_recovery_errors", errors.get("recovery")),
+            ):
+                if value is None:
+                    missing.append(f"{node} GPU {label}: {metric} (NVML gave no counter)")
+                else:
+                    limits.check(metric, value, node=node, gpu=label, counted_by=errors.get("source"))
+    conclude(limits, node, problems=problems, missing=missing)
+
+
+def pair_matrix(data: dict[str, Any]) -> dict[str, Any]:
+    """The nvidia-smi-style matrix (``X``, ``NV18``, ``SYS``...) for the report."""
+    indices = [g["index"] for g in data.get("gpus") or []]
+    cells = {(i, j): ("X" if i == j else "") for i in indices for j in indices}
+    for pair in data.get("pairs") or []:
+        cells[(pair["a"], pair["b"])] = cells[(pair["b"], pair["a"])] = pair.get("label") or "?"
+    return {"gpus": indices, "labels": [[cells[(i, j)] for j in indices] for i in indices]}
+
+
+def judge_topology(data: dict[str, Any], limits: Limits, node: str) -> dict[str, Any]:
+    """Every GPU pair: NVLinks joining it and NVML's NVLink P2P status, against the SKU."""
+    gpus = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
+    for pair in data.get("pairs") or []:
+        where = f"{gpus.get(pair['a'], pair['a'])} <-> {gpus.get(pair['b'], pair['b'])}"
+        limits.report(
+            "gpu_pair_topology",
+            pair.get("label") or "?",
+            node=node,
+            gpu=where,
+            pcie=pair.get("pcie"),
+            via=pair.get("via"),
+        )
+        limits.check("nvlink_pair_links", pair.get("nvlinks", 0), node=node, gpu=where)
+        limits.check("p2p_nvlink_status", pair.get("p2p_nvlink_status") or "unknown", node=node, gpu=where)
+    matrix = pair_matrix(data)
+    conclude(limits, node)
+    return matrix
+
+
+def judge_affinity(data: dict[str, Any], limits: Limits, node: str) -> None:
+    """Report each GPU's NUMA node, local CPU count and relation to each HCA (no pass criterion)."""
+    missing = []
+    for gpu in data.get("gpus") or []:
+        label = gpu_label(gpu)
+        numa = gpu.get("numa_node")
+        if numa is None:
+            missing.append(f"{node} GPU {label}: NUMA node (sysfs numa_node unreadable)")
+            continue
+        nics = {n["name"]: n["relation"] for n in gpu.get("nics") or []}
+        nearest = sorted(nics, key=lambda n: ["PIX", "PXB", "PHB", "NODE", "SYS", "unknown"].index(nics[n]))
+        limits.report(
+            "gpu_numa_node", numa, node=node, gpu=label, local_cpus=len(gpu.get("cpu_affinity") or []), nics=nics
+        )
+        limits.report(
+            "gpu_nearest_nic", f"{nearest[0]} ({nics[nearest[0]]})" if nearest else "none", node=node, gpu=label
+        )
+    conclude(limits, node, missing=missing)

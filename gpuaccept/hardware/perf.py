@@ -1,0 +1,233 @@
+"""Judge the GPU performance probes: matmul, burn-in, HBM copy, host<->device and GPU<->GPU bandwidth.
+
+Common rules: a GPU that had someone else's processes on it before the benchmark is not measured and
+ends the test as an error naming it ("GPU busy"), while the node's other GPUs are still judged; every
+figure is checked against the SKU floor and then against the node's median (``limits.stragglers``).
+A fixed-seed product must give the same checksum on every GPU of a node: identical GPUs running
+identical inputs through the same cuBLAS agree bit for bit, so the odd one out computes wrong results.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from gpuaccept.hardware.health import decode_reasons
+from gpuaccept.hardware.verdict import Limits, conclude, gpu_label
+
+__all__ = [
+    "agreement",
+    "busy_lines",
+    "judge_burn_in",
+    "judge_hostbw",
+    "judge_matmul",
+    "judge_membw",
+    "judge_p2p",
+    "tflops_drop_pct",
+]
+
+
+def busy_lines(label: str | None, busy: list[dict[str, Any]]) -> list[str]:
+    """``GPU 1 (..): pid 4242 python3 (1234 MiB)`` for each foreign process the probe found."""
+    out = []
+    for entry in busy:
+        procs = ", ".join(f"pid {p['pid']} {p.get('name')} ({p.get('used_mib')} MiB)" for p in entry["processes"])
+        out.append(f"GPU {label or entry.get('gpu')}: {procs}")
+    return out
+
+
+def _split(records: Iterable[Any]) -> tuple[list[Any], list[str]]:
+    """(measured records, busy lines) of a per-GPU probe."""
+    measured, busy = [], []
+    for record in records:
+        if record.data.get("busy"):
+            busy += busy_lines(record.gpu_label, record.data["busy"])
+        if "skipped" not in record.data:
+            measured.append(record)
+    return measured, busy
+
+
+def agreement(values: dict[str, Any]) -> dict[str, str]:
+    """Per GPU: ``match`` if its checksum equals the majority's, else why not (2 GPUs: both named)."""
+    if len(values) < 2:
+        return dict.fromkeys(values, "match")
+    counts = Counter(values.values())
+    top, top_count = counts.most_common(1)[0]
+    if top_count * 2 > len(values):
+        return {
+            label: "match" if value == top else f"differs from the other {top_count} GPUs"
+            for label, value in values.items()
+        }
+    return {label: "no majority: " + ", ".join(f"{k}={v}" for k, v in values.items()) for label in values}
+
+
+def judge_matmul(records: list[Any], limits: Limits, node: str) -> None:
+    """BF16 TFLOP/s per GPU against the floor and the node median; checksums agree."""
+    measured, busy = _split(records)
+    for record in measured:
+        data = record.data
+        limits.check(
+            "matmul_bf16_tflops",
+            data.get("tflops"),
+            node=node,
+            gpu=record.gpu_label,
+            size=data.get("best_size"),
+            by_size={k: v["tflops"] for k, v in data.get("by_size", {}).items()},
+            during=data.get("by_size", {}).get(str(data.get("best_size")), {}).get("during"),
+        )
+        if data.get("tflops_burst") is not None:
+            limits.report("matmul_bf16_burst_tflops", data["tflops_burst"], node=node, gpu=record.gpu_label)
+    _checksums(measured, limits, node, "matmul_checksum", "checksum")
+    limits.stragglers("matmul_bf16_tflops")
+    conclude(limits, node, busy=busy)
+
+
+def _checksums(measured: list[Any], limits: Limits, node: str, metric: str, key: str) -> None:
+    values = {record.gpu_label: record.data.get(key) for record in measured}
+    if len(values) < 2:
+        for label, value in values.items():
+            limits.report(metric, "single GPU: nothing to compare", node=node, gpu=label, checksum=value)
+        return
+    for label, verdict in agreement(values).items():
+        limits.check(metric, verdict, node=node, gpu=label, checksum=values[label])
+
+
+def tflops_drop_pct(intervals: list[dict[str, Any]]) -> float | None:
+    """How far the last third of the run fell below the first third (median TFLOP/s), in percent."""
+    values = [i["tflops"] for i in intervals if isinstance(i.get("tflops"), (int, float))]
+    if len(values) < 2:
+        return None
+    third = max(1, len(values) // 3)
+    first, last = statistics.median(values[:third]), statistics.median(values[-third:])
+    return round(max(0.0, (first - last) / first * 100), 2) if first > 0 else None
+
+
+def judge_burn_in(records: list[Any], limits: Limits, node: str) -> None:
+    """Sustained matmul: no drop over time, no failing clock events, checksums stable and agreeing."""
+    measured, busy = _split(records)
+    for record in measured:
+        label, data = record.gpu_label, record.data
+        intervals = (data.get("burn_in") or {}).get("intervals") or []
+        limits.check("burnin_tflops_drop_pct", tflops_drop_pct(intervals), node=node, gpu=label, intervals=intervals)
+        failing = sorted({name for i in intervals for name in decode_reasons(i.get("clock_event_reasons"))[0]})
+        limits.check("burnin_clock_events_failing", "+".join(failing) or "none", node=node, gpu=label)
+        values = [i["tflops"] for i in intervals]
+        limits.report(
+            "burnin_tflops",
+            round(statistics.mean(values), 1) if values else None,
+            node=node,
+            gpu=label,
+            min=min(values, default=None),
+            max=max(values, default=None),
+        )
+        temps = [i["temperature_c"] for i in intervals if i.get("temperature_c") is not None]
+        powers = [i["power_w"] for i in intervals if i.get("power_w") is not None]
+        clocks = [i["sm_clock_mhz"] for i in intervals if i.get("sm_clock_mhz") is not None]
+        limits.report("burnin_max_temperature_c", max(temps, default=None), node=node, gpu=label)
+        limits.report("burnin_max_power_w", max(powers, default=None), node=node, gpu=label)
+        limits.report("burnin_min_sm_clock_mhz", min(clocks, default=None), node=node, gpu=label)
+        stable = data.get("checksum") == data.get("checksum_end")
+        limits.check(
+            "burnin_checksum_stable",
+            "match" if stable else "changed during the burn-in",
+            node=node,
+            gpu=label,
+            start=data.get("checksum"),
+            end=data.get("checksum_end"),
+        )
+    _checksums(measured, limits, node, "burnin_checksum", "checksum_end")
+    limits.stragglers("burnin_tflops")
+    conclude(limits, node, busy=busy)
+
+
+def judge_membw(records: list[Any], limits: Limits, node: str) -> None:
+    measured, busy = _split(records)
+    for record in measured:
+        limits.check(
+            "membw_tbps", record.data.get("tbps"), node=node, gpu=record.gpu_label, size=record.data.get("best_size")
+        )
+    limits.stragglers("membw_tbps")
+    conclude(limits, node, busy=busy)
+
+
+def judge_hostbw(records: list[Any], limits: Limits, node: str) -> None:
+    """H2D/D2H GB/s from the GPU's NUMA node, and the PCIe link as it runs under that load."""
+    measured, busy = _split(records)
+    for record in measured:
+        label, data = record.gpu_label, record.data
+        numa = data.get("numa") or {}
+        limits.check("hostbw_h2d_gbps", data.get("h2d_gbps"), node=node, gpu=label, numa=numa)
+        limits.check("hostbw_d2h_gbps", data.get("d2h_gbps"), node=node, gpu=label)
+        limits.check("pcie_gen_loaded", data.get("pcie_gen_loaded"), node=node, gpu=label)
+        limits.check("pcie_width_loaded", data.get("pcie_width_loaded"), node=node, gpu=label)
+        limits.report(
+            "hostbw_numa_bound",
+            "yes" if numa.get("bound") else f"no ({numa.get('why')})",
+            node=node,
+            gpu=label,
+            gpu_numa_node=numa.get("gpu_numa_node"),
+            cpus=numa.get("bound_cpus"),
+        )
+    limits.stragglers("hostbw_h2d_gbps")
+    limits.stragglers("hostbw_d2h_gbps")
+    conclude(limits, node, busy=busy)
+
+
+def _nvlink_under_load(data: dict[str, Any], labels: dict[int, str | None], limits: Limits, node: str) -> list[str]:
+    """NVLink errors that appeared while the copies ran: CRC as a rate, replay/recovery as counts."""
+    missing = []
+    for entry in data.get("nvlink_errors") or []:
+        label = labels.get(entry["gpu"], str(entry["gpu"]))
+        counts = {k: entry.get(k) for k in ("crc_flit", "crc_data", "replay", "recovery")}
+        if all(v is None for v in counts.values()):
+            limits.report("p2p_nvlink_crc_flit_per_s", "no NVLink counters", node=node, gpu=label)
+            continue
+        if any(v is None for v in counts.values()):
+            missing.append(f"{node} GPU {label}: NVLink counters {sorted(k for k, v in counts.items() if v is None)}")
+            continue
+        seconds = max(float(entry.get("seconds") or 0), 1e-3)
+        # DCGM judges flit and data CRC counters each on its own (DcgmHealthWatch: rate >= 100/s per field)
+        for kind in ("flit", "data"):
+            count = counts[f"crc_{kind}"]
+            limits.check(
+                f"p2p_nvlink_crc_{kind}_per_s",
+                round(count / seconds, 2),
+                node=node,
+                gpu=label,
+                count=count,
+                seconds=seconds,
+            )
+        limits.check("p2p_nvlink_replay_errors", counts["replay"], node=node, gpu=label, seconds=seconds)
+        limits.check("p2p_nvlink_recovery_errors", counts["recovery"], node=node, gpu=label, seconds=seconds)
+    return missing
+
+
+def judge_p2p(record: Any, limits: Limits, node: str) -> dict[str, Any]:
+    """Every ordered GPU pair's copy GB/s; the slowest pair is named; returns the matrix."""
+    data = record.data
+    labels = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
+    busy = [line for entry in data.get("busy") or [] for line in busy_lines(labels.get(entry["gpu"]), [entry])]
+    pairs = data.get("pairs") or []
+    for pair in pairs:
+        where = f"{labels.get(pair['src'], pair['src'])} -> {labels.get(pair['dst'], pair['dst'])}"
+        limits.check("p2p_gbps", pair.get("gbps"), node=node, gpu=where, peer_access=pair.get("peer_access"))
+    details = []
+    if pairs:
+        slow = min(pairs, key=lambda p: p["gbps"])
+        limits.report(
+            "p2p_slowest_pair_gbps",
+            slow["gbps"],
+            node=node,
+            pair=f"{slow['src']}->{slow['dst']}",
+            matrix=data.get("matrix"),
+        )
+        details.append(
+            f"slowest pair: GPU {slow['src']} -> GPU {slow['dst']} at {slow['gbps']} GB/s"
+            + ("" if slow.get("peer_access") else " (no peer access: copied through the host)")
+        )
+    missing = _nvlink_under_load(data, labels, limits, node)
+    limits.stragglers("p2p_gbps")
+    conclude(limits, node, busy=busy, details=details, missing=missing)
+    return data.get("matrix") or {}

@@ -1,0 +1,176 @@
+"""Dense BF16 matmul throughput of one GPU (TFLOP/s), and a sustained burn-in mode.
+
+One rank per GPU, all GPUs of a node at once (a node's GPUs share power and cooling, so measuring them
+together is what a training job sees). Random normal data (zeros draw less power and flatter the
+result), ``torch.matmul(a, b, out=c)`` on square shapes, at least ``--warmup`` seconds of warm-up,
+then ``--repeats`` batches timed with CUDA events; the figure is the median batch, in TFLOP/s
+(2·n³ per product). By default four square shapes (8192, 4096, 12288, 16384) are measured one after
+another on the warm GPU and the best is reported, so the figure is the GPU's best over 4096..16384
+without knowing its favourite shape; ``--sizes`` picks others, ``--sweep`` measures seven.
+
+Sustained, not burst: after a second of warm-up an H200 at its 700 W limit runs random-data matmul
+power-capped (SM clock ~1410 MHz, NVML reason sw_power_cap), ~13% below what the first ~100 ms reach
+before the power controller reacts. The sustained figure is what a training job gets and is what is
+judged; the burst figure (``tflops_burst``: a few batches on the GPU as the test found it, before the
+warm-up) is reported beside it for comparison with short-run benchmarks such as mamf-finder.
+
+A fixed-seed product (4096³, inputs drawn on the CPU so every GPU gets the same bits) is reduced to
+an exact integer checksum: identical GPUs running identical inputs through the same cuBLAS must agree
+bit for bit, so a GPU that disagrees with its siblings computes wrong results (silent data corruption).
+
+``--burn-in SECONDS`` runs the matmul without pause and reports, every ``--interval`` seconds, the
+interval's TFLOP/s with the SM clock, temperature, power and clock-event reasons (NVML), and the
+checksum before and after. Before touching CUDA the probe lists processes already on its GPU; a busy
+GPU is reported and not measured (``--measure-busy`` measures anyway).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from gpuaccept.probes._bench import Preflight, median, preflight, time_batches, torch_device_bus
+from gpuaccept.probes._protocol import emit
+
+__all__ = ["main"]
+
+SWEEP = (4096, 6144, 8192, 10240, 12288, 14336, 16384)
+DEFAULT_SIZES = [8192, 4096, 12288, 16384]
+LATER_WARMUP_S = 0.25
+CHECK_N = 4096
+SEED = 1234
+
+
+def _sizes(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def checksum(torch: Any) -> int:
+    """Exact position-weighted integer sum of the bits of a fixed-seed 4096³ BF16 product."""
+    gen = torch.Generator().manual_seed(SEED)
+    a = torch.randn(CHECK_N, CHECK_N, generator=gen).to(torch.bfloat16).cuda()
+    b = torch.randn(CHECK_N, CHECK_N, generator=gen).to(torch.bfloat16).cuda()
+    bits = torch.matmul(a, b).view(torch.int16).to(torch.int64).flatten()
+    weights = torch.arange(bits.numel(), device=bits.device, dtype=torch.int64) % 65521 + 1
+    return int((bits * weights).sum().item())
+
+
+def _operands(torch: Any, n: int, data: str = "normal") -> tuple[Any, Any, Any]:
+    """Random normal operands (realistic power draw); ``zeros`` only to show how much data matters."""
+    make = torch.zeros if data == "zeros" else torch.randn
+    a = make(n, n, device="cuda", dtype=torch.bfloat16)
+    b = make(n, n, device="cuda", dtype=torch.bfloat16)
+    return a, b, torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+
+
+def _batch(n: int) -> int:
+    """Calls per timed batch: about 15 ms of work at H100-class speed, so launch gaps vanish."""
+    return max(1, round(10 * (8192 / n) ** 3))
+
+
+def burst(torch: Any, n: int, data: str) -> float:
+    """Median TFLOP/s of 5 batches right after one untimed batch: the GPU before the power cap reacts."""
+    a, b, c = _operands(torch, n, data)
+    times = time_batches(torch, lambda: torch.matmul(a, b, out=c), batch=_batch(n), repeats=5, warmup_s=0.0)
+    return round(median([2.0 * n**3 / t / 1e12 for t in times]), 1)
+
+
+def measure(
+    torch: Any, pre: Preflight, sizes: list[int], repeats: int, warmup_s: float, data: str = "normal"
+) -> dict[str, Any]:
+    """Each size in turn on the warming GPU: the first after ``warmup_s``, the others after a short one."""
+    by_size: dict[str, Any] = {}
+    for index, n in enumerate(sizes):
+        a, b, c = _operands(torch, n, data)
+        seen: dict[str, Any] = {}
+        times = time_batches(
+            torch,
+            lambda a=a, b=b, c=c: torch.matmul(a, b, out=c),
+            batch=_batch(n),
+            repeats=repeats,
+            warmup_s=warmup_s if index == 0 else min(warmup_s, LATER_WARMUP_S),
+            during=lambda seen=seen: seen.update(pre.sample()),
+        )
+        flops = 2.0 * n**3
+        samples = [flops / t / 1e12 for t in times]
+        by_size[str(n)] = {
+            "tflops": round(median(samples), 1),
+            "tflops_min": round(min(samples), 1),
+            "tflops_max": round(max(samples), 1),
+            "batches": len(samples),
+            "calls_per_batch": _batch(n),
+            "during": seen,
+        }
+        del a, b, c
+        torch.cuda.empty_cache()
+    best = max(by_size, key=lambda k: by_size[k]["tflops"])
+    return {"tflops": by_size[best]["tflops"], "best_size": int(best), "by_size": by_size}
+
+
+def burn_in(torch: Any, pre: Preflight, n: int, duration_s: float, interval_s: float) -> dict[str, Any]:
+    """Sustained matmul with one TFLOP/s figure and one NVML sample per interval."""
+    a, b, c = _operands(torch, n)
+    batch = _batch(n)
+    flops = 2.0 * n**3
+    intervals: list[dict[str, Any]] = []
+    start = time.monotonic()
+    while time.monotonic() - start < duration_s:
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        calls, t0, seen = 0, time.monotonic(), {}
+        while time.monotonic() - t0 < interval_s:
+            for _ in range(batch):
+                torch.matmul(a, b, out=c)
+            calls += batch
+            if not seen and time.monotonic() - t0 > interval_s / 2:
+                seen = pre.sample()
+            torch.cuda.synchronize()
+        end.record()
+        torch.cuda.synchronize()
+        elapsed = begin.elapsed_time(end) / 1000
+        tflops = round(calls * flops / elapsed / 1e12, 1)
+        intervals.append({"t_s": round(time.monotonic() - start, 1), "tflops": tflops, **(seen or pre.sample())})
+    duration = round(time.monotonic() - start, 1)
+    return {"size": n, "duration_s": duration, "interval_s": interval_s, "intervals": intervals}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=_sizes, default=DEFAULT_SIZES, help="square sizes (comma list)")
+    parser.add_argument("--sweep", action="store_true", help=f"measure {SWEEP[0]}..{SWEEP[-1]} and report each")
+    parser.add_argument("--repeats", type=int, default=20, help="timed batches per size (median reported)")
+    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of warm-up per size")
+    parser.add_argument("--burn-in", type=float, default=0.0, help="seconds of sustained matmul (0 = off)")
+    parser.add_argument("--interval", type=float, default=5.0, help="burn-in reporting interval (s)")
+    parser.add_argument("--measure-busy", action="store_true", help="measure even if other processes use the GPU")
+    parser.add_argument("--data", choices=("normal", "zeros"), default="normal", help="operand values (diagnosis only)")
+    parser.add_argument("--no-burst", action="store_true", help="skip the burst figure")
+    args = parser.parse_args(argv)
+
+    pre = preflight(1)
+    data: dict[str, Any] = {"busy": pre.busy, "idle": pre.sample()}
+    gpu = pre.gpus[0] if pre.gpus else None
+    if pre.busy and not args.measure_busy:
+        data["skipped"] = "GPU busy: other processes were running on it before the benchmark"
+        emit(data, gpu=gpu, probe="matmul")
+        return
+    import torch
+
+    data["torch_bus"] = torch_device_bus(torch)
+    data["torch"] = torch.__version__
+    if not args.no_burst and args.burn_in <= 0:
+        data["tflops_burst"] = burst(torch, args.sizes[0], args.data)
+    data["checksum"] = checksum(torch)
+    if args.burn_in > 0:
+        data["burn_in"] = burn_in(torch, pre, args.sizes[0], args.burn_in, args.interval)
+        data["checksum_end"] = checksum(torch)
+    else:
+        sizes = list(SWEEP) if args.sweep else args.sizes
+        data.update(measure(torch, pre, sizes, args.repeats, args.warmup, args.data))
+        data["data"] = args.data
+    emit(data, gpu=gpu, probe="matmul")
+
+
+if __name__ == "__main__":
+    main()

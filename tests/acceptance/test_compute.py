@@ -1,0 +1,37 @@
+"""Compute: dense BF16 matmul throughput on every GPU of a node at once, and the optional burn-in.
+
+One srun task per GPU. A GPU that someone else was using before the benchmark is an error ("GPU
+busy"), not a slow GPU; the node's other GPUs are still judged and shown.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuaccept.hardware.perf import judge_burn_in, judge_matmul
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.compute]
+
+
+def test_matmul(node, cluster, limits):
+    """BF16 TFLOP/s per GPU above the SKU floor and within the straggler margin; checksums agree."""
+    gpus = cluster.require_gpus(node)
+    result = cluster.run("matmul", nodes=[node], tasks_per_node=gpus, gpus_per_task=1, timeout_s=240)
+    judge_matmul(result.records, limits, node)
+
+
+def test_burn_in(node, cluster, limits, settings):
+    """``--burn-in SECONDS`` of sustained matmul: no drop over time, no throttling, identical results."""
+    gpus = cluster.require_gpus(node)
+    if settings.burn_in <= 0:
+        pytest.skip("burn-in not requested (--burn-in SECONDS)")
+    interval = max(1.0, min(30.0, settings.burn_in / 10))
+    result = cluster.run(
+        "matmul",
+        nodes=[node],
+        tasks_per_node=gpus,
+        gpus_per_task=1,
+        args=["--burn-in", settings.burn_in, "--interval", interval],
+        timeout_s=settings.burn_in + 180,
+    )
+    judge_burn_in(result.records, limits, node)

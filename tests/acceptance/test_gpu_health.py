@@ -1,0 +1,30 @@
+"""GPU health: what NVML says about each GPU, and the Xid faults the driver logged since boot.
+
+Run before the benchmarks (alphabetical order puts test_compute first; select ``-m gpu_health`` to run
+these alone). Every failure names the node and the GPU (index and PCI bus) an operator must pull.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuaccept.hardware.health import judge_health
+from gpuaccept.hardware.xid import hardware_codes, judge_xid
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.gpu_health]
+
+
+def test_gpu_health(node, cluster, limits):
+    """Every declared GPU present; ECC on and clean; no pending/failed row remaps; no hardware clock events;
+    PCIe link capable of the SKU's generation and width; cool; power limit not capped."""
+    gpus = cluster.require_gpus(node)
+    data = cluster.run("gpu_health", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=120).one().data
+    judge_health(data, limits, node, declared_gpus=gpus)
+
+
+def test_xid(node, cluster, limits, thresholds, fingerprints):
+    """No hardware Xid (codes listed in thresholds.yaml) in the kernel log since boot; unreadable log = error."""
+    gpus = cluster.require_gpus(node)
+    codes = hardware_codes(thresholds.limits_for(fingerprints.sku_of(node)).get("xid_hardware_codes"))
+    data = cluster.run("xid", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=120).one().data
+    judge_xid(data, limits, node, codes)

@@ -1,0 +1,154 @@
+"""GPU health and NVLink judging on NVML readings recorded on the lent 2 x H200 (fixtures/nvml/).
+
+The recorded node passes with the packaged H200 limits; each fault is one edited reading, and the
+failure must name the node, the GPU (index and PCI bus) and the metric.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuaccept.errors import MeasurementError
+from gpuaccept.hardware.health import decode_reasons, judge_health
+from gpuaccept.hardware.nvlink import judge_affinity, judge_nvlink, judge_topology, pair_matrix
+from gpuaccept.probes import gpu_health
+from gpuaccept.thresholds.check import Checker
+from gpuaccept.thresholds.loader import Thresholds
+from gpuaccept.thresholds.loader import load_thresholds as _load
+
+pytestmark = pytest.mark.selftest
+
+
+@functools.cache
+def load_thresholds(site: Path | None = None) -> Thresholds:
+    """The packaged thresholds (plus a site file), validated once per module: pydantic takes ~0.5 s."""
+    return _load(site)
+
+
+NVML = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
+GPU1 = "1 (00000000:00:07.0)"
+
+
+@pytest.fixture()
+def health() -> dict[str, Any]:
+    return json.loads((NVML / "h200-x2-lent.gpu_health.json").read_text())
+
+
+@pytest.fixture()
+def links() -> dict[str, Any]:
+    return json.loads((NVML / "h200-x2-lent.nvlink.json").read_text())
+
+
+@pytest.fixture()
+def limits() -> Checker:
+    return Checker(load_thresholds(), lambda node: "H200", lambda result: None, "selftest")
+
+
+def test_recorded_h200_is_healthy(health: dict[str, Any], limits: Checker) -> None:
+    judge_health(health, limits, "vm", declared_gpus=2)
+    judged = {(r.metric, r.gpu): r.verdict for r in limits.results}
+    assert judged[("gpu_memory_total_gib", GPU1)] == "pass"
+    assert judged[("gpu_retired_pages_pending", GPU1)] == "reported"  # Hopper: row remapping instead
+    assert judged[("gpu_pcie_gen_max", GPU1)] == "pass"
+
+
+def test_load_replays_the_dump(capsys: pytest.CaptureFixture[str]) -> None:
+    gpu_health.main(["--load", str(NVML / "h200-x2-lent.gpu_health.json")])
+    data = json.loads(capsys.readouterr().out.split(" ", 1)[1])["data"]
+    assert data["driver"] == "580.159.04" and [g["index"] for g in data["gpus"]] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda g: g["remapped_rows"].update(pending=True, uncorrectable=1), "gpu_remapped_rows_pending = 1"),
+        (lambda g: g["remapped_rows"].update(failure=True), "gpu_remapped_rows_failed = 1"),
+        (lambda g: g.update(ecc_uncorrected_volatile=2), "gpu_ecc_uncorrected_volatile = 2"),
+        (lambda g: g.update(ecc_mode_current=0), "gpu_ecc_mode = Disabled"),
+        (lambda g: g.update(clock_event_reasons=0x1 | 0x8), "gpu_clock_events_failing = hw_slowdown"),
+        (lambda g: g.update(clock_event_reasons=0xC0), "gpu_clock_events_failing = hw_thermal_slowdown+hw_power_brake"),
+        (lambda g: g["pcie"].update(gen_max=4), "gpu_pcie_gen_max = 4"),
+        (lambda g: g["pcie"].update(width_max=8), "gpu_pcie_width_max = 8"),
+        (lambda g: g.update(temperature_c=84), "gpu_temp_margin_c = 5"),
+        (lambda g: g.update(power_limit_w=500.0), "gpu_power_limit_w = 500"),
+        (lambda g: g.update(memory_total_mib=81559), "gpu_memory_total_gib = 79.65"),
+    ],
+)
+def test_one_fault_fails_naming_gpu_1(health: dict[str, Any], limits: Checker, edit: Any, expected: str) -> None:
+    edit(health["gpus"][1])
+    with pytest.raises(AssertionError) as caught:
+        judge_health(health, limits, "vm", declared_gpus=2)
+    text = str(caught.value)
+    assert f"vm GPU {GPU1}: {expected}" in text
+    assert "GPU 0 (" not in text
+
+
+def test_sw_power_cap_and_idle_are_only_reported() -> None:
+    assert decode_reasons(0x1 | 0x4) == ([], ["gpu_idle", "sw_power_cap"])
+    assert decode_reasons(0x1000) == ([], ["other(0x1000)"])
+
+
+def test_missing_gpu_is_a_failure(health: dict[str, Any], limits: Checker) -> None:
+    with pytest.raises(AssertionError, match="vm: declares 8 GPU\\(s\\) but NVML shows 2"):
+        judge_health(health, limits, "vm", declared_gpus=8)
+
+
+def test_unreadable_reading_is_an_error(health: dict[str, Any], limits: Checker) -> None:
+    health["gpus"][0]["remapped_rows"] = None
+    health["gpus"][0]["retired_pages_pending"] = None
+    with pytest.raises(MeasurementError, match=r"GPU 0 \(00000000:00:06.0\): gpu_remapped_rows_pending"):
+        judge_health(health, limits, "vm", declared_gpus=2)
+
+
+def test_busy_gpu_processes_are_reported(health: dict[str, Any], limits: Checker) -> None:
+    health["gpus"][1]["processes"] = [{"pid": 1516, "name": "python3", "used_mib": 874.0}]
+    judge_health(health, limits, "vm", declared_gpus=2)
+    procs = next(r for r in limits.results if r.metric == "gpu_processes" and r.gpu == GPU1)
+    assert procs.value == 1 and procs.extra["processes"] == ["1516 python3 (874.0 MiB)"]
+
+
+def test_recorded_nvlink_passes(links: dict[str, Any], limits: Checker) -> None:
+    judge_nvlink(links, limits, "vm", declared_gpus=2)
+    values = {(r.metric, r.gpu): (r.value, r.verdict) for r in limits.results}
+    assert values[("nvlink_links_active", GPU1)] == (18, "pass")
+    assert values[("nvlink_crc_errors", GPU1)][1] == "reported"  # a count since load has no time base
+    assert values[("nvlink_speed_mbps", GPU1)] == ("unavailable", "reported")  # field unsupported on 580
+
+
+def test_link_down_and_replays_fail(links: dict[str, Any], limits: Checker) -> None:
+    gpu = links["gpus"][1]["nvlink"]
+    gpu["links"][7]["active"] = False
+    gpu["active"] = 17
+    gpu["errors"]["replay"] = 3
+    with pytest.raises(AssertionError) as caught:
+        judge_nvlink(links, limits, "vm", declared_gpus=2)
+    assert f"vm GPU {GPU1}: nvlink_links_active = 17 links (limit >= 18" in str(caught.value)
+    assert "nvlink_replay_errors = 3" in str(caught.value)
+
+
+def test_recorded_topology_is_nv18(links: dict[str, Any], limits: Checker) -> None:
+    assert judge_topology(links, limits, "vm") == {"gpus": [0, 1], "labels": [["X", "NV18"], ["NV18", "X"]]}
+
+
+def test_pair_without_nvlink_fails(links: dict[str, Any], limits: Checker) -> None:
+    broken = copy.deepcopy(links)
+    broken["pairs"][0].update(nvlinks=0, label="PHB", via="PCIe", p2p_nvlink_status="status 2")
+    assert pair_matrix(broken)["labels"][0][1] == "PHB"
+    with pytest.raises(AssertionError) as caught:
+        judge_topology(broken, limits, "vm")
+    assert "0 (00000000:00:06.0) <-> 1 (00000000:00:07.0): nvlink_pair_links = 0" in str(caught.value)
+    assert "p2p_nvlink_status = status 2" in str(caught.value)
+
+
+def test_affinity_is_reported(links: dict[str, Any], limits: Checker) -> None:
+    judge_affinity(links, limits, "vm")
+    assert {(r.metric, r.value) for r in limits.results if r.gpu == GPU1} == {
+        ("gpu_numa_node", -1),
+        ("gpu_nearest_nic", "none"),
+    }

@@ -1,0 +1,212 @@
+"""Judging of the benchmark probes with the real thresholds: floors, stragglers, checksums, busy GPUs.
+
+Records are shaped exactly as the probes emit them on the lent 2 x H200 machine (fixtures/nvml/ holds
+the recorded originals); the faults are edits of those records.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuaccept.dispatch.result import RankRecord
+from gpuaccept.errors import MeasurementError
+from gpuaccept.hardware.perf import (
+    agreement,
+    judge_burn_in,
+    judge_hostbw,
+    judge_matmul,
+    judge_membw,
+    judge_p2p,
+    tflops_drop_pct,
+)
+from gpuaccept.thresholds.check import Checker
+from gpuaccept.thresholds.loader import Thresholds
+from gpuaccept.thresholds.loader import load_thresholds as _load
+
+pytestmark = pytest.mark.selftest
+
+
+@functools.cache
+def load_thresholds(site: Path | None = None) -> Thresholds:
+    """The packaged thresholds (plus a site file), validated once per module: pydantic takes ~0.5 s."""
+    return _load(site)
+
+
+GPUS = [
+    {"index": 0, "name": "NVIDIA H200", "pci_bus_id": "00000000:00:06.0", "uuid": "GPU-6d39"},
+    {"index": 1, "name": "NVIDIA H200", "pci_bus_id": "00000000:00:07.0", "uuid": "GPU-be28"},
+]
+BUSY = [
+    {"gpu": 1, "pci_bus_id": "00000000:00:07.0", "processes": [{"pid": 1516, "name": "python3", "used_mib": 874.0}]}
+]
+
+
+@pytest.fixture()
+def limits() -> Checker:
+    return Checker(load_thresholds(), lambda node: "H200", lambda result: None, "selftest")
+
+
+def record(rank: int, data: dict[str, Any]) -> RankRecord:
+    return RankRecord(node="vm", rank=rank, world_size=2, local_rank=rank, gpu=GPUS[rank], data=data)
+
+
+def matmul(tflops: float, checksum: int = 1234567) -> dict[str, Any]:
+    return {
+        "busy": [],
+        "tflops": tflops,
+        "tflops_burst": 760.0,
+        "best_size": 8192,
+        "checksum": checksum,
+        "by_size": {"8192": {"tflops": tflops, "during": {"sm_clock_mhz": 1410, "clock_event_reasons": 4}}},
+    }
+
+
+def test_healthy_matmul_passes(limits: Checker) -> None:
+    judge_matmul([record(0, matmul(664.5)), record(1, matmul(678.8))], limits, "vm")
+    assert {r.metric for r in limits.results} >= {"matmul_bf16_tflops", "matmul_checksum", "matmul_bf16_burst_tflops"}
+
+
+def test_slow_gpu_fails_with_its_name(limits: Checker) -> None:
+    with pytest.raises(AssertionError, match=r"vm GPU 1 \(00000000:00:07.0\): matmul_bf16_tflops = 550"):
+        judge_matmul([record(0, matmul(670.0)), record(1, matmul(550.0))], limits, "vm")
+
+
+def test_straggler_above_floor_fails(limits: Checker) -> None:
+    # three GPUs, all above the 600 floor, one more than 10% under the node median
+    records = [record(0, matmul(680.0)), record(1, matmul(682.0))]
+    third = RankRecord("vm", 2, 3, 2, {**GPUS[1], "index": 2, "pci_bus_id": "00000000:00:08.0"}, matmul(605.0))
+    with pytest.raises(AssertionError, match=r"GPU 2 .*more than 10% below vm's median"):
+        judge_matmul([*records, third], limits, "vm")
+
+
+def test_checksum_disagreement_names_the_odd_gpu() -> None:
+    assert agreement({"0": 5, "1": 5, "2": 7}) == {"0": "match", "1": "match", "2": "differs from the other 2 GPUs"}
+    two = agreement({"0": 5, "1": 7})
+    assert all(v.startswith("no majority") for v in two.values())
+
+
+def test_checksum_mismatch_fails(limits: Checker) -> None:
+    with pytest.raises(AssertionError, match="matmul_checksum = no majority"):
+        judge_matmul([record(0, matmul(670.0, 1)), record(1, matmul(670.0, 2))], limits, "vm")
+
+
+def test_busy_gpu_is_an_error_naming_only_it(limits: Checker) -> None:
+    busy = {"busy": BUSY, "skipped": "GPU busy"}
+    with pytest.raises(MeasurementError, match="GPU busy on vm") as caught:
+        judge_matmul([record(0, matmul(670.0)), record(1, busy)], limits, "vm")
+    assert "GPU 1 (00000000:00:07.0): pid 1516 python3" in str(caught.value)
+    assert "GPU 0" not in str(caught.value)
+    assert [(r.gpu, r.verdict) for r in limits.results if r.metric == "matmul_bf16_tflops"] == [
+        ("0 (00000000:00:06.0)", "pass")
+    ]
+
+
+def test_busy_gpu_and_slow_sibling_is_a_failure(limits: Checker) -> None:
+    """A threshold miss on GPU 0 is not hidden behind GPU 1 being busy."""
+    with pytest.raises(AssertionError, match="busy GPUs"):
+        judge_matmul([record(0, matmul(500.0)), record(1, {"busy": BUSY, "skipped": "GPU busy"})], limits, "vm")
+
+
+def burn(tflops: list[float], reasons: int = 4, end: int = 99) -> dict[str, Any]:
+    intervals = [
+        {
+            "t_s": i * 2.0,
+            "tflops": t,
+            "sm_clock_mhz": 1410,
+            "temperature_c": 60,
+            "power_w": 690.0,
+            "clock_event_reasons": reasons,
+        }
+        for i, t in enumerate(tflops)
+    ]
+    return {"busy": [], "checksum": 99, "checksum_end": end, "burn_in": {"intervals": intervals}}
+
+
+def test_burn_in_steady_passes(limits: Checker) -> None:
+    judge_burn_in([record(0, burn([668, 667, 666, 667, 665, 666])), record(1, burn([675] * 6))], limits, "vm")
+
+
+def test_burn_in_drop_throttle_and_bitflip_fail(limits: Checker) -> None:
+    assert tflops_drop_pct([{"tflops": t} for t in (700, 700, 650, 600, 560, 560)]) == 20.0
+    with pytest.raises(AssertionError) as caught:
+        judge_burn_in(
+            [record(0, burn([700, 700, 650, 600, 560, 560], reasons=0x4 | 0x40, end=98)), record(1, burn([675] * 6))],
+            limits,
+            "vm",
+        )
+    text = str(caught.value)
+    assert "GPU 0 (00000000:00:06.0): burnin_tflops_drop_pct = 20.0" in text
+    assert "burnin_clock_events_failing = hw_thermal_slowdown" in text
+    assert "burnin_checksum_stable = changed during the burn-in" in text
+
+
+def test_membw_and_hostbw(limits: Checker) -> None:
+    judge_membw(
+        [
+            record(0, {"busy": [], "tbps": 4.258, "best_size": 2 << 30}),
+            record(1, {"busy": [], "tbps": 4.25, "best_size": 2 << 30}),
+        ],
+        limits,
+        "vm",
+    )
+    host = {
+        "busy": [],
+        "h2d_gbps": 55.5,
+        "d2h_gbps": 55.37,
+        "pcie_gen_loaded": 5,
+        "pcie_width_loaded": 16,
+        "numa": {"bound": True, "bound_cpus": 32, "gpu_numa_node": -1},
+    }
+    degraded = {**host, "h2d_gbps": 27.6, "d2h_gbps": 27.5, "pcie_gen_loaded": 4}
+    with pytest.raises(AssertionError) as caught:
+        judge_hostbw(
+            [record(0, host), record(1, degraded)],
+            Checker(load_thresholds(), lambda n: "H200", lambda r: None, "t"),
+            "vm",
+        )
+    assert "GPU 1 (00000000:00:07.0): pcie_gen_loaded = 4" in str(caught.value)
+    assert "hostbw_h2d_gbps = 27.6" in str(caught.value)
+    judge_hostbw([record(0, host), record(1, copy.deepcopy(host))], limits, "vm")
+
+
+def p2p(gbps: tuple[float, float] = (395.0, 394.0), crc: int = 0, replay: int = 0) -> RankRecord:
+    pairs = [
+        {"src": 0, "dst": 1, "gbps": gbps[0], "peer_access": True},
+        {"src": 1, "dst": 0, "gbps": gbps[1], "peer_access": True},
+    ]
+    errors = [
+        {"gpu": g, "seconds": 2.0, "crc_flit": crc, "crc_data": 0, "replay": replay, "recovery": 0} for g in (0, 1)
+    ]
+    data = {
+        "busy": [],
+        "gpus": GPUS,
+        "pairs": pairs,
+        "matrix": {"gpus": [0, 1], "gbps": [[None, gbps[0]], [gbps[1], None]]},
+        "nvlink_errors": errors,
+    }
+    return RankRecord("vm", 0, 1, 0, None, data)
+
+
+def test_p2p_healthy_and_slow_pair(limits: Checker) -> None:
+    assert judge_p2p(p2p(), limits, "vm")["gbps"][0][1] == 395.0
+    with pytest.raises(AssertionError, match=r"slowest pair: GPU 1 -> GPU 0 at 120.0 GB/s"):
+        judge_p2p(p2p((395.0, 120.0)), Checker(load_thresholds(), lambda n: "H200", lambda r: None, "t"), "vm")
+
+
+def test_p2p_nvlink_errors_under_load(limits: Checker) -> None:
+    judge_p2p(p2p(crc=40), limits, "vm")  # 20/s: below DCGM's 100/s
+    with pytest.raises(AssertionError) as caught:
+        judge_p2p(p2p(crc=400, replay=1), Checker(load_thresholds(), lambda n: "H200", lambda r: None, "t"), "vm")
+    assert "p2p_nvlink_crc_flit_per_s = 200" in str(caught.value)
+    assert "p2p_nvlink_replay_errors = 1" in str(caught.value)
+
+
+def test_p2p_busy_names_the_gpu(limits: Checker) -> None:
+    rec = RankRecord("vm", 0, 1, 0, None, {"busy": BUSY, "gpus": GPUS, "skipped": "GPU busy"})
+    with pytest.raises(MeasurementError, match=r"GPU 1 \(00000000:00:07.0\): pid 1516"):
+        judge_p2p(rec, limits, "vm")

@@ -1,0 +1,319 @@
+"""The NVML-reading probes run against a fake pynvml shaped like an 8-GPU HGX H100 node.
+
+The fake answers the calls the probes make with the return types nvidia-ml-py gives (ctypes-like
+objects with ``busId``/``total``/``pid``, NVMLError subclasses for "not supported"), so a typo in a
+getter or a wrong return-shape assumption breaks here on a CPU machine, not on the GPU node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import types
+from pathlib import Path
+from typing import Any
+
+import pynvml
+import pytest
+
+from gpuaccept.hardware.health import judge_health
+from gpuaccept.hardware.nvlink import judge_nvlink, judge_topology
+from gpuaccept.probes import _bench, _gpu, _nvml, gpu_health, nvlink, xid
+
+pytestmark = pytest.mark.selftest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUSES = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db"]
+
+
+class FakeNVML:
+    """Just enough of pynvml for gpu_health, nvlink, xid and the benchmarks' preflight."""
+
+    NVMLError = pynvml.NVMLError
+    NVMLError_NotSupported = pynvml.NVMLError_NotSupported
+
+    def __init__(self, count: int = 8, *, busy: dict[int, int] | None = None, links: int = 18) -> None:
+        for name in dir(pynvml):
+            if name.startswith("NVML_"):
+                setattr(self, name, getattr(pynvml, name))
+        self.count = count
+        self.busy = busy or {}
+        self.links = links
+        self.reasons = {i: 0x1 for i in range(count)}  # GpuIdle
+        self.remap = {i: (0, 0, 0, 0) for i in range(count)}
+
+    # -- system ----------------------------------------------------------------------------------
+    def nvmlDeviceGetCount(self) -> int:
+        return self.count
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "580.95.05"
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 13000
+
+    def nvmlSystemGetNVMLVersion(self) -> str:
+        return "13.580.95.05"
+
+    def nvmlSystemGetProcessName(self, pid: int) -> bytes:
+        return b"python3"
+
+    # -- identity --------------------------------------------------------------------------------
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        if not 0 <= index < self.count:
+            raise pynvml.NVMLError_InvalidArgument()
+        return index
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> int:
+        return int(uuid.rsplit("-", 1)[1])
+
+    def nvmlDeviceGetIndex(self, h: int) -> int:
+        return h
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return f"GPU-00000000-0000-0000-0000-00000000000{h}"
+
+    def bus(self, h: int) -> str:
+        return f"00000000:{BUSES[h].upper()}:00.0"
+
+    def nvmlDeviceGetPciInfo(self, h: int) -> Any:
+        return types.SimpleNamespace(busId=self.bus(h).encode())
+
+    def nvmlDeviceGetName(self, h: int) -> str:
+        return "NVIDIA H100 80GB HBM3"
+
+    def nvmlDeviceGetSerial(self, h: int) -> str:
+        return f"165202301{h:04d}"
+
+    def nvmlDeviceGetVbiosVersion(self, h: int) -> str:
+        return "96.00.99.00.01"
+
+    # -- health ----------------------------------------------------------------------------------
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
+        return types.SimpleNamespace(total=81559 * 2**20, used=0, free=81559 * 2**20)
+
+    def nvmlDeviceGetPersistenceMode(self, h: int) -> int:
+        return 1
+
+    def nvmlDeviceGetEccMode(self, h: int) -> list[int]:
+        return [1, 1]
+
+    def nvmlDeviceGetTotalEccErrors(self, h: int, kind: int, counter: int) -> int:
+        return 0
+
+    def nvmlDeviceGetRemappedRows(self, h: int) -> tuple[int, int, int, int]:
+        return self.remap[h]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: int) -> int:
+        raise pynvml.NVMLError_NotSupported()
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
+        return self.reasons[h]
+
+    def nvmlDeviceGetSupportedClocksEventReasons(self, h: int) -> int:
+        return 0x1FF
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: int) -> int:
+        return 1  # idle: power management dropped the link to Gen1
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h: int) -> int:
+        return 16
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: int) -> int:
+        return 5
+
+    def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, h: int) -> int:
+        return 5
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: int) -> int:
+        return 16
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: int) -> int:
+        return 0
+
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
+        return 31
+
+    def nvmlDeviceGetTemperatureThreshold(self, h: int, kind: int) -> int:
+        return {pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: 87, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: 92}[kind]
+
+    def nvmlDeviceGetFieldValues(self, h: int, ids: list[int]) -> list[Any]:
+        out = []
+        for field in ids:
+            supported = field in (pynvml.NVML_FI_DEV_MEMORY_TEMP, pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON)
+            value = 40 if field == pynvml.NVML_FI_DEV_MEMORY_TEMP else 26562
+            out.append(
+                types.SimpleNamespace(
+                    nvmlReturn=0 if supported else 3, valueType=1, value=types.SimpleNamespace(uiVal=value)
+                )
+            )
+        return out
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        return 71234
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: int) -> int:
+        return 700000
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h: int) -> int:
+        return 700000
+
+    def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int:
+        return 345 if kind == pynvml.NVML_CLOCK_SM else 2619
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> Any:
+        return types.SimpleNamespace(gpu=0, memory=0)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
+        if h in self.busy:
+            return [types.SimpleNamespace(pid=self.busy[h], usedGpuMemory=1234 * 2**20)]
+        return []
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h: int) -> list[Any]:
+        return []
+
+    def nvmlDeviceGetCpuAffinity(self, h: int, words: int) -> list[int]:
+        mask = (0xFFFFFFFF << 32) if h >= 4 else 0xFFFFFFFF
+        return [mask] + [0] * (words - 1)
+
+    # -- NVLink and topology ---------------------------------------------------------------------
+    def nvmlDeviceGetNvLinkState(self, h: int, link: int) -> int:
+        if link >= 18:
+            raise pynvml.NVMLError_InvalidArgument()
+        return 1 if link < self.links else 0
+
+    def nvmlDeviceGetNvLinkVersion(self, h: int, link: int) -> int:
+        return 4
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, h: int, link: int) -> int:
+        return pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h: int, link: int) -> Any:
+        return types.SimpleNamespace(busId=b"00000000:00:00.0")
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, h: int, link: int, counter: int) -> int:
+        return 0
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a: int, b: int) -> int:
+        return pynvml.NVML_TOPOLOGY_NODE if (a < 4) == (b < 4) else pynvml.NVML_TOPOLOGY_SYSTEM
+
+    def nvmlDeviceGetP2PStatus(self, a: int, b: int, index: int) -> int:
+        return pynvml.NVML_P2P_STATUS_OK
+
+
+@pytest.fixture()
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeNVML:
+    lib = FakeNVML()
+    for module in (_nvml, gpu_health, nvlink, xid, _bench):
+        monkeypatch.setattr(module, "nvml", lambda: lib)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return lib
+
+
+class Recorder:
+    """A stand-in for the ``limits`` fixture that keeps every call (judging is tested elsewhere)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, Any, Any]] = []
+
+    def check(self, metric: str, value: Any, *, node: str, gpu: Any = None, **extra: Any) -> None:
+        self.calls.append(("check", metric, value, gpu))
+
+    def report(self, metric: str, value: Any, *, node: str, gpu: Any = None, **extra: Any) -> None:
+        self.calls.append(("report", metric, value, gpu))
+
+    def stragglers(self, metric: str) -> list[Any]:
+        return []
+
+    def verify(self) -> None:
+        return None
+
+
+def test_gpu_health_collect_reads_every_gpu(fake: FakeNVML) -> None:
+    data = gpu_health.collect()
+    assert data["driver"] == "580.95.05" and data["cuda_driver"] == "13.0"
+    assert len(data["gpus"]) == 8
+    gpu = data["gpus"][3]
+    assert gpu["pci_bus_id"] == "00000000:5D:00.0"
+    assert gpu["memory_total_mib"] == 81559
+    assert gpu["retired_pages_pending"] is None and gpu["errors"]["retired_pages_pending"] == "NVMLError_NotSupported"
+    assert gpu["pcie"] == {
+        "gen_current": 1,
+        "width_current": 16,
+        "gen_max": 5,
+        "width_max": 16,
+        "gen_gpu_max": 5,
+        "replay_counter": 0,
+    }
+    assert gpu["memory_temperature_c"] == 40 and gpu["power_limit_w"] == 700.0
+    assert len(gpu["cpu_affinity"]) == 32
+    json.dumps(data)  # what the probe emits must be JSON
+
+
+def test_gpu_health_dump_and_load_round_trip(fake: FakeNVML, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    dump = tmp_path / "nvml.json"
+    gpu_health.main(["--dump", str(dump)])
+    live = capsys.readouterr().out
+    gpu_health.main(["--load", str(dump)])
+    assert capsys.readouterr().out == live
+
+
+def test_nvlink_collect_counts_switch_links_per_pair(fake: FakeNVML, tmp_path: Path) -> None:
+    data = nvlink.collect(tmp_path)  # an empty sysfs: no HCAs, NUMA unreadable
+    assert [g["nvlink"]["active"] for g in data["gpus"]] == [18] * 8
+    assert data["gpus"][0]["nvlink"]["errors"]["source"] == "per_link"
+    assert len(data["pairs"]) == 28
+    assert {p["label"] for p in data["pairs"]} == {"NV18"}
+    assert {p["pcie"] for p in data["pairs"]} == {"NODE", "SYS"}
+    recorder = Recorder()
+    judge_topology(data, recorder, "n1")
+    assert sum(1 for c in recorder.calls if c[1] == "nvlink_pair_links" and c[2] == 18) == 28
+
+
+def test_nvlink_down_link_is_counted(fake: FakeNVML, tmp_path: Path) -> None:
+    fake.links = 17
+    data = nvlink.collect(tmp_path)
+    recorder = Recorder()
+    judge_nvlink(data, recorder, "n1", declared_gpus=8)
+    active = [c for c in recorder.calls if c[1] == "nvlink_links_active"]
+    assert {c[2] for c in active} == {17}
+    assert {p["label"] for p in data["pairs"]} == {"NV17"}
+
+
+def test_health_judge_sees_faults_from_the_fake(fake: FakeNVML) -> None:
+    fake.reasons[5] = 0x1 | 0x40  # idle + HW thermal slowdown
+    fake.remap[2] = (0, 1, 1, 0)  # one uncorrectable row, remap pending
+    data = gpu_health.collect()
+    recorder = Recorder()
+    judge_health(data, recorder, "n1", declared_gpus=8)
+    checks = {(c[1], c[3]): c[2] for c in recorder.calls if c[0] == "check"}
+    assert checks[("gpu_clock_events_failing", "5 (00000000:AB:00.0)")] == "hw_thermal_slowdown"
+    assert checks[("gpu_remapped_rows_pending", "2 (00000000:3A:00.0)")] == 1
+    assert checks[("gpu_clock_events_failing", "0 (00000000:18:00.0)")] == "none"
+
+
+def test_preflight_names_foreign_processes_before_cuda(fake: FakeNVML, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake.busy = {1: 4242}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    pre = _bench.preflight(1)
+    assert pre.gpus[0]["index"] == 1
+    assert pre.busy == [
+        {
+            "gpu": 1,
+            "pci_bus_id": "00000000:2A:00.0",
+            "processes": [{"pid": 4242, "name": "python3", "used_mib": 1234.0}],
+        }
+    ]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert _bench.preflight(1).busy == []
+
+
+def test_preflight_ignores_own_pid(fake: FakeNVML, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake.busy = {0: os.getpid()}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert _bench.preflight(1).busy == []
+
+
+def test_bus_key_spellings() -> None:
+    assert _gpu.bus_key("00000000:18:00.0") == _gpu.bus_key("0000:18:00") == _gpu.bus_key("18:00.0") == "0000:18:00"
+    assert _gpu.bus_key("00000001:9A:00.0") == "0001:9a:00"
