@@ -151,7 +151,7 @@ def pytest_runtest_makereport(
             verdict = "failed" if report.when == "call" else "error"
         state = _state(item.config)
         callspec = getattr(item, "callspec", None)
-        nodes = [callspec.params["node"]] if callspec is not None and "node" in callspec.params else []
+        nodes = [callspec.params[k] for k in ("node", "suspect") if callspec is not None and callspec.params.get(k)]
         entry = state.record.tests.get(item.nodeid)
         report.user_properties.append((VERDICT, verdict))
         report.user_properties.append(("gpuaccept_nodes", nodes))

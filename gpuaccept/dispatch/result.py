@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaccept.errors import ProbeError
-from gpuaccept.probes._protocol import SENTINEL
+from gpuaccept.probes._protocol import PART_SENTINEL, SENTINEL
 
 __all__ = ["ProbeResult", "RankRecord", "check_step", "describe_exit", "parse_records", "reported_ranks"]
 
@@ -77,11 +77,37 @@ def _tail(text: str, lines: int = 15) -> str:
     return "\n    ".join(kept) if kept else "(empty)"
 
 
+def _joined_lines(probe: str, stdout: str, where: str, nodes: tuple[str, ...]) -> list[str]:
+    """Output lines with every rank's numbered parts joined back into one result line."""
+    lines: list[str] = []
+    parts: dict[int, dict[int, str]] = {}
+    totals: dict[int, int] = {}
+    for line in stdout.splitlines():
+        if PART_SENTINEL.strip() not in line:
+            lines.append(line)
+            continue
+        try:
+            rank_text, count, text = line.split(PART_SENTINEL.strip(), 1)[1].strip().split(" ", 2)
+            index, total = (int(x) for x in count.split("/"))
+            rank = int(rank_text)
+        except ValueError:
+            raise ProbeError(f"probe {probe} on {where}: malformed result part: {line[:200]!r}", nodes=nodes) from None
+        parts.setdefault(rank, {})[index] = text
+        totals[rank] = total
+    for rank, pieces in sorted(parts.items()):
+        if sorted(pieces) != list(range(1, totals[rank] + 1)):
+            raise ProbeError(
+                f"probe {probe} on {where}: rank {rank} sent parts {sorted(pieces)} of {totals[rank]}", nodes=nodes
+            )
+        lines.append(SENTINEL + "".join(pieces[i] for i in sorted(pieces)))
+    return lines
+
+
 def parse_records(probe: str, stdout: str, expected_ranks: int, nodes: tuple[str, ...]) -> list[RankRecord]:
     """Every rank's record, or ``ProbeError`` saying which line or rank is wrong."""
     records: dict[int, RankRecord] = {}
     where = ", ".join(nodes)
-    for number, line in enumerate(stdout.splitlines(), 1):
+    for number, line in enumerate(_joined_lines(probe, stdout, where, nodes), 1):
         if SENTINEL.strip() not in line:
             continue
         payload = line.split(SENTINEL.strip(), 1)[1].strip()
@@ -116,6 +142,12 @@ def reported_ranks(stdout: str) -> set[int]:
     """Ranks that printed a well-formed line so far (for naming the ones a hang left behind)."""
     ranks: set[int] = set()
     for line in stdout.splitlines():
+        if PART_SENTINEL.strip() in line:
+            try:
+                ranks.add(int(line.split(PART_SENTINEL.strip(), 1)[1].split()[0]))
+            except (ValueError, IndexError):
+                pass
+            continue
         if SENTINEL.strip() in line:
             try:
                 ranks.add(int(json.loads(line.split(SENTINEL.strip(), 1)[1])["rank"]))

@@ -24,9 +24,14 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SENTINEL", "RankInfo", "emit", "gpu_identity", "node_name", "rank_info"]
+__all__ = ["PART_SENTINEL", "SENTINEL", "RankInfo", "emit", "gpu_identity", "node_name", "rank_info"]
 
 SENTINEL = "GPUACCEPT_RESULT "
+#: A result longer than srun passes whole travels as numbered parts: ``GPUACCEPT_PART <rank> i/n <text>``.
+PART_SENTINEL = "GPUACCEPT_PART "
+#: srun (Slurm 22.05) cuts task output lines at about 1 KiB and may interleave other ranks' output
+#: between the pieces (seen with a 4.7 KB line, 2026-11-22); parts stay well under that.
+PART_BYTES = 800
 
 
 def node_name() -> str:
@@ -65,7 +70,10 @@ def rank_info() -> RankInfo:
     local = _env_int("LOCAL_RANK", "SLURM_LOCALID", default=0)
     local_world = _env_int("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", default=1)
     addr = os.environ.get("MASTER_ADDR") or _first_step_node() or "127.0.0.1"
-    port = _env_int("MASTER_PORT", default=29500 + _env_int("SLURM_STEP_ID", default=0) % 1000)
+    # Distinct per job *and* step: two jobs' step 0 on one host (shared nodes, the loopback dev cluster)
+    # must not meet on the same port (seen: EADDRINUSE on 29500, 2026-11-22).
+    job, step = _env_int("SLURM_JOB_ID", default=0), _env_int("SLURM_STEP_ID", default=0)
+    port = _env_int("MASTER_PORT", default=20000 + (job * 1009 + step) % 30000)
     return RankInfo(rank, world, local, local_world, addr, port)
 
 
@@ -155,5 +163,12 @@ def emit(data: dict[str, Any], *, gpu: dict[str, Any] | None = None, probe: str 
         "gpu": gpu,
         "data": _clean(data),
     }
-    sys.stdout.write(SENTINEL + json.dumps(line, sort_keys=True) + "\n")
+    text = json.dumps(line, sort_keys=True)
+    if len(text) + len(SENTINEL) < PART_BYTES:
+        sys.stdout.write(SENTINEL + text + "\n")
+    else:
+        parts = [text[i : i + PART_BYTES] for i in range(0, len(text), PART_BYTES)]
+        for number, part in enumerate(parts, 1):
+            sys.stdout.write(f"{PART_SENTINEL}{info.rank} {number}/{len(parts)} {part}\n")
+            sys.stdout.flush()
     sys.stdout.flush()

@@ -84,10 +84,17 @@ class Checker:
         """Record a value that has no pass criterion (shown in the report, judged by nobody)."""
         return self._record(self._make(metric, value, node, gpu, extra))
 
-    def check(self, metric: str, value: Any, *, node: str, gpu: Any = None, **extra: Any) -> MetricResult:
-        """Judge ``value`` against the node's SKU limit; a metric with no limit there is reported."""
-        result = self._make(metric, value, node, gpu, extra)
-        limit = self._thresholds.limits_for(result.sku).get(metric)
+    def check(
+        self, metric: str, value: Any, *, node: str, gpu: Any = None, scale: int | None = None, **extra: Any
+    ) -> MetricResult:
+        """Judge ``value`` against the node's SKU limit; a metric with no limit there is reported.
+
+        ``scale`` (GPUs of a node, nodes of a group) picks ``<metric>@<scale>`` when the SKU defines one,
+        else the plain limit: "all_reduce busbw >= 431 GB/s with 8 GPUs, >= 310 otherwise".
+        """
+        result = self._make(metric, value, node, gpu, extra if scale is None else {**extra, "scale": scale})
+        limits = self._thresholds.limits_for(result.sku)
+        limit = (limits.get(f"{metric}@{scale}") if scale is not None else None) or limits.get(metric)
         if limit is not None:
             ok, why = judge(value, limit)
             result.min, result.max, result.equal, result.source = limit.min, limit.max, limit.equal, limit.source

@@ -98,7 +98,10 @@ def _check_references(path: Path, data: ThresholdsFile, metrics: dict[str, Metri
         (f"skus.{sku}.limits", spec.limits) for sku, spec in data.skus.items()
     ]:
         for metric in limit_map:
-            if metric not in metrics:
+            base, _, scale = metric.partition("@")
+            if scale and not scale.isdigit():
+                raise ThresholdsError(f"{path}: {key}.{metric}: '@' must be followed by a rank/node count (e.g. @8)")
+            if base not in metrics:
                 raise ThresholdsError(f"{path}: {key}.{metric}: unknown metric (known: {', '.join(sorted(metrics))})")
     for sku, spec in data.skus.items():
         if spec.inherits is not None and spec.inherits not in skus:

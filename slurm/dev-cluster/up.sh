@@ -335,4 +335,6 @@ log "$nodes nodes IDLE after $(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN 
   fi
   echo "export GPUACCEPT_DEV_CLUSTER=$dir"
   echo "export GPUACCEPT_PARTITION=main"
+  # node names of the loopback cluster do not resolve; every node is this host
+  echo "export GPUACCEPT_MASTER_ADDR=127.0.0.1"
 } | tee "$dir/env"

@@ -85,3 +85,29 @@ def test_straggler_fails_above_floor(checker):
         check.check("dev_shm_gib", value, node="n1", gpu=gpu)
     flagged = check.stragglers("dev_shm_gib")
     assert [r.gpu for r in flagged] == ["3"] and "below n1's median" in flagged[0].reason
+
+
+def test_long_result_travels_in_parts_and_is_rejoined(capsys, monkeypatch):
+    from gpuaccept.probes._protocol import PART_SENTINEL, emit
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    emit({"blob": "x" * 5000, "n": 7}, probe="p")
+    out = capsys.readouterr().out
+    parts = out.splitlines()
+    assert len(parts) > 5 and all(p.startswith(PART_SENTINEL) and len(p) < 1000 for p in parts)
+    # srun interleaves another rank's line between the parts: still parsed
+    mixed = "\n".join([parts[0], line(0), *parts[1:]])
+    records = parse_records("p", mixed, 2, ("n1",))
+    assert records[1].data == {"blob": "x" * 5000, "n": 7}
+
+
+def test_missing_part_is_probe_error(capsys, monkeypatch):
+    from gpuaccept.probes._protocol import emit
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    emit({"blob": "y" * 3000}, probe="p")
+    parts = capsys.readouterr().out.splitlines()
+    with pytest.raises(ProbeError, match="rank 0 sent parts"):
+        parse_records("p", "\n".join(parts[:-1]), 1, ("n1",))

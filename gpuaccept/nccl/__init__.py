@@ -1,0 +1,10 @@
+"""Pure building blocks of the NCCL checks: formulas, sweeps, data patterns, bisection, log parsers, plots.
+
+Everything here is importable without torch, pytest or a GPU, so the probe (``gpuaccept.probes.nccl``)
+and the tests (``tests/acceptance/test_nccl.py``) share one definition of "bus bandwidth", one sweep
+and one bad-node planner, and the selftests can check them against nccl-tests' own definitions.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

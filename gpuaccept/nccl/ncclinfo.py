@@ -1,0 +1,144 @@
+"""What NCCL says about itself under ``NCCL_DEBUG=INFO``: version, network, NICs, transports, algorithms.
+
+An operator comparing two runs needs to know *how* NCCL moved the bytes, not only how fast: Ring or
+Tree or NVLS, Simple or LL128, P2P over NVLink or SHM or the network, which NICs. The probe points
+``NCCL_DEBUG_FILE`` at a file per rank and hands the text here. Lines parsed (NCCL 2.18 - 2.28):
+
+* ``NCCL version 2.28.9+cuda12.9``
+* ``NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.0.0.1<0>`` / ``NET/Socket : Using [0]eth0:...``
+* ``Using network IB`` (or ``Socket``)
+* ``Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read`` / ``... [send] via NET/IB/0/GDRDMA``
+* ``AllReduce: 4294967296 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..31}`` (TUNING, rank 0)
+* ``NCCL_ALGO set by environment to Ring.``
+* ``comm 0x... rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0``
+* ``NVLS multicast support is not available on dev 0``
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import tempfile
+from collections import Counter
+from typing import Any
+
+from gpuaccept.nccl.formulas import NCCL_FUNC, tuning_bytes_to_size
+
+__all__ = ["collect_facts", "debug_env", "parse_nccl_log", "summarize_algorithms"]
+
+_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
+_NET_USING = re.compile(r"NET/(\w+)\s*: Using (.+)$")
+_NIC = re.compile(r"\[\d+\](\S+)")
+_NETWORK = re.compile(r"Using network (\w+)")
+_CHANNEL = re.compile(r"Channel \d+/\d+ : \d+\[\d+\] -> \d+\[\d+\](?: \[(?:send|receive)\])? via (\S+)")
+_TUNING = re.compile(r"(\w+): (\d+) Bytes -> Algo (\w+) proto (\w+)")
+_ENV = re.compile(r"(NCCL_\w+) set by environment to (\S+)")
+_COMM = re.compile(r"nRanks (\d+) nNodes (\d+) localRanks (\d+)")
+_NVLS = re.compile(r"NVLS multicast support is (not )?available")
+
+
+def parse_nccl_log(text: str) -> dict[str, Any]:
+    """Facts from one rank's NCCL INFO log; keys are absent when the log does not say."""
+    out: dict[str, Any] = {}
+    nics: dict[str, list[str]] = {}
+    transports: Counter[str] = Counter()
+    tuning: Counter[tuple[str, int, str, str]] = Counter()
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        if "NCCL" not in line and "NET/" not in line and "Channel" not in line and "Bytes -> Algo" not in line:
+            continue
+        if (m := _VERSION.search(line)) and "version" not in out:
+            out["version"] = m.group(1)
+        if m := _NET_USING.search(line):
+            devices = m.group(2).split(";")[0]
+            listed = nics.setdefault(m.group(1), [])
+            listed += [nic for nic in _NIC.findall(devices) if nic not in listed]
+        if m := _NETWORK.search(line):
+            out["network"] = m.group(1)
+        if m := _CHANNEL.search(line):
+            transports[m.group(1)] += 1
+        if m := _TUNING.search(line):
+            tuning[(m.group(1), int(m.group(2)), m.group(3), m.group(4))] += 1
+        if m := _ENV.search(line):
+            env[m.group(1)] = m.group(2).rstrip(".")
+        if (m := _COMM.search(line)) and "nodes" not in out:
+            out["ranks"], out["nodes"], out["local_ranks"] = (int(g) for g in m.groups())
+        if m := _NVLS.search(line):
+            out["nvls_available"] = m.group(1) is None
+    # Every transport plugin logs its devices ("NET/IB : Using [RO]" when it found none); the NICs in use
+    # are those of the network NCCL chose ("Using network Socket").
+    in_use = nics.get(out.get("network", ""), [])
+    if in_use:
+        out["nics"] = in_use
+    if any(nics.values()):
+        out["nics_by_plugin"] = {k: v for k, v in nics.items() if v}
+    if transports:
+        out["transports"] = dict(transports.most_common())
+    if tuning:
+        out["tuning"] = [
+            {"func": func, "bytes": nbytes, "algo": algo, "proto": proto, "count": count}
+            for (func, nbytes, algo, proto), count in sorted(tuning.items())
+        ]
+    if env:
+        out["env"] = env
+    return out
+
+
+def summarize_algorithms(tuning: list[dict[str, Any]], nranks: int) -> dict[str, dict[int, str]]:
+    """``{collective: {nccl-tests size: "RING/SIMPLE"}}``: the most frequent choice per size.
+
+    NCCL logs all_gather/reduce_scatter with their per-rank byte counts; sizes are mapped back to the
+    sweep's (nccl-tests') size so they line up with the table.
+    """
+    by_func = {func: coll for coll, func in NCCL_FUNC.items()}
+    counts: dict[tuple[str, int], Counter[str]] = {}
+    for entry in tuning:
+        collective = by_func.get(str(entry["func"]))
+        if collective is None:
+            continue
+        size = tuning_bytes_to_size(collective, int(entry["bytes"]), nranks)
+        counts.setdefault((collective, size), Counter())[f"{entry['algo']}/{entry['proto']}"] += int(
+            entry.get("count", 1)
+        )
+    out: dict[str, dict[int, str]] = {}
+    for (collective, size), counter in sorted(counts.items()):
+        out.setdefault(collective, {})[size] = counter.most_common(1)[0][0]
+    return out
+
+
+def debug_env(*, ring: bool, debug: bool, folder: str, rank: int) -> str | None:
+    """Set NCCL's variables before the first communicator (``NCCL_ALGO=Ring``, INFO log per rank).
+
+    Returns the log folder (a fresh temporary one unless ``folder`` is given), or None without logging.
+    An operator's own ``NCCL_DEBUG_SUBSYS`` is kept; a quieter ``NCCL_DEBUG`` is raised to INFO.
+    """
+    if ring:
+        os.environ["NCCL_ALGO"] = "Ring"
+    if not debug:
+        return None
+    folder = folder or tempfile.mkdtemp(prefix="gpuaccept-nccl-")
+    os.makedirs(folder, exist_ok=True)
+    if os.environ.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
+        os.environ["NCCL_DEBUG"] = "INFO"
+    os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,ENV,NET,GRAPH,TUNING")
+    os.environ["NCCL_DEBUG_FILE"] = os.path.join(folder, f"nccl.rank{rank}.%h.%p.log")
+    return folder
+
+
+def collect_facts(folder: str | None, rank: int, nranks: int, *, keep: bool) -> dict[str, Any]:
+    """Parse this rank's log files in ``folder`` (then delete them unless ``keep``)."""
+    if folder is None:
+        return {}
+    facts: dict[str, Any] = {}
+    for path in sorted(glob.glob(os.path.join(folder, f"nccl.rank{rank}.*"))):
+        with open(path, errors="replace") as fh:
+            for key, value in parse_nccl_log(fh.read()).items():
+                facts.setdefault(key, value)
+    if "tuning" in facts:
+        algos = summarize_algorithms(facts.pop("tuning"), nranks)
+        facts["algorithms"] = {c: {str(size): a for size, a in v.items()} for c, v in algos.items()}
+    if not keep:
+        shutil.rmtree(folder, ignore_errors=True)
+    return facts

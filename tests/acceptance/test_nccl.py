@@ -1,0 +1,392 @@
+"""NCCL collectives: bus bandwidth per node and per scale, verified results, and the bad node named.
+
+* ``test_nccl_node[node]``: all GPUs of one node (NVLink/PCIe), every collective over the size sweep;
+  busbw at the largest size against the SKU's floor; every result checked (a wrong one fails, naming
+  collective, size, rank and GPU). CPU nodes run the same sweep with gloo (2 ranks, small sizes).
+* ``test_nccl_tests_fidelity[node]``: nccl-tests' all_reduce_perf/all_gather_perf beside our figures.
+* ``test_nccl_scale[N-nodes]`` (multinode): groups of 2, 4, ... nodes side by side, and all nodes; busbw
+  per group, groups against each other, scaling efficiency against the smallest scale.
+* ``test_nccl_node_at_fault[node]`` (multinode): when a scale fails, every node of its failing groups is
+  re-tested with a node that passed (cluster-health-scanner's second pass); the verdict names the node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuaccept.dispatch.result import ProbeResult, RankRecord
+from gpuaccept.errors import MeasurementError
+from gpuaccept.nccl.bisect import attribute, plan_rounds, suspects_and_good
+from gpuaccept.nccl.formulas import COLLECTIVES
+from gpuaccept.nccl.judge import group_failures, median_busbw, metric_name, pair_verdict, sweep_lines, wrong_lines
+from gpuaccept.nccl.parts import PartsError, read_parts
+from gpuaccept.nccl.plots import plot_busbw
+from gpuaccept.nccl.sweep import GroupTable, format_bytes, group_tables, scale_groups, scales_for
+from gpuaccept.state import STATE_KEY
+from gpuaccept.thresholds.check import judge
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.nccl]
+
+CPU_RANKS = 2  # gloo ranks per CPU node for the intra-node sweep (one collective needs two)
+CPU_MIN_BYTES, CPU_MAX_BYTES = 64 << 10, 1 << 20  # gloo over loopback: CI's whole NCCL section in seconds
+FIDELITY_BYTES = 4 << 30  # the size of the nccl-tests reference figures (DESIGN.md)
+
+_NODE_SWEEPS: dict[str, tuple[GroupTable, dict[str, Any]]] = {}
+_SCALES: dict[int, list[GroupTable] | MeasurementError] = {}
+_PAIRS: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[tuple[str, str], tuple[bool, str, float]]] = {}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``scale``: 2, 4, ... and all nodes of the allocation; ``suspect``: every node (bad-node verdicts)."""
+    if "scale" not in metafunc.fixturenames and "suspect" not in metafunc.fixturenames:
+        return
+    nodes = metafunc.config.stash[STATE_KEY].cluster.nodes
+    if "scale" in metafunc.fixturenames:
+        scales = scales_for(len(nodes)) or [None]
+        ids = [("one-node" if s is None else f"all-{s}-nodes" if s == len(nodes) else f"{s}-nodes") for s in scales]
+        metafunc.parametrize("scale", scales, ids=ids)
+    if "suspect" in metafunc.fixturenames:
+        metafunc.parametrize(
+            "suspect", nodes if len(nodes) > 1 else [None], ids=nodes if len(nodes) > 1 else ["one-node"]
+        )
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+
+
+def _layout(cluster: Any, node: str, multinode: bool) -> tuple[int, int]:
+    """(tasks per node, GPUs per task): one rank per GPU, or gloo ranks on a CPU node."""
+    gpus = cluster.gpus_on(node)
+    if gpus:
+        return gpus, 1
+    return (1 if multinode else CPU_RANKS), 0
+
+
+def _sweep_args(settings: Any, gpu: bool, **override: Any) -> list[str]:
+    """Probe arguments from the settings; CPU nodes get small sizes unless the operator chose sizes."""
+    lo, hi = settings.nccl_min_bytes, settings.nccl_max_bytes
+    if not gpu:
+        lo = lo if settings.sources.get("nccl_min_bytes", "default") != "default" else CPU_MIN_BYTES
+        hi = hi if settings.sources.get("nccl_max_bytes", "default") != "default" else CPU_MAX_BYTES
+    opts: dict[str, Any] = {
+        "min-bytes": lo,
+        "max-bytes": max(lo, hi),
+        "op-timeout": max(10.0, settings.probe_timeout / 3),
+    }
+    if not gpu:
+        opts.update({"iters": 5, "warmup": 2})
+    opts.update({k.replace("_", "-"): v for k, v in override.items() if v is not None})
+    args = [f"--{k}={v}" for k, v in opts.items()]
+    return args + (["--ring"] if settings.nccl_ring else [])
+
+
+def _records(result: ProbeResult) -> list[RankRecord]:
+    """Rank records with the payload the probe sent in parts (``gpuaccept.nccl.parts``) merged into ``data``."""
+    try:
+        parts = read_parts(result.stdout)
+    except PartsError as exc:
+        raise MeasurementError(f"probe nccl on {', '.join(result.nodes)}: {exc}", nodes=result.nodes) from None
+    missing = [r.rank for r in result.records if r.rank not in parts]
+    if missing:
+        raise MeasurementError(
+            f"probe nccl on {', '.join(result.nodes)}: no payload from ranks {missing}", nodes=result.nodes
+        )
+    return [dataclasses.replace(r, data={**r.data, **parts[r.rank]}) for r in result.records]
+
+
+def _rank_labels(result: ProbeResult) -> dict[int, str]:
+    return {
+        r.rank: f"rank {r.rank} ({r.node}" + (f" GPU {r.gpu_label})" if r.gpu_label else ")") for r in result.records
+    }
+
+
+def _facts(result: ProbeResult) -> dict[str, Any]:
+    """NCCL version, algorithms, transports, NICs: rank 0's parsed log plus the union of transports."""
+    first = result.records[0].data
+    facts = {"backend": first.get("backend"), "nccl_version": first.get("nccl_version"), **first.get("nccl", {})}
+    transports: dict[str, int] = {}
+    for record in result.records:
+        for kind, count in (record.data.get("nccl") or {}).get("transports", {}).items():
+            transports[kind] = transports.get(kind, 0) + count
+    if transports:
+        facts["transports"] = transports
+    return facts
+
+
+def _plot(request: pytest.FixtureRequest, name: str, tables: list[GroupTable], limit_of: Any, multinode: bool) -> Path:
+    series = {c: {t.label: [(r.size, r.busbw) for r in t.by_collective(c)] for t in tables} for c in COLLECTIVES}
+    floors = {}
+    for c in COLLECTIVES:
+        scale = len(tables[0].nodes) if multinode else len(tables[0].ranks)
+        limit = limit_of(metric_name(c, multinode), tables[0].nodes[0], scale)
+        floors[c] = limit.min if limit is not None else None
+    path = Path(request.config.rootpath) / "reports" / "nccl" / f"{name}.png"
+    plot_busbw(series, path, title=f"NCCL busbw: {name}", thresholds=floors)
+    try:
+        import allure  # type: ignore[import-not-found]
+
+        allure.attach.file(str(path), name=f"busbw {name}", attachment_type=allure.attachment_type.PNG)
+    except ImportError:
+        pass
+    return path
+
+
+def _limit_of(thresholds: Any, fingerprints: Any) -> Any:
+    """``(metric, node, scale) -> Limit``: ``<metric>@<scale>`` if the SKU keys one by scale, else the plain one."""
+
+    def lookup(metric: str, node: str, scale: int | None = None) -> Any:
+        limits = thresholds.limits_for(fingerprints.sku_of(node))
+        return (limits.get(f"{metric}@{scale}") if scale else None) or limits.get(metric)
+
+    return lookup
+
+
+def _finish(limits: Any, problems: list[str]) -> None:
+    """One failure listing threshold misses and every wrong result; an error if nothing was measured."""
+    try:
+        limits.verify()
+    except AssertionError as exc:
+        problems.insert(0, str(exc))
+    if problems:
+        raise AssertionError("\n".join(problems))
+
+
+def _run_groups(cluster: Any, settings: Any, groups: list[tuple[str, ...]], **override: Any) -> list[GroupTable]:
+    nodes = [n for g in groups for n in g]
+    tasks, gpt = _layout(cluster, nodes[0], multinode=True)
+    args = [*_sweep_args(settings, bool(gpt), **override), "--groups=" + ";".join(",".join(g) for g in groups)]
+    result = cluster.run("nccl", nodes=nodes, tasks_per_node=tasks, gpus_per_task=gpt, args=args)
+    result.records = _records(result)
+    tables = group_tables(result.records)
+    for table in tables:
+        table.info["facts"] = _facts(result)
+        table.info["labels"] = _rank_labels(result)
+    return tables
+
+
+def _scale(cluster: Any, settings: Any, scale: int) -> list[GroupTable]:
+    """Every group of ``scale`` nodes measured side by side (cached; a broken step errors every user)."""
+    if scale not in _SCALES:
+        try:
+            _SCALES[scale] = _run_groups(cluster, settings, scale_groups(cluster.nodes, scale))
+        except MeasurementError as exc:
+            _SCALES[scale] = exc
+    value = _SCALES[scale]
+    if isinstance(value, MeasurementError):
+        raise MeasurementError(f"NCCL at scale {scale} could not be measured: {value}", nodes=value.nodes)
+    return value
+
+
+def _scale_failures(cluster: Any, settings: Any, thresholds: Any, fingerprints: Any, scale: int) -> dict:
+    scales = scales_for(len(cluster.nodes))
+    base = median_busbw(_scale(cluster, settings, scales[0])) if scale != scales[0] else None
+    return group_failures(
+        _scale(cluster, settings, scale),
+        multinode=True,
+        limit_of=_limit_of(thresholds, fingerprints),
+        judge=judge,
+        straggler_pct=thresholds.setting("straggler_pct"),
+        baseline=base,
+        efficiency_limit=thresholds.limits_for(fingerprints.sku_of(cluster.nodes[0])).get(
+            "nccl_scaling_efficiency_pct"
+        ),
+    )
+
+
+# ---- one node ---------------------------------------------------------------------------------------
+
+
+def test_nccl_node(node, cluster, limits, settings, thresholds, fingerprints, request):
+    """All GPUs of the node: busbw per collective at the largest size, every result verified."""
+    tasks, gpt = _layout(cluster, node, multinode=False)
+    if gpt and tasks < 2:
+        pytest.skip(f"{node} declares {tasks} GPU: no intra-node collective")
+    result = cluster.run(
+        "nccl", nodes=[node], tasks_per_node=tasks, gpus_per_task=gpt, args=_sweep_args(settings, bool(gpt))
+    )
+    result.records = _records(result)
+    table = group_tables(result.records)[0]
+    facts = _facts(result)
+    _NODE_SWEEPS[node] = (table, facts)
+    algos = facts.get("algorithms", {})
+    print(f"{node}: {tasks} ranks, {facts.get('backend')} {facts.get('nccl_version') or ''}")
+    print("\n".join(sweep_lines(table, algos)))
+    print(json.dumps({k: v for k, v in facts.items() if k != "algorithms"}, indent=1, sort_keys=True))
+    for collective in COLLECTIVES:
+        row = table.largest(collective)
+        if row is None:
+            capped = result.records[0].data.get("capped", {}).get(collective)
+            raise MeasurementError(f"{node}: no size of {collective} fit in GPU memory ({capped})", nodes=(node,))
+        limits.check(
+            metric_name(collective, False), round(row.busbw, 2), node=node, scale=tasks, size=row.size,
+            time_us=round(row.time_us, 1), algo=algos.get(collective, {}).get(str(row.size)),
+            nccl=facts.get("nccl_version"), transports=facts.get("transports"), nics=facts.get("nics"),
+        )  # fmt: skip
+    labels = _rank_labels(result)
+    for record in result.records:
+        wrong = sum(int(r.get("wrong", 0)) for r in record.data.get("results", []))
+        limits.check("nccl_wrong_elements", wrong, node=node, gpu=record.gpu_label or f"rank {record.rank}")
+    _plot(request, f"node-{node}", [table], _limit_of(thresholds, fingerprints), multinode=False)
+    _finish(limits, wrong_lines(table, labels))
+
+
+def test_nccl_tests_fidelity(node, cluster, limits, settings):
+    """nccl-tests on the same GPUs and size: its busbw beside ours, within 5%."""
+    gpus = cluster.require_gpus(node)
+    if gpus < 2:
+        pytest.skip(f"{node} declares {gpus} GPU: no intra-node collective")
+    size = min(FIDELITY_BYTES, settings.nccl_max_bytes)
+    args = [f"--ngpus={gpus}", f"--min-bytes={size}", f"--max-bytes={size}"] + (
+        ["--ring"] if settings.nccl_ring else []
+    )
+    if settings.nccl_tests_dir:
+        args.append(f"--dir={settings.nccl_tests_dir}")
+    theirs = cluster.run("nccl_tests", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, args=args).one().data
+    if not theirs["found"]:
+        pytest.skip(
+            f"nccl-tests is not installed on {node} (looked in {', '.join(theirs['searched'])}); --nccl-tests-dir"
+        )
+    table = _NODE_SWEEPS.get(node, (None, None))[0]
+    if table is None or table.at("all_reduce", size) is None:
+        result = cluster.run(
+            "nccl", nodes=[node], tasks_per_node=gpus, gpus_per_task=1,
+            args=_sweep_args(settings, True, collectives="all_reduce,all_gather", min_bytes=size, max_bytes=size),
+        )  # fmt: skip
+        result.records = _records(result)
+        table = group_tables(result.records)[0]
+    print(f"{'collective':>12} {'size':>8} {'ours':>8} {'nccl-tests oop':>15} {'in-place':>9}")
+    for collective, run in theirs["runs"].items():
+        if run.get("returncode") != 0 or not run.get("rows"):
+            raise MeasurementError(
+                f"{node}: nccl-tests {collective} failed: {run.get('error') or run.get('stderr_tail')}"
+            )
+        ref = next((r for r in run["rows"] if r["size"] == size), run["rows"][-1])
+        ours = table.at(collective, ref["size"])
+        if ours is None:
+            raise MeasurementError(
+                f"{node}: our sweep has no {collective} at {format_bytes(ref['size'])}", nodes=(node,)
+            )
+        # torch runs all_reduce in place and all_gather out of place: compare like with like.
+        their_busbw = ref["ip_busbw"] if collective in ("all_reduce", "broadcast") else ref["oop_busbw"]
+        print(
+            f"{collective:>12} {format_bytes(ref['size']):>8} {ours.busbw:>8.2f} "
+            f"{ref['oop_busbw']:>15.2f} {ref['ip_busbw']:>9.2f}"
+        )
+        limits.report("nccl_tests_busbw_gbs", their_busbw, node=node, collective=collective, size=ref["size"])
+        limits.check(
+            "nccl_fidelity_pct", round(100 * ours.busbw / their_busbw, 1), node=node, collective=collective,
+            ours=round(ours.busbw, 2), nccl_tests=their_busbw, size=ref["size"],
+        )  # fmt: skip
+    limits.verify()
+
+
+# ---- across nodes -----------------------------------------------------------------------------------
+
+
+@pytest.mark.multinode
+def test_nccl_scale(scale, cluster, limits, settings, thresholds, fingerprints, request):
+    """Groups of ``scale`` nodes side by side: busbw per group, groups vs each other, scaling efficiency."""
+    if scale is None:
+        pytest.skip("the allocation has one node: no multi-node scale")
+    tables = _scale(cluster, settings, scale)
+    failures = _scale_failures(cluster, settings, thresholds, fingerprints, scale)
+    problems = []
+    base_scale = scales_for(len(cluster.nodes))[0]
+    base = median_busbw(_scale(cluster, settings, base_scale)) if scale != base_scale else None
+    for table in tables:
+        print(f"group {table.label} ({len(table.ranks)} ranks), NCCL {table.info['facts'].get('nccl_version')}:")
+        print("\n".join(sweep_lines(table, table.info["facts"].get("algorithms"))))
+        for collective in COLLECTIVES:
+            row = table.largest(collective)
+            for node in table.nodes if row is not None else ():
+                limits.check(metric_name(collective, True), round(row.busbw, 2), node=node, scale=scale,
+                             group=table.label, size=row.size)  # fmt: skip
+        ar = table.largest("all_reduce")
+        if base and ar is not None:
+            for node in table.nodes:
+                limits.check("nccl_scaling_efficiency_pct", round(100 * ar.busbw / base, 1), node=node,
+                             scale=scale, group=table.label, baseline_gbs=round(base, 2))  # fmt: skip
+        problems += wrong_lines(table, table.info["labels"])
+        if table.nodes in failures:
+            problems.append(f"group {table.label} fails: " + "; ".join(failures[table.nodes]))
+    if failures:
+        problems.append("test_nccl_node_at_fault re-tests these nodes in pairs with nodes that passed")
+    _plot(request, f"scale-{scale}", tables, _limit_of(thresholds, fingerprints), multinode=True)
+    _finish(limits, problems)
+
+
+def _pair_pass(cluster: Any, settings: Any, suspects: list[str], good: list[str], floor: Any, ref: float | None,
+               pct: float) -> dict[tuple[str, str], tuple[bool, str, float]]:  # fmt: skip
+    """Second pass: each suspect with a known-good node; a round that breaks is re-run pair by pair."""
+    key = (tuple(suspects), tuple(good))
+    if key in _PAIRS:
+        return _PAIRS[key]
+    size = settings.nccl_max_bytes if cluster.gpus_on(suspects[0]) else None
+    override = {"collectives": "all_reduce", "min_bytes": size, "max_bytes": size}
+    outcome: dict[tuple[str, str], tuple[bool, str, float]] = {}
+    for pairs in plan_rounds(suspects, good):
+        try:
+            tables = {t.nodes: t for t in _run_groups(cluster, settings, pairs, **override)}
+        except MeasurementError:
+            tables = {}
+            for pair in pairs:
+                try:
+                    tables.update({t.nodes: t for t in _run_groups(cluster, settings, [pair], **override)})
+                except MeasurementError as exc:
+                    outcome[pair] = (False, f"did not complete: {str(exc).splitlines()[0][:300]}", float("nan"))
+        for pair, table in tables.items():
+            row = table.largest("all_reduce")
+            wrong = sum(count for *_, count, _ in table.wrong_results())
+            ok, why = pair_verdict(row.busbw, wrong, floor=floor, judge=judge, reference=ref, straggler_pct=pct)
+            outcome[(pair[0], pair[1])] = (ok, why, row.busbw)
+    _PAIRS[key] = outcome
+    return outcome
+
+
+@pytest.mark.multinode
+def test_nccl_node_at_fault(suspect, cluster, limits, settings, thresholds, fingerprints):
+    """The node's verdict from the scales and, if one of its groups failed, from pairs with good nodes."""
+    if suspect is None:
+        pytest.skip("the allocation has one node: no multi-node scale")
+    nodes, scales = cluster.nodes, scales_for(len(cluster.nodes))
+    failing = {s: f for s in scales if (f := _scale_failures(cluster, settings, thresholds, fingerprints, s))}
+    metric = metric_name("all_reduce", True)
+    groups = {s: [t.nodes for t in _scale(cluster, settings, s)] for s in scales}
+    first, suspects, good = suspects_and_good(nodes, groups, failing)
+    if suspect not in suspects:
+        role = "every group passed" if not failing else f"not a suspect (suspects: {', '.join(suspects)})"
+        print(f"{suspect}: {role}")
+        worst = min((t.largest("all_reduce").busbw, s, t.label) for s in scales for t in _scale(cluster, settings, s)
+                    if suspect in t.nodes and t.largest("all_reduce") is not None)  # fmt: skip
+        limits.check(metric, round(worst[0], 2), node=suspect, scale=worst[1], group=worst[2], role=role)
+        limits.verify()
+        return
+    floor = _limit_of(thresholds, fingerprints)(metric, suspect, 2)
+    # pairs are 2-node groups: compare them with the passing groups of the smallest scale
+    ref = median_busbw([t for t in _scale(cluster, settings, scales[0]) if t.nodes not in failing.get(scales[0], {})])
+    pairs = _pair_pass(cluster, settings, suspects, good, floor, ref, thresholds.setting("straggler_pct"))
+    blame = attribute({p: ok for p, (ok, _, _) in pairs.items()}, suspects, good)[suspect]
+    mine = {p: v for p, v in pairs.items() if suspect in p}
+    for pair, (ok, why, busbw) in mine.items():
+        partner = pair[1] if pair[0] == suspect else pair[0]
+        print(f"{suspect} with {partner}: {'passed' if ok else 'FAILED'} ({why})")
+        if busbw == busbw:
+            limits.check("nccl_pair_busbw_gbs", round(busbw, 2), node=suspect, partner=partner, verdict_pair=ok)
+    first_pass = "; ".join(f"group {'+'.join(g)} at scale {first}: {', '.join(r)}" for g, r in failing[first].items()
+                           if suspect in g)  # fmt: skip
+    evidence = "; ".join(f"{'+'.join(p)}: {'passed' if ok else 'failed'} ({why})" for p, (ok, why, _) in mine.items())
+    if blame.verdict == "at_fault":
+        raise AssertionError(
+            f"{suspect} is at fault: it fails paired with known-good nodes ({evidence}); first pass: {first_pass}"
+        )
+    if blame.verdict == "undetermined":
+        raise AssertionError(
+            f"{suspect} cannot be cleared: no known-good partner to tell it apart ({evidence}); {first_pass}"
+        )
+    print(f"{suspect} cleared by the second pass ({evidence}); its group failed at scale {first}: {first_pass}")
+    limits.verify()

@@ -1,0 +1,141 @@
+"""Bad-node finding with a slowed node: the acceptance test's pipeline on a simulated cluster.
+
+The same functions test_nccl.py uses (scale_groups -> group_failures -> suspects_and_good -> plan_rounds
+-> attribute) are driven by a fake "measure" in which any group holding the slow node runs at a fifth of
+the speed, like the probe's GPUACCEPT_FAULT_SLOW_NODE knob makes a real one.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuaccept.nccl.bisect import attribute, plan_rounds, slow_groups, suspects_and_good
+from gpuaccept.nccl.judge import group_failures, median_busbw, pair_verdict
+from gpuaccept.nccl.sweep import GroupTable, Row, scale_groups, scales_for
+from gpuaccept.thresholds.check import judge
+from gpuaccept.thresholds.schema import Limit
+
+pytestmark = pytest.mark.selftest
+
+EFFICIENCY = Limit(min=90, source="test")
+
+
+def _table(nodes: tuple[str, ...], busbw: float, wrong: int = 0) -> GroupTable:
+    row = Row("all_reduce", 1 << 30, len(nodes), 1.0, busbw, busbw, {0: 1.0}, {0: wrong}, {})
+    return GroupTable(0, nodes, tuple(range(len(nodes))), rows=[row])
+
+
+def _measure(nodes: tuple[str, ...], slow: set[str], corrupt: frozenset[str] | set[str] = frozenset()) -> GroupTable:
+    base = 40.0 - 0.5 * len(nodes) / 2  # a little loss with scale, well inside 90% efficiency
+    return _table(nodes, base / 5 if slow & set(nodes) else base, wrong=3 if corrupt & set(nodes) else 0)
+
+
+def _find_bad(
+    nodes: list[str], slow: set[str], corrupt: frozenset[str] | set[str] = frozenset(), floor: float | None = None
+):
+    scales = scales_for(len(nodes))
+    tables = {s: [_measure(g, slow, corrupt) for g in scale_groups(nodes, s)] for s in scales}
+    base = median_busbw(tables[scales[0]])
+    limit = None if floor is None else Limit(min=floor, source="test")
+    failing = {
+        s: group_failures(
+            tables[s],
+            multinode=True,
+            limit_of=lambda metric, node, scale: limit if metric == "nccl_all_reduce_busbw_multinode_gbs" else None,
+            judge=judge,
+            straggler_pct=10,
+            baseline=base if s != scales[0] else None,
+            efficiency_limit=EFFICIENCY,
+        )
+        for s in scales
+    }
+    first, suspects, good = suspects_and_good(nodes, {s: [t.nodes for t in ts] for s, ts in tables.items()}, failing)
+    outcome = {}
+    for round_ in plan_rounds(suspects, good):
+        for pair in round_:
+            t = _measure(pair, slow, corrupt)
+            ref = median_busbw([g for g in tables[scales[0]] if g.nodes not in failing[scales[0]]])
+            wrong = sum(c for *_, c, _ in t.wrong_results())
+            outcome[pair] = pair_verdict(
+                t.rows[0].busbw, wrong, floor=limit, judge=judge, reference=ref, straggler_pct=10
+            )[0]
+    return first, suspects, good, attribute(outcome, suspects, good)
+
+
+@pytest.mark.parametrize("count", [4, 5, 8, 16])
+@pytest.mark.parametrize("slow_index", [0, 2, 3])
+def test_slowed_node_is_named_and_others_cleared(count, slow_index):
+    nodes = [f"node{i + 1}" for i in range(count)]
+    bad = nodes[slow_index]
+    first, suspects, good, blame = _find_bad(nodes, {bad})
+    assert first == 2, "the smallest scale already shows it"
+    assert bad in suspects and len(suspects) == 2
+    assert blame[bad].verdict == "at_fault"
+    partner = next(n for n in suspects if n != bad)
+    assert blame[partner].verdict == "cleared"
+    assert bad not in good
+
+
+def test_odd_node_out_is_caught_at_the_all_nodes_scale():
+    """node5 sits out scales 2 and 4 (groups 1-2, 3-4, 1-4); only the 5-node scale shows it, and it alone is paired."""
+    nodes = [f"node{i}" for i in range(1, 6)]
+    first, suspects, good, blame = _find_bad(nodes, {"node5"})
+    assert (first, suspects) == (5, ["node5"]) and good == nodes[:4]
+    assert blame["node5"].verdict == "at_fault"
+
+
+def test_a_scale_failure_without_a_bad_node_clears_everyone():
+    groups = {2: [("a", "b"), ("c", "d")], 4: [("a", "b", "c", "d")]}
+    first, suspects, good = suspects_and_good(list("abcd"), groups, {4: [("a", "b", "c", "d")]})
+    assert (first, suspects, good) == (4, list("abcd"), [])
+    ok = {pair: True for round_ in plan_rounds(suspects, good) for pair in round_}
+    assert {b.verdict for b in attribute(ok, suspects, good).values()} == {"cleared"}
+
+
+def test_two_nodes_cannot_be_told_apart():
+    """With two nodes and a floor missed, there is no known-good partner: both stay undetermined."""
+    first, suspects, good, blame = _find_bad(["a", "b"], {"b"}, floor=20)
+    assert first == 2 and suspects == ["a", "b"] and good == []
+    assert {b.verdict for b in blame.values()} == {"undetermined"}
+
+
+def test_wrong_results_condemn_like_slowness():
+    nodes = [f"n{i}" for i in range(6)]
+    _first, suspects, _good, blame = _find_bad(nodes, set(), corrupt={"n4"})
+    assert suspects == ["n4", "n5"] and blame["n4"].verdict == "at_fault" and blame["n5"].verdict == "cleared"
+
+
+def test_healthy_cluster_has_no_suspects():
+    assert _find_bad([f"n{i}" for i in range(8)], set())[1] == []
+
+
+def test_slow_groups_floor_and_median():
+    values = {("a", "b"): 40.0, ("c", "d"): 39.0, ("e", "f"): 8.0}
+    out = slow_groups(values, floor=30, straggler_pct=10)
+    assert list(out) == [("e", "f")] and "< min 30" in out[("e", "f")] and "below the median" in out[("e", "f")]
+    assert slow_groups({("a", "b"): 40.0}, straggler_pct=10) == {}
+    assert list(slow_groups({("a", "b"): 40.0, ("c", "d"): 20.0}, straggler_pct=10)) == [("c", "d")]
+
+
+def test_plan_rounds_pairs_each_suspect_with_a_good_node_once_per_round():
+    rounds = plan_rounds(["s1", "s2", "s3"], ["g1", "g2"])
+    assert rounds == [[("s1", "g1"), ("s2", "g2")], [("s3", "g1")]]
+    for round_ in rounds:
+        members = [n for pair in round_ for n in pair]
+        assert len(members) == len(set(members))
+
+
+def test_plan_rounds_without_good_nodes_uses_a_ring():
+    rounds = plan_rounds(["a", "b", "c", "d"], [])
+    pairs = [p for r in rounds for p in r]
+    assert sorted(pairs) == [("a", "b"), ("a", "d"), ("b", "c"), ("c", "d")]
+    for round_ in rounds:
+        members = [n for pair in round_ for n in pair]
+        assert len(members) == len(set(members))
+    assert plan_rounds(["a"], []) == []
+
+
+def test_attribute_ring_without_good_nodes():
+    ok = {("a", "b"): True, ("c", "d"): False, ("b", "c"): False, ("a", "d"): True}
+    blame = attribute(ok, ["a", "b", "c", "d"], [])
+    assert blame["c"].verdict == "at_fault" and blame["d"].verdict == "cleared"
