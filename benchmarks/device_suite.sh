@@ -15,6 +15,7 @@ out=${OUT:-reports/device}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 site=${GPUACCEPT_SITE:-fixtures/site/lent-h200-no-ib.yaml}
+mark=${GPUACCEPT_MARK:-acceptance}
 ngpu=$(nvidia-smi -L | wc -l)
 slurm=()
 command -v slurmctld >/dev/null || slurm=(--prefix /opt/sl --debs .cache/slurmdeb)
@@ -24,15 +25,14 @@ layout() { # name nodes gpus-per-node pytest-args...
   shift 3
   env=$(bash slurm/dev-cluster/up.sh --nodes "$nodes" --gpus-per-node "$per" "${slurm[@]}") || return 1
   eval "$env"
-  t0=$(date +%s.%N)
-  python3 -m pytest -p no:cacheprovider -m acceptance --launcher slurm --nodes "$nodes" --thresholds "$site" \
+  t0=$SECONDS
+  python3 -m pytest -p no:cacheprovider -m "$mark" --launcher slurm --nodes "$nodes" --thresholds "$site" \
     --run-record "$out/$name.json" -rfE "$@" >"$out/$name.log" 2>&1
   rc=$?
-  printf '%s: exit %s, wall %.1f s: %s\n' "$name" "$rc" "$(echo "$(date +%s.%N) - $t0" | bc)" \
+  printf '%s: exit %s, wall %s s: %s\n' "$name" "$rc" "$((SECONDS - t0))" \
     "$(tail -n 1 "$out/$name.log")" | tee -a "$out/summary.txt"
   python3 benchmarks/suite_sections.py "$out/$name.json" | tee -a "$out/summary.txt"
   bash slurm/dev-cluster/down.sh >/dev/null 2>&1
-  slurm+=() # debs are unpacked once; up.sh skips what is already there
   return $rc
 }
 
@@ -40,6 +40,6 @@ for i in $(seq 1 "$runs"); do
   layout "one-node-run$i" 1 "$ngpu"
 done
 if ((ngpu >= 2)); then
-  layout two-nodes 2 $((ngpu / 2)) -m "acceptance and multinode"
+  layout two-nodes 2 $((ngpu / 2)) -m "($mark) and multinode"
 fi
 grep -h -E "^(FAILED|ERROR)" "$out"/*.log | sort | uniq -c | head -40
