@@ -20,17 +20,17 @@ if TYPE_CHECKING:
 
 
 @pytest.hookspec()
-def gpuaccept_step_finished(
+def pytest_gpuaccept_step_finished(
     item: pytest.Item | None, step: Step, command: list[str], result: ProbeResult | None
 ) -> None:
     """A probe step ended (``result`` is None when it broke or in a dry run)."""
 
 
 @pytest.hookspec()
-def gpuaccept_metric(item: pytest.Item | None, result: MetricResult) -> None:
+def pytest_gpuaccept_metric(item: pytest.Item | None, result: MetricResult) -> None:
     """A metric was measured and judged (or reported without a limit)."""
 
 
 @pytest.hookspec()
-def gpuaccept_record_written(path: Path, record: RunRecord) -> None:
+def pytest_gpuaccept_record_written(path: Path, record: RunRecord) -> None:
     """The run record was written at session end (also after an interruption)."""

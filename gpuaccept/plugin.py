@@ -21,6 +21,7 @@ from gpuaccept.cluster import Cluster
 from gpuaccept.errors import MeasurementError
 from gpuaccept.fingerprints import Fingerprints
 from gpuaccept.fleet.drain import run_drain
+from gpuaccept.results.baseline import BASELINE_KEY
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.summary import node_summary_lines
 from gpuaccept.settings import Settings, SettingsError, add_options, resolve
@@ -228,7 +229,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         int(exitstatus), str(exitstatus)
     )
     try:
-        if state.started or state.record.tests or state.record.errors:
+        if state.started or state.record.errors:
             state.config._gpuaccept_record_path = state.write_record(status)  # type: ignore[attr-defined]
         if state.settings.drain_on_fail != "off" and state.started and state.cluster.kind == "slurm":
             state.drain_lines = run_drain(state.record, state.settings.drain_on_fail)
@@ -290,6 +291,7 @@ def limits(request: pytest.FixtureRequest, gpuaccept_state: SessionState) -> Che
 
     def sink(result: MetricResult) -> None:
         collected.append(result)
-        item.config.hook.gpuaccept_metric(item=item, result=result)
+        item.config.hook.pytest_gpuaccept_metric(item=item, result=result)
 
-    return Checker(gpuaccept_state.thresholds, gpuaccept_state.fingerprints.sku_of, sink, item.nodeid)
+    baseline = item.config.stash.get(BASELINE_KEY, None)
+    return Checker(gpuaccept_state.thresholds, gpuaccept_state.fingerprints.sku_of, sink, item.nodeid, baseline)

@@ -89,11 +89,11 @@ class SessionState:
         if item is not None:
             entry = self.record.test(item.nodeid)
             entry.commands.append(shell_join(command))
-        self.config.hook.gpuaccept_step_finished(item=item, step=step, command=command, result=result)
+        self.config.hook.pytest_gpuaccept_step_finished(item=item, step=step, command=command, result=result)
 
     def on_metric(self, result: MetricResult) -> None:
         self.record.add_metric(result)
-        self.config.hook.gpuaccept_metric(item=self.current_item, result=result)
+        self.config.hook.pytest_gpuaccept_metric(item=self.current_item, result=result)
 
     def close(self) -> None:
         if self._cluster is not None:
@@ -105,7 +105,7 @@ class SessionState:
             self.record.fingerprints = self._fingerprints.collected()
         path = self.settings.run_record or self.record.default_path(self.reports_dir)
         written = self.record.write(path)
-        self.config.hook.gpuaccept_record_written(path=written, record=self.record)
+        self.config.hook.pytest_gpuaccept_record_written(path=written, record=self.record)
         return written
 
 

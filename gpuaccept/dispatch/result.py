@@ -160,10 +160,12 @@ def check_step(result: ProbeResult, expected_ranks: int) -> ProbeResult:
     """Turn a finished step into records, or raise naming what went wrong where."""
     where = ", ".join(result.nodes)
     if result.returncode != 0:
-        raise ProbeError(
+        error = ProbeError(
             f"probe {result.probe} on {where}: {describe_exit(result.returncode)}\n"
             f"  stderr:\n    {_tail(result.stderr)}",
             nodes=result.nodes,
         )
+        error.result = result  # type: ignore[attr-defined]  # the report attaches the full output
+        raise error
     result.records = parse_records(result.probe, result.stdout, expected_ranks, result.nodes)
     return result

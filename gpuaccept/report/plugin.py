@@ -1,1 +1,284 @@
-"""Report plugin: Allure labels and attachments, plots, environment.properties (placeholder)."""
+"""Report plugin: what a customer reads after ``pytest -m acceptance``.
+
+Registered by ``gpuaccept.plugin``'s ``pytest_configure`` (as ``gpuaccept-report``), which replays
+``pytest_configure`` here at once; that is early enough to default ``--alluredir`` before
+allure-pytest's own ``pytest_configure`` reads it (ours runs inside gpuaccept's ``tryfirst`` one).
+
+- configure: ``reports/allure-results`` under the rootdir when the acceptance marker is selected
+  and no ``--alluredir`` was given (emptied first by the controller, so a report is one run); the
+  ``--baseline`` record is read *now*, before this run overwrites ``latest.json`` at its end.
+- collection: area/topic/check/severity/node labels (see ``labels.py``).
+- during a test: the exact srun command and raw probe output of every step; at the end of the call
+  the metrics table, a per-GPU bar plot per metric with its threshold, the comparison with the
+  baseline (and the fingerprint diff when something regressed), the GPUs as a parameter.
+- session end: the metrics CSV beside the run record, the baseline comparison CSV,
+  ``environment.properties`` and ``categories.json``, and a terminal section on the baseline.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Generator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from gpuaccept.results.baseline import BASELINE_KEY, Baseline, resolve_baseline_path, summarize_changes
+from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.summary import regression_lines
+from gpuaccept.results.table import write_metrics_csv
+
+if TYPE_CHECKING:
+    from gpuaccept.dispatch.result import ProbeResult
+    from gpuaccept.dispatch.step import Step
+    from gpuaccept.results.baseline import Regression
+    from gpuaccept.results.record import RunRecord
+
+__all__ = ["ReportSession", "default_alluredir"]
+
+_SESSION = "gpuaccept-report-session"
+_METRICS = pytest.StashKey[list[MetricResult]]()
+_NODES = pytest.StashKey[set[str]]()
+#: Raw output beyond this is cut (a probe gone chatty must not make the single-file report huge).
+MAX_OUTPUT_BYTES = 1 << 20
+
+
+def _acceptance_selected(config: pytest.Config) -> bool:
+    expr = str(getattr(config.option, "markexpr", "") or "")
+    return bool(re.search(r"\bacceptance\b", expr)) and not re.search(r"\bnot\s+acceptance\b", expr)
+
+
+def default_alluredir(config: pytest.Config) -> Path | None:
+    """The alluredir in force: the user's, else reports/allure-results for an acceptance run, else None."""
+    if not hasattr(config.option, "allure_report_dir"):
+        return None  # allure-pytest not loaded (-p no:allure_pytest)
+    given = config.option.allure_report_dir
+    if given:
+        return Path(given).resolve()
+    if not _acceptance_selected(config) or config.option.collectonly:
+        return None
+    path = Path(config.rootpath) / "reports" / "allure-results"
+    if not hasattr(config, "workerinput"):
+        shutil.rmtree(path, ignore_errors=True)  # one run per report; reports/runs keeps the history
+        path.mkdir(parents=True, exist_ok=True)
+    config.option.allure_report_dir = str(path)
+    return path
+
+
+def _load_baseline(config: pytest.Config) -> Baseline | None:
+    from gpuaccept.state import STATE_KEY
+
+    state = config.stash.get(STATE_KEY, None)
+    if state is None or not state.settings.baseline:
+        return None
+    settings = state.settings
+    runs_dir = settings.run_record.parent if settings.run_record else state.reports_dir / "runs"
+    source = settings.sources.get("baseline", "--baseline")
+    path = resolve_baseline_path(settings.baseline, runs_dir, source)
+    return Baseline.load(path, state.thresholds, source)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    alluredir = default_alluredir(config)
+    baseline = _load_baseline(config)
+    config.stash[BASELINE_KEY] = baseline
+    if not config.pluginmanager.has_plugin(_SESSION):
+        config.pluginmanager.register(ReportSession(config, alluredir, baseline), _SESSION)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    plugin = config.pluginmanager.get_plugin(_SESSION)
+    if plugin is not None:
+        config.pluginmanager.unregister(plugin, _SESSION)
+
+
+
+def _slurm_cluster_name() -> str | None:
+    """``ClusterName`` from slurm.conf (what the customer calls the cluster); None if Slurm does not say."""
+    from gpuaccept.dispatch.slurm_cli import SlurmError, slurm_cmd
+
+    try:
+        out = slurm_cmd(["scontrol", "show", "config"], timeout_s=10)
+    except SlurmError:
+        return None
+    match = re.search(r"^ClusterName\s*=\s*(\S+)", out, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def _truncate(text: str) -> str:
+    data = text.encode(errors="replace")
+    if len(data) <= MAX_OUTPUT_BYTES:
+        return text
+    tail = data[-MAX_OUTPUT_BYTES:].decode(errors="replace")
+    return f"[... first {len(data) - MAX_OUTPUT_BYTES} bytes cut ...]\n{tail}"
+
+
+class ReportSession:
+    """Per-session report state and hooks (one per ``pytest.Config``)."""
+
+    def __init__(self, config: pytest.Config, alluredir: Path | None, baseline: Baseline | None) -> None:
+        self.config = config
+        self.alluredir = alluredir
+        self.baseline = baseline
+        self.fingerprints: dict[str, Any] = {}
+        self.regressions: list[Regression] = []
+        self.changes: list[str] = []
+        self.written: list[Path] = []
+        from gpuaccept.plugin import MARKERS
+        from gpuaccept.report.labels import categories_from_markers
+
+        self.categories = categories_from_markers(MARKERS)
+
+    @property
+    def active(self) -> bool:
+        """Allure results are being written (otherwise nothing is rendered for them)."""
+        return self.alluredir is not None
+
+    # ---- collection --------------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Label before allure-pytest's own hook, so ``--allure-epics`` etc. select by our labels."""
+        if not self.active:
+            return
+        from gpuaccept.report.labels import placement
+
+        for item in items:
+            name = getattr(item, "originalname", None) or item.name.split("[")[0]
+            where = placement((m.name for m in item.iter_markers()), name, self.categories)
+            for kind, value in (("epic", where.epic), ("feature", where.feature), ("story", where.story)):
+                item.add_marker(pytest.mark.allure_label(value, label_type=kind))
+            item.add_marker(pytest.mark.allure_label(where.severity, label_type="severity"))
+            callspec = getattr(item, "callspec", None)
+            if callspec is not None and "node" in callspec.params:
+                item.add_marker(pytest.mark.allure_label(str(callspec.params["node"]), label_type="node"))
+                item.stash[_NODES] = {str(callspec.params["node"])}
+
+    # ---- during a test -----------------------------------------------------------------------------
+
+    def pytest_gpuaccept_step_finished(
+        self, item: pytest.Item | None, step: Step, command: list[str], result: ProbeResult | None
+    ) -> None:
+        if result is not None and step.probe == "fingerprint":
+            for record in result.records:
+                self.fingerprints[record.node] = record.data
+        if not self.active or item is None:
+            return
+        import allure
+
+        from gpuaccept.dispatch.step import shell_join
+        from gpuaccept.report import attach
+
+        labelled = item.stash.setdefault(_NODES, set())
+        for node in step.nodes:
+            if node not in labelled:
+                labelled.add(node)
+                allure.dynamic.label("node", node)
+        title = f"{step.probe} on {', '.join(step.nodes)}"
+        attach.text(shell_join(command) + "\n", f"command: {title}")
+        if result is None:
+            return
+        attach.text(_truncate(result.stdout) or "(empty)\n", f"stdout: {title}")
+        if result.stderr.strip():
+            attach.text(_truncate(result.stderr), f"stderr: {title}")
+
+    def pytest_gpuaccept_metric(self, item: pytest.Item | None, result: MetricResult) -> None:
+        if item is not None:
+            item.stash.setdefault(_METRICS, []).append(result)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, object, object]:
+        try:
+            return (yield)
+        finally:
+            if self.active:
+                self._attach_results(item)
+
+    def _attach_results(self, item: pytest.Item) -> None:
+        """Metrics table, per-GPU plots, comparison with the baseline (after the call, pass or fail)."""
+        metrics = item.stash.get(_METRICS, [])
+        if not metrics:
+            return
+        import allure
+        import pandas as pd
+
+        from gpuaccept.report import attach, plots
+
+        gpus = sorted({f"{m.node} GPU {m.gpu}" for m in metrics if m.gpu is not None})
+        if gpus:
+            allure.dynamic.parameter("GPUs", ", ".join(gpus), excluded=True)
+            for gpu in gpus:
+                allure.dynamic.label("gpu", gpu)
+        rows = [
+            {"metric": m.metric, "node": m.node, "gpu": m.gpu, "value": m.value, "unit": m.unit,
+             "limit": m.limit_text(), "verdict": m.verdict, "reason": m.reason, "sku": m.sku, "source": m.source}
+            for m in metrics
+        ]  # fmt: skip
+        attach.table(pd.DataFrame(rows), "metrics", highlight="verdict", values=("fail",))
+        for metric, results in plots.plottable_metrics(metrics).items():
+            attach.png(plots.per_gpu_bars(metric, results), f"plot: {metric} per GPU")
+        if self.baseline is not None:
+            frame = self.baseline.side_by_side(metrics)
+            frame = frame[frame["status"] != "not measured now"]
+            attach.table(frame, f"vs baseline {self.baseline.name}", highlight="status", values=("regressed",))
+            if (frame["status"] == "regressed").any():
+                changes = summarize_changes(self.baseline.fingerprint_changes(self.fingerprints))
+                attach.text("\n".join(changes or ["no change in driver, CUDA, NCCL, torch, kernel, OS, GPUs"]) + "\n",
+                            "what changed since the baseline")  # fmt: skip
+
+    # ---- session end -------------------------------------------------------------------------------
+
+    def pytest_gpuaccept_record_written(self, path: Path, record: RunRecord) -> None:
+        self.written.extend(write_metrics_csv(path, record.metrics))
+        if self.baseline is not None:
+            self.regressions = self.baseline.regressions(record.metrics)
+            self.changes = summarize_changes(self.baseline.fingerprint_changes(record.fingerprints))
+            frame = self.baseline.side_by_side(record.metrics)
+            target = path.with_name(path.stem + ".baseline.csv")
+            frame.to_csv(target, index=False)
+            self.written.append(target)
+        if self.active and self.alluredir is not None:
+            from gpuaccept.report.allure_files import environment, write_categories, write_environment
+
+            data = record.to_dict()
+            if data["cluster"].get("launcher") == "slurm" and not data["cluster"].get("name"):
+                data["cluster"] = {**data["cluster"], "name": _slurm_cluster_name()}
+            values = environment(
+                data,
+                path,
+                baseline=None if self.baseline is None else f"{self.baseline.name} ({self.baseline.started})",
+                changes=self.changes,
+                regressions=[str(r) for r in self.regressions],
+            )
+            write_environment(self.alluredir, values)
+            write_categories(self.alluredir)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if hasattr(self.config, "workerinput"):
+            return
+        if self.baseline is not None and self.written:
+            terminalreporter.section(f"gpuaccept vs baseline {self.baseline.name}")
+            lines = regression_lines(self.regressions, self.changes)
+            compared = len(self._compared())
+            if not self.regressions and compared:
+                lines.append(f"no regression beyond tolerance in {compared} compared metric(s)")
+            elif not compared:
+                lines.append("no metric of this run matches one of the baseline (other nodes, GPUs or tests?)")
+            for line in lines:
+                terminalreporter.write_line(line, red=line.startswith("REGRESSED"))
+        for path in self.written:
+            kind = "vs baseline" if path.name.endswith(".baseline.csv") else "metrics table"
+            terminalreporter.write_line(f"{kind}: {path}")
+        if self.active:
+            terminalreporter.write_line(f"allure results: {self.alluredir} (HTML: gpuaccept-report)")
+
+    def _compared(self) -> list[str]:
+        from gpuaccept.state import STATE_KEY
+
+        state = self.config.stash.get(STATE_KEY, None)
+        if state is None or self.baseline is None:
+            return []
+        return [m.metric for m in state.record.metrics if self.baseline.find(m.metric, m.node, m.gpu, m.test)]

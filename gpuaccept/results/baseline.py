@@ -59,7 +59,17 @@ FINGERPRINT_FIELDS: dict[str, tuple[str, ...]] = {
 
 
 SIDE_BY_SIDE_COLUMNS = (
-    "metric", "node", "gpu", "unit", "baseline", "now", "delta_pct", "tolerance_pct", "better", "status", "test"
+    "metric",
+    "node",
+    "gpu",
+    "unit",
+    "baseline",
+    "now",
+    "delta_pct",
+    "tolerance_pct",
+    "better",
+    "status",
+    "test",
 )
 
 
@@ -162,9 +172,9 @@ def _delta_pct(base: float, now: float) -> float:
     return (now - base) / abs(base) * 100
 
 
-def resolve_baseline_path(value: str, reports_dir: Path, source: str = "--baseline") -> Path:
-    """``latest`` -> ``<reports>/runs/latest.json``; anything else is a path (a folder means its latest.json)."""
-    path = reports_dir / "runs" / "latest.json" if value == "latest" else Path(value).expanduser()
+def resolve_baseline_path(value: str, runs_dir: Path, source: str = "--baseline") -> Path:
+    """``latest`` -> ``<runs_dir>/latest.json``; anything else is a path (a folder means its latest.json)."""
+    path = runs_dir / "latest.json" if value == "latest" else Path(value).expanduser()
     if path.is_dir():
         path = path / "latest.json"
     if not path.is_file():
@@ -198,6 +208,11 @@ class Baseline:
             raise BaselineError(f"{source}: {path} is not a readable run record: {exc}") from None
         if not isinstance(record, dict) or not str(record.get("schema", "")).startswith("gpuaccept.run/"):
             raise BaselineError(f"{source}: {path} is not a gpuaccept run record (no 'schema: gpuaccept.run/...')")
+        if not record.get("metrics"):
+            raise BaselineError(
+                f"{source}: baseline run record {path} holds no metrics (a session that measured nothing, such as "
+                "the selftests' own): nothing could regress against it; name the record of an acceptance run"
+            )
         return cls(record, path, thresholds)
 
     def _stable_name(self, path: Path) -> str:
@@ -208,7 +223,8 @@ class Baseline:
             started = _dt.datetime.fromisoformat(str(self.record.get("started")))
         except ValueError:
             return str(path)
-        return started.astimezone(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + ".json"
+        stamped = started.astimezone(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + ".json"
+        return stamped if path.with_name(stamped).is_file() else f"latest.json of {started:%Y-%m-%d %H:%M:%S}"
 
     @property
     def started(self) -> str:

@@ -1,11 +1,19 @@
-"""One line per node for the end of the terminal output: verdict and the metric closest to failing."""
+"""The end of the terminal output: one line per node (verdict, metric closest to failing), then what
+regressed against the baseline and what changed on the nodes since then."""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import RunRecord
 
-__all__ = ["margin", "node_summary_lines"]
+if TYPE_CHECKING:
+    from gpuaccept.results.baseline import Regression
+
+__all__ = ["margin", "node_summary_lines", "regression_lines"]
 
 _RANK = {"error": 3, "failed": 2, "passed": 1, "skipped": 0, "not run": 0}
 
@@ -28,7 +36,7 @@ def node_summary_lines(record: RunRecord) -> list[str]:
     for entry in record.tests.values():
         for node in entry.nodes:
             old = verdicts.get(node, "not run")
-            if _RANK[entry.verdict] > _RANK[old]:
+            if _RANK.get(entry.verdict, 0) > _RANK.get(old, 0):
                 verdicts[node] = entry.verdict
             verdicts.setdefault(node, entry.verdict)
     lines = []
@@ -42,4 +50,36 @@ def node_summary_lines(record: RunRecord) -> list[str]:
             else "no judged metric"
         )
         lines.append(f"{node:<20} {verdicts[node].upper():<8} {detail}")
+    return lines
+
+
+def _span(values: list[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.1f}%" if round(low, 1) == round(high, 1) else f"{low:.1f}-{high:.1f}%"
+
+
+def regression_lines(regressions: Iterable[Regression], changes: Iterable[str] = ()) -> list[str]:
+    """What changed and what got worse since the baseline, one line per metric with the nodes it hit.
+
+    Reads like the upgrade story an operator tells: ``driver 550.54 -> 570.86 on a17, a18`` then
+    ``all_reduce_busbw_gbps fell 11.8-12.4% on a17 (GPU 0, 3), a18 (GPU 1)``.
+    """
+    lines = [f"changed: {change}" for change in changes]
+    by_metric: dict[str, list[Regression]] = {}
+    for regression in regressions:
+        by_metric.setdefault(regression.metric, []).append(regression)
+    for metric, found in sorted(by_metric.items()):
+        verb = "fell" if found[0].better == "higher" else "rose"
+        where: dict[str, list[str]] = {}
+        for regression in found:
+            where.setdefault(regression.node, [])
+            if regression.gpu is not None:
+                where[regression.node].append(str(regression.gpu).split(" ")[0])
+        nodes = ", ".join(f"{node} (GPU {', '.join(gpus)})" if gpus else node for node, gpus in sorted(where.items()))
+        deltas = [abs(r.delta_pct) for r in found if math.isfinite(r.delta_pct)]
+        amount = _span(deltas) if deltas else "from 0"
+        lines.append(
+            f"REGRESSED {metric} {verb} {amount} on {nodes} (tolerance {found[0].tolerance_pct:g}%, "
+            f"e.g. {found[0].baseline:g} -> {found[0].value:g} {found[0].unit})"
+        )
     return lines

@@ -10,12 +10,15 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuaccept.errors import MeasurementError
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.schema import Limit
+
+if TYPE_CHECKING:
+    from gpuaccept.results.baseline import Baseline, Regression
 
 __all__ = ["Checker", "judge"]
 
@@ -50,12 +53,15 @@ class Checker:
         sku_of: Callable[[str], str],
         sink: Callable[[MetricResult], None],
         test: str,
+        baseline: Baseline | None = None,
     ) -> None:
         self._thresholds = thresholds
         self._sku_of = sku_of
         self._sink = sink
         self.test = test
         self.results: list[MetricResult] = []
+        self._baseline = baseline
+        self._regressions: dict[int, Regression] = {}
 
     def _make(self, metric: str, value: Any, node: str, gpu: Any, extra: dict[str, Any] | None) -> MetricResult:
         spec = self._thresholds.metrics.get(metric)
@@ -100,6 +106,11 @@ class Checker:
             result.min, result.max, result.equal, result.source = limit.min, limit.max, limit.equal, limit.source
             result.verdict = "pass" if ok else "fail"
             result.reason = why
+        regression = self._baseline.compare(result) if self._baseline is not None else None
+        if regression is not None:  # worse than the baseline run beyond tolerance: fails even above the floor
+            self._regressions[id(result)] = regression
+            result.verdict = "fail"
+            result.reason = f"{result.reason}; {regression.reason}" if result.reason else regression.reason
         return self._record(result)
 
     def stragglers(self, metric: str) -> list[MetricResult]:
@@ -145,5 +156,19 @@ class Checker:
             if not self.results:
                 raise MeasurementError(f"{self.test}: nothing was measured, so nothing can pass")
             return
-        lines = [f"{r.where}: {r.metric} = {r.value} {r.unit} (limit {r.limit_text()}; {r.reason})" for r in failed]
-        raise AssertionError(f"{len(failed)} threshold miss(es):\n  " + "\n  ".join(lines))
+
+        def only_regressed(r: MetricResult) -> bool:
+            regression = self._regressions.get(id(r))
+            return regression is not None and r.reason == regression.reason
+
+        def lines(results: list[MetricResult]) -> str:
+            return "\n  ".join(
+                f"{r.where}: {r.metric} = {r.value} {r.unit} (limit {r.limit_text()}; {r.reason})" for r in results
+            )
+
+        misses = [r for r in failed if not only_regressed(r)]
+        regressed = [r for r in failed if only_regressed(r)]
+        parts = [f"{len(misses)} threshold miss(es):\n  " + lines(misses)] if misses else []
+        if regressed:
+            parts.append(f"{len(regressed)} regression(s) vs baseline:\n  " + lines(regressed))
+        raise AssertionError("\n".join(parts))

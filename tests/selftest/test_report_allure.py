@@ -1,0 +1,248 @@
+"""Allure results from a real acceptance run: labels, attachments, environment.properties, categories.json.
+
+One tiny suite (``FAKE_SUITE``, also used by the HTML browser check) runs in a pytest subprocess with
+the local launcher and no ``--alluredir``: the results must appear in reports/allure-results under
+its rootdir, every test labelled by area, with the srun-equivalent command, the probe's raw output,
+the metrics table and the per-GPU plot attached, and the run's environment and failure categories
+beside them. The categories' regexes are then checked against the messages the suite really raises.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuaccept.report.allure_files import CATEGORIES, environment
+from gpuaccept.report.labels import categories_from_markers, placement
+
+from .conftest import InnerRun, run_inner, write_suite
+
+pytestmark = pytest.mark.selftest
+
+#: Four outcomes a report must tell apart: pass (with per-"GPU" values: ranks of the CPU probe stand
+#: in for GPUs), a threshold miss, could-not-measure, and a pass without metrics.
+FAKE_SUITE = '''
+import pytest
+
+pytestmark = [pytest.mark.acceptance]
+
+
+@pytest.mark.hygiene
+def test_node_limits(node, cluster, limits):
+    """/dev/shm and open files as a job step sees them."""
+    data = cluster.run("hygiene", nodes=[node]).one().data
+    limits.check("dev_shm_gib", data["dev_shm_gib"], node=node)
+    limits.check("nofile", data["nofile"], node=node)
+    limits.verify()
+
+
+@pytest.mark.memory
+def test_host_memcpy(node, cluster, limits):
+    result = cluster.run("_cpubench", nodes=[node], tasks_per_node=2, args=["--size-mib", "16"])
+    for record in result.records:
+        limits.check("host_memcpy_gbps", record.data["memcpy_gbps"], node=node, gpu=record.rank)
+    limits.verify()
+
+
+@pytest.mark.compute
+def test_deliberately_failing(node, limits):
+    limits.check("nofile", 10, node=node)
+    limits.verify()
+
+
+@pytest.mark.nccl
+def test_probe_crashes(node, cluster):
+    cluster.run("_faults", nodes=[node], args=["--fault", "exit3"])
+'''
+FAILED_TEST = "test_deliberately_failing"
+
+
+def run_fake_suite(directory: Path, *args: str) -> InnerRun:
+    """The fake suite as an acceptance run on this machine (results default to reports/allure-results)."""
+    return run_inner(write_suite(directory, FAKE_SUITE), "-m", "acceptance", "--launcher", "local", *args)
+
+
+@pytest.fixture(scope="module")
+def fake_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[InnerRun, Path]:
+    directory = tmp_path_factory.mktemp("allure-suite")
+    run = run_fake_suite(directory)
+    return run, directory / "reports" / "allure-results"
+
+
+def _results(alluredir: Path) -> dict[str, dict[str, Any]]:
+    out = {}
+    for path in alluredir.glob("*-result.json"):
+        data = json.loads(path.read_text())
+        out[data["name"].split("[")[0]] = data
+    return out
+
+
+def _labels(result: dict[str, Any], name: str) -> list[str]:
+    return [label["value"] for label in result["labels"] if label["name"] == name]
+
+
+def _properties(path: Path) -> dict[str, str]:
+    """Java properties as Allure reads them (enough of the format for what we write)."""
+    out = {}
+    for line in path.read_text(encoding="ascii").splitlines():
+        key, value = re.split(r"(?<!\\)=", line, maxsplit=1)
+        unescape = lambda text: re.sub(r"\\u([0-9a-f]{4})", lambda m: chr(int(m.group(1), 16)), text).replace("\\", "")  # noqa: E731
+        out[unescape(key)] = unescape(value)
+    return out
+
+
+def test_results_default_to_reports_dir_and_carry_labels(fake_run):
+    run, alluredir = fake_run
+    assert run.returncode == 1, run.output[-3000:]
+    results = _results(alluredir)
+    assert set(results) == {"test_node_limits", "test_host_memcpy", FAILED_TEST, "test_probe_crashes"}
+    statuses = {name: r["status"] for name, r in results.items()}
+    assert statuses == {"test_node_limits": "passed", "test_host_memcpy": "passed", FAILED_TEST: "failed",
+                        "test_probe_crashes": "broken"}  # fmt: skip
+    node = run.record["metrics"][0]["node"]
+    expected = {
+        "test_node_limits": ("Environment", "OS limits and node configuration", "normal"),
+        "test_host_memcpy": ("Memory", "GPU memory and host bandwidth", "critical"),
+        FAILED_TEST: ("Compute", "GPU compute throughput", "critical"),
+        "test_probe_crashes": ("NCCL", "Collective communication", "critical"),
+    }
+    for name, (epic, feature, severity) in expected.items():
+        result = results[name]
+        assert _labels(result, "epic") == [epic], result["labels"]
+        assert _labels(result, "feature") == [feature]
+        assert _labels(result, "severity") == [severity]
+        assert _labels(result, "node") == [node]
+    assert _labels(results["test_node_limits"], "story") == ["Node limits"]
+    assert results["test_node_limits"]["description"].startswith("/dev/shm and open files")
+
+
+def test_commands_raw_output_tables_and_plots_are_attached(fake_run):
+    run, alluredir = fake_run
+    results = _results(alluredir)
+    node = run.record["metrics"][0]["node"]
+    memcpy = results["test_host_memcpy"]
+    names = {a["name"]: a for a in memcpy["attachments"]}
+    assert {f"command: _cpubench on {node}", f"stdout: _cpubench on {node}", "metrics",
+            "plot: host_memcpy_gbps per GPU"} <= set(names)  # fmt: skip
+    command = (alluredir / names[f"command: _cpubench on {node}"]["source"]).read_text()
+    assert "gpuaccept.probes._cpubench --size-mib 16" in command
+    assert "GPUACCEPT_RESULT" in (alluredir / names[f"stdout: _cpubench on {node}"]["source"]).read_text()
+    assert (alluredir / names["plot: host_memcpy_gbps per GPU"]["source"]).read_bytes().startswith(b"\x89PNG")
+    table = (alluredir / names["metrics"]["source"]).read_text()
+    assert table.count("<tr>") == 3 and "host_memcpy_gbps" in table  # header + two ranks
+    assert {"name": "GPUs", "value": f"'{node} GPU 0, {node} GPU 1'", "excluded": True} in memcpy["parameters"]
+    failed = {a["name"]: a for a in results[FAILED_TEST]["attachments"]}
+    assert 'class="fail"' in (alluredir / failed["metrics"]["source"]).read_text()
+    broken = {a["name"] for a in results["test_probe_crashes"]["attachments"]}
+    assert f"command: _faults on {node}" in broken
+
+
+def test_environment_properties(fake_run):
+    run, alluredir = fake_run
+    props = _properties(alluredir / "environment.properties")
+    record = run.record
+    assert props["Thresholds digest"] == record["thresholds"]["digest"]
+    assert props["Launcher"] == "local"
+    assert props["Nodes"] == f"1: {record['metrics'][0]['node']}"
+    assert props["GPU model"] == "no GPU"
+    assert props["Suite version"].startswith("gpuaccept ")
+    assert props["Tests"] == "1 error, 1 failed, 2 passed"
+    assert props["torch"] == record["fingerprints"][record["metrics"][0]["node"]]["stack"]["torch"]
+    for key in ("Cluster", "Driver", "CUDA", "NCCL", "Started", "Run record"):
+        assert props[key], key
+
+
+def test_categories_sort_the_real_messages(fake_run):
+    _run, alluredir = fake_run
+    assert json.loads((alluredir / "categories.json").read_text()) == CATEGORIES
+    results = _results(alluredir)
+    assert _categories(results[FAILED_TEST]) == ["Threshold miss"]
+    assert _categories(results["test_probe_crashes"]) == ["Could not measure (infrastructure)"]
+    assert _categories(results["test_host_memcpy"]) == []
+
+
+def _categories(result: dict[str, Any]) -> list[str]:
+    """Allure's own matching: status in matchedStatuses and a full DOTALL match of the message."""
+    message = (result.get("statusDetails") or {}).get("message") or ""
+    return _match(result["status"], message)
+
+
+def _match(status: str, message: str) -> list[str]:
+    out = []
+    for category in CATEGORIES:
+        if status not in category["matchedStatuses"]:
+            continue
+        regex = category.get("messageRegex")
+        if regex is None or re.fullmatch(regex, message, re.DOTALL):
+            out.append(category["name"])
+    return out
+
+
+HARDWARE = "Hardware fault (ECC, XID, NVLink or IB down)"
+
+
+@pytest.mark.parametrize(
+    ("message", "category"),
+    [
+        ("AssertionError: 1 threshold miss(es):\n  a17 GPU 3 (0000:9A:00.0): ecc_uncorrected_volatile = 2 errors "
+         "(limit <= 0; 2 > max 0)", HARDWARE),
+        ("AssertionError: a17: XID 79 (GPU fallen off the bus) on GPU 2", HARDWARE),
+        ("AssertionError: 1 threshold miss(es):\n  a17 GPU 0: nvlink_links_up = 17 links (limit == 18)",
+         HARDWARE),
+        ("AssertionError: a18: IB port mlx5_3/1 is DOWN", HARDWARE),
+        ("AssertionError: configuration drift across nodes:\n  GPU driver: '570.86' on most nodes, but a17='550.54'",
+         "Configuration drift (versions differ across nodes)"),
+        ("AssertionError: 2 threshold miss(es):\n  a17 GPU 0: matmul_bf16_tflops = 600 TFLOP/s (limit >= 700)",
+         "Threshold miss"),
+        ("AssertionError: 1 regression(s) vs baseline:\n  a17: nccl_all_reduce_busbw_gbps = 300 GB/s "
+         "(regressed 12.0% vs baseline 20261101T000000Z.json (341 -> 300 GB/s, tolerance 5%))",
+         "Regression against baseline"),
+        ("AssertionError: a17: the probe ran on 'a18', not on the node it was sent to", "Other failed check"),
+    ],
+)
+def test_each_failure_lands_in_exactly_one_category(message, category):
+    assert _match("failed", message) == [category]
+
+
+def test_broken_is_could_not_measure():
+    assert _match("broken", "gpuaccept.errors.ProbeTimeout: probe nccl on a17: no result within 300 s") == [
+        "Could not measure (infrastructure)"
+    ]
+
+
+def test_placement_follows_the_plugin_markers():
+    from gpuaccept.plugin import MARKERS
+
+    categories = categories_from_markers(MARKERS)
+    assert "acceptance" not in categories and "multinode" not in categories
+    assert placement(["multinode", "nccl", "acceptance"], "test_all_reduce", categories).epic == "NCCL"
+    assert placement(["slurm"], "test_gpu_isolation", categories).severity == "blocker"
+    assert placement(["acceptance"], "test_misc", categories).epic == "Other"
+    assert placement(["power"], "test_x", {"power": "Power draw"}).epic == "Power"
+
+
+def test_environment_escapes_for_java():
+    values = environment({"cluster": {"name": "a=b: c", "launcher": "slurm"}, "fingerprints": {}}, None,
+                         baseline="x.json", changes=["driver 550 -> 570 on a17"], regressions=[])  # fmt: skip
+    assert values["Cluster"] == "a=b: c"
+    assert values["Changes vs baseline"] == "driver 550 -> 570 on a17"
+    assert values["Regressions vs baseline"] == "0"
+
+
+def test_no_default_alluredir_outside_acceptance_runs(tmp_path):
+    run = run_inner(write_suite(tmp_path, "def test_nothing():\n    pass\n"), "--launcher", "local")
+    assert run.returncode == 0, run.output[-2000:]
+    assert not (tmp_path / "reports" / "allure-results").exists()
+
+
+def test_an_explicit_alluredir_wins(tmp_path):
+    target = tmp_path / "elsewhere"
+    suite = write_suite(tmp_path / "suite", "import pytest\n\n@pytest.mark.acceptance\ndef test_a(cluster):\n    assert cluster.nodes\n")
+    run = run_inner(suite, "-m", "acceptance", "--launcher", "local", "--alluredir", str(target))
+    assert run.returncode == 0, run.output[-2000:]
+    assert list(target.glob("*-result.json")) and (target / "categories.json").is_file()
+    assert not (suite / "reports" / "allure-results").exists()
