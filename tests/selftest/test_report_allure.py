@@ -241,7 +241,8 @@ def test_no_default_alluredir_outside_acceptance_runs(tmp_path):
 
 def test_an_explicit_alluredir_wins(tmp_path):
     target = tmp_path / "elsewhere"
-    suite = write_suite(tmp_path / "suite", "import pytest\n\n@pytest.mark.acceptance\ndef test_a(cluster):\n    assert cluster.nodes\n")
+    source = "import pytest\n\n@pytest.mark.acceptance\ndef test_a(cluster):\n    assert cluster.nodes\n"
+    suite = write_suite(tmp_path / "suite", source)
     run = run_inner(suite, "-m", "acceptance", "--launcher", "local", "--alluredir", str(target))
     assert run.returncode == 0, run.output[-2000:]
     assert list(target.glob("*-result.json")) and (target / "categories.json").is_file()
