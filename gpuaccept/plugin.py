@@ -239,7 +239,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(STATE_KEY, None)
-    if state is None or not state.record.tests:
+    if state is None or not state.started or not state.record.tests:
         return
     terminalreporter.section("gpuaccept verdict per node")
     for line in node_summary_lines(state.record):

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.dispatch.result import parse_records
 from gpuaccept.errors import MeasurementError
 from gpuaccept.hardware.health import decode_reasons, judge_health
 from gpuaccept.hardware.nvlink import judge_affinity, judge_nvlink, judge_topology, pair_matrix
@@ -60,7 +61,7 @@ def test_recorded_h200_is_healthy(health: dict[str, Any], limits: Checker) -> No
 
 def test_load_replays_the_dump(capsys: pytest.CaptureFixture[str]) -> None:
     gpu_health.main(["--load", str(NVML / "h200-x2-lent.gpu_health.json")])
-    data = json.loads(capsys.readouterr().out.split(" ", 1)[1])["data"]
+    data = parse_records("gpu_health", capsys.readouterr().out, 1, ("vm",))[0].data
     assert data["driver"] == "580.159.04" and [g["index"] for g in data["gpus"]] == [0, 1]
 
 
