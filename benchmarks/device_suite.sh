@@ -39,7 +39,7 @@ layout() { # name nodes gpus-per-node pytest-args...
 for i in $(seq 1 "$runs"); do
   layout "one-node-run$i" 1 "$ngpu"
 done
-if ((ngpu >= 2)); then
+if ((ngpu >= 2)) && [[ ${GPUACCEPT_MULTINODE:-1} == 1 ]]; then
   layout two-nodes 2 $((ngpu / 2)) -m "($mark) and multinode"
 fi
 grep -h -E "^(FAILED|ERROR)" "$out"/*.log | sort | uniq -c | head -40
