@@ -91,6 +91,8 @@ class LocalLauncher:
         finished = run_all([argv] * step.ranks, envs, step.timeout_s)
         codes = finished.returncodes
         bad = [(rank, code) for rank, code in enumerate(codes) if code not in (0, None)]
+        if finished.first_bad is not None:  # the rank that died first, not the lowest-numbered casualty
+            bad.sort(key=lambda pair: pair[0] != finished.first_bad)
         result = ProbeResult(
             probe=step.probe,
             command=[shlex.join(argv)],
@@ -112,7 +114,9 @@ class LocalLauncher:
             )
         if bad:
             rank, _ = bad[0]
-            result.stderr = f"rank {rank} failed first\n" + result.stderr
+            result.stderr = (
+                f"rank {rank} on {self.node} failed first\n{result.stderr}\nrank {rank} on {self.node} failed first\n"
+            )
         return check_step(result, step.ranks)
 
     def close(self) -> None:

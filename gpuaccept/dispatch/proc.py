@@ -24,6 +24,7 @@ class Finished:
     stderr: list[str]
     timed_out: bool
     duration_s: float
+    first_bad: int | None = None
 
 
 def stop_group(proc: subprocess.Popen[str], first: int = signal.SIGTERM, grace_s: float = 5.0) -> None:
@@ -65,9 +66,12 @@ def run_all(
         for argv, env, out, err in zip(argvs, envs, outs, errs, strict=True)
     ]
     timed_out = False
+    first_bad: int | None = None
     try:
         while True:
             codes = [p.poll() for p in procs]
+            if first_bad is None:
+                first_bad = next((i for i, c in enumerate(codes) if c not in (None, 0)), None)
             if all(code is not None for code in codes):
                 break
             if kill_on_bad_exit and any(code not in (None, 0) for code in codes):
@@ -88,4 +92,4 @@ def run_all(
         texts_err.append(err.read())
         out.close()
         err.close()
-    return Finished(codes, texts_out, texts_err, timed_out, time.monotonic() - start)
+    return Finished(codes, texts_out, texts_err, timed_out, time.monotonic() - start, first_bad)

@@ -151,7 +151,7 @@ def build_examples(seed: int = SEED) -> tuple[list[dict], list[dict]]:
     rng = random.Random(seed)
     train: list[dict] = []
     test: list[dict] = []
-    for topic, (phrasings, answer) in TOPICS.items():
+    for phrasings, answer in TOPICS.values():
         for product, facts in PRODUCTS.items():
             pairs = [(q, pre) for q in phrasings for pre in PREAMBLES]
             rng.shuffle(pairs)

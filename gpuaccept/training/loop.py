@@ -1,0 +1,231 @@
+"""The training loop: steps, global loss curve, evals, checkpoints, throughput and the selftest fault.
+
+Loss values are gathered every ``log_every`` steps in one all-reduce (not one ``.item()`` per step, which
+would stall the GPU every step). Throughput counts real (unpadded) tokens per rank over the steps from
+``timed_from_step`` on, with the clock stopped during evals and checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from gpuaccept.training.config import TrainConfig
+from gpuaccept.training.data import Example, batches, eval_shards
+from gpuaccept.training.model import trainable_state
+from gpuaccept.training.monitor import UtilSampler
+
+__all__ = ["FAULT_ENV", "Runtime", "TrainResult", "autocast", "evaluate", "fault_point", "save_adapter", "train"]
+
+FAULT_ENV = "GPUACCEPT_FAULT_RANK_EXIT"
+FAULT_EXIT_CODE = 17
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where this rank runs."""
+
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+    node: str
+
+
+@dataclass
+class TrainResult:
+    losses: list[float] = field(default_factory=list)
+    evals: list[tuple[int, float]] = field(default_factory=list)
+    checkpoints: list[str] = field(default_factory=list)
+    steps_done: int = 0
+    nonfinite_steps: int = 0
+    timed_tokens: int = 0
+    timed_s: float = 0.0
+    train_s: float = 0.0
+
+
+def autocast(device: torch.device) -> AbstractContextManager[Any]:
+    """bf16 autocast on GPUs; fp32 on CPUs (CPU bf16 is slow and not what CI measures)."""
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+
+
+def fault_point(rank: int) -> int | None:
+    """The step at which this rank must die, from ``GPUACCEPT_FAULT_RANK_EXIT=<rank>:<step>``.
+
+    Honoured only under ``GPUACCEPT_SELFTEST=1``: the knob exists to prove that one dead rank ends the
+    whole step at once, and must never fire in a real acceptance run.
+    """
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return None
+    if os.environ.get("GPUACCEPT_SELFTEST") != "1":
+        print(f"gpuaccept finetune: ignoring {FAULT_ENV} (only honoured with GPUACCEPT_SELFTEST=1)", file=sys.stderr)
+        return None
+    fault_rank, step = (int(part) for part in spec.split(":"))
+    return step if fault_rank == rank else None
+
+
+def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Host-to-GPU copy from pinned memory: a pageable copy would wait for the GPU queue to drain
+    and stop the CPU from running ahead into the next step (an idle gap on the GPU every step)."""
+    if device.type != "cuda":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def evaluate(model: nn.Module, examples: list[Example], rt: Runtime, batch_size: int, pad_id: int) -> float:
+    """Mean answer-token cross-entropy over the whole test split (exact sum across ranks)."""
+    was_training = model.training
+    model.eval()
+    totals = torch.zeros(2, dtype=torch.float64, device=rt.device)
+    with torch.no_grad(), autocast(rt.device):
+        for batch in eval_shards(examples, rt.rank, rt.world, batch_size, pad_id):
+            batch = {k: v.to(rt.device, non_blocking=True) for k, v in batch.items()}
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            labels = batch["labels"][:, 1:]
+            loss = nn.functional.cross_entropy(
+                logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="sum"
+            )
+            totals[0] += loss.double()
+            totals[1] += (labels != -100).sum()
+    if rt.world > 1:
+        dist.all_reduce(totals)
+    model.train(was_training)
+    reshard = getattr(model, "reshard", None)
+    if reshard is not None:
+        # FSDP2 leaves the root group unsharded after a no-grad forward (no backward to reshard it):
+        # reshard so every parameter is a DTensor shard again for the state walk and the byte count.
+        reshard()
+    return float(totals[0] / totals[1]) if totals[1] > 0 else float("nan")
+
+
+def save_adapter(
+    peft_model: nn.Module, state: dict[str, torch.Tensor], path: Path, meta: dict[str, Any], *, main: bool
+) -> None:
+    """peft adapter files (what ``PeftModel.from_pretrained`` reads) plus a small state JSON.
+
+    Called on every rank, written by ``main`` only: peft's state-dict walk fires FSDP2's state-dict hooks,
+    which change a group's sharded/unsharded state; done on one rank alone, the next all-gather of the
+    ranks would no longer match (seen as gloo "Received data size doesn't match expected size").
+    """
+    if main:
+        path.mkdir(parents=True, exist_ok=True)
+    peft_model.save_pretrained(str(path), state_dict=state, is_main_process=main)  # type: ignore[operator]
+    if main:
+        (path / "trainer_state.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+
+
+def _schedule(cfg: TrainConfig) -> Any:
+    def factor(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+def train(
+    cfg: TrainConfig,
+    rt: Runtime,
+    model: nn.Module,
+    peft_model: nn.Module,
+    train_ex: list[Example],
+    test_ex: list[Example],
+    pad_id: int,
+    sampler: UtilSampler | None,
+) -> TrainResult:
+    """Run ``cfg.steps`` optimizer steps; evaluate and checkpoint every ``cfg.ckpt_every`` steps."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(cfg))
+    stream = batches(train_ex, cfg.batch_size, rt.rank, rt.world, cfg.seed, pad_id)
+    die_at = fault_point(rt.rank)
+    result = TrainResult()
+    pending: list[torch.Tensor] = []
+    clock: float | None = None
+    started = time.monotonic()
+    model.train()
+    for step in range(1, cfg.steps + 1):
+        if die_at is not None and step == die_at:
+            print(
+                f"gpuaccept finetune: selftest fault: rank {rt.rank} on {rt.node} exits with status "
+                f"{FAULT_EXIT_CODE} at step {step} ({FAULT_ENV})",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(FAULT_EXIT_CODE)
+        batch = next(stream)
+        tokens = int(batch["attention_mask"].sum())
+        batch = {k: _to(v, rt.device) for k, v in batch.items()}
+        with autocast(rt.device):
+            loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        pending.append(loss.detach().float())
+        if clock is not None:
+            result.timed_tokens += tokens
+        result.steps_done = step
+        boundary = step % cfg.ckpt_every == 0 or step == cfg.steps
+        if step % cfg.log_every == 0 or boundary:
+            values = torch.stack(pending)
+            pending = []
+            if rt.world > 1:
+                dist.all_reduce(values)
+                values /= rt.world
+            finite = [float(v) for v in values.cpu()]
+            result.losses.extend(finite)
+            result.nonfinite_steps += sum(1 for v in finite if not math.isfinite(v))
+            if rt.rank == 0 and boundary:
+                elapsed = time.monotonic() - started
+                print(f"step {step}/{cfg.steps} loss {finite[-1]:.4f} ({elapsed:.1f} s)", file=sys.stderr, flush=True)
+            if result.nonfinite_steps:
+                break
+        if step == cfg.timed_from_step:
+            _sync(rt.device)
+            clock = time.monotonic()
+            if sampler:
+                sampler.active()
+        if boundary:
+            if clock is not None:
+                _sync(rt.device)
+                result.timed_s += time.monotonic() - clock
+            if sampler:
+                sampler.idle()
+            eval_loss = evaluate(model, test_ex, rt, cfg.batch_size, pad_id)
+            result.evals.append((step, eval_loss))
+            state = trainable_state(model)
+            meta = {"step": step, "train_loss": result.losses[-1], "eval_loss": eval_loss}
+            path = cfg.out / "checkpoints" / f"step-{step:06d}"
+            save_adapter(peft_model, state, path, meta, main=rt.rank == 0)
+            result.checkpoints.append(str(path))
+            if step == cfg.steps:
+                save_adapter(peft_model, state, cfg.out / "final", meta, main=rt.rank == 0)
+            if clock is not None and step < cfg.steps:
+                _sync(rt.device)
+                clock = time.monotonic()
+                if sampler:
+                    sampler.active()
+    result.train_s = time.monotonic() - started
+    if sampler:
+        sampler.idle()
+    return result

@@ -1,0 +1,132 @@
+"""Build the model (built-in tiny Qwen2 or a local checkpoint), add LoRA, and wrap it for DDP or FSDP.
+
+FSDP choice: FSDP2 (``torch.distributed.fsdp.fully_shard``) with one shard group per decoder layer plus
+the root. Why FSDP2 rather than FSDP1: it shards per parameter (DTensor), so LoRA's frozen base weights
+and trainable adapters live side by side without FSDP1's flat-parameter rule that one flat parameter is
+all-trainable or all-frozen (``use_orig_params`` workarounds); it keeps parameter names unchanged, so
+peft saves the adapter from the sharded model as it does from a plain one; it runs on gloo/CPU as well
+as NCCL/GPU (CI exercises the same code); and it is the API PyTorch develops (FSDP1 is deprecated).
+
+Precision: parameters stay fp32 and compute runs under ``torch.autocast(bfloat16)`` on GPUs for both
+strategies and for the single-process reload, so the three evaluations compare like with like (an FSDP
+``MixedPrecisionPolicy`` would run the residual stream in bf16 and shift the eval loss by itself).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from gpuaccept.training.config import TrainConfig
+
+__all__ = [
+    "apply_lora",
+    "build_base",
+    "decoder_layers",
+    "load_base",
+    "param_bytes",
+    "trainable_checksum",
+    "trainable_state",
+    "wrap",
+]
+
+
+def build_base(cfg: TrainConfig, seed: int) -> nn.Module:
+    """The base model in fp32: a local checkpoint, or the fixture config with a seeded random init."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if cfg.model_path is not None:
+        return load_base(cfg.model_path)
+    torch.manual_seed(seed)
+    config = AutoConfig.from_pretrained(cfg.model_config)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+
+
+def load_base(path: Path) -> nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+
+
+def apply_lora(model: nn.Module, cfg: TrainConfig) -> nn.Module:
+    """Wrap in a peft LoRA model; only adapters (and ``modules_to_save``) stay trainable."""
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=list(cfg.lora_targets),
+        modules_to_save=list(cfg.modules_to_save) or None,
+        task_type="CAUSAL_LM",
+    )
+    peft_model = get_peft_model(model, lora)
+    if cfg.grad_ckpt:
+        peft_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        peft_model.enable_input_require_grads()
+    return peft_model
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The transformer blocks (``*DecoderLayer``): FSDP's unit of all-gather and resharding."""
+    return [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+
+
+def wrap(model: nn.Module, strategy: str, device: torch.device, world: int) -> nn.Module:
+    """DDP replica or FSDP2 shards (one group per decoder layer, then the root)."""
+    if strategy == "ddp":
+        model.to(device)
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if strategy == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(device.type, (world,))
+        layers = decoder_layers(model)
+        if not layers:
+            raise RuntimeError(f"{type(model).__name__}: no *DecoderLayer modules to shard")
+        for layer in layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model
+    raise ValueError(f"unknown strategy {strategy!r} (ddp or fsdp)")
+
+
+def param_bytes(model: nn.Module) -> tuple[int, int]:
+    """(bytes this rank holds, bytes of the whole model): equal under DDP, ~1/world under FSDP."""
+    local = total = 0
+    for p in model.parameters():
+        size = p.element_size()
+        total += p.numel() * size
+        to_local = getattr(p, "to_local", None)
+        local += (to_local().numel() if to_local else p.numel()) * size
+    return local, total
+
+
+def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Full (gathered) trainable tensors on CPU, keyed by the peft names; collective under FSDP."""
+    state: dict[str, torch.Tensor] = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        full = p.full_tensor() if hasattr(p, "full_tensor") else p.detach()
+        state[name.removeprefix("module.")] = full.detach().float().cpu().contiguous().clone()
+    return state
+
+
+def trainable_checksum(model: nn.Module) -> str:
+    """sha256 over the trainable weights this rank holds (DDP replicas must agree bit for bit)."""
+    digest = hashlib.sha256()
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        tensor: Any = p.to_local() if hasattr(p, "to_local") else p
+        digest.update(name.removeprefix("module.").encode())
+        digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]

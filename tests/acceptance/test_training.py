@@ -1,0 +1,273 @@
+"""Training: DDP and FSDP LoRA fine-tunes that must reach a target loss, on 1 GPU, a node, all nodes.
+
+Each case launches the ``finetune`` probe (one rank per GPU; on CPU nodes a few gloo ranks per node) and
+judges the run: train and eval loss at or below the SKU's target within the planned steps, no NaN/inf,
+no divergence, tokens/s per GPU above the floor for the strategy and scale, GPU utilisation (NVML,
+sampled during training), DDP replicas bit-identical, FSDP really sharded and lighter than DDP, and
+the seeds' lifecycle: original model kept, adapter reloads to the same eval loss, fine-tuned
+perplexity well below the base model's. Loss curve and comparison JSON go to the report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuaccept.dispatch.result import ProbeResult, RankRecord
+from gpuaccept.errors import MeasurementError
+from gpuaccept.training.report import artifacts, loss_rebound, steps_to_target
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.training]
+
+STRATEGIES = ["ddp", "fsdp"]
+#: gloo ranks per node when the node declares no GPU: enough to exercise intra-node collectives next to
+#: inter-node ones, few enough for CI's 2-core loopback cluster (one torch thread per rank).
+CPU_RANKS_PER_NODE = 2
+GIB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A launch shape: 'single' (1 GPU), 'node' (all GPUs of one node) or 'multinode' (all nodes)."""
+
+    name: str
+    nodes: tuple[str, ...]
+    tasks_per_node: int
+    gpus_per_task: int
+
+    @property
+    def ranks(self) -> int:
+        return self.tasks_per_node * len(self.nodes)
+
+    @property
+    def launch(self) -> tuple[tuple[str, ...], int, int]:
+        """What identifies identical launches (a 1-GPU node's 'single' and 'node' runs are one run)."""
+        return self.nodes, self.tasks_per_node, self.gpus_per_task
+
+    def folder(self, strategy: str) -> str:
+        where = self.nodes[0] if len(self.nodes) == 1 else f"{len(self.nodes)}nodes"
+        return f"{strategy}-{self.ranks}r-{where}"
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """The session objects a fine-tune case needs, bundled once per test."""
+
+    cluster: Any
+    settings: Any
+    limits: Any
+    thresholds: Any
+    fingerprints: Any
+    rootdir: Path
+
+
+def _scale(cluster: Any, name: str, nodes: tuple[str, ...]) -> Scale:
+    gpus = min(cluster.gpus_on(n) for n in nodes)
+    if name == "single":
+        return Scale(name, nodes, 1, 1 if gpus else 0)
+    return Scale(name, nodes, gpus or CPU_RANKS_PER_NODE, 1 if gpus else 0)
+
+
+#: Finished launches of this session, so the FSDP case can compare with the DDP run of the same shape
+#: without training it twice (DDP cases are collected first).
+_RUNS: dict[tuple[str, tuple[tuple[str, ...], int, int]], ProbeResult | MeasurementError] = {}
+
+
+def _finetune(cluster: Any, settings: Any, rootdir: Path, strategy: str, scale: Scale) -> ProbeResult:
+    key = (strategy, scale.launch)
+    if key not in _RUNS:
+        out = rootdir / "reports" / "training" / scale.folder(strategy)
+        args = ["--strategy", strategy, "--out", str(out)]
+        if settings.model_path:
+            args += ["--model-path", str(settings.model_path)]
+        if settings.dataset:
+            args += ["--dataset", str(settings.dataset)]
+        try:
+            _RUNS[key] = cluster.run(
+                "finetune",
+                nodes=scale.nodes,
+                tasks_per_node=scale.tasks_per_node,
+                gpus_per_task=scale.gpus_per_task,
+                args=args,
+                exclusive=True,
+            )
+        except MeasurementError as exc:
+            _RUNS[key] = exc
+    value = _RUNS[key]
+    if isinstance(value, MeasurementError):
+        raise value
+    return value
+
+
+def _label(record: RankRecord) -> str:
+    return record.gpu_label or f"cpu rank {record.rank}"
+
+
+def _target(thresholds: Any, fingerprints: Any, node: str) -> float | None:
+    limit = thresholds.limits_for(fingerprints.sku_of(node)).get("train_loss_final")
+    return limit.max if limit is not None else None
+
+
+def _attach(paths: list[Path], run: str) -> None:
+    """Loss curve, comparison and history into the Allure report when allure-pytest is there."""
+    try:
+        import allure
+    except ImportError:
+        return
+    kinds = {".png": allure.attachment_type.PNG, ".json": allure.attachment_type.JSON}
+    for path in paths:
+        allure.attach.file(str(path), name=f"{run}: {path.name}", attachment_type=kinds.get(path.suffix))
+
+
+def _check_run(strategy: str, scale: Scale, ctx: Ctx) -> None:
+    limits = ctx.limits
+    result = _finetune(ctx.cluster, ctx.settings, ctx.rootdir, strategy, scale)
+    records = result.records
+    rank0 = records[0]
+    node0 = rank0.node
+    data0 = rank0.data
+    gpu_run = scale.gpus_per_task > 0
+    for record in records:
+        assert record.world_size == scale.ranks, f"{record.node} rank {record.rank}: world size {record.world_size}"
+        assert record.data["steps_done"] == data0["steps_done"], f"rank {record.rank} stopped at a different step"
+    if gpu_run:
+        assert all(r.data["device"] == "cuda" for r in records), f"{node0}: a GPU rank trained on the CPU"
+
+    # per rank: throughput, utilisation, memory
+    tps_metric = f"train_tokens_per_s_per_gpu_{strategy}_{scale.name}"
+    for record in records:
+        where = {"node": record.node, "gpu": _label(record)}
+        limits.check(tps_metric, record.data["tokens_per_s"], **where, rank=record.rank)
+        limits.report("train_peak_mem_gib", record.data["peak_mem_gib"], **where, rank=record.rank)
+        if gpu_run:
+            limits.check("train_gpu_util_pct", record.data["util_pct"], **where, samples=record.data["util_samples"])
+    limits.stragglers(tps_metric)
+
+    # the run: loss, stability, wall time
+    target = _target(ctx.thresholds, ctx.fingerprints, node0)
+    losses = [float(v) for v in data0["losses"]]
+    limits.check("train_nonfinite_steps", data0["nonfinite_steps"], node=node0)
+    limits.check("train_loss_final", data0["train_loss_final"], node=node0, steps=data0["steps_done"])
+    limits.check("train_eval_loss", data0["eval_loss_final"], node=node0)
+    if target is not None:
+        reached = steps_to_target(losses, target)
+        never = f"not reached in {len(losses)} steps"
+        limits.check("train_steps_to_target", reached if reached else never, node=node0, target=target)
+    limits.check("train_loss_rebound", loss_rebound(losses), node=node0)
+    limits.check("train_wall_s", round(result.duration_s, 2), node=node0, startup_s=data0["startup_s"])
+
+    # strategy: DDP replicas identical; FSDP shards and saves memory against DDP of the same shape
+    if strategy == "ddp":
+        odd = [r.rank for r in records if r.data["checksum"] != data0["checksum"]]
+        limits.check("train_replica_mismatch_ranks", len(odd), node=node0, ranks=odd)
+    reference_error: MeasurementError | None = None
+    if strategy == "fsdp" and scale.ranks > 1:
+        for record in records:
+            share = record.data["param_bytes_local"] / (record.data["param_bytes_total"] / scale.ranks)
+            limits.check("train_fsdp_shard_ratio", round(share, 4), node=record.node, gpu=_label(record))
+        if gpu_run:
+            try:
+                ddp = _finetune(ctx.cluster, ctx.settings, ctx.rootdir, "ddp", scale)
+            except MeasurementError as exc:
+                reference_error = exc
+            else:
+                _memory_saving(records, ddp.records, scale.ranks, limits)
+
+    run = scale.folder(strategy)
+    _summary(run, result)
+    paths = artifacts(Path(data0["history_json"]).parent, title=f"{run} ({scale.name})", target=target)
+    _attach(paths, run)
+    print(f"{run}: report files " + ", ".join(str(p) for p in paths))
+
+    # lifecycle (rank 0): original kept, reload reproduces eval, base vs fine-tuned
+    if "lifecycle_error" in data0:
+        limits.verify()  # a NaN loss that stopped training is a failure, not an unmeasurable run
+        raise MeasurementError(f"{node0}: {data0['lifecycle_error']}", nodes=(node0,))
+    limits.check("train_original_kept", int(bool(data0["original_kept"])), node=node0)
+    limits.check("train_reload_eval_delta", round(data0["reload_eval_delta"], 6), node=node0)
+    limits.check("train_ppl_reduction_pct", round(data0["perplexity_reduction_pct"], 2), node=node0)
+    for model in ("base", "finetuned"):
+        limits.report(f"train_gen_tokens_per_s_{model}", data0[f"{model}_gen_tokens_per_s"], node=node0)
+        limits.report(f"train_ttft_ms_{model}", data0[f"{model}_ttft_ms"], node=node0)
+    limits.verify()
+    if reference_error is not None:
+        raise MeasurementError(f"FSDP memory could not be compared: the DDP run failed: {reference_error}")
+
+
+def _summary(run: str, result: ProbeResult) -> None:
+    """One line per rank in the captured output: what an operator compares between runs."""
+    keys = ("tokens_per_s", "util_pct", "peak_mem_gib", "startup_s", "train_s", "wall_s", "param_bytes_local")
+    print(
+        f"{run}: step {result.duration_s:.1f} s, "
+        + ", ".join(
+            f"{k}={result.records[0].data.get(k)}"
+            for k in (
+                "train_loss_final",
+                "eval_loss_final",
+                "steps_done",
+                "reload_eval_delta",
+                "perplexity_reduction_pct",
+            )
+        )
+    )
+    for record in result.records:
+        values = ", ".join(f"{k}={_short(record.data.get(k))}" for k in keys)
+        print(f"  rank {record.rank} {record.node} {_label(record)}: {values}")
+
+
+def _short(value: Any) -> Any:
+    return round(value, 3) if isinstance(value, float) else value
+
+
+def _memory_saving(fsdp: list[RankRecord], ddp: list[RankRecord], world: int, limits: Any) -> None:
+    """Per rank: (DDP peak - FSDP peak) / the sharding saving expected from the model state.
+
+    Model state per DDP rank = all parameters + grads and two Adam moments of the trainable ones (fp32);
+    FSDP holds 1/world of it, so it should save (1 - 1/world) of that. Activations are the same in both
+    runs (same per-rank batch, same autocast), so they cancel out of the difference.
+    """
+    by_rank = {r.rank: r for r in ddp}
+    for record in fsdp:
+        ref = by_rank[record.rank]
+        state = ref.data["param_bytes_total"] + 3 * 4 * ref.data["trainable_params"]
+        expected = (1 - 1 / world) * state / GIB
+        saved = ref.data["peak_mem_gib"] - record.data["peak_mem_gib"]
+        limits.check(
+            "train_fsdp_mem_saving_ratio",
+            round(saved / expected, 3),
+            node=record.node,
+            gpu=_label(record),
+            ddp_peak_gib=ref.data["peak_mem_gib"],
+            fsdp_peak_gib=record.data["peak_mem_gib"],
+            expected_saving_gib=round(expected, 3),
+        )
+
+
+@pytest.fixture()
+def ctx(cluster, settings, limits, thresholds, fingerprints, request) -> Ctx:
+    return Ctx(cluster, settings, limits, thresholds, fingerprints, Path(request.config.rootpath))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_finetune_single_gpu(node, strategy, ctx):
+    """One GPU of the node (one gloo rank on a CPU node): the baseline the other scales are read against."""
+    _check_run(strategy, _scale(ctx.cluster, "single", (node,)), ctx)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_finetune_node(node, strategy, ctx):
+    """Every GPU of the node, one rank each (NVLink/NVSwitch collectives under real training)."""
+    _check_run(strategy, _scale(ctx.cluster, "node", (node,)), ctx)
+
+
+@pytest.mark.multinode
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_finetune_multinode(strategy, ctx):
+    """Every GPU of every allocated node (the fabric under real training, as the seeds' 16-GPU run)."""
+    nodes = tuple(ctx.cluster.nodes)
+    if len(nodes) < 2:
+        pytest.skip("single-node allocation: a multi-node fine-tune needs at least 2 nodes")
+    _check_run(strategy, _scale(ctx.cluster, "multinode", nodes), ctx)
