@@ -72,6 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
         job_id, nodes = workerinput["gpuaccept_job"]
         state.job = (job_id, list(nodes))
     config.stash[STATE_KEY] = state
+    config.pluginmanager.register(_RecordKeeper(state), "gpuaccept-record")
     if not config.pluginmanager.has_plugin("gpuaccept-report"):
         config.pluginmanager.register(importlib.import_module("gpuaccept.report.plugin"), "gpuaccept-report")
     if workerinput is None and threading.current_thread() is threading.main_thread():
@@ -170,31 +171,33 @@ def _prop(report: pytest.TestReport, key: str) -> Any:
     return None
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Merge a test's outcome into the run record (in the xdist controller too)."""
-    verdict = _prop(report, VERDICT)
-    if verdict is None:
-        return
-    config = getattr(report, "config", None) or _CONFIG.get("config")
-    if config is None:
-        return
-    state = _state(config)
-    entry = state.record.test(report.nodeid)
-    if entry.verdict in ("failed", "error") and verdict in ("passed", "skipped"):
-        return  # a teardown success never hides a failed call
-    entry.verdict = verdict
-    entry.duration_s = round(entry.duration_s + report.duration, 3)
-    entry.nodes = _prop(report, "gpuaccept_nodes") or entry.nodes
-    entry.commands = _prop(report, "gpuaccept_commands") or entry.commands
-    if report.longrepr is not None and verdict != "passed":
-        entry.message = _short(report)
-    known = {(m.test, m.metric, m.node, m.gpu) for m in state.record.metrics}
-    for raw in _prop(report, "gpuaccept_metrics") or []:
-        metric = MetricResult(**raw)
-        if (metric.test, metric.metric, metric.node, metric.gpu) not in known:
-            state.record.add_metric(metric)
-    for node, fingerprint in (_prop(report, "gpuaccept_fingerprints") or {}).items():
-        state.record.fingerprints.setdefault(node, fingerprint)
+class _RecordKeeper:
+    """Merges each test's outcome into the run record from its reports (in the xdist controller too,
+    where the tests' own process state is out of reach and only the reports arrive)."""
+
+    def __init__(self, state: SessionState) -> None:
+        self.state = state
+        self._merged: set[str] = set()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        verdict = _prop(report, VERDICT)
+        if verdict is None:
+            return
+        record = self.state.record
+        entry = record.test(report.nodeid)
+        if entry.verdict in ("failed", "error") and verdict in ("passed", "skipped"):
+            return  # a teardown success never hides a failed call
+        entry.verdict = verdict
+        entry.duration_s = round(entry.duration_s + report.duration, 3)
+        entry.nodes = _prop(report, "gpuaccept_nodes") or entry.nodes
+        entry.commands = _prop(report, "gpuaccept_commands") or entry.commands
+        if report.longrepr is not None and verdict != "passed":
+            entry.message = _short(report)
+        if report.nodeid not in self._merged:  # a failing teardown reports the same metrics again
+            self._merged.add(report.nodeid)
+            record.metrics.extend(MetricResult(**raw) for raw in _prop(report, "gpuaccept_metrics") or [])
+        for node, fingerprint in (_prop(report, "gpuaccept_fingerprints") or {}).items():
+            record.fingerprints.setdefault(node, fingerprint)
 
 
 def _short(report: pytest.TestReport) -> str:
@@ -202,14 +205,6 @@ def _short(report: pytest.TestReport) -> str:
         return str(report.longrepr[2])
     crash = getattr(report.longrepr, "reprcrash", None)
     return str(crash.message) if crash is not None else str(report.longrepr)[-2000:]
-
-
-_CONFIG: dict[str, pytest.Config] = {}
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionstart(session: pytest.Session) -> None:
-    _CONFIG["config"] = session.config
 
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, Any] | None:

@@ -17,7 +17,6 @@ from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.dispatch.slurm_cli import SlurmError
 from gpuaccept.dispatch.step import Step, shell_join
 from gpuaccept.fingerprints import Fingerprints
-from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import RunRecord
 from gpuaccept.settings import Settings
 from gpuaccept.thresholds.loader import Thresholds
@@ -90,10 +89,6 @@ class SessionState:
             entry = self.record.test(item.nodeid)
             entry.commands.append(shell_join(command))
         self.config.hook.pytest_gpuaccept_step_finished(item=item, step=step, command=command, result=result)
-
-    def on_metric(self, result: MetricResult) -> None:
-        self.record.add_metric(result)
-        self.config.hook.pytest_gpuaccept_metric(item=self.current_item, result=result)
 
     def close(self) -> None:
         if self._cluster is not None:

@@ -54,9 +54,6 @@ class RunRecord:
     def test(self, nodeid: str) -> TestEntry:
         return self.tests.setdefault(nodeid, TestEntry(nodeid))
 
-    def add_metric(self, result: MetricResult) -> None:
-        self.metrics.append(result)
-
     def run_medians(self) -> dict[str, float]:
         """Run-wide median of every numeric metric (what stragglers are compared with across nodes)."""
         values: dict[str, list[float]] = {}
