@@ -32,7 +32,6 @@ from typing import Any
 from gpuaccept.nccl import patterns
 from gpuaccept.nccl.formulas import COLLECTIVES, busbw_gbs
 from gpuaccept.nccl.ncclinfo import collect_facts, debug_env
-from gpuaccept.nccl.parts import write_parts
 from gpuaccept.nccl.sweep import cap_sizes, format_bytes, parse_bytes, requested_sizes, sweep_sizes
 from gpuaccept.nccl.watchdog import Watchdog
 from gpuaccept.probes._protocol import emit, gpu_identity, node_name, rank_info
@@ -371,11 +370,7 @@ def _run(
     dog.disarm()
     nranks = len(groups[my_gid]) if my_gid is not None else info.world_size
     data["nccl"] = collect_facts(logs, info.rank, nranks, keep=bool(args.nccl_log_dir))
-    # The payload is several KB: srun may cut long lines and interleave them, so it travels in short parts
-    # and the sentinel line only says how many (gpuaccept.nccl.parts).
-    parts = write_parts(info.rank, data)
-    summary = {k: data.get(k) for k in ("backend", "group", "groups", "nccl_version")}
-    emit({**summary, "parts": parts}, gpu=gpu_identity(device.index) if backend == "nccl" else None, probe="nccl")
+    emit(data, gpu=gpu_identity(device.index) if backend == "nccl" else None, probe="nccl")
     dog.arm("teardown", args.op_timeout)
     dist.destroy_process_group()
     dog.close()

@@ -12,19 +12,17 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpuaccept.dispatch.result import ProbeResult, RankRecord
+from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.errors import MeasurementError
 from gpuaccept.nccl.bisect import attribute, plan_rounds, suspects_and_good
 from gpuaccept.nccl.formulas import COLLECTIVES
 from gpuaccept.nccl.judge import group_failures, median_busbw, metric_name, pair_verdict, sweep_lines, wrong_lines
-from gpuaccept.nccl.parts import PartsError, read_parts
 from gpuaccept.nccl.plots import plot_busbw
 from gpuaccept.nccl.sweep import GroupTable, format_bytes, group_tables, scale_groups, scales_for
 from gpuaccept.state import STATE_KEY
@@ -83,20 +81,6 @@ def _sweep_args(settings: Any, gpu: bool, **override: Any) -> list[str]:
     opts.update({k.replace("_", "-"): v for k, v in override.items() if v is not None})
     args = [f"--{k}={v}" for k, v in opts.items()]
     return args + (["--ring"] if settings.nccl_ring else [])
-
-
-def _records(result: ProbeResult) -> list[RankRecord]:
-    """Rank records with the payload the probe sent in parts (``gpuaccept.nccl.parts``) merged into ``data``."""
-    try:
-        parts = read_parts(result.stdout)
-    except PartsError as exc:
-        raise MeasurementError(f"probe nccl on {', '.join(result.nodes)}: {exc}", nodes=result.nodes) from None
-    missing = [r.rank for r in result.records if r.rank not in parts]
-    if missing:
-        raise MeasurementError(
-            f"probe nccl on {', '.join(result.nodes)}: no payload from ranks {missing}", nodes=result.nodes
-        )
-    return [dataclasses.replace(r, data={**r.data, **parts[r.rank]}) for r in result.records]
 
 
 def _rank_labels(result: ProbeResult) -> dict[int, str]:
@@ -161,7 +145,6 @@ def _run_groups(cluster: Any, settings: Any, groups: list[tuple[str, ...]], **ov
     tasks, gpt = _layout(cluster, nodes[0], multinode=True)
     args = [*_sweep_args(settings, bool(gpt), **override), "--groups=" + ";".join(",".join(g) for g in groups)]
     result = cluster.run("nccl", nodes=nodes, tasks_per_node=tasks, gpus_per_task=gpt, args=args)
-    result.records = _records(result)
     tables = group_tables(result.records)
     for table in tables:
         table.info["facts"] = _facts(result)
@@ -209,7 +192,6 @@ def test_nccl_node(node, cluster, limits, settings, thresholds, fingerprints, re
     result = cluster.run(
         "nccl", nodes=[node], tasks_per_node=tasks, gpus_per_task=gpt, args=_sweep_args(settings, bool(gpt))
     )
-    result.records = _records(result)
     table = group_tables(result.records)[0]
     facts = _facts(result)
     _NODE_SWEEPS[node] = (table, facts)
@@ -257,7 +239,6 @@ def test_nccl_tests_fidelity(node, cluster, limits, settings):
             "nccl", nodes=[node], tasks_per_node=gpus, gpus_per_task=1,
             args=_sweep_args(settings, True, collectives="all_reduce,all_gather", min_bytes=size, max_bytes=size),
         )  # fmt: skip
-        result.records = _records(result)
         table = group_tables(result.records)[0]
     print(f"{'collective':>12} {'size':>8} {'ours':>8} {'nccl-tests oop':>15} {'in-place':>9}")
     for collective, run in theirs["runs"].items():

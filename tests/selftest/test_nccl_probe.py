@@ -17,7 +17,6 @@ from types import SimpleNamespace
 import pytest
 
 from gpuaccept.dispatch.result import parse_records
-from gpuaccept.nccl.parts import read_parts
 from gpuaccept.nccl.sweep import group_tables
 from gpuaccept.nccl.watchdog import HANG_EXIT, Position, Watchdog, describe_hang
 
@@ -57,9 +56,8 @@ def _run(args: list[str], env_extra: dict[str, str], timeout: float = 60) -> lis
 
 def _tables(done: list[subprocess.CompletedProcess[str]]):
     stdout = "".join(d.stdout for d in done)
-    parts = read_parts(stdout)
     records = parse_records("nccl", stdout, 2, ("fake-node",))
-    return group_tables([SimpleNamespace(rank=r.rank, node=r.node, data={**r.data, **parts[r.rank]}) for r in records])
+    return group_tables([SimpleNamespace(rank=r.rank, node=r.node, data=r.data) for r in records])
 
 
 def test_sweep_runs_and_verifies():

@@ -10,7 +10,6 @@ import pytest
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.nccl import patterns
 from gpuaccept.nccl.formulas import COLLECTIVES
-from gpuaccept.nccl.parts import PartsError, read_parts, write_parts
 from gpuaccept.nccl.sweep import (
     cap_sizes,
     format_bytes,
@@ -82,23 +81,10 @@ def test_patterns_stay_exact_in_float32(collective):
     assert worst <= 2**24  # every integer up to 2^24 is exact in float32, so sums are order-independent
 
 
-def test_parts_roundtrip_and_damage(tmp_path):
-    payload = {"results": [{"x": i} for i in range(500)]}
-    path = tmp_path / "out.txt"
-    with path.open("w") as fh:
-        n = write_parts(3, payload, fh)
-    text = path.read_text()
-    assert n > 1 and all(len(line) < 900 for line in text.splitlines())
-    assert read_parts("noise\n" + text) == {3: payload}
-    with pytest.raises(PartsError, match="rank 3: payload parts"):
-        read_parts("\n".join(text.splitlines()[1:]))
-
-
 def _recorded():
     stdout = (FIXTURES / "probe_2xh200.out").read_text()
     records = parse_records("nccl", stdout, 2, ("h200",))
-    parts = read_parts(stdout)
-    return [SimpleNamespace(rank=r.rank, node=r.node, data={**r.data, **parts[r.rank]}) for r in records]
+    return [SimpleNamespace(rank=r.rank, node=r.node, data=r.data) for r in records]
 
 
 def test_group_table_from_recorded_h200_run():
