@@ -26,12 +26,15 @@ NODE_LOCAL = "acceptance and not multinode and not training and not nccl"
 
 
 def start(nodes: int) -> dict[str, str]:
-    out = subprocess.run(["bash", str(UP), "--nodes", str(nodes)], capture_output=True, text=True, check=True).stdout
-    env = dict(os.environ)
+    # GPUACCEPT_UP_ARGS: extra up.sh arguments, e.g. "--prefix /opt/sl --debs .cache/slurmdeb" on a host
+    # without Slurm installed (the GPU machine).
+    extra = os.environ.get("GPUACCEPT_UP_ARGS", "").split()
+    argv = ["bash", str(UP), "--nodes", str(nodes), *extra]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    # The export lines refer to $PATH and $LD_LIBRARY_PATH: let bash expand them, then read its environment.
+    dump = subprocess.run(["bash", "-c", 'eval "$1" && env -0', "_", out], capture_output=True, text=True, check=True)
+    env = dict(item.split("=", 1) for item in dump.stdout.split("\0") if "=" in item)
     env.pop("SLURM_JOB_ID", None)
-    for line in out.splitlines():
-        key, value = line.removeprefix("export ").split("=", 1)
-        env[key] = value.strip("'\"")
     return env
 
 
@@ -41,7 +44,9 @@ def stop(env: dict[str, str]) -> None:
 
 def timed(argv: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run(argv, env=env, check=True, capture_output=True)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip()[-600:]}")
     return time.perf_counter() - t0
 
 
