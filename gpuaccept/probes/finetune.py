@@ -12,7 +12,9 @@ Offline by default: a small random-init Qwen2 from ``fixtures/training/`` and th
     python -m gpuaccept.probes.finetune --strategy fsdp --out reports/training/manual
 
 Each rank prints one result line; rank 0's also carries the lifecycle results and the artefact paths
-(``comparison.json``, ``history.json``) under ``--out``. The probe measures; the test judges.
+(``comparison.json``, ``history.json``) under ``--out``. With ``--strategy ddp,fsdp`` both run in one
+process after one start-up, each under ``--out/<strategy>``, and the line holds ``strategies.<name>``.
+The probe measures; the test judges.
 """
 
 from __future__ import annotations
@@ -36,7 +38,12 @@ __all__ = ["main", "parse_args"]
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--strategy", choices=("ddp", "fsdp"), required=True)
+    p.add_argument(
+        "--strategy",
+        type=_strategies,
+        required=True,
+        help="ddp, fsdp, or both as 'ddp,fsdp' (one start-up, then each in turn; the result holds both)",
+    )
     p.add_argument("--out", type=Path, required=True, help="run folder (original/, checkpoints/, final/, JSON)")
     p.add_argument("--model-path", type=Path, help="local Hugging Face checkpoint instead of the built-in model")
     p.add_argument("--dataset", type=Path, help="JSONL of chat messages (or a folder with train/test.jsonl)")
@@ -54,14 +61,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ckpt-every", type=int)
     p.add_argument("--samples", type=int, help="sample generations in the comparison report")
     p.add_argument("--gen-tokens", type=int)
-    p.add_argument("--threads", type=int, help="torch CPU threads per rank (0 = torch's default)")
+    p.add_argument("--threads", type=int, help="torch CPU threads per rank (GPU default: min(4, cores / local ranks))")
     p.add_argument("--seed", type=int)
     return p.parse_args(argv)
 
 
+def _strategies(text: str) -> str:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ("ddp", "fsdp")]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"{text!r}: strategies are ddp and fsdp, comma-separated")
+    return ",".join(names)
+
+
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     keys = (
-        "strategy out model_path dataset model_config steps batch_size seq_len lr lora_r lora_alpha lora_targets "
+        "model_path dataset model_config steps batch_size seq_len lr lora_r lora_alpha lora_targets "
         "modules_to_save grad_ckpt ckpt_every samples gen_tokens threads seed"
     ).split()
     return {k: getattr(args, k) for k in keys}
@@ -104,7 +119,32 @@ def _quiet() -> None:
     hf_logging.set_verbosity_error()
 
 
+def _threads(requested: int, use_cuda: bool, local_world: int) -> int:
+    """torch CPU threads for this rank: as asked, else a few per GPU rank.
+
+    Under srun a rank starts with torch's default (every core of the node), so N GPU ranks run N x cores
+    OpenMP threads that fight over the host work of each step. Measured on the lent 2xH200 (32 cores,
+    2026-11-22, ``benchmarks/train_sweep.sh``): DDP on 2 GPUs was 86% busy at 218k tokens/s per GPU with
+    the default and 98.7% at 292k with 4 threads per rank, the same as one GPU alone (98.1%, 291k).
+    """
+    if requested:
+        return requested
+    if not use_cuda:
+        return 0
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(4, cores // max(1, local_world)))
+
+
 def _run(args: argparse.Namespace, info: Any) -> None:
+    """Start-up once (imports, rendezvous, data), then each ``--strategy`` in turn in the same process group.
+
+    Why several strategies in one launch: start-up (imports of torch/transformers/peft, NCCL rendezvous,
+    tokenising) took 12-15 s of a ~27 s run on the H200s; paying it once for DDP and FSDP of the same
+    shape halves that share of the suite's wall time. Each strategy still builds its model from the
+    same seed, trains, checkpoints and runs the lifecycle on its own, and frees the GPU before the next.
+    """
     node = node_name()
     _quiet()
     import torch
@@ -112,18 +152,19 @@ def _run(args: argparse.Namespace, info: Any) -> None:
 
     from gpuaccept.training.config import profile_for
     from gpuaccept.training.data import encode, load_splits, load_tokenizer
-    from gpuaccept.training.lifecycle import file_fingerprint
-    from gpuaccept.training.loop import Runtime, train
-    from gpuaccept.training.model import apply_lora, build_base, param_bytes, trainable_checksum, wrap
-    from gpuaccept.training.monitor import UtilSampler, peak_memory_gib
+    from gpuaccept.training.loop import Runtime
 
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = (
         torch.device("cuda", info.local_rank % max(1, torch.cuda.device_count())) if use_cuda else torch.device("cpu")
     )
-    cfg = profile_for("gpu" if use_cuda else "cpu", **_overrides(args))
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    strategies = list(dict.fromkeys(args.strategy.split(",")))
+    several = len(strategies) > 1
+    overrides = _overrides(args)
+    base_cfg = profile_for("gpu" if use_cuda else "cpu", **{**overrides, "strategy": strategies[0]})
+    threads = _threads(base_cfg.threads, use_cuda, info.local_world_size)
+    if threads:
+        torch.set_num_threads(threads)
     if use_cuda:
         torch.cuda.set_device(device)
     rt = Runtime(info.rank, info.world_size, info.local_rank, device, node)
@@ -137,13 +178,61 @@ def _run(args: argparse.Namespace, info: Any) -> None:
         **({"device_id": device} if use_cuda else {}),
     )
     phases["rendezvous"] = time.monotonic() - _STARTED - sum(phases.values())
-    tokenizer = load_tokenizer(cfg.model_path, cfg.tokenizer)
-    train_rows, test_rows, data_desc = load_splits(cfg.dataset)
-    train_ex = [e for e in (encode(tokenizer, r, cfg.seq_len) for r in train_rows) if e is not None]
-    test_ex = [e for e in (encode(tokenizer, r, cfg.seq_len) for r in test_rows) if e is not None]
-    pad_id = int(tokenizer.pad_token_id)
-
+    tokenizer = load_tokenizer(base_cfg.model_path, base_cfg.tokenizer)
+    train_rows, test_rows, data_desc = load_splits(base_cfg.dataset)
+    train_ex = [e for e in (encode(tokenizer, r, base_cfg.seq_len) for r in train_rows) if e is not None]
+    test_ex = [e for e in (encode(tokenizer, r, base_cfg.seq_len) for r in test_rows) if e is not None]
     phases["data"] = time.monotonic() - _STARTED - sum(phases.values())
+    shared = {"startup_s": round(time.monotonic() - _STARTED, 3), "startup_phases_s": phases, "torch_threads": threads}
+    gpu = gpu_identity(0) if use_cuda else None
+    runs: dict[str, dict[str, Any]] = {}
+    for strategy in strategies:
+        out = args.out / strategy if several else args.out
+        cfg = profile_for("gpu" if use_cuda else "cpu", **{**overrides, "strategy": strategy, "out": out})
+        started = time.monotonic()
+        data = _train_one(cfg, rt, tokenizer, train_ex, test_ex, data_desc, use_cuda, gpu)
+        data.update(shared)
+        # What this strategy would take launched alone: the shared start-up plus its own run.
+        data["run_s"] = round(time.monotonic() - started, 3)
+        data["wall_s"] = round(shared["startup_s"] + data["run_s"], 3)
+        runs[strategy] = data
+        _release(torch, use_cuda)
+    payload = {"strategies": runs, **shared} if several else runs[strategies[0]]
+    payload["process_wall_s"] = round(time.monotonic() - _STARTED, 3)
+    emit(payload, gpu=gpu, probe="finetune")
+    sys.stdout.flush()
+    dist.destroy_process_group()
+
+
+def _release(torch: Any, use_cuda: bool) -> None:
+    """Free the finished strategy's model and optimizer before the next one is measured."""
+    import gc
+
+    gc.collect()
+    if use_cuda:
+        torch.cuda.empty_cache()
+
+
+def _train_one(
+    cfg: Any,
+    rt: Any,
+    tokenizer: Any,
+    train_ex: list[Any],
+    test_ex: list[Any],
+    data_desc: str,
+    use_cuda: bool,
+    gpu: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """One strategy: build the seeded model, save the original, train, measure, run the lifecycle."""
+    import torch
+
+    from gpuaccept.training.lifecycle import file_fingerprint
+    from gpuaccept.training.loop import train
+    from gpuaccept.training.model import apply_lora, build_base, param_bytes, trainable_checksum, wrap
+    from gpuaccept.training.monitor import UtilSampler, peak_memory_gib
+
+    device = rt.device
+    pad_id = int(tokenizer.pad_token_id)
     base = build_base(cfg, cfg.seed)
     base_path = cfg.model_path or cfg.out / "original"
     before: dict[str, str] = {}
@@ -159,12 +248,9 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     total = sum(p.numel() for p in peft_model.parameters())
     model = wrap(peft_model, cfg.strategy, device, rt.world)
     local_bytes, total_bytes = param_bytes(model)
-    gpu = gpu_identity(0) if use_cuda else None
     sampler = UtilSampler(gpu.get("uuid") if gpu else None) if use_cuda else None
     if use_cuda:
         torch.cuda.reset_peak_memory_stats(device)
-    startup_s = time.monotonic() - _STARTED
-    phases["model"] = startup_s - sum(phases.values())
     result = train(cfg, rt, model, peft_model, train_ex, test_ex, pad_id, sampler)
     memory = peak_memory_gib(device)
     util = sampler.summary() if sampler else {"util_pct": None, "util_samples": 0, "util_error": "CPU run"}
@@ -184,8 +270,6 @@ def _run(args: argparse.Namespace, info: Any) -> None:
         "timed_tokens": result.timed_tokens,
         "timed_s": round(result.timed_s, 3),
         "train_s": round(result.train_s, 3),
-        "startup_s": round(startup_s, 3),
-        "startup_phases_s": {k: round(v, 3) for k, v in phases.items()},
         "param_bytes_local": local_bytes,
         "param_bytes_total": total_bytes,
         "trainable_params": trainable,
@@ -197,10 +281,8 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     }
     if rt.rank == 0:
         data.update(_lifecycle(cfg, rt, result, tokenizer, test_ex, pad_id, base_path, before, data_desc, data))
-    data["wall_s"] = round(time.monotonic() - _STARTED, 3)
-    emit(data, gpu=gpu, probe="finetune")
-    sys.stdout.flush()
-    dist.destroy_process_group()
+    del model, peft_model, base
+    return data
 
 
 def _lifecycle(

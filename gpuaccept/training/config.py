@@ -30,7 +30,7 @@ class TrainConfig:
     dataset: Path | None = None
     tokenizer: Path = FIXTURES / "tokenizer.json"
     out: Path = Path("reports/training/manual")
-    steps: int = 120
+    steps: int = 60
     batch_size: int = 512
     seq_len: int = 96
     lr: float = 1e-3
@@ -42,7 +42,7 @@ class TrainConfig:
     lora_targets: tuple[str, ...] = LINEAR_MODULES
     modules_to_save: tuple[str, ...] = ("lm_head",)
     grad_ckpt: bool = False
-    ckpt_every: int = 60
+    ckpt_every: int = 30
     log_every: int = 10
     timed_from_step: int = 10
     seed: int = 1234
@@ -64,21 +64,20 @@ class TrainConfig:
 #: Both train LoRA plus ``lm_head`` (peft ``modules_to_save``): on a random-init model the frozen random
 #: lm_head caps the logits (|logit| <= |h| * |w| ~ init_std * hidden), so LoRA alone plateaus — measured on
 #: the CPU model, 120 steps: 1.66 nats LoRA-only vs 0.35 with lm_head trainable.
-#: "gpu": 8 layers x 768 hidden (52 M parameters). Measured on the lent 2xH200 (torch 2.11, 2026-11-22) with
-#:   256 sequences per GPU, 200 steps: target 0.5 reached at step 27-28, final 0.0002, but the GPUs were
-#:   busy only 51-72% (host-bound: ~100 ms of host work per step, DDP; ~130 ms FSDP, for ~65 ms of GPU
-#:   work) and FSDP on 2 GPUs took 64 s. Hence 512 sequences per GPU (twice the GPU work per host step),
-#:   batches cut from one pre-collated table (no per-step collation), and 120 steps (4x the steps needed).
-#:   This revision is not yet re-measured on a GPU.
+#: "gpu": 8 layers x 768 hidden (52 M parameters), 512 sequences per GPU, 60 steps. Measured on the lent
+#:   2xH200 (torch 2.11, 2026-11-22, ``benchmarks/train_sweep.sh``): the 0.5 target is reached at step 22
+#:   (60 steps = 2.7x that), 8.1 s of training, GPUs 98.7% busy once each rank keeps to 4 CPU threads
+#:   (see ``finetune._threads``). Tried and not taken: 1024 sequences (93.8% busy, 2x the step time, same
+#:   steps to target) and a wider model (1024 hidden: 84% busy, slower).
 #: "cpu": 2 layers x 64 hidden (init std 0.125 ~ 1/sqrt(64)), 16 sequences per rank, 1 torch thread per
 #:   rank: 80 steps reach ~0.33 nats in ~6 s of training per rank on CI's class of CPU.
 PROFILES: dict[str, dict[str, Any]] = {
     "gpu": {
         "model_config": FIXTURES / "qwen2-small.json",
-        "steps": 120,
+        "steps": 60,
         "batch_size": 512,
         "lr": 1e-3,
-        "ckpt_every": 60,
+        "ckpt_every": 30,
     },
     "cpu": {
         "model_config": FIXTURES / "qwen2-tiny.json",
