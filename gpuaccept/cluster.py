@@ -37,6 +37,7 @@ class Cluster:
         self.dry_run = dry_run
         self._on_step = on_step
         self._down: dict[str, str] = {}
+        self._shared: dict[tuple[Any, ...], ProbeResult | MeasurementError] = {}
 
     @property
     def nodes(self) -> list[str]:
@@ -71,16 +72,7 @@ class Cluster:
         exclusive: bool = False,
     ) -> ProbeResult:
         """Run ``python -m gpuaccept.probes.<probe>`` on ``nodes``; raise ``ProbeError`` if it breaks."""
-        step = Step(
-            probe=probe,
-            nodes=tuple(nodes),
-            tasks_per_node=tasks_per_node,
-            gpus_per_task=gpus_per_task,
-            args=tuple(str(a) for a in args),
-            env=dict(env or {}),
-            timeout_s=timeout_s or self.probe_timeout_s,
-            exclusive=exclusive,
-        )
+        step = self._step(probe, nodes, tasks_per_node, gpus_per_task, args, env, timeout_s, exclusive)
         if not step.nodes:
             raise MeasurementError(f"probe {probe}: no nodes to run on")
         command = self.launcher.command(step)
@@ -99,6 +91,53 @@ class Cluster:
         finally:
             if self._on_step:
                 self._on_step(step, command, result)
+
+    def _step(
+        self,
+        probe: str,
+        nodes: Iterable[str],
+        tasks_per_node: int = 1,
+        gpus_per_task: int = 0,
+        args: Iterable[str] = (),
+        env: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+        exclusive: bool = False,
+    ) -> Step:
+        return Step(
+            probe=probe,
+            nodes=tuple(nodes),
+            tasks_per_node=tasks_per_node,
+            gpus_per_task=gpus_per_task,
+            args=tuple(str(a) for a in args),
+            env=dict(env or {}),
+            timeout_s=timeout_s or self.probe_timeout_s,
+            exclusive=exclusive,
+        )
+
+    def run_shared(self, probe: str, *, nodes: Iterable[str], **kwargs: Any) -> ProbeResult:
+        """``run``, once per session for identical arguments; later callers get the same result or error.
+
+        For one measurement judged by several tests (the P2P copies give the bandwidth test and the
+        NVLink-errors-under-load test; one fine-tune launch trains DDP and FSDP): measuring twice would
+        cost the time twice and could give two tests two different machines' states. A later caller's
+        test still gets the command and the raw output in its record.
+        """
+        nodes = tuple(nodes)
+        key = (probe, nodes, *sorted((k, repr(v)) for k, v in kwargs.items()))
+        if key not in self._shared:
+            try:
+                self._shared[key] = self.run(probe, nodes=nodes, **kwargs)
+            except MeasurementError as exc:
+                self._shared[key] = exc
+                raise
+            return self._shared[key]  # type: ignore[return-value]
+        value = self._shared[key]
+        if self._on_step:
+            step = self._step(probe, nodes, **kwargs)
+            self._on_step(step, self.launcher.command(step), value if isinstance(value, ProbeResult) else None)
+        if isinstance(value, MeasurementError):
+            raise value
+        return value
 
     def run_each(self, probe: str, nodes: Iterable[str], **kwargs: Any) -> dict[str, ProbeResult | MeasurementError]:
         """One step per node, run one after another; per-node errors are returned, not raised.

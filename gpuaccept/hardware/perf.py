@@ -24,7 +24,9 @@ __all__ = [
     "judge_hostbw",
     "judge_matmul",
     "judge_membw",
+    "judge_nvlink_under_load",
     "judge_p2p",
+    "p2p_record",
     "tflops_drop_pct",
 ]
 
@@ -175,9 +177,26 @@ def judge_hostbw(records: list[Any], limits: Limits, node: str) -> None:
     conclude(limits, node, busy=busy)
 
 
-def _nvlink_under_load(data: dict[str, Any], labels: dict[int, str | None], limits: Limits, node: str) -> list[str]:
-    """NVLink errors that appeared while the copies ran: CRC as a rate, replay/recovery as counts."""
-    missing = []
+def _link_split(entry: dict[str, Any], kind: str) -> str:
+    """Where a GPU's CRC errors sat: one link (a cable/port to reseat) or spread over all of them."""
+    per_link = (entry.get("per_link") or {}).get(f"crc_{kind}") or {}
+    if not per_link:
+        return ""
+    worst, count = max(per_link.items(), key=lambda item: item[1])
+    return f"on {len(per_link)} of {entry.get('links') or '?'} links, most on link {worst} ({count})"
+
+
+def judge_nvlink_under_load(record: Any, limits: Limits, node: str) -> None:
+    """NVLink errors that appeared while the P2P copies ran: CRC as a rate, replay/recovery as counts.
+
+    DCGM judges the flit and data CRC counters each as a rate, FAIL at >= 100/s (health watch
+    ``MonitorNVLink`` and the diag pcie plugin's per-second check, Hopper included); replay and
+    recovery are failures at any count. The failure names the links the errors sat on.
+    """
+    data = record.data
+    labels = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
+    busy = [line for entry in data.get("busy") or [] for line in busy_lines(labels.get(entry["gpu"]), [entry])]
+    missing, details = [], []
     for entry in data.get("nvlink_errors") or []:
         label = labels.get(entry["gpu"], str(entry["gpu"]))
         counts = {k: entry.get(k) for k in ("crc_flit", "crc_data", "replay", "recovery")}
@@ -188,9 +207,9 @@ def _nvlink_under_load(data: dict[str, Any], labels: dict[int, str | None], limi
             missing.append(f"{node} GPU {label}: NVLink counters {sorted(k for k, v in counts.items() if v is None)}")
             continue
         seconds = max(float(entry.get("seconds") or 0), 1e-3)
-        # DCGM judges flit and data CRC counters each on its own (DcgmHealthWatch: rate >= 100/s per field)
         for kind in ("flit", "data"):
             count = counts[f"crc_{kind}"]
+            where = _link_split(entry, kind)
             limits.check(
                 f"p2p_nvlink_crc_{kind}_per_s",
                 round(count / seconds, 2),
@@ -198,10 +217,19 @@ def _nvlink_under_load(data: dict[str, Any], labels: dict[int, str | None], limi
                 gpu=label,
                 count=count,
                 seconds=seconds,
+                links=(entry.get("per_link") or {}).get(f"crc_{kind}"),
             )
+            if count and where:
+                details.append(f"GPU {label}: {count} CRC {kind} errors in {seconds:.1f} s {where}")
         limits.check("p2p_nvlink_replay_errors", counts["replay"], node=node, gpu=label, seconds=seconds)
         limits.check("p2p_nvlink_recovery_errors", counts["recovery"], node=node, gpu=label, seconds=seconds)
-    return missing
+    conclude(limits, node, busy=busy, details=details, missing=missing)
+
+
+def p2p_record(cluster: Any, node: str) -> Any:
+    """The node's P2P copy run, measured once and judged by the bandwidth and the NVLink-error tests."""
+    gpus = cluster.require_gpus(node)
+    return cluster.run_shared("p2p", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=240).one()
 
 
 def judge_p2p(record: Any, limits: Limits, node: str) -> dict[str, Any]:
@@ -227,7 +255,6 @@ def judge_p2p(record: Any, limits: Limits, node: str) -> dict[str, Any]:
             f"slowest pair: GPU {slow['src']} -> GPU {slow['dst']} at {slow['gbps']} GB/s"
             + ("" if slow.get("peer_access") else " (no peer access: copied through the host)")
         )
-    missing = _nvlink_under_load(data, labels, limits, node)
     limits.stragglers("p2p_gbps")
-    conclude(limits, node, busy=busy, details=details, missing=missing)
+    conclude(limits, node, busy=busy, details=details)
     return data.get("matrix") or {}

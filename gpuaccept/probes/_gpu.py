@@ -181,7 +181,8 @@ def nvlink_error_counters(lib: Any, handle: Any, active_links: list[int]) -> dic
 
     The per-GPU ``*_TOTAL`` field values are read first; where the driver does not give them (newer
     GPUs deprecate them) the per-link ``nvmlDeviceGetNvLinkErrorCounter`` values are summed instead.
-    A counter neither way gives reads as None.
+    A counter neither way gives reads as None. ``per_link`` holds each link's CRC counts as well, so a
+    rate can be pinned on a link (one bad cable/port) or seen spread over all of them.
     """
     totals = field_values(
         lib,
@@ -199,7 +200,15 @@ def nvlink_error_counters(lib: Any, handle: Any, active_links: list[int]) -> dic
         "replay": lib.NVML_NVLINK_ERROR_DL_REPLAY,
         "recovery": lib.NVML_NVLINK_ERROR_DL_RECOVERY,
     }
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"per_link": {}}
+    for name in ("crc_flit", "crc_data"):
+        links: dict[int, int] = {}
+        for link in active_links:
+            try:
+                links[link] = int(lib.nvmlDeviceGetNvLinkErrorCounter(handle, link, counters[name]))
+            except Exception:
+                continue
+        out["per_link"][name] = links
     for name, counter in counters.items():
         if totals.get(name) is not None:
             out[name] = int(totals[name])  # type: ignore[arg-type]

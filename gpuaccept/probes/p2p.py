@@ -88,6 +88,16 @@ def nvlink_deltas(
         for name in ("crc_flit", "crc_data", "replay", "recovery"):
             a, b = old.get(name), new.get(name)
             entry[name] = None if a is None or b is None else b - a
+        links_before, links_after = old.get("per_link") or {}, new.get("per_link") or {}
+        entry["per_link"] = {
+            name: {
+                str(link): count - links_before[name][link]
+                for link, count in (links_after.get(name) or {}).items()
+                if link in (links_before.get(name) or {}) and count - links_before[name][link]
+            }
+            for name in ("crc_flit", "crc_data")
+        }
+        entry["links"] = len((new.get("per_link") or {}).get("crc_data") or {})
         out.append(entry)
     return out
 

@@ -12,18 +12,32 @@ import pytest
 
 from gpuaccept.hardware.ib import judge_ib
 from gpuaccept.hardware.nvlink import judge_affinity, judge_nvlink, judge_topology
+from gpuaccept.hardware.perf import judge_nvlink_under_load, p2p_record
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect]
 
 
 def _nvlink(cluster, node: str, gpus: int) -> dict:
-    return cluster.run("nvlink", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=120).one().data
+    """One NVML read of the node's links and pairs, judged by the three tests below."""
+    return cluster.run_shared("nvlink", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=120).one().data
 
 
 def test_nvlink(node, cluster, limits):
     """Links active per GPU as the SKU has them, common link speed, CRC/replay/recovery counters bounded."""
     gpus = cluster.require_gpus(node)
     judge_nvlink(_nvlink(cluster, node, gpus), limits, node, declared_gpus=gpus)
+
+
+def test_nvlink_errors_under_load(node, cluster, limits):
+    """NVLink CRC error rate (flit, data: DCGM's 100/s) and replay/recovery counts while the P2P copies ran.
+
+    A count since the driver loaded has no time base; errors while the links carry traffic do. Judged
+    from the same copies as ``test_p2p`` (one measurement), apart from it so a link-error finding does
+    not hide the bandwidth verdict, and the failure names the links the errors sat on.
+    """
+    if cluster.require_gpus(node) < 2:
+        pytest.skip(f"{node} declares one GPU: no GPU pair to load the NVLinks")
+    judge_nvlink_under_load(p2p_record(cluster, node), limits, node)
 
 
 def test_gpu_topology(node, cluster, limits):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaccept.hardware.perf import judge_hostbw, judge_membw, judge_p2p
+from gpuaccept.hardware.perf import judge_hostbw, judge_membw, judge_p2p, p2p_record
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.memory]
 
@@ -32,5 +32,4 @@ def test_p2p(node, cluster, limits):
     gpus = cluster.require_gpus(node)
     if gpus < 2:
         pytest.skip(f"{node} declares one GPU: there is no GPU pair")
-    record = cluster.run("p2p", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=240).one()
-    judge_p2p(record, limits, node)
+    judge_p2p(p2p_record(cluster, node), limits, node)

@@ -21,6 +21,7 @@ from gpuaccept.hardware.perf import (
     judge_hostbw,
     judge_matmul,
     judge_membw,
+    judge_nvlink_under_load,
     judge_p2p,
     tflops_drop_pct,
 )
@@ -199,11 +200,23 @@ def test_p2p_healthy_and_slow_pair(limits: Checker) -> None:
 
 
 def test_p2p_nvlink_errors_under_load(limits: Checker) -> None:
-    judge_p2p(p2p(crc=40), limits, "vm")  # 20/s: below DCGM's 100/s
+    judge_nvlink_under_load(p2p(crc=40), limits, "vm")  # 20/s: below DCGM's 100/s
+    judge_p2p(p2p(crc=400, replay=1), limits, "vm")  # the bandwidth verdict is not the link errors' one
     with pytest.raises(AssertionError) as caught:
-        judge_p2p(p2p(crc=400, replay=1), Checker(load_thresholds(), lambda n: "H200", lambda r: None, "t"), "vm")
+        judge_nvlink_under_load(
+            p2p(crc=400, replay=1), Checker(load_thresholds(), lambda n: "H200", lambda r: None, "t"), "vm"
+        )
     assert "p2p_nvlink_crc_flit_per_s = 200" in str(caught.value)
     assert "p2p_nvlink_replay_errors = 1" in str(caught.value)
+
+
+def test_nvlink_errors_name_the_links() -> None:
+    """Errors on one link say so (a port or cable to look at); spread over all links say that."""
+    record = p2p(crc=400)
+    for entry in record.data["nvlink_errors"]:
+        entry.update(links=18, per_link={"crc_flit": {"7": 390, "3": 10}, "crc_data": {}})
+    with pytest.raises(AssertionError, match=r"400 CRC flit errors in 2.0 s on 2 of 18 links, most on link 7 \(390\)"):
+        judge_nvlink_under_load(record, Checker(load_thresholds(), lambda n: "H200", lambda r: None, "t"), "vm")
 
 
 def test_p2p_busy_names_the_gpu(limits: Checker) -> None:
