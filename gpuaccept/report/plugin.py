@@ -94,7 +94,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         config.pluginmanager.unregister(plugin, _SESSION)
 
 
-
 def _slurm_cluster_name() -> str | None:
     """``ClusterName`` from slurm.conf (what the customer calls the cluster); None if Slurm does not say."""
     from gpuaccept.dispatch.slurm_cli import SlurmError, slurm_cmd

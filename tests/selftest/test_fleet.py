@@ -22,7 +22,13 @@ def test_shm(node, cluster, limits):
 @pytest.mark.parametrize("mode", ["print", "yes"])
 def test_drain_on_fail(tmp_path, dev_cluster, mode):
     run = run_inner(
-        write_suite(tmp_path, DRAIN_SUITE), "--launcher", "slurm", "--nodes", "2", "--drain-on-fail", mode,
+        write_suite(tmp_path, DRAIN_SUITE),
+        "--launcher",
+        "slurm",
+        "--nodes",
+        "2",
+        "--drain-on-fail",
+        mode,
         env=dev_cluster.env,
     )
     try:
@@ -56,7 +62,15 @@ def test_b(node, cluster):
 def test_xdist_shares_one_allocation(tmp_path, dev_cluster):
     before = dev_cluster.last_job_id()
     run = run_inner(
-        write_suite(tmp_path, XDIST_SUITE), "--launcher", "slurm", "--nodes", "2", "-n", "2", "--dist", "loadgroup",
+        write_suite(tmp_path, XDIST_SUITE),
+        "--launcher",
+        "slurm",
+        "--nodes",
+        "2",
+        "-n",
+        "2",
+        "--dist",
+        "loadgroup",
         env=dev_cluster.env,
     )
     assert run.returncode == 0, run.output[-3000:]
@@ -67,7 +81,8 @@ def test_xdist_shares_one_allocation(tmp_path, dev_cluster):
 
 def test_container_flags_reach_srun():
     launcher = SlurmLauncher(
-        Allocation("42", ["n1"], owned=False), container_image="nvcr.io#nvidia/pytorch:24.05-py3",
+        Allocation("42", ["n1"], owned=False),
+        container_image="nvcr.io#nvidia/pytorch:24.05-py3",
         container_mounts="/shared:/shared",
     )
     argv = launcher.command(Step("hygiene", ("n1",)))

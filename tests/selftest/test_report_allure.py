@@ -188,19 +188,27 @@ HARDWARE = "Hardware fault (ECC, XID, NVLink or IB down)"
 @pytest.mark.parametrize(
     ("message", "category"),
     [
-        ("AssertionError: 1 threshold miss(es):\n  a17 GPU 3 (0000:9A:00.0): ecc_uncorrected_volatile = 2 errors "
-         "(limit <= 0; 2 > max 0)", HARDWARE),
+        (
+            "AssertionError: 1 threshold miss(es):\n  a17 GPU 3 (0000:9A:00.0): ecc_uncorrected_volatile = 2 errors "
+            "(limit <= 0; 2 > max 0)",
+            HARDWARE,
+        ),
         ("AssertionError: a17: XID 79 (GPU fallen off the bus) on GPU 2", HARDWARE),
-        ("AssertionError: 1 threshold miss(es):\n  a17 GPU 0: nvlink_links_up = 17 links (limit == 18)",
-         HARDWARE),
+        ("AssertionError: 1 threshold miss(es):\n  a17 GPU 0: nvlink_links_up = 17 links (limit == 18)", HARDWARE),
         ("AssertionError: a18: IB port mlx5_3/1 is DOWN", HARDWARE),
-        ("AssertionError: configuration drift across nodes:\n  GPU driver: '570.86' on most nodes, but a17='550.54'",
-         "Configuration drift (versions differ across nodes)"),
-        ("AssertionError: 2 threshold miss(es):\n  a17 GPU 0: matmul_bf16_tflops = 600 TFLOP/s (limit >= 700)",
-         "Threshold miss"),
-        ("AssertionError: 1 regression(s) vs baseline:\n  a17: nccl_all_reduce_busbw_gbps = 300 GB/s "
-         "(regressed 12.0% vs baseline 20261101T000000Z.json (341 -> 300 GB/s, tolerance 5%))",
-         "Regression against baseline"),
+        (
+            "AssertionError: configuration drift across nodes:\n  GPU driver: '570.86' on most nodes, but a17='550.54'",
+            "Configuration drift (versions differ across nodes)",
+        ),
+        (
+            "AssertionError: 2 threshold miss(es):\n  a17 GPU 0: matmul_bf16_tflops = 600 TFLOP/s (limit >= 700)",
+            "Threshold miss",
+        ),
+        (
+            "AssertionError: 1 regression(s) vs baseline:\n  a17: nccl_all_reduce_busbw_gbps = 300 GB/s "
+            "(regressed 12.0% vs baseline 20261101T000000Z.json (341 -> 300 GB/s, tolerance 5%))",
+            "Regression against baseline",
+        ),
         ("AssertionError: a17: the probe ran on 'a18', not on the node it was sent to", "Other failed check"),
     ],
 )
