@@ -68,7 +68,8 @@ class TrainConfig:
 #:   2xH200 (torch 2.11, 2026-11-22, ``benchmarks/train_sweep.sh``): the 0.5 target is reached at step 22
 #:   (60 steps = 2.7x that), 8.1 s of training, GPUs 98.7% busy once each rank keeps to 4 CPU threads
 #:   (see ``finetune._threads``). Tried and not taken: 1024 sequences (93.8% busy, 2x the step time, same
-#:   steps to target) and a wider model (1024 hidden: 84% busy, slower).
+#:   steps to target) and a wider model (1024 hidden: 84% busy, slower). 16 generated tokens per timing
+#:   and sample: the lifecycle's ~400 batch-1 decode steps at 32 tokens took 5-8 s of each ~15 s run.
 #: "cpu": 2 layers x 64 hidden (init std 0.125 ~ 1/sqrt(64)), 16 sequences per rank, 1 torch thread per
 #:   rank: 80 steps reach ~0.33 nats in ~6 s of training per rank on CI's class of CPU.
 PROFILES: dict[str, dict[str, Any]] = {
@@ -78,6 +79,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "batch_size": 512,
         "lr": 1e-3,
         "ckpt_every": 30,
+        "gen_tokens": 16,
     },
     "cpu": {
         "model_config": FIXTURES / "qwen2-tiny.json",
