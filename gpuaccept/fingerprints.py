@@ -36,6 +36,19 @@ class Fingerprints:
             raise MeasurementError(f"fingerprint of {node} could not be taken: {value}", nodes=(node,))
         return value
 
+    def prefetch(self, nodes: list[str]) -> None:
+        """Take the fingerprints of ``nodes`` not seen yet, all at once (a cross-node check needs every
+        node's; one after another they would cost a step time per node)."""
+        missing = [n for n in nodes if n not in self._seen]
+        for node, result in self._cluster.run_each("fingerprint", missing, timeout_s=120).items():
+            if isinstance(result, MeasurementError):
+                self._seen[node] = result
+                continue
+            try:
+                self._seen[node] = result.one().data
+            except MeasurementError as exc:
+                self._seen[node] = exc
+
     def collected(self) -> dict[str, Any]:
         """Everything gathered so far, errors as strings (for the run record)."""
         return {n: ({"error": str(v)} if isinstance(v, Exception) else v) for n, v in self._seen.items()}

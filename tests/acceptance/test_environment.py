@@ -54,6 +54,7 @@ def test_versions_consistent(cluster, fingerprints):
     nodes = cluster.nodes
     if len(nodes) < 2:
         pytest.skip("single-node allocation: nothing to compare")
+    fingerprints.prefetch(nodes)  # all nodes at once, not a step time per node
     prints = {node: fingerprints.get(node) for node in nodes}
     drift: list[str] = []
     fields = dict(CONSISTENT)
