@@ -115,7 +115,10 @@ def _python_stack(has_gpus: bool) -> dict[str, Any]:
 
         out["torch"] = torch.__version__
         out["torch_cuda"] = torch.version.cuda
-        if torch.cuda.is_available():
+        # NCCL's version comes from the library torch loaded (ncclGetVersion), which needs no CUDA
+        # context: ``torch.cuda.is_available()`` would initialise the driver on every GPU (seconds,
+        # and serialised across the processes of a node) just to decide to ask.
+        if torch.version.cuda:
             version = torch.cuda.nccl.version()
             out["nccl"] = ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
     except Exception as exc:
