@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pytest
 
@@ -17,9 +17,23 @@ from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.dispatch.step import Launcher, Step, shell_join
 from gpuaccept.errors import MeasurementError
 
-__all__ = ["NO_GPU_REASON", "Cluster"]
+if TYPE_CHECKING:  # typing.Unpack for **kwargs is Python 3.12; annotations are not evaluated at run time
+    from typing_extensions import Unpack
+
+__all__ = ["NO_GPU_REASON", "Cluster", "StepOptions"]
 
 NO_GPU_REASON = "partition declares no GPUs"
+
+
+class StepOptions(TypedDict, total=False):
+    """How a probe is launched beyond its name and nodes (defaults: 1 task per node, no GPU)."""
+
+    tasks_per_node: int
+    gpus_per_task: int
+    args: Iterable[Any]
+    env: dict[str, str] | None
+    timeout_s: float | None
+    exclusive: bool
 
 
 class Cluster:
@@ -60,20 +74,9 @@ class Cluster:
             pytest.skip(NO_GPU_REASON)
         return min(counts) if node is None else counts[0]
 
-    def run(
-        self,
-        probe: str,
-        *,
-        nodes: Iterable[str],
-        tasks_per_node: int = 1,
-        gpus_per_task: int = 0,
-        args: Iterable[str] = (),
-        env: dict[str, str] | None = None,
-        timeout_s: float | None = None,
-        exclusive: bool = False,
-    ) -> ProbeResult:
+    def run(self, probe: str, *, nodes: Iterable[str], **options: Unpack[StepOptions]) -> ProbeResult:
         """Run ``python -m gpuaccept.probes.<probe>`` on ``nodes``; raise ``ProbeError`` if it breaks."""
-        step = self._step(probe, nodes, tasks_per_node, gpus_per_task, args, env, timeout_s, exclusive)
+        step = self._step(probe, nodes, **options)
         if not step.nodes:
             raise MeasurementError(f"probe {probe}: no nodes to run on")
         command = self.launcher.command(step)
@@ -93,29 +96,19 @@ class Cluster:
             if self._on_step:
                 self._on_step(step, command, result)
 
-    def _step(
-        self,
-        probe: str,
-        nodes: Iterable[str],
-        tasks_per_node: int = 1,
-        gpus_per_task: int = 0,
-        args: Iterable[str] = (),
-        env: dict[str, str] | None = None,
-        timeout_s: float | None = None,
-        exclusive: bool = False,
-    ) -> Step:
+    def _step(self, probe: str, nodes: Iterable[str], **options: Unpack[StepOptions]) -> Step:
         return Step(
             probe=probe,
             nodes=tuple(nodes),
-            tasks_per_node=tasks_per_node,
-            gpus_per_task=gpus_per_task,
-            args=tuple(str(a) for a in args),
-            env=dict(env or {}),
-            timeout_s=timeout_s or self.probe_timeout_s,
-            exclusive=exclusive,
+            tasks_per_node=options.get("tasks_per_node", 1),
+            gpus_per_task=options.get("gpus_per_task", 0),
+            args=tuple(str(a) for a in options.get("args", ())),
+            env=dict(options.get("env") or {}),
+            timeout_s=options.get("timeout_s") or self.probe_timeout_s,
+            exclusive=options.get("exclusive", False),
         )
 
-    def run_shared(self, probe: str, *, nodes: Iterable[str], **kwargs: Any) -> ProbeResult:
+    def run_shared(self, probe: str, *, nodes: Iterable[str], **options: Unpack[StepOptions]) -> ProbeResult:
         """``run``, once per session for identical arguments; later callers get the same result or error.
 
         For one measurement judged by several tests (the P2P copies give the bandwidth test and the
@@ -124,23 +117,25 @@ class Cluster:
         test still gets the command and the raw output in its record.
         """
         nodes = tuple(nodes)
-        key = (probe, nodes, *sorted((k, repr(v)) for k, v in kwargs.items()))
+        key = (probe, nodes, *sorted((k, repr(v)) for k, v in options.items()))
         if key not in self._shared:
             try:
-                self._shared[key] = self.run(probe, nodes=nodes, **kwargs)
+                self._shared[key] = self.run(probe, nodes=nodes, **options)
             except MeasurementError as exc:
                 self._shared[key] = exc
                 raise
             return self._shared[key]  # type: ignore[return-value]
         value = self._shared[key]
         if self._on_step:
-            step = self._step(probe, nodes, **kwargs)
+            step = self._step(probe, nodes, **options)
             self._on_step(step, self.launcher.command(step), value if isinstance(value, ProbeResult) else None)
         if isinstance(value, MeasurementError):
             raise value
         return value
 
-    def run_each(self, probe: str, nodes: Iterable[str], **kwargs: Any) -> dict[str, ProbeResult | MeasurementError]:
+    def run_each(
+        self, probe: str, nodes: Iterable[str], **options: Unpack[StepOptions]
+    ) -> dict[str, ProbeResult | MeasurementError]:
         """One step per node, all at once; per-node errors are returned, not raised.
 
         For checks that must say "node2 is broken, node1 is fine" in one test rather than stopping at
@@ -153,11 +148,11 @@ class Cluster:
             out: dict[str, ProbeResult | MeasurementError] = {}
             for node in nodes:
                 try:
-                    out[node] = self.run(probe, nodes=[node], **kwargs)
+                    out[node] = self.run(probe, nodes=[node], **options)
                 except MeasurementError as exc:
                     out[node] = exc
             return out
-        steps = {node: self._step(probe, [node], **kwargs) for node in nodes}
+        steps = {node: self._step(probe, [node], **options) for node in nodes}
         with ThreadPoolExecutor(max_workers=min(64, len(nodes)), thread_name_prefix="gpuaccept-step") as pool:
             futures = {node: pool.submit(self.launcher.run, step) for node, step in steps.items()}
         results: dict[str, ProbeResult | MeasurementError] = {}
