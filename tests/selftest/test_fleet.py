@@ -89,3 +89,47 @@ def test_container_flags_reach_srun():
     assert "--container-image=nvcr.io#nvidia/pytorch:24.05-py3" in argv
     assert "--container-mounts=/shared:/shared" in argv
     assert argv[argv.index("-m") - 1] == "python3"
+
+
+SHARED_SUITE = """
+import time
+
+PIDS = {}
+
+
+def _ok(cluster, node):
+    return cluster.run_shared("_faults", nodes=[node], args=["--fault", "ok"]).one().data["pid"]
+
+
+def test_first(node, cluster):
+    PIDS.setdefault(node, []).append(_ok(cluster, node))
+
+
+def test_second(node, cluster):
+    PIDS[node].append(_ok(cluster, node))
+    other = cluster.run_shared("_faults", nodes=[node], args=["--fault", "slow"]).one().data["pid"]
+    assert PIDS[node][0] == PIDS[node][1] != other, PIDS
+
+
+def test_each_side_by_side(cluster):
+    started = time.monotonic()
+    results = cluster.run_each("_faults", cluster.nodes, args=["--fault", "slow"])
+    elapsed = time.monotonic() - started
+    assert sorted(results) == sorted(cluster.nodes)
+    assert all(r.one().node == n for n, r in results.items())
+    print(f"run_each over {len(results)} nodes: {elapsed:.1f} s")
+    assert elapsed < 7.5, f"{elapsed:.1f} s: the 4 s steps ran one after another"
+"""
+
+
+def test_run_shared_and_run_each(tmp_path, dev_cluster):
+    """One measurement judged by two tests is taken once (same pid), and both tests record its command;
+    run_each's per-node steps run side by side on the loopback cluster (2 x 4 s in well under 8 s)."""
+    suite = write_suite(tmp_path, SHARED_SUITE)
+    run = run_inner(suite, "--launcher", "slurm", "--nodes", "2", "-s", env=dev_cluster.env)
+    assert run.returncode == 0, run.output[-3000:]
+    tests = {t["nodeid"].split("::")[-1]: t for t in run.record["tests"]}
+    for node in ("node1", "node2"):
+        assert any("--fault ok" in c for c in tests[f"test_first[{node}]"]["commands"])
+        assert any("--fault ok" in c for c in tests[f"test_second[{node}]"]["commands"])
+    assert len(tests["test_each_side_by_side"]["commands"]) == 2
