@@ -200,10 +200,8 @@ def judge_nvlink_under_load(record: Any, limits: Limits, node: str) -> None:
     for entry in data.get("nvlink_errors") or []:
         label = labels.get(entry["gpu"], str(entry["gpu"]))
         counts = {k: entry.get(k) for k in ("crc_flit", "crc_data", "replay", "recovery")}
-        if all(v is None for v in counts.values()):
-            limits.report("p2p_nvlink_crc_flit_per_s", "no NVLink counters", node=node, gpu=label)
-            continue
         if any(v is None for v in counts.values()):
+            # A node whose SKU has no NVLink never gets here (the test skips it): unreadable is not clean.
             missing.append(f"{node} GPU {label}: NVLink counters {sorted(k for k, v in counts.items() if v is None)}")
             continue
         seconds = max(float(entry.get("seconds") or 0), 1e-3)

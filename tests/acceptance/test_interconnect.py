@@ -28,7 +28,7 @@ def test_nvlink(node, cluster, limits):
     judge_nvlink(_nvlink(cluster, node, gpus), limits, node, declared_gpus=gpus)
 
 
-def test_nvlink_errors_under_load(node, cluster, limits):
+def test_nvlink_errors_under_load(node, cluster, limits, thresholds, fingerprints):
     """NVLink CRC error rate (flit, data: DCGM's 100/s) and replay/recovery counts while the P2P copies ran.
 
     A count since the driver loaded has no time base; errors while the links carry traffic do. Judged
@@ -37,6 +37,9 @@ def test_nvlink_errors_under_load(node, cluster, limits):
     """
     if cluster.require_gpus(node) < 2:
         pytest.skip(f"{node} declares one GPU: no GPU pair to load the NVLinks")
+    sku = fingerprints.sku_of(node)
+    if "nvlink_links_active" not in thresholds.limits_for(sku):
+        pytest.skip(f"SKU {sku} declares no NVLink (no nvlink_links_active limit)")
     judge_nvlink_under_load(p2p_record(cluster, node), limits, node)
 
 

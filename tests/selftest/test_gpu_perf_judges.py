@@ -210,6 +210,15 @@ def test_p2p_nvlink_errors_under_load(limits: Checker) -> None:
     assert "p2p_nvlink_replay_errors = 1" in str(caught.value)
 
 
+def test_nvlink_errors_unreadable_is_an_error(limits: Checker) -> None:
+    """Counters NVML would not give are 'could not measure', never a clean link."""
+    record = p2p()
+    for entry in record.data["nvlink_errors"]:
+        entry.update(crc_flit=None, crc_data=None, replay=None, recovery=None)
+    with pytest.raises(MeasurementError, match=r"NVLink counters \['crc_data', 'crc_flit', 'recovery', 'replay'\]"):
+        judge_nvlink_under_load(record, limits, "vm")
+
+
 def test_nvlink_errors_name_the_links() -> None:
     """Errors on one link say so (a port or cable to look at); spread over all links say that."""
     record = p2p(crc=400)
