@@ -200,27 +200,20 @@ def nvlink_error_counters(lib: Any, handle: Any, active_links: list[int]) -> dic
         "replay": lib.NVML_NVLINK_ERROR_DL_REPLAY,
         "recovery": lib.NVML_NVLINK_ERROR_DL_RECOVERY,
     }
-    out: dict[str, Any] = {"per_link": {}}
-    for name in ("crc_flit", "crc_data"):
-        links: dict[int, int] = {}
+    per_link: dict[str, dict[int, int]] = {}
+    for name, counter in counters.items():
+        per_link[name] = {}
         for link in active_links:
             try:
-                links[link] = int(lib.nvmlDeviceGetNvLinkErrorCounter(handle, link, counters[name]))
+                per_link[name][link] = int(lib.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter))
             except Exception:
                 continue
-        out["per_link"][name] = links
-    for name, counter in counters.items():
+    out: dict[str, Any] = {"per_link": {name: per_link[name] for name in ("crc_flit", "crc_data")}}
+    for name, links in per_link.items():
         if totals.get(name) is not None:
             out[name] = int(totals[name])  # type: ignore[arg-type]
-            continue
-        values: list[int] = []
-        for link in active_links:
-            try:
-                values.append(int(lib.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter)))
-            except Exception:
-                values = []
-                break
-        out[name] = sum(values) if values else None
+        else:  # the sum over links, only if every active link answered
+            out[name] = sum(links.values()) if links and len(links) == len(active_links) else None
     out["source"] = "field_totals" if all(totals.get(n) is not None for n in counters) else "per_link"
     return out
 

@@ -317,3 +317,32 @@ def test_preflight_ignores_own_pid(fake: FakeNVML, monkeypatch: pytest.MonkeyPat
 def test_bus_key_spellings() -> None:
     assert _gpu.bus_key("00000000:18:00.0") == _gpu.bus_key("0000:18:00") == _gpu.bus_key("18:00.0") == "0000:18:00"
     assert _gpu.bus_key("00000001:9A:00.0") == "0001:9a:00"
+
+
+def test_nvlink_error_counters_totals_fallback_and_per_link() -> None:
+    """Driver totals when given; else the per-link sum, only if every active link answered."""
+    from gpuaccept.probes._gpu import nvlink_error_counters
+
+    class Lib:
+        NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL = 1, 2
+        NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL = 3, 4
+        NVML_NVLINK_ERROR_DL_REPLAY, NVML_NVLINK_ERROR_DL_RECOVERY = 0, 1
+        NVML_NVLINK_ERROR_DL_CRC_FLIT, NVML_NVLINK_ERROR_DL_CRC_DATA = 2, 3
+
+        def nvmlDeviceGetFieldValues(self, handle: Any, ids: list[int]) -> list[Any]:
+            ok = types.SimpleNamespace(nvmlReturn=0, valueType=3, value=types.SimpleNamespace(ullVal=7))
+            bad = types.SimpleNamespace(nvmlReturn=3, valueType=3, value=None)
+            return [ok if i == 2 else bad for i in ids]  # only the CRC data total is given
+
+        def nvmlDeviceGetNvLinkErrorCounter(self, handle: Any, link: int, counter: int) -> int:
+            if counter == self.NVML_NVLINK_ERROR_DL_RECOVERY and link == 1:
+                raise RuntimeError("not supported on this link")
+            return 10 * link + counter
+
+    out = nvlink_error_counters(Lib(), None, [0, 1])
+    assert out["crc_data"] == 7  # the driver's total wins
+    assert out["crc_flit"] == 2 + 12  # per-link sum
+    assert out["replay"] == 0 + 10
+    assert out["recovery"] is None  # link 1 did not answer: no partial sum
+    assert out["per_link"] == {"crc_flit": {0: 2, 1: 12}, "crc_data": {0: 3, 1: 13}}
+    assert out["source"] == "per_link"
