@@ -16,9 +16,15 @@ import argparse
 import itertools
 import json
 import statistics
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpuaccept.probes._gpu import active_nvlinks, field_values, nvlink_error_counters
 
 COUNTERS = ("crc_flit", "crc_data", "replay", "recovery")
 EXTRA_FIELDS = (
@@ -30,44 +36,15 @@ EXTRA_FIELDS = (
 )
 
 
-def link_counters(lib: Any, handle: Any, links: list[int]) -> dict[int, dict[str, int | None]]:
+def _by_link(lib: Any, handle: Any, links: list[int]) -> dict[int, dict[str, int | None]]:
     """Per active link: the four DL error counters since the driver loaded (None where unsupported)."""
-    kinds = {
-        "crc_flit": lib.NVML_NVLINK_ERROR_DL_CRC_FLIT,
-        "crc_data": lib.NVML_NVLINK_ERROR_DL_CRC_DATA,
-        "replay": lib.NVML_NVLINK_ERROR_DL_REPLAY,
-        "recovery": lib.NVML_NVLINK_ERROR_DL_RECOVERY,
-    }
-    out: dict[int, dict[str, int | None]] = {}
-    for link in links:
-        row: dict[str, int | None] = {}
-        for name, kind in kinds.items():
-            try:
-                row[name] = int(lib.nvmlDeviceGetNvLinkErrorCounter(handle, link, kind))
-            except Exception:
-                row[name] = None
-        out[link] = row
-    return out
+    per_link = nvlink_error_counters(lib, handle, links)["per_link"]
+    return {link: {name: per_link[name].get(link) for name in COUNTERS} for link in links}
 
 
 def extra_fields(lib: Any, handle: Any) -> dict[str, Any]:
-    """NVLink 4+ FEC/BER fields for the whole GPU (scope 0), where this NVML and driver support them."""
-    out: dict[str, Any] = {}
-    for name in EXTRA_FIELDS:
-        field = getattr(lib, name, None)
-        if field is None:
-            continue
-        try:
-            value = lib.nvmlDeviceGetFieldValues(handle, [field])[0]
-        except Exception as exc:
-            out[name] = f"error: {exc}"
-            continue
-        if value.nvmlReturn != 0:
-            out[name] = f"nvml return {value.nvmlReturn}"
-            continue
-        kinds = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
-        out[name] = getattr(value.value, kinds.get(int(value.valueType), "ullVal"))
-    return out
+    """NVLink 4+ FEC/BER fields for the whole GPU; None where this NVML and driver do not give them."""
+    return field_values(lib, handle, {name: getattr(lib, name) for name in EXTRA_FIELDS if hasattr(lib, name)})
 
 
 class Sampler(threading.Thread):
@@ -81,7 +58,7 @@ class Sampler(threading.Thread):
 
     def read(self) -> None:
         self.samples.append(
-            (time.monotonic(), [link_counters(self.lib, h, ls) for h, ls in zip(self.handles, self.links, strict=True)])
+            (time.monotonic(), [_by_link(self.lib, h, ls) for h, ls in zip(self.handles, self.links, strict=True)])
         )
 
     def run(self) -> None:
@@ -141,16 +118,7 @@ def main() -> None:
     pynvml.nvmlInit()
     count = torch.cuda.device_count()
     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-    links = []
-    for h in handles:
-        active = []
-        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
-            try:
-                if pynvml.nvmlDeviceGetNvLinkState(h, link):
-                    active.append(link)
-            except Exception:
-                continue
-        links.append(active)
+    links = [active_nvlinks(pynvml, h) for h in handles]
     result: dict[str, Any] = {"gpus": count, "active_links": [len(x) for x in links], "args": vars(args)}
     result["fields_before"] = [extra_fields(pynvml, h) for h in handles]
 

@@ -181,8 +181,8 @@ def nvlink_error_counters(lib: Any, handle: Any, active_links: list[int]) -> dic
 
     The per-GPU ``*_TOTAL`` field values are read first; where the driver does not give them (newer
     GPUs deprecate them) the per-link ``nvmlDeviceGetNvLinkErrorCounter`` values are summed instead.
-    A counter neither way gives reads as None. ``per_link`` holds each link's CRC counts as well, so a
-    rate can be pinned on a link (one bad cable/port) or seen spread over all of them.
+    A counter neither way gives reads as None. ``per_link`` holds each link's counts as well, so a rate
+    can be pinned on a link (one bad cable/port) or seen spread over all of them.
     """
     totals = field_values(
         lib,
@@ -208,7 +208,7 @@ def nvlink_error_counters(lib: Any, handle: Any, active_links: list[int]) -> dic
                 per_link[name][link] = int(lib.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter))
             except Exception:
                 continue
-    out: dict[str, Any] = {"per_link": {name: per_link[name] for name in ("crc_flit", "crc_data")}}
+    out: dict[str, Any] = {"per_link": per_link}
     for name, links in per_link.items():
         if totals.get(name) is not None:
             out[name] = int(totals[name])  # type: ignore[arg-type]
