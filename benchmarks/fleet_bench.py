@@ -16,6 +16,7 @@ measures scheduling and dispatch overlap, not per-node hardware.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -112,8 +113,6 @@ def node_scaling(counts: list[int]) -> list[tuple[int, float, str]]:
 
 def breakdown(record: Path, nodes: int) -> str:
     """Record wall vs the tests' own time per node, the slowest tests, and what failed."""
-    import json
-
     data = json.loads(record.read_text())
     tests = data["tests"]
     per_node = sum(t["duration_s"] for t in tests) / nodes

@@ -10,6 +10,7 @@ mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 # srun starts ranks with torch's default thread count; torchrun would set OMP_NUM_THREADS=1.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
+all=$(nproc) # the probe's GPU default is min(4, cores / ranks); "-tall" runs show torch's default instead
 python3 - "$out" <<'PY'
 import json, sys
 base = json.load(open("fixtures/training/qwen2-small.json"))
@@ -25,7 +26,7 @@ run() { # name nproc args...
     --out "$out/$name" "$@" >"$out/$name.out" 2>"$out/$name.err"
   echo "$name rc=$? wall=$(python3 -c "print(round($(date +%s.%N)-$t0,1))")" | tee -a "$out/runs.txt"
 }
-IFS=';' read -r -a specs <<<"${GPUACCEPT_SWEEP:-ddp1-b512|1|ddp|;ddp2-b512|2|ddp|;ddp2-b512-t4|2|ddp|--threads 4;ddp2-b1024|2|ddp|--batch-size 1024;ddp2-wide|2|ddp|--model-config $out/qwen2-wide.json;fsdp2-b1024|2|fsdp|--batch-size 1024;fsdp2-wide|2|fsdp|--model-config $out/qwen2-wide.json}"
+IFS=';' read -r -a specs <<<"${GPUACCEPT_SWEEP:-ddp1-b512|1|ddp|;ddp2-b512-tall|2|ddp|--threads $all;ddp2-b512|2|ddp|;ddp2-b1024|2|ddp|--batch-size 1024;ddp2-wide|2|ddp|--model-config $out/qwen2-wide.json;fsdp2-b1024|2|fsdp|--batch-size 1024;fsdp2-wide|2|fsdp|--model-config $out/qwen2-wide.json}"
 for spec in "${specs[@]}"; do
   IFS='|' read -r name n strategy extra <<<"$spec"
   ((n <= ngpu)) || continue

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpuaccept.dispatch.result import parse_records
+from gpuaccept.dispatch.result import parse_records, reported_ranks
 
 TARGET = 0.5
 
@@ -16,7 +16,7 @@ def main(folder: Path) -> None:
     print(cols)
     for out in sorted(folder.glob("*.out")):
         text = out.read_text()
-        world = 2 if "2" in out.stem.split("-")[0] else 1
+        world = max(1, len(reported_ranks(text)))
         try:
             records = parse_records("finetune", text, world, ("local",))
         except Exception as exc:

@@ -25,6 +25,7 @@ _STARTED = time.monotonic()
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
+import os  # noqa: E402
 import shutil  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -107,7 +108,6 @@ def main(argv: list[str] | None = None) -> None:
 
 def _quiet() -> None:
     """No progress bars or deprecation chatter in the step's stderr: the report shows its tail."""
-    import os
     import warnings
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -131,8 +131,6 @@ def _threads(requested: int, use_cuda: bool, local_world: int) -> int:
         return requested
     if not use_cuda:
         return 0
-    import os
-
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(4, cores // max(1, local_world)))
 
@@ -281,7 +279,6 @@ def _train_one(
     }
     if rt.rank == 0:
         data.update(_lifecycle(cfg, rt, result, tokenizer, test_ex, pad_id, base_path, before, data_desc, data))
-    del model, peft_model, base
     return data
 
 
