@@ -130,6 +130,9 @@ def burn(tflops: list[float], reasons: int = 4, end: int = 99) -> dict[str, Any]
 
 def test_burn_in_steady_passes(limits: Checker) -> None:
     judge_burn_in([record(0, burn([668, 667, 666, 667, 665, 666])), record(1, burn([675] * 6))], limits, "vm")
+    judged = {r.metric for r in limits.results if r.verdict == "pass"}
+    expected = {"burnin_tflops_drop_pct", "burnin_checksum", "burnin_checksum_stable", "burnin_clock_events_failing"}
+    assert expected <= judged, judged
 
 
 def test_burn_in_drop_throttle_and_bitflip_fail(limits: Checker) -> None:
