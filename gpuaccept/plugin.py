@@ -21,30 +21,17 @@ from gpuaccept.cluster import Cluster
 from gpuaccept.errors import MeasurementError
 from gpuaccept.fingerprints import Fingerprints
 from gpuaccept.fleet.drain import run_drain
-from gpuaccept.results.baseline import BASELINE_KEY
+from gpuaccept.judging.baseline import BASELINE_KEY, load_session_baseline
+from gpuaccept.judging.categories import category
+from gpuaccept.judging.judge import Judge
+from gpuaccept.markers import MARKERS
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.summary import node_summary_lines
 from gpuaccept.settings import Settings, SettingsError, add_options, resolve
 from gpuaccept.state import STATE_KEY, SessionState
-from gpuaccept.thresholds.check import Checker
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
 
-MARKERS = (
-    "acceptance: the acceptance suite users run against a cluster",
-    "environment: node fingerprints and cross-node consistency",
-    "slurm: scheduler state, step launch and GPU isolation",
-    "storage: shared filesystem",
-    "hygiene: OS limits and node configuration",
-    "gpu_health: NVML/sysfs health of each GPU",
-    "interconnect: NVLink and InfiniBand",
-    "compute: GPU compute throughput",
-    "memory: GPU memory and host bandwidth",
-    "nccl: collective communication",
-    "training: end-to-end fine-tuning",
-    "multinode: needs several nodes at once (holds them exclusively)",
-)
-VERDICT = "gpuaccept_verdict"
-_OUR_FIXTURES = frozenset({"cluster", "limits", "fingerprints", "node"})
+_OUR_FIXTURES = frozenset({"cluster", "judge", "fingerprints", "node"})
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -72,6 +59,8 @@ def pytest_configure(config: pytest.Config) -> None:
         job_id, nodes = workerinput["gpuaccept_job"]
         state.job = (job_id, list(nodes))
     config.stash[STATE_KEY] = state
+    # the baseline changes verdicts, so the core reads it, now: before this run overwrites latest.json
+    config.stash[BASELINE_KEY] = load_session_baseline(settings, state.reports_dir, thresholds)
     config.pluginmanager.register(_RecordKeeper(state), "gpuaccept-record")
     if not config.pluginmanager.has_plugin("gpuaccept-report"):
         config.pluginmanager.register(importlib.import_module("gpuaccept.report.plugin"), "gpuaccept-report")
@@ -133,42 +122,95 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 _METRICS = pytest.StashKey[list[MetricResult]]()
+#: set when the test asked for the ``judge`` fixture: its pass must then rest on judged checks
+_JUDGED = pytest.StashKey[bool]()
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """Classify the outcome (passed / failed / error / skipped) and ship metrics on the report."""
+    """Decide the verdict (passed / failed / error / skipped) from the checks, and ship them on the report.
+
+    A test that returns normally passes only on its judged checks: with a failed check it fails, with
+    a needed limit missing it errors, and with no judged check at all (nothing measured, only
+    informational figures) it errors. That holds for every acceptance test and every test that asks
+    for ``judge``, whatever the test body did.
+    """
     report = yield
     ours = item.get_closest_marker("acceptance") or set(getattr(item, "fixturenames", ())) & _OUR_FIXTURES
-    if ours and (report.when == "call" or report.failed or report.skipped):
-        if report.passed:
-            verdict = "passed"
-        elif report.skipped:
-            verdict = "skipped"
-        elif call.excinfo is not None and call.excinfo.errisinstance(MeasurementError):
-            verdict = "error"
-        else:
-            verdict = "failed" if report.when == "call" else "error"
-        state = _state(item.config)
-        callspec = getattr(item, "callspec", None)
-        nodes = [callspec.params[k] for k in ("node", "suspect") if callspec is not None and callspec.params.get(k)]
-        entry = state.record.tests.get(item.nodeid)
-        report.user_properties.append((VERDICT, verdict))
-        report.user_properties.append(("gpuaccept_nodes", nodes))
-        report.user_properties.append(("gpuaccept_commands", list(entry.commands) if entry else []))
-        report.user_properties.append(("gpuaccept_metrics", [m.to_dict() for m in item.stash.get(_METRICS, [])]))
-        if state._fingerprints is not None:
-            report.user_properties.append(("gpuaccept_fingerprints", state._fingerprints.collected()))
+    if not (ours and (report.when == "call" or report.failed or report.skipped)):
+        return report
+    checks = item.stash.get(_METRICS, [])
+    if (
+        report.passed
+        and report.when == "call"
+        and (item.get_closest_marker("acceptance") or item.stash.get(_JUDGED, False))
+    ):
+        _unearned(report, checks)
+    if report.passed:
+        verdict = "passed"
+    elif report.skipped:
+        verdict = "skipped"
+    elif getattr(report, "_gpuaccept_error", False) or (
+        call.excinfo is not None and call.excinfo.errisinstance(MeasurementError)
+    ):
+        verdict = "error"
+    else:
+        verdict = "failed" if report.when == "call" else "error"
+    state = _state(item.config)
+    callspec = getattr(item, "callspec", None)
+    nodes = [callspec.params[k] for k in ("node", "suspect") if callspec is not None and callspec.params.get(k)]
+    entry = state.record.tests.get(item.nodeid)
+    fault_of = _fault_of(state)
+    report.gpuaccept = {  # type: ignore[attr-defined]  # travels from xdist workers with the report
+        "verdict": verdict,
+        "category": category(verdict, checks, fault_of, _regressed_only),
+        "nodes": nodes,
+        "commands": list(entry.commands) if entry else [],
+        "metrics": [m.to_dict() for m in checks],
+        "fingerprints": state._fingerprints.collected() if state._fingerprints is not None else {},
+    }
     return report
 
 
-def _prop(report: pytest.TestReport, key: str) -> Any:
-    for name, value in report.user_properties:
-        if name == key:
-            return value
-    return None
+def _regressed_only(check: MetricResult) -> bool:
+    return bool(check.extra.get("regressed_only"))
+
+
+def _fault_of(state: SessionState) -> Any:
+    def fault(metric: str) -> str:
+        spec = state.thresholds.metrics.get(metric)
+        return spec.fault if spec is not None else "threshold"
+
+    return fault
+
+
+def _unearned(report: pytest.TestReport, checks: list[MetricResult]) -> None:
+    """Turn a pass the checks do not support into the failure or error they call for."""
+    failed = [c for c in checks if c.verdict == "fail"]
+    unjudged = sorted({c.reason for c in checks if c.verdict == "unjudged"})
+    if failed:
+        lines = "\n  ".join(f"{c.where}: {c.metric} = {c.value} {c.unit} ({c.reason})" for c in failed)
+        message, error = f"the test returned, but {len(failed)} check(s) failed:\n  {lines}", False
+    elif unjudged:
+        message, error = "; ".join(unjudged), True
+    elif not any(c.judged for c in checks):
+        shown = ", ".join(sorted({c.metric for c in checks}))
+        message = "passed with no judged check on the record" + (
+            f" (only informational figures: {shown})" if shown else " (nothing was measured)"
+        )
+        error = True
+    else:
+        return
+    report.outcome = "failed"
+    report.longrepr = message
+    report._gpuaccept_error = error  # type: ignore[attr-defined]
+
+
+def _data(report: pytest.TestReport) -> dict[str, Any] | None:
+    data = getattr(report, "gpuaccept", None)
+    return data if isinstance(data, dict) else None
 
 
 class _RecordKeeper:
@@ -180,23 +222,27 @@ class _RecordKeeper:
         self._merged: set[str] = set()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        verdict = _prop(report, VERDICT)
-        if verdict is None:
+        data = _data(report)
+        if data is None:
             return
+        verdict = data["verdict"]
         record = self.state.record
         entry = record.test(report.nodeid)
         if entry.verdict in ("failed", "error") and verdict in ("passed", "skipped"):
             return  # a teardown success never hides a failed call
         entry.verdict = verdict
+        entry.category = data.get("category")
         entry.duration_s = round(entry.duration_s + report.duration, 3)
-        entry.nodes = _prop(report, "gpuaccept_nodes") or entry.nodes
-        entry.commands = _prop(report, "gpuaccept_commands") or entry.commands
+        entry.nodes = data.get("nodes") or entry.nodes
+        entry.commands = data.get("commands") or entry.commands
         if report.longrepr is not None and verdict != "passed":
             entry.message = _short(report)
         if report.nodeid not in self._merged:  # a failing teardown reports the same metrics again
             self._merged.add(report.nodeid)
-            record.metrics.extend(MetricResult(**raw) for raw in _prop(report, "gpuaccept_metrics") or [])
-        for node, fingerprint in (_prop(report, "gpuaccept_fingerprints") or {}).items():
+            checks = [MetricResult.from_dict(raw) for raw in data.get("metrics") or []]
+            record.metrics.extend(checks)
+            entry.checks = [c.check_entry() for c in checks]
+        for node, fingerprint in (data.get("fingerprints") or {}).items():
             record.fingerprints.setdefault(node, fingerprint)
 
 
@@ -209,7 +255,8 @@ def _short(report: pytest.TestReport) -> str:
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, Any] | None:
     """Show could-not-measure as ERROR (``E``), apart from threshold failures (``F``)."""
-    if report.when == "call" and report.failed and _prop(report, VERDICT) == "error":
+    data = _data(report)
+    if report.when == "call" and report.failed and data is not None and data["verdict"] == "error":
         return "error", "E", ("ERROR", {"red": True})
     return None
 
@@ -279,14 +326,15 @@ def fingerprints(gpuaccept_state: SessionState) -> Fingerprints:
 
 
 @pytest.fixture()
-def limits(request: pytest.FixtureRequest, gpuaccept_state: SessionState) -> Checker:
-    """Judge metrics against the node's SKU limits; call ``limits.verify()`` at the end."""
+def judge(request: pytest.FixtureRequest, gpuaccept_state: SessionState) -> Judge:
+    """The judging core for this test: ``judge.check/expect/info/stragglers``, then ``judge.verify()``."""
     item = request.node
     collected = item.stash.setdefault(_METRICS, [])
+    item.stash[_JUDGED] = True
 
     def sink(result: MetricResult) -> None:
         collected.append(result)
         item.config.hook.pytest_gpuaccept_metric(item=item, result=result)
 
     baseline = item.config.stash.get(BASELINE_KEY, None)
-    return Checker(gpuaccept_state.thresholds, gpuaccept_state.fingerprints.sku_of, sink, item.nodeid, baseline)
+    return Judge(gpuaccept_state.thresholds, gpuaccept_state.fingerprints.sku_of, sink, item.nodeid, baseline)

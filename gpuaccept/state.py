@@ -35,7 +35,11 @@ class SessionState:
         self.record.settings = {
             k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(settings).items() if k != "sources"
         } | {"sources": settings.sources}
-        self.record.thresholds = {"files": [str(f) for f in thresholds.files], "digest": thresholds.digest}
+        self.record.thresholds = {
+            "files": [str(f) for f in thresholds.files],
+            "digest": thresholds.digest,
+            "sha256": dict(thresholds.file_digests),
+        }
         self.current_item: pytest.Item | None = None
         self._cluster: Cluster | None = None
         self._fingerprints: Fingerprints | None = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuaccept.hardware.verdict import Limits, conclude, gpu_label
+from gpuaccept.hardware.verdict import JudgeLike, conclude, gpu_label
 
 __all__ = ["FAILING_REASONS", "REPORTED_REASONS", "decode_reasons", "judge_health"]
 
@@ -47,24 +47,24 @@ def decode_reasons(mask: int | None) -> tuple[list[str], list[str]]:
 
 
 def _checked(
-    limits: Limits, missing: list[str], metric: str, value: Any, node: str, gpu: str | None, **extra: Any
+    judge: JudgeLike, missing: list[str], metric: str, value: Any, node: str, gpu: str | None, **extra: Any
 ) -> None:
-    """``limits.check`` unless the reading is missing; then remember it (an error, never a pass)."""
+    """``judge.check`` unless the reading is missing; then remember it (an error, never a pass)."""
     if value is None:
         missing.append(f"{node} GPU {gpu}: {metric} (NVML gave no value)")
         return
-    limits.check(metric, value, node=node, gpu=gpu, **extra)
+    judge.check(metric, value, node=node, gpu=gpu, **extra)
 
 
-def judge_gpu(gpu: dict[str, Any], limits: Limits, node: str, missing: list[str]) -> None:
+def judge_gpu(gpu: dict[str, Any], judge: JudgeLike, node: str, missing: list[str]) -> None:
     """Every health metric of one GPU."""
     label = gpu_label(gpu)
     errors = gpu.get("errors", {})
     mib = gpu.get("memory_total_mib")
-    _checked(limits, missing, "gpu_memory_total_gib", None if mib is None else round(mib / 1024, 2), node, label)
+    _checked(judge, missing, "gpu_memory_total_gib", None if mib is None else round(mib / 1024, 2), node, label)
     ecc = gpu.get("ecc_mode_current")
     _checked(
-        limits,
+        judge,
         missing,
         "gpu_ecc_mode",
         None if ecc is None else ("Enabled" if ecc else "Disabled"),
@@ -73,7 +73,7 @@ def judge_gpu(gpu: dict[str, Any], limits: Limits, node: str, missing: list[str]
         pending=gpu.get("ecc_mode_pending"),
     )
     _checked(
-        limits,
+        judge,
         missing,
         "gpu_ecc_uncorrected_volatile",
         gpu.get("ecc_uncorrected_volatile"),
@@ -84,7 +84,7 @@ def judge_gpu(gpu: dict[str, Any], limits: Limits, node: str, missing: list[str]
     )
     rows = gpu.get("remapped_rows")
     _checked(
-        limits,
+        judge,
         missing,
         "gpu_remapped_rows_pending",
         None if rows is None else int(rows["pending"]),
@@ -93,29 +93,29 @@ def judge_gpu(gpu: dict[str, Any], limits: Limits, node: str, missing: list[str]
         correctable=(rows or {}).get("correctable"),
         uncorrectable=(rows or {}).get("uncorrectable"),
     )
-    _checked(limits, missing, "gpu_remapped_rows_failed", None if rows is None else int(rows["failure"]), node, label)
+    _checked(judge, missing, "gpu_remapped_rows_failed", None if rows is None else int(rows["failure"]), node, label)
     pending = gpu.get("retired_pages_pending")
     if pending is None and rows is not None:
         # Ampere and newer replaced page retirement with row remapping; NVML says "not supported".
-        limits.report("gpu_retired_pages_pending", "n/a (row remapping)", node=node, gpu=label)
+        judge.info("gpu_retired_pages_pending", "n/a (row remapping)", node=node, gpu=label)
     else:
-        _checked(limits, missing, "gpu_retired_pages_pending", None if pending is None else int(pending), node, label)
+        _checked(judge, missing, "gpu_retired_pages_pending", None if pending is None else int(pending), node, label)
     failing, reported = decode_reasons(gpu.get("clock_event_reasons"))
     if gpu.get("clock_event_reasons") is None:
         missing.append(f"{node} GPU {label}: clock event reasons ({errors.get('clock_event_reasons', 'no value')})")
     else:
-        limits.check(
+        judge.check(
             "gpu_clock_events_failing",
             "+".join(failing) or "none",
             node=node,
             gpu=label,
             mask=gpu["clock_event_reasons"],
         )
-        limits.report("gpu_clock_events", "+".join(reported) or "none", node=node, gpu=label)
+        judge.info("gpu_clock_events", "+".join(reported) or "none", node=node, gpu=label)
     pcie = gpu.get("pcie") or {}
-    _checked(limits, missing, "gpu_pcie_gen_max", pcie.get("gen_max"), node, label, gpu_max=pcie.get("gen_gpu_max"))
-    _checked(limits, missing, "gpu_pcie_width_max", pcie.get("width_max"), node, label)
-    limits.report(
+    _checked(judge, missing, "gpu_pcie_gen_max", pcie.get("gen_max"), node, label, gpu_max=pcie.get("gen_gpu_max"))
+    _checked(judge, missing, "gpu_pcie_width_max", pcie.get("width_max"), node, label)
+    judge.info(
         "gpu_pcie_link_idle",
         f"Gen{pcie.get('gen_current')} x{pcie.get('width_current')}",
         node=node,
@@ -124,9 +124,9 @@ def judge_gpu(gpu: dict[str, Any], limits: Limits, node: str, missing: list[str]
     )
     temp, slowdown = gpu.get("temperature_c"), gpu.get("temperature_slowdown_c")
     if temp is not None:
-        limits.report("gpu_temperature_c", temp, node=node, gpu=label, memory_c=gpu.get("memory_temperature_c"))
+        judge.info("gpu_temperature_c", temp, node=node, gpu=label, memory_c=gpu.get("memory_temperature_c"))
     _checked(
-        limits,
+        judge,
         missing,
         "gpu_temp_margin_c",
         None if temp is None or slowdown is None else slowdown - temp,
@@ -136,9 +136,9 @@ def judge_gpu(gpu: dict[str, Any], limits: Limits, node: str, missing: list[str]
         slowdown_c=slowdown,
     )
     if gpu.get("power_w") is not None:
-        limits.report("gpu_power_w", gpu["power_w"], node=node, gpu=label)
+        judge.info("gpu_power_w", gpu["power_w"], node=node, gpu=label)
     _checked(
-        limits,
+        judge,
         missing,
         "gpu_power_limit_w",
         gpu.get("power_limit_w"),
@@ -147,14 +147,14 @@ def judge_gpu(gpu: dict[str, Any], limits: Limits, node: str, missing: list[str]
         default_w=gpu.get("power_default_limit_w"),
     )
     persistence = gpu.get("persistence_mode")
-    limits.report(
+    judge.info(
         "gpu_persistence_mode",
         {None: "unknown", 0: "Disabled", 1: "Enabled"}.get(persistence, persistence),
         node=node,
         gpu=label,
     )
     procs = gpu.get("processes") or []
-    limits.report(
+    judge.info(
         "gpu_processes",
         len(procs),
         node=node,
@@ -163,7 +163,7 @@ def judge_gpu(gpu: dict[str, Any], limits: Limits, node: str, missing: list[str]
     )
 
 
-def judge_health(data: dict[str, Any], limits: Limits, node: str, declared_gpus: int) -> None:
+def judge_health(data: dict[str, Any], judge: JudgeLike, node: str, declared_gpus: int) -> None:
     """Judge a node's ``gpu_health`` record; raises AssertionError / MeasurementError, or returns (pass)."""
     gpus = data.get("gpus") or []
     problems: list[str] = []
@@ -174,11 +174,11 @@ def judge_health(data: dict[str, Any], limits: Limits, node: str, declared_gpus:
         shown = ", ".join(str(gpu_label(g)) for g in gpus) or "none"
         problems.append(f"{node}: declares {declared_gpus} GPU(s) but NVML shows {len(gpus)}: {shown}")
     if data.get("driver"):
-        limits.report("gpu_driver_version", data["driver"], node=node)
-        limits.report("gpu_cuda_driver_version", data.get("cuda_driver"), node=node)
+        judge.info("gpu_driver_version", data["driver"], node=node)
+        judge.info("gpu_cuda_driver_version", data.get("cuda_driver"), node=node)
     names = sorted({g.get("name") for g in gpus})
     if len(names) > 1:
         problems.append(f"{node}: mixed GPU models {names}")
     for gpu in gpus:
-        judge_gpu(gpu, limits, node, missing)
-    conclude(limits, node, problems=problems, missing=missing)
+        judge_gpu(gpu, judge, node, missing)
+    conclude(judge, node, problems=problems, missing=missing)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuaccept.hardware.verdict import Limits, conclude
+from gpuaccept.hardware.verdict import JudgeLike, conclude
 
 __all__ = ["COUNTER_METRICS", "judge_ib", "parse_rate", "parse_state"]
 
@@ -54,7 +54,7 @@ def _port_label(hca: str, port: str) -> str:
     return f"{hca} port {port}"
 
 
-def judge_ib(data: dict[str, Any], limits: Limits, node: str, link_layer: str | None) -> None:
+def judge_ib(data: dict[str, Any], judge: JudgeLike, node: str, link_layer: str | None) -> None:
     """HCA count, port state, rate, link layer and error counters of every compute HCA port.
 
     ``link_layer`` is the SKU's ``ib_link_layer`` (None: every HCA counts). Ports are named
@@ -68,7 +68,7 @@ def judge_ib(data: dict[str, Any], limits: Limits, node: str, link_layer: str | 
         or any((port.get("link_layer") or "") == link_layer for port in (hca.get("ports") or {}).values())
     }
     others = sorted(set(hcas) - set(compute))
-    limits.check(
+    judge.check(
         "ib_hca_count",
         len(compute),
         node=node,
@@ -78,16 +78,16 @@ def judge_ib(data: dict[str, Any], limits: Limits, node: str, link_layer: str | 
         path=data.get("path"),
     )
     missing: list[str] = []
-    for name, hca in sorted(hcas.items()):
-        judged = name in compute
-        record = limits.check if judged else limits.report
+    # HCAs of another link layer (a management Ethernet NIC beside an InfiniBand fabric) are listed in
+    # the ib_hca_count check above and not judged port by port.
+    for name, hca in sorted(compute.items()):
         for port_name, port in sorted((hca.get("ports") or {}).items()):
             where = _port_label(name, port_name)
             info = {"hca_type": hca.get("hca_type"), "fw_ver": hca.get("fw_ver"), "numa_node": hca.get("numa_node")}
             if not port:
                 missing.append(f"{node} {where}: no port attributes readable")
                 continue
-            record(
+            judge.check(
                 "ib_port_state",
                 parse_state(port.get("state")) or "unreadable",
                 node=node,
@@ -96,7 +96,7 @@ def judge_ib(data: dict[str, Any], limits: Limits, node: str, link_layer: str | 
                 raw=port.get("state"),
                 **info,
             )
-            record(
+            judge.check(
                 "ib_port_phys_state",
                 parse_state(port.get("phys_state")) or "unreadable",
                 node=node,
@@ -108,13 +108,13 @@ def judge_ib(data: dict[str, Any], limits: Limits, node: str, link_layer: str | 
             if rate is None:
                 missing.append(f"{node} {where}: rate {port.get('rate')!r} is not a rate")
             else:
-                record("ib_port_rate_gbps", rate, node=node, gpu=where, component="HCA", raw=port.get("rate"))
-            record("ib_link_layer", port.get("link_layer") or "unreadable", node=node, gpu=where)
+                judge.check("ib_port_rate_gbps", rate, node=node, gpu=where, component="HCA", raw=port.get("rate"))
+            judge.check("ib_link_layer", port.get("link_layer") or "unreadable", node=node, gpu=where)
             counters = port.get("counters") or {}
-            if judged and not counters:
+            if not counters:
                 missing.append(f"{node} {where}: no error counters under counters/")
             for counter, metric in COUNTER_METRICS.items():
                 value = counters.get(counter)
                 if isinstance(value, int):
-                    record(metric, value, node=node, gpu=where)
-    conclude(limits, node, missing=missing)
+                    judge.check(metric, value, node=node, gpu=where)
+    conclude(judge, node, missing=missing)

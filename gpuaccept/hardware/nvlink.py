@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuaccept.hardware.verdict import Limits, conclude, gpu_label
+from gpuaccept.hardware.verdict import JudgeLike, conclude, gpu_label
 
 __all__ = ["judge_affinity", "judge_nvlink", "judge_topology", "pair_matrix"]
 
 
-def judge_nvlink(data: dict[str, Any], limits: Limits, node: str, declared_gpus: int) -> None:
+def judge_nvlink(data: dict[str, Any], judge: JudgeLike, node: str, declared_gpus: int) -> None:
     """Active links, common link speed and CRC/replay/recovery counters of every GPU."""
     gpus = data.get("gpus") or []
     problems: list[str] = []
@@ -29,7 +29,7 @@ def judge_nvlink(data: dict[str, Any], limits: Limits, node: str, declared_gpus:
         label = gpu_label(gpu)
         link = gpu.get("nvlink") or {}
         down = [k["link"] for k in link.get("links", []) if not k["active"]]
-        limits.check(
+        judge.check(
             "nvlink_links_active",
             link.get("active", 0),
             node=node,
@@ -39,10 +39,10 @@ def judge_nvlink(data: dict[str, Any], limits: Limits, node: str, declared_gpus:
         )
         if link.get("active"):
             speed = link.get("speed_mbps_common")
-            if speed is None:
-                limits.report("nvlink_speed_mbps", "unavailable", node=node, gpu=label)
+            if speed is None:  # the SKU sets a speed: unreadable is "could not measure", never a pass
+                missing.append(f"{node} GPU {label}: nvlink_speed_mbps (NVML gave no common link speed)")
             else:
-                limits.check("nvlink_speed_mbps", speed, node=node, gpu=label)
+                judge.check("nvlink_speed_mbps", speed, node=node, gpu=label)
             errors = link.get("errors") or {}
             crc = (
                 None
@@ -57,8 +57,8 @@ def judge_nvlink(data: dict[str, Any], limits: Limits, node: str, declared_gpus:
                 if value is None:
                     missing.append(f"{node} GPU {label}: {metric} (NVML gave no counter)")
                 else:
-                    limits.check(metric, value, node=node, gpu=label, counted_by=errors.get("source"))
-    conclude(limits, node, problems=problems, missing=missing)
+                    judge.check(metric, value, node=node, gpu=label, counted_by=errors.get("source"))
+    conclude(judge, node, problems=problems, missing=missing)
 
 
 def pair_matrix(data: dict[str, Any]) -> dict[str, Any]:
@@ -70,12 +70,12 @@ def pair_matrix(data: dict[str, Any]) -> dict[str, Any]:
     return {"gpus": indices, "labels": [[cells[(i, j)] for j in indices] for i in indices]}
 
 
-def judge_topology(data: dict[str, Any], limits: Limits, node: str) -> dict[str, Any]:
+def judge_topology(data: dict[str, Any], judge: JudgeLike, node: str) -> dict[str, Any]:
     """Every GPU pair: NVLinks joining it and NVML's NVLink P2P status, against the SKU."""
     gpus = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
     for pair in data.get("pairs") or []:
         where = f"{gpus.get(pair['a'], pair['a'])} <-> {gpus.get(pair['b'], pair['b'])}"
-        limits.report(
+        judge.info(
             "gpu_pair_topology",
             pair.get("label") or "?",
             node=node,
@@ -83,15 +83,19 @@ def judge_topology(data: dict[str, Any], limits: Limits, node: str) -> dict[str,
             pcie=pair.get("pcie"),
             via=pair.get("via"),
         )
-        limits.check("nvlink_pair_links", pair.get("nvlinks", 0), node=node, gpu=where)
-        limits.check("p2p_nvlink_status", pair.get("p2p_nvlink_status") or "unknown", node=node, gpu=where)
+        judge.check("nvlink_pair_links", pair.get("nvlinks", 0), node=node, gpu=where)
+        judge.check("p2p_nvlink_status", pair.get("p2p_nvlink_status") or "unknown", node=node, gpu=where)
     matrix = pair_matrix(data)
-    conclude(limits, node)
+    conclude(judge, node)
     return matrix
 
 
-def judge_affinity(data: dict[str, Any], limits: Limits, node: str) -> None:
-    """Report each GPU's NUMA node, local CPU count and relation to each HCA (no pass criterion)."""
+#: nvidia-smi topo -m's PCIe relations, nearest first; the index is ``gpu_nic_pcie_distance``.
+PCIE_RELATIONS = ("PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+def judge_affinity(data: dict[str, Any], judge: JudgeLike, node: str) -> None:
+    """Each GPU's nearest HCA judged by PCIe distance; its NUMA node and local CPUs shown beside it."""
     missing = []
     for gpu in data.get("gpus") or []:
         label = gpu_label(gpu)
@@ -100,11 +104,21 @@ def judge_affinity(data: dict[str, Any], limits: Limits, node: str) -> None:
             missing.append(f"{node} GPU {label}: NUMA node (sysfs numa_node unreadable)")
             continue
         nics = {n["name"]: n["relation"] for n in gpu.get("nics") or []}
-        nearest = sorted(nics, key=lambda n: ["PIX", "PXB", "PHB", "NODE", "SYS", "unknown"].index(nics[n]))
-        limits.report(
+        known = {name: rel for name, rel in nics.items() if rel in PCIE_RELATIONS}
+        judge.info(
             "gpu_numa_node", numa, node=node, gpu=label, local_cpus=len(gpu.get("cpu_affinity") or []), nics=nics
         )
-        limits.report(
-            "gpu_nearest_nic", f"{nearest[0]} ({nics[nearest[0]]})" if nearest else "none", node=node, gpu=label
+        if nics and not known:
+            missing.append(f"{node} GPU {label}: PCIe relation to its HCAs unreadable ({nics})")
+            continue
+        nearest = min(known, key=lambda name: PCIE_RELATIONS.index(known[name])) if known else None
+        judge.info("gpu_nearest_nic", f"{nearest} ({known[nearest]})" if nearest else "none", node=node, gpu=label)
+        judge.check(
+            "gpu_nic_pcie_distance",
+            PCIE_RELATIONS.index(known[nearest]) if nearest else "no HCA",
+            node=node,
+            gpu=label,
+            nic=nearest,
+            relation=known.get(nearest or ""),
         )
-    conclude(limits, node, missing=missing)
+    conclude(judge, node, missing=missing)

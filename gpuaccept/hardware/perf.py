@@ -2,7 +2,7 @@
 
 Common rules: a GPU that had someone else's processes on it before the benchmark is not measured and
 ends the test as an error naming it ("GPU busy"), while the node's other GPUs are still judged; every
-figure is checked against the SKU floor and then against the node's median (``limits.stragglers``).
+figure is checked against the SKU floor and then against the node's median (``judge.stragglers``).
 A fixed-seed product must give the same checksum on every GPU of a node: identical GPUs running
 identical inputs through the same cuBLAS agree bit for bit, so the odd one out computes wrong results.
 """
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpuaccept.hardware.health import decode_reasons
-from gpuaccept.hardware.verdict import Limits, conclude, gpu_label
+from gpuaccept.hardware.verdict import JudgeLike, conclude, gpu_label
 
 __all__ = [
     "agreement",
@@ -65,35 +65,34 @@ def agreement(values: dict[str, Any]) -> dict[str, str]:
     return {label: "no majority: " + ", ".join(f"{k}={v}" for k, v in values.items()) for label in values}
 
 
-def judge_matmul(records: list[Any], limits: Limits, node: str) -> None:
+def judge_matmul(records: list[Any], judge: JudgeLike, node: str) -> None:
     """BF16 TFLOP/s per GPU against the floor and the node median; checksums agree."""
     measured, busy = _split(records)
     for record in measured:
         data = record.data
-        limits.check(
+        judge.check(
             "matmul_bf16_tflops",
             data.get("tflops"),
             node=node,
             gpu=record.gpu_label,
             size=data.get("best_size"),
+            checksum=data.get("checksum"),
             by_size={k: v["tflops"] for k, v in data.get("by_size", {}).items()},
             during=data.get("by_size", {}).get(str(data.get("best_size")), {}).get("during"),
         )
         if data.get("tflops_burst") is not None:
-            limits.report("matmul_bf16_burst_tflops", data["tflops_burst"], node=node, gpu=record.gpu_label)
-    _checksums(measured, limits, node, "matmul_checksum", "checksum")
-    limits.stragglers("matmul_bf16_tflops")
-    conclude(limits, node, busy=busy)
+            judge.info("matmul_bf16_burst_tflops", data["tflops_burst"], node=node, gpu=record.gpu_label)
+    _checksums(measured, judge, node, "matmul_checksum", "checksum")
+    judge.stragglers("matmul_bf16_tflops")
+    conclude(judge, node, busy=busy)
 
 
-def _checksums(measured: list[Any], limits: Limits, node: str, metric: str, key: str) -> None:
+def _checksums(measured: list[Any], judge: JudgeLike, node: str, metric: str, key: str) -> None:
     values = {record.gpu_label: record.data.get(key) for record in measured}
     if len(values) < 2:
-        for label, value in values.items():
-            limits.report(metric, "single GPU: nothing to compare", node=node, gpu=label, checksum=value)
-        return
+        return  # one GPU: nothing to compare it with (its checksum rides on its throughput check)
     for label, verdict in agreement(values).items():
-        limits.check(metric, verdict, node=node, gpu=label, checksum=values[label])
+        judge.check(metric, verdict, node=node, gpu=label, checksum=values[label])
 
 
 def tflops_drop_pct(intervals: list[dict[str, Any]]) -> float | None:
@@ -106,17 +105,17 @@ def tflops_drop_pct(intervals: list[dict[str, Any]]) -> float | None:
     return round(max(0.0, (first - last) / first * 100), 2) if first > 0 else None
 
 
-def judge_burn_in(records: list[Any], limits: Limits, node: str) -> None:
+def judge_burn_in(records: list[Any], judge: JudgeLike, node: str) -> None:
     """Sustained matmul: no drop over time, no failing clock events, checksums stable and agreeing."""
     measured, busy = _split(records)
     for record in measured:
         label, data = record.gpu_label, record.data
         intervals = (data.get("burn_in") or {}).get("intervals") or []
-        limits.check("burnin_tflops_drop_pct", tflops_drop_pct(intervals), node=node, gpu=label, intervals=intervals)
+        judge.check("burnin_tflops_drop_pct", tflops_drop_pct(intervals), node=node, gpu=label, intervals=intervals)
         failing = sorted({name for i in intervals for name in decode_reasons(i.get("clock_event_reasons"))[0]})
-        limits.check("burnin_clock_events_failing", "+".join(failing) or "none", node=node, gpu=label)
+        judge.check("burnin_clock_events_failing", "+".join(failing) or "none", node=node, gpu=label)
         values = [i["tflops"] for i in intervals]
-        limits.report(
+        judge.check(
             "burnin_tflops",
             round(statistics.mean(values), 1) if values else None,
             node=node,
@@ -127,11 +126,11 @@ def judge_burn_in(records: list[Any], limits: Limits, node: str) -> None:
         temps = [i["temperature_c"] for i in intervals if i.get("temperature_c") is not None]
         powers = [i["power_w"] for i in intervals if i.get("power_w") is not None]
         clocks = [i["sm_clock_mhz"] for i in intervals if i.get("sm_clock_mhz") is not None]
-        limits.report("burnin_max_temperature_c", max(temps, default=None), node=node, gpu=label)
-        limits.report("burnin_max_power_w", max(powers, default=None), node=node, gpu=label)
-        limits.report("burnin_min_sm_clock_mhz", min(clocks, default=None), node=node, gpu=label)
+        judge.info("burnin_max_temperature_c", max(temps, default=None), node=node, gpu=label)
+        judge.info("burnin_max_power_w", max(powers, default=None), node=node, gpu=label)
+        judge.info("burnin_min_sm_clock_mhz", min(clocks, default=None), node=node, gpu=label)
         stable = data.get("checksum") == data.get("checksum_end")
-        limits.check(
+        judge.check(
             "burnin_checksum_stable",
             "match" if stable else "changed during the burn-in",
             node=node,
@@ -139,32 +138,32 @@ def judge_burn_in(records: list[Any], limits: Limits, node: str) -> None:
             start=data.get("checksum"),
             end=data.get("checksum_end"),
         )
-    _checksums(measured, limits, node, "burnin_checksum", "checksum_end")
-    limits.stragglers("burnin_tflops")
-    conclude(limits, node, busy=busy)
+    _checksums(measured, judge, node, "burnin_checksum", "checksum_end")
+    judge.stragglers("burnin_tflops")
+    conclude(judge, node, busy=busy)
 
 
-def judge_membw(records: list[Any], limits: Limits, node: str) -> None:
+def judge_membw(records: list[Any], judge: JudgeLike, node: str) -> None:
     measured, busy = _split(records)
     for record in measured:
-        limits.check(
+        judge.check(
             "membw_tbps", record.data.get("tbps"), node=node, gpu=record.gpu_label, size=record.data.get("best_size")
         )
-    limits.stragglers("membw_tbps")
-    conclude(limits, node, busy=busy)
+    judge.stragglers("membw_tbps")
+    conclude(judge, node, busy=busy)
 
 
-def judge_hostbw(records: list[Any], limits: Limits, node: str) -> None:
+def judge_hostbw(records: list[Any], judge: JudgeLike, node: str) -> None:
     """H2D/D2H GB/s from the GPU's NUMA node, and the PCIe link as it runs under that load."""
     measured, busy = _split(records)
     for record in measured:
         label, data = record.gpu_label, record.data
         numa = data.get("numa") or {}
-        limits.check("hostbw_h2d_gbps", data.get("h2d_gbps"), node=node, gpu=label, numa=numa)
-        limits.check("hostbw_d2h_gbps", data.get("d2h_gbps"), node=node, gpu=label)
-        limits.check("pcie_gen_loaded", data.get("pcie_gen_loaded"), node=node, gpu=label)
-        limits.check("pcie_width_loaded", data.get("pcie_width_loaded"), node=node, gpu=label)
-        limits.report(
+        judge.check("hostbw_h2d_gbps", data.get("h2d_gbps"), node=node, gpu=label, numa=numa)
+        judge.check("hostbw_d2h_gbps", data.get("d2h_gbps"), node=node, gpu=label)
+        judge.check("pcie_gen_loaded", data.get("pcie_gen_loaded"), node=node, gpu=label)
+        judge.check("pcie_width_loaded", data.get("pcie_width_loaded"), node=node, gpu=label)
+        judge.info(
             "hostbw_numa_bound",
             "yes" if numa.get("bound") else f"no ({numa.get('why')})",
             node=node,
@@ -172,9 +171,9 @@ def judge_hostbw(records: list[Any], limits: Limits, node: str) -> None:
             gpu_numa_node=numa.get("gpu_numa_node"),
             cpus=numa.get("bound_cpus"),
         )
-    limits.stragglers("hostbw_h2d_gbps")
-    limits.stragglers("hostbw_d2h_gbps")
-    conclude(limits, node, busy=busy)
+    judge.stragglers("hostbw_h2d_gbps")
+    judge.stragglers("hostbw_d2h_gbps")
+    conclude(judge, node, busy=busy)
 
 
 def _link_split(entry: dict[str, Any], kind: str) -> str:
@@ -186,7 +185,7 @@ def _link_split(entry: dict[str, Any], kind: str) -> str:
     return f"on {len(per_link)} of {entry.get('links') or '?'} links, most on link {worst} ({count})"
 
 
-def judge_nvlink_under_load(record: Any, limits: Limits, node: str) -> None:
+def judge_nvlink_under_load(record: Any, judge: JudgeLike, node: str) -> None:
     """NVLink errors that appeared while the P2P copies ran: CRC as a rate, replay/recovery as counts.
 
     DCGM judges the flit and data CRC counters each as a rate, FAIL at >= 100/s (health watch
@@ -208,7 +207,7 @@ def judge_nvlink_under_load(record: Any, limits: Limits, node: str) -> None:
         for kind in ("flit", "data"):
             count = counts[f"crc_{kind}"]
             where = _link_split(entry, kind)
-            limits.check(
+            judge.check(
                 f"p2p_nvlink_crc_{kind}_per_s",
                 round(count / seconds, 2),
                 node=node,
@@ -219,9 +218,9 @@ def judge_nvlink_under_load(record: Any, limits: Limits, node: str) -> None:
             )
             if count and where:
                 details.append(f"GPU {label}: {count} CRC {kind} errors in {seconds:.1f} s {where}")
-        limits.check("p2p_nvlink_replay_errors", counts["replay"], node=node, gpu=label, seconds=seconds)
-        limits.check("p2p_nvlink_recovery_errors", counts["recovery"], node=node, gpu=label, seconds=seconds)
-    conclude(limits, node, busy=busy, details=details, missing=missing)
+        judge.check("p2p_nvlink_replay_errors", counts["replay"], node=node, gpu=label, seconds=seconds)
+        judge.check("p2p_nvlink_recovery_errors", counts["recovery"], node=node, gpu=label, seconds=seconds)
+    conclude(judge, node, busy=busy, details=details, missing=missing)
 
 
 def p2p_record(cluster: Any, node: str) -> Any:
@@ -230,7 +229,7 @@ def p2p_record(cluster: Any, node: str) -> Any:
     return cluster.run_shared("p2p", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=240).one()
 
 
-def judge_p2p(record: Any, limits: Limits, node: str) -> dict[str, Any]:
+def judge_p2p(record: Any, judge: JudgeLike, node: str) -> dict[str, Any]:
     """Every ordered GPU pair's copy GB/s; the slowest pair is named; returns the matrix."""
     data = record.data
     labels = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
@@ -238,11 +237,11 @@ def judge_p2p(record: Any, limits: Limits, node: str) -> dict[str, Any]:
     pairs = data.get("pairs") or []
     for pair in pairs:
         where = f"{labels.get(pair['src'], pair['src'])} -> {labels.get(pair['dst'], pair['dst'])}"
-        limits.check("p2p_gbps", pair.get("gbps"), node=node, gpu=where, peer_access=pair.get("peer_access"))
+        judge.check("p2p_gbps", pair.get("gbps"), node=node, gpu=where, peer_access=pair.get("peer_access"))
     details = []
     if pairs:
         slow = min(pairs, key=lambda p: p["gbps"])
-        limits.report(
+        judge.info(
             "p2p_slowest_pair_gbps",
             slow["gbps"],
             node=node,
@@ -253,6 +252,6 @@ def judge_p2p(record: Any, limits: Limits, node: str) -> dict[str, Any]:
             f"slowest pair: GPU {slow['src']} -> GPU {slow['dst']} at {slow['gbps']} GB/s"
             + ("" if slow.get("peer_access") else " (no peer access: copied through the host)")
         )
-    limits.stragglers("p2p_gbps")
-    conclude(limits, node, busy=busy, details=details)
+    judge.stragglers("p2p_gbps")
+    conclude(judge, node, busy=busy, details=details)
     return data.get("matrix") or {}

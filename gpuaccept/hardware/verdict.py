@@ -13,15 +13,17 @@ from typing import Any, Protocol
 
 from gpuaccept.errors import MeasurementError
 
-__all__ = ["Limits", "conclude", "gpu_label"]
+__all__ = ["JudgeLike", "conclude", "gpu_label"]
 
 
-class Limits(Protocol):
-    """What the judges need from the test's ``limits`` fixture (``gpuaccept.thresholds.check.Checker``)."""
+class JudgeLike(Protocol):
+    """What the hardware readers need from the test's ``judge`` fixture (``gpuaccept.judging.Judge``)."""
 
     def check(self, metric: str, value: Any, *, node: str, gpu: Any = None, **extra: Any) -> Any: ...
 
-    def report(self, metric: str, value: Any, *, node: str, gpu: Any = None, **extra: Any) -> Any: ...
+    def expect(self, name: str, observed: Any, expected: Any, *, node: str, gpu: Any = None, **extra: Any) -> Any: ...
+
+    def info(self, metric: str, value: Any, *, node: str, gpu: Any = None, **extra: Any) -> Any: ...
 
     def stragglers(self, metric: str) -> list[Any]: ...
 
@@ -42,7 +44,7 @@ def _lines(title: str, items: Iterable[str]) -> str:
 
 
 def conclude(
-    limits: Limits,
+    judge: JudgeLike,
     node: str,
     *,
     problems: Iterable[str] = (),
@@ -50,7 +52,7 @@ def conclude(
     missing: Iterable[str] = (),
     details: Iterable[str] = (),
 ) -> None:
-    """Verify ``limits`` and raise the one exception the evidence calls for (or return: passed).
+    """Verify ``judge`` and raise the one exception the evidence calls for (or return: passed).
 
     ``problems`` are hardware findings without a numeric limit (a GPU missing from the node);
     ``busy`` names GPUs someone else was using; ``missing`` names readings that could not be taken;
@@ -59,7 +61,7 @@ def conclude(
     problems, busy, missing, details = list(problems), list(busy), list(missing), list(details)
     context = _lines("busy GPUs (not measured)", busy) + _lines("could not read", missing)
     try:
-        limits.verify()
+        judge.verify()
     except AssertionError as exc:
         raise AssertionError(str(exc) + _lines("also", problems) + _lines("details", details) + context) from None
     except MeasurementError:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuaccept.errors import MeasurementError
-from gpuaccept.hardware.verdict import Limits, conclude, gpu_label
+from gpuaccept.hardware.verdict import JudgeLike, conclude, gpu_label
 
 __all__ = ["XidEvent", "hardware_codes", "judge_xid", "parse_line", "parse_log"]
 
@@ -95,7 +95,7 @@ def _bus_of(gpu: dict[str, Any]) -> str:
     return f"{int(parts[-3], 16):04x}:{int(parts[-2], 16):02x}:{int(parts[-1].split('.')[0], 16):02x}"
 
 
-def judge_xid(data: dict[str, Any], limits: Limits, node: str, hardware: set[int]) -> list[XidEvent]:
+def judge_xid(data: dict[str, Any], judge: JudgeLike, node: str, hardware: set[int]) -> list[XidEvent]:
     """Count hardware Xids per GPU since boot; an unreadable kernel log is an error, never a pass."""
     if not data.get("readable"):
         why = "; ".join(f"{src}: {msg}" for src, msg in (data.get("errors") or {}).items()) or "no source answered"
@@ -114,8 +114,8 @@ def judge_xid(data: dict[str, Any], limits: Limits, node: str, hardware: set[int
     for label, gpu_events in by_gpu.items():
         bad = [e for e in gpu_events if e.code in hardware]
         codes = dict(Counter(e.code for e in gpu_events))
-        limits.report("xid_events", len(gpu_events), node=node, gpu=label, codes=codes, **coverage)
-        limits.check(
+        judge.info("xid_events", len(gpu_events), node=node, gpu=label, codes=codes, **coverage)
+        judge.check(
             "xid_hardware_events",
             len(bad),
             node=node,
@@ -125,9 +125,9 @@ def judge_xid(data: dict[str, Any], limits: Limits, node: str, hardware: set[int
         )
         details += [f"GPU {label}: Xid {e.code} {e.message[:160]}" for e in bad[-5:]]
     if not by_gpu:
-        limits.report("xid_events", 0, node=node, **coverage)
-        limits.check("xid_hardware_events", 0, node=node)
+        judge.info("xid_events", 0, node=node, **coverage)
+        judge.check("xid_hardware_events", 0, node=node)
     if data.get("xid_lines_total", 0) > len(data.get("xid_lines") or []):
         details.append(f"only the last {len(data['xid_lines'])} of {data['xid_lines_total']} Xid lines were sent")
-    conclude(limits, node, details=details)
+    conclude(judge, node, details=details)
     return events

@@ -1,48 +1,22 @@
-"""Finding the bad node: which groups are slow, which pairs to re-test, and whom to blame.
+"""Finding the bad node: whom to suspect after the first pass, and which pairs to re-test.
 
 Google's cluster-health-scanner runs NCCL in node pairs, then re-tests every node of a failing pair
 with a node that passed (its "second pass"): a node that fails with a known-good partner is at fault,
 one that passes is cleared. Here the first pass is any multi-node scale (groups of 2, 4, ... nodes
 measured side by side); a group fails when it misses the floor, when it falls too far below its
-sibling groups' median, or when a result was wrong. Everything is plain data so the selftests can drive
-it with a simulated slow node.
+sibling groups' median, or when a result was wrong (those verdicts, and the blame from the second pass,
+are the judging core's: ``gpuaccept.judging.groups``). Everything is plain data so the selftests can
+drive it with a simulated slow node.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
-__all__ = ["Blame", "attribute", "plan_rounds", "slow_groups", "suspects_and_good"]
+__all__ = ["Group", "Pair", "plan_rounds", "suspects_and_good"]
 
 Group = tuple[str, ...]
 Pair = tuple[str, str]
-
-
-def slow_groups(
-    values: Mapping[Group, float], *, floor: float | None = None, straggler_pct: float | None = None
-) -> dict[Group, str]:
-    """Groups that fail, with the reason: below ``floor``, or > ``straggler_pct``% below the median group.
-
-    With two groups the median is their mean, so the slower one is flagged when the gap exceeds twice
-    ``straggler_pct``; with one group there is nothing to compare.
-    """
-    out: dict[Group, str] = {}
-    finite = {g: v for g, v in values.items() if v == v}
-    median = statistics.median(finite.values()) if len(finite) >= 2 else None
-    for group, value in values.items():
-        reasons = []
-        if value != value:
-            reasons.append("no value")
-        elif floor is not None and value < floor:
-            reasons.append(f"{value:.3g} < min {floor:g}")
-        if median is not None and straggler_pct is not None and value == value:
-            if value < median * (1 - straggler_pct / 100):
-                reasons.append(f"{value:.3g} is more than {straggler_pct:g}% below the median group {median:.3g}")
-        if reasons:
-            out[group] = "; ".join(reasons)
-    return out
 
 
 def suspects_and_good(
@@ -105,40 +79,3 @@ def _rounds(pairs: list[Pair]) -> list[list[Pair]]:
         else:
             rounds.append([pair])
     return rounds
-
-
-@dataclass(frozen=True)
-class Blame:
-    """The verdict on one suspect: ``at_fault``, ``cleared`` or ``undetermined``, and the evidence."""
-
-    node: str
-    verdict: str
-    evidence: tuple[str, ...]
-
-
-def attribute(pair_ok: Mapping[Pair, bool], suspects: Iterable[str], good: Iterable[str]) -> dict[str, Blame]:
-    """Blame from second-pass outcomes: failing with a trusted partner convicts, any pass clears.
-
-    A partner is trusted when it is known-good from the first pass or was itself cleared by passing
-    another pair. A suspect whose every pair failed but whose partners are all untrusted stays
-    ``undetermined`` (e.g. two nodes only: the pair fails and nothing can tell them apart).
-    """
-    suspects = list(dict.fromkeys(suspects))
-    trusted = set(good)
-    for (a, b), ok in pair_ok.items():
-        if ok:
-            trusted.update((a, b))
-    out: dict[str, Blame] = {}
-    for node in suspects:
-        mine = [(pair, ok) for pair, ok in pair_ok.items() if node in pair]
-        partners = [(pair[1] if pair[0] == node else pair[0], ok) for pair, ok in mine]
-        evidence = tuple(f"with {p}: {'passed' if ok else 'failed'}" for p, ok in partners)
-        if not mine:
-            out[node] = Blame(node, "undetermined", ("not re-tested (no partner available)",))
-        elif any(ok for _, ok in partners):
-            out[node] = Blame(node, "cleared", evidence)
-        elif any(p in trusted for p, _ in partners):
-            out[node] = Blame(node, "at_fault", evidence)
-        else:
-            out[node] = Blame(node, "undetermined", evidence)
-    return out

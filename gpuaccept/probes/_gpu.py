@@ -102,8 +102,9 @@ def foreign_processes(lib: Any, handle: Any, own: set[int] | None = None) -> lis
     return list(seen.values())
 
 
-def field_values(lib: Any, handle: Any, ids: dict[str, int]) -> dict[str, float | int | None]:
-    """NVML field values by name; a field the GPU or driver does not support reads as None."""
+def field_values(lib: Any, handle: Any, ids: dict[str, int | tuple[int, int]]) -> dict[str, float | int | None]:
+    """NVML field values by name (an id, or ``(id, scope)`` for a per-link field); a field the GPU or
+    driver does not support reads as None."""
     if not ids:
         return {}
     names = list(ids)
@@ -177,12 +178,13 @@ def _sysfs_bus(pci_bus_id: str) -> str:
 
 
 def nvlink_error_counters(lib: Any, handle: Any, active_links: list[int]) -> dict[str, Any]:
-    """NVLink CRC (flit, data), replay and recovery counts since the driver loaded, summed over links.
+    """NVLink CRC (flit, data), replay, recovery and ECC-data counts since the driver loaded, summed over links.
 
-    The per-GPU ``*_TOTAL`` field values are read first; where the driver does not give them (newer
-    GPUs deprecate them) the per-link ``nvmlDeviceGetNvLinkErrorCounter`` values are summed instead.
-    A counter neither way gives reads as None. ``per_link`` holds each link's counts as well, so a rate
-    can be pinned on a link (one bad cable/port) or seen spread over all of them.
+    The per-link ``nvmlDeviceGetNvLinkErrorCounter`` values (the API ``nvidia-smi nvlink -e`` reads) are
+    summed when every active link answers; the per-GPU ``*_TOTAL`` field values are only the fallback,
+    because on Hopper those legacy fields answer N/A (NVIDIA/DCGM#173) or success with zero
+    (DataDog/datadog-agent#55966). A counter neither way gives reads as None. ``per_link`` holds each
+    link's counts as well, so a rate can be pinned on a link (one bad cable/port) or seen spread over all.
     """
     totals = field_values(
         lib,
@@ -199,6 +201,8 @@ def nvlink_error_counters(lib: Any, handle: Any, active_links: list[int]) -> dic
         "crc_data": lib.NVML_NVLINK_ERROR_DL_CRC_DATA,
         "replay": lib.NVML_NVLINK_ERROR_DL_REPLAY,
         "recovery": lib.NVML_NVLINK_ERROR_DL_RECOVERY,
+        # NVLink 4+ protects data with FEC; nvidia-smi nvlink -e prints this as "ECC Data Errors"
+        "ecc_data": lib.NVML_NVLINK_ERROR_DL_ECC_DATA,
     }
     per_link: dict[str, dict[int, int]] = {}
     for name, counter in counters.items():
@@ -210,11 +214,14 @@ def nvlink_error_counters(lib: Any, handle: Any, active_links: list[int]) -> dic
                 continue
     out: dict[str, Any] = {"per_link": per_link}
     for name, links in per_link.items():
-        if totals.get(name) is not None:
+        if links and len(links) == len(active_links):
+            out[name] = sum(links.values())  # what nvidia-smi nvlink -e reads: every active link answered
+        elif totals.get(name) is not None:
             out[name] = int(totals[name])  # type: ignore[arg-type]
-        else:  # the sum over links, only if every active link answered
-            out[name] = sum(links.values()) if links and len(links) == len(active_links) else None
-    out["source"] = "field_totals" if all(totals.get(n) is not None for n in counters) else "per_link"
+        else:
+            out[name] = None
+    per_link_ok = all(len(per_link[n]) == len(active_links) for n in ("crc_flit", "crc_data", "replay", "recovery"))
+    out["source"] = "per_link" if per_link_ok else "field_totals"
     return out
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +131,46 @@ def _hcas(root: Path) -> list[dict[str, Any]]:
     return out
 
 
+_SMI_SPEED = re.compile(r"Link (\d+): ([\d.]+) GB/s")
+
+
+def link_speed(lib: Any, handle: Any, active: list[int], index: int) -> tuple[int | None, dict[int, int], str]:
+    """``(common speed MB/s, per-link MB/s, where it came from)`` for the GPU's active links.
+
+    NVML's ``SPEED_MBPS_COMMON`` field answers "not supported" on some drivers (580 on H200, seen
+    2026-11-22); the per-link ``NVLINK_GET_SPEED`` field (scoped by link) and then ``nvidia-smi nvlink
+    -s`` (which prints each link's speed in GB/s) say the same thing another way. The common speed is
+    the slowest active link's: one link trained at a lower speed is the finding.
+    """
+    if not active:
+        return None, {}, "no active link"
+    common = field_values(lib, handle, {"speed": lib.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON})["speed"]
+    per_link: dict[int, int] = {}
+    scoped = getattr(lib, "NVML_FI_DEV_NVLINK_GET_SPEED", None)
+    if scoped is not None:
+        values = field_values(lib, handle, {str(link): (scoped, link) for link in active})
+        per_link = {int(k): int(v) for k, v in values.items() if v}
+    source = "nvml per-link field"
+    if len(per_link) != len(active):
+        per_link, source = _smi_speeds(index), "nvidia-smi nvlink -s"
+        per_link = {k: v for k, v in per_link.items() if k in active}
+    if len(per_link) == len(active):
+        return min(per_link.values()), per_link, source
+    if common:
+        return int(common), {}, "nvml common field"
+    return None, per_link, "unreadable"
+
+
+def _smi_speeds(index: int) -> dict[int, int]:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "nvlink", "-s", "-i", str(index)], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return {int(m.group(1)): round(float(m.group(2)) * 1000) for m in _SMI_SPEED.finditer(out)}
+
+
 def collect(sysfs_root: Path = Path("/sys")) -> dict[str, Any]:
     """NVLink, pair topology and affinity readings for every GPU NVML shows."""
     lib = nvml()
@@ -139,12 +181,15 @@ def collect(sysfs_root: Path = Path("/sys")) -> dict[str, Any]:
     for handle in handles:
         gpu = identity(lib, handle)
         links = _links(lib, handle)
-        speed = field_values(lib, handle, {"speed": lib.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON})["speed"]
+        active = [k["link"] for k in links if k["active"]]
+        speed, per_link, speed_source = link_speed(lib, handle, active, gpu["index"])
         gpu["nvlink"] = {
             "links": links,
-            "active": sum(1 for k in links if k["active"]),
+            "active": len(active),
             "supported": len(links),
             "speed_mbps_common": speed,
+            "speed_mbps_per_link": per_link,
+            "speed_source": speed_source,
             "errors": nvlink_error_counters(lib, handle, [k["link"] for k in links if k["active"]]) if links else {},
         }
         gpu["numa_node"] = numa_node(gpu["pci_bus_id"], sysfs_root)

@@ -4,9 +4,11 @@ Registered by ``gpuaccept.plugin``'s ``pytest_configure`` (as ``gpuaccept-report
 ``pytest_configure`` here at once; that is early enough to default ``--alluredir`` before
 allure-pytest's own ``pytest_configure`` reads it (ours runs inside gpuaccept's ``tryfirst`` one).
 
+A pure listener: it reads what the judging core decided (the checks, the baseline the core loaded)
+and changes no verdict.
+
 - configure: ``reports/allure-results`` under the rootdir when the acceptance marker is selected
-  and no ``--alluredir`` was given (emptied first by the controller, so a report is one run); the
-  ``--baseline`` record is read *now*, before this run overwrites ``latest.json`` at its end.
+  and no ``--alluredir`` was given (emptied first by the controller, so a report is one run).
 - collection: area/topic/check/severity/node labels (see ``labels.py``).
 - during a test: the exact srun command and raw probe output of every step; at the end of the call
   the metrics table, a per-GPU bar plot per metric with its threshold, the comparison with the
@@ -25,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpuaccept.results.baseline import BASELINE_KEY, Baseline, resolve_baseline_path, summarize_changes
+from gpuaccept.judging.baseline import BASELINE_KEY, Baseline, summarize_changes
+from gpuaccept.markers import MARKERS
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.summary import regression_lines
 from gpuaccept.results.table import write_metrics_csv
@@ -33,7 +36,7 @@ from gpuaccept.results.table import write_metrics_csv
 if TYPE_CHECKING:
     from gpuaccept.dispatch.result import ProbeResult
     from gpuaccept.dispatch.step import Step
-    from gpuaccept.results.baseline import Regression
+    from gpuaccept.judging.baseline import Regression
     from gpuaccept.results.record import RunRecord
 
 __all__ = ["ReportSession", "default_alluredir"]
@@ -67,23 +70,9 @@ def default_alluredir(config: pytest.Config) -> Path | None:
     return path
 
 
-def _load_baseline(config: pytest.Config) -> Baseline | None:
-    from gpuaccept.state import STATE_KEY
-
-    state = config.stash.get(STATE_KEY, None)
-    if state is None or not state.settings.baseline:
-        return None
-    settings = state.settings
-    runs_dir = settings.run_record.parent if settings.run_record else state.reports_dir / "runs"
-    source = settings.sources.get("baseline", "--baseline")
-    path = resolve_baseline_path(settings.baseline, runs_dir, source)
-    return Baseline.load(path, state.thresholds, source)
-
-
 def pytest_configure(config: pytest.Config) -> None:
     alluredir = default_alluredir(config)
-    baseline = _load_baseline(config)
-    config.stash[BASELINE_KEY] = baseline
+    baseline = config.stash.get(BASELINE_KEY, None)  # loaded by the judging core (gpuaccept.plugin)
     if not config.pluginmanager.has_plugin(_SESSION):
         config.pluginmanager.register(ReportSession(config, alluredir, baseline), _SESSION)
 
@@ -125,7 +114,6 @@ class ReportSession:
         self.regressions: list[Regression] = []
         self.changes: list[str] = []
         self.written: list[Path] = []
-        from gpuaccept.plugin import MARKERS
         from gpuaccept.report.labels import categories_from_markers
 
         self.categories = categories_from_markers(MARKERS)

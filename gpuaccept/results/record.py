@@ -35,6 +35,10 @@ class TestEntry:
     message: str = ""
     nodes: list[str] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
+    #: why it did not pass: could not measure, regression, hardware fault, drift, threshold miss
+    category: str | None = None
+    #: every check the test made: what was observed, what was expected, the source and the verdict
+    checks: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

@@ -67,6 +67,7 @@ class Thresholds:
     skus: dict[str, SkuSpec]
     files: tuple[Path, ...]
     digest: str = field(default="")
+    file_digests: dict[str, str] = field(default_factory=dict)
 
     def sku_for_gpu(self, nvml_name: str) -> str | None:
         """The SKU whose ``match`` patterns fit an NVML device name, or None."""
@@ -103,6 +104,10 @@ def _check_references(path: Path, data: ThresholdsFile, metrics: dict[str, Metri
                 raise ThresholdsError(f"{path}: {key}.{metric}: '@' must be followed by a rank/node count (e.g. @8)")
             if base not in metrics:
                 raise ThresholdsError(f"{path}: {key}.{metric}: unknown metric (known: {', '.join(sorted(metrics))})")
+            if metrics[base].kind == "expectation":
+                raise ThresholdsError(
+                    f"{path}: {key}.{metric}: an expectation's expected value is computed by its test; it takes no limit"
+                )
     for sku, spec in data.skus.items():
         if spec.inherits is not None and spec.inherits not in skus:
             raise ThresholdsError(f"{path}: skus.{sku}.inherits: unknown SKU {spec.inherits!r}")
@@ -121,8 +126,10 @@ def load_thresholds(site: Path | None = None, *, defaults: Path | None = None) -
     settings: dict[str, float] = {}
     limits: dict[str, Limit] = {}
     skus: dict[str, SkuSpec] = {}
+    file_digests: dict[str, str] = {}
     for path in files:
         data = _read(path)
+        file_digests[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
         if path is not base_path and data.metrics:
             raise ThresholdsError(f"{path}: metrics: a site file cannot define metrics; the probes produce a fixed set")
         metrics.update(data.metrics)
@@ -153,4 +160,4 @@ def load_thresholds(site: Path | None = None, *, defaults: Path | None = None) -
         "skus": {k: v.model_dump() for k, v in skus.items()},
     }
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
-    return Thresholds(metrics, settings, limits, skus, tuple(files), digest)
+    return Thresholds(metrics, settings, limits, skus, tuple(files), digest, file_digests)

@@ -19,11 +19,32 @@ class _Strict(BaseModel):
 
 
 class MetricSpec(_Strict):
-    """A metric the suite knows: its unit and what it means. Limits may name only these."""
+    """A check the suite knows: its unit, what it means, and how a verdict on it is reached.
+
+    ``kind: metric`` (the default) is judged against the limit the SKU sets; a test that needs one the
+    SKU lacks is an error, never a silent pass. ``informational: true`` declares a figure shown beside
+    the verdicts (temperatures, versions, burst rates) that no test may pass on. ``kind: expectation``
+    is a named expectation whose expected value the test computes at run time ("sha256 equal to the
+    one written", "the step ran on the node it was sent to"); it carries its own ``source``. ``fault``
+    sorts a failing check for the report: a figure below its floor, a hardware fault (ECC, Xid, link
+    errors, corrupt results) or drift between nodes.
+    """
 
     unit: str
     description: str
     better: Literal["higher", "lower", "equal"] = "higher"
+    kind: Literal["metric", "expectation"] = "metric"
+    informational: bool = False
+    fault: Literal["threshold", "hardware", "drift"] = "threshold"
+    source: str | None = Field(default=None, min_length=3)
+
+    @model_validator(mode="after")
+    def _kind(self) -> MetricSpec:
+        if self.kind == "expectation" and self.source is None:
+            raise ValueError("an expectation needs a source (what says the expected value is right)")
+        if self.kind == "expectation" and self.informational:
+            raise ValueError("an expectation is judged; it cannot be informational")
+        return self
 
 
 class Limit(_Strict):

@@ -13,14 +13,14 @@ from gpuaccept.hardware.perf import judge_burn_in, judge_matmul
 pytestmark = [pytest.mark.acceptance, pytest.mark.compute]
 
 
-def test_matmul(node, cluster, limits):
+def test_matmul(node, cluster, judge):
     """BF16 TFLOP/s per GPU above the SKU floor and within the straggler margin; checksums agree."""
     gpus = cluster.require_gpus(node)
     result = cluster.run("matmul", nodes=[node], tasks_per_node=gpus, gpus_per_task=1, timeout_s=240)
-    judge_matmul(result.records, limits, node)
+    judge_matmul(result.records, judge, node)
 
 
-def test_burn_in(node, cluster, limits, settings):
+def test_burn_in(node, cluster, judge, settings):
     """``--burn-in SECONDS`` of sustained matmul: no drop over time, no throttling, identical results."""
     gpus = cluster.require_gpus(node)
     if settings.burn_in <= 0:
@@ -34,4 +34,4 @@ def test_burn_in(node, cluster, limits, settings):
         args=["--burn-in", settings.burn_in, "--interval", interval],
         timeout_s=settings.burn_in + 180,
     )
-    judge_burn_in(result.records, limits, node)
+    judge_burn_in(result.records, judge, node)

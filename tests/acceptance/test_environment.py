@@ -2,70 +2,43 @@
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import Any
-
 import pytest
+
+from gpuaccept.judging.fields import drift
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.environment]
 
-#: Fingerprint fields that must be identical on every node (configuration drift otherwise).
-CONSISTENT: dict[str, tuple[str, ...]] = {
-    "GPU driver": ("gpus", "driver"),
-    "CUDA driver version": ("gpus", "cuda_driver"),
-    "NCCL": ("stack", "nccl"),
-    "torch": ("stack", "torch"),
-    "Python": ("stack", "python"),
-    "kernel": ("kernel",),
-    "OS": ("os",),
-}
 
-
-def _get(fingerprint: dict[str, Any], path: tuple[str, ...]) -> Any:
-    value: Any = fingerprint
-    for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
-    return value
-
-
-def test_fingerprint(node, cluster, fingerprints, limits):
+def test_fingerprint(node, cluster, fingerprints, judge):
     """The node answers with a complete fingerprint and shows every GPU it declares."""
     fp = fingerprints.get(node)
-    assert fp["node"] == node, f"{node}: the probe ran on {fp['node']!r}, not on the node it was sent to"
-    assert fp["kernel"] and fp["os"] != "unknown", f"{node}: OS or kernel could not be read: {fp['os']!r}"
-    declared = cluster.gpus_on(node)
-    shown = fp["gpus"]["count"]
-    assert shown == declared, f"{node}: declares {declared} GPU(s) but NVML shows {shown}" + (
-        f" ({', '.join(d['pci_bus_id'] for d in fp['gpus']['devices'])})" if shown else ""
-    )
+    judge.expect("slurm_step_node", fp["node"], node, node=node, probe="fingerprint")
+    declared, shown = cluster.gpus_on(node), fp["gpus"]["count"]
+    missing = [name for name, ok in (("kernel", fp["kernel"]), ("OS", fp["os"] != "unknown")) if not ok]
     if shown:
-        assert fp["gpus"]["driver"], f"{node}: GPUs present but the driver version is unreadable"
-        assert fp["stack"]["torch"], f"{node}: torch is not importable: {fp['stack'].get('torch_error')}"
-    limits.report("memory_gib", fp["memory_gib"], node=node)
-    limits.report("cpu_cores", fp["cpu"]["cores"], node=node)
-    limits.report("usable_cpus", fp["cpu"]["usable_cpus"], node=node)
-    limits.report("gpu_count", shown, node=node)
-    limits.verify()
+        missing += [
+            name for name, ok in (("GPU driver", fp["gpus"]["driver"]), ("torch", fp["stack"]["torch"])) if not ok
+        ]
+    observed = "complete" if not missing else "missing: " + ", ".join(missing)
+    judge.expect("fingerprint_complete", observed, "complete", node=node, torch_error=fp["stack"].get("torch_error"))
+    judge.expect("gpu_count", shown, declared, node=node, pci_bus_ids=[d["pci_bus_id"] for d in fp["gpus"]["devices"]])
+    judge.info("memory_gib", fp["memory_gib"], node=node)
+    judge.info("cpu_cores", fp["cpu"]["cores"], node=node)
+    judge.check("usable_cpus", fp["cpu"]["usable_cpus"], node=node)
+    judge.verify()
 
 
 @pytest.mark.multinode
-def test_versions_consistent(cluster, fingerprints):
-    """Driver, CUDA, NCCL, torch, GPU model, OS and kernel are the same everywhere; name the odd node."""
+def test_versions_consistent(cluster, fingerprints, judge):
+    """Driver, CUDA, NCCL, torch, Python, kernel, OS and GPU model are the same everywhere; name the odd node."""
     nodes = cluster.nodes
     if len(nodes) < 2:
         pytest.skip("single-node allocation: nothing to compare")
     fingerprints.prefetch(nodes)  # all nodes at once, not a step time per node
-    prints = {node: fingerprints.get(node) for node in nodes}
-    drift: list[str] = []
-    fields = dict(CONSISTENT)
-    for fp in prints.values():
-        fp.setdefault("_gpu_models", ",".join(sorted({d["name"] for d in fp["gpus"]["devices"]})) or None)
-    fields["GPU model"] = ("_gpu_models",)
-    for label, path in fields.items():
-        values = {node: _get(fp, path) for node, fp in prints.items()}
-        counts = Counter(values.values())
-        if len(counts) > 1:
-            majority, _ = counts.most_common(1)[0]
-            odd = {n: v for n, v in values.items() if v != majority}
-            drift.append(f"{label}: {majority!r} on most nodes, but " + ", ".join(f"{n}={v!r}" for n, v in odd.items()))
-    assert not drift, "configuration drift across nodes:\n  " + "\n  ".join(drift)
+    values, odd = drift({node: fingerprints.get(node) for node in nodes})
+    majority = {d.field: d.majority for d in odd}
+    for field, per_node in values.items():
+        reference = majority.get(field, next(iter(per_node.values())))
+        for node, value in per_node.items():
+            judge.expect("versions_consistent", value, reference, node=node, component="field", gpu=field)
+    judge.verify()

@@ -14,17 +14,17 @@ from gpuaccept.hardware.xid import hardware_codes, judge_xid
 pytestmark = [pytest.mark.acceptance, pytest.mark.gpu_health]
 
 
-def test_gpu_health(node, cluster, limits):
+def test_gpu_health(node, cluster, judge):
     """Every declared GPU present; ECC on and clean; no pending/failed row remaps; no hardware clock events;
     PCIe link capable of the SKU's generation and width; cool; power limit not capped."""
     gpus = cluster.require_gpus(node)
     data = cluster.run("gpu_health", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=120).one().data
-    judge_health(data, limits, node, declared_gpus=gpus)
+    judge_health(data, judge, node, declared_gpus=gpus)
 
 
-def test_xid(node, cluster, limits, thresholds, fingerprints):
+def test_xid(node, cluster, judge):
     """No hardware Xid (codes listed in thresholds.yaml) in the kernel log since boot; unreadable log = error."""
     gpus = cluster.require_gpus(node)
-    codes = hardware_codes(thresholds.limits_for(fingerprints.sku_of(node)).get("xid_hardware_codes"))
+    codes = hardware_codes(judge.declared("xid_hardware_codes", node))
     data = cluster.run("xid", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=120).one().data
-    judge_xid(data, limits, node, codes)
+    judge_xid(data, judge, node, codes)

@@ -7,11 +7,12 @@ import pytest
 pytestmark = [pytest.mark.acceptance, pytest.mark.hygiene]
 
 
-def test_node_limits(node, cluster, limits):
+def test_node_limits(node, cluster, judge):
+    """/dev/shm size and the open-file limit everywhere; locked memory where the SKU needs RDMA pinning."""
     data = cluster.run("hygiene", nodes=[node]).one().data
-    limits.check("dev_shm_gib", data["dev_shm_gib"], node=node)
-    limits.check("nofile", data["nofile"], node=node)
-    limits.check("memlock_kib", data["memlock_kib"], node=node)
-    limits.check("swap_total_gib", data["swap_total_gib"], node=node)
-    limits.check("hugepages_total", data["hugepages_total"], node=node, page_kib=data["hugepage_size_kib"])
-    limits.verify()
+    judge.check("dev_shm_gib", data["dev_shm_gib"], node=node)
+    judge.check("nofile", data["nofile"], node=node)
+    judge.check("memlock_kib", data["memlock_kib"], node=node)
+    judge.info("swap_total_gib", data["swap_total_gib"], node=node)
+    judge.info("hugepages_total", data["hugepages_total"], node=node, page_kib=data["hugepage_size_kib"])
+    judge.verify()

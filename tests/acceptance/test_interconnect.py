@@ -22,13 +22,13 @@ def _nvlink(cluster, node: str, gpus: int) -> dict:
     return cluster.run_shared("nvlink", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=120).one().data
 
 
-def test_nvlink(node, cluster, limits):
+def test_nvlink(node, cluster, judge):
     """Links active per GPU as the SKU has them, common link speed, CRC/replay/recovery counters bounded."""
     gpus = cluster.require_gpus(node)
-    judge_nvlink(_nvlink(cluster, node, gpus), limits, node, declared_gpus=gpus)
+    judge_nvlink(_nvlink(cluster, node, gpus), judge, node, declared_gpus=gpus)
 
 
-def test_nvlink_errors_under_load(node, cluster, limits, thresholds, fingerprints):
+def test_nvlink_errors_under_load(node, cluster, judge):
     """NVLink CRC error rate (flit, data: DCGM's 100/s) and replay/recovery counts while the P2P copies ran.
 
     A count since the driver loaded has no time base; errors while the links carry traffic do. Judged
@@ -37,32 +37,35 @@ def test_nvlink_errors_under_load(node, cluster, limits, thresholds, fingerprint
     """
     if cluster.require_gpus(node) < 2:
         pytest.skip(f"{node} declares one GPU: no GPU pair to load the NVLinks")
-    sku = fingerprints.sku_of(node)
-    if "nvlink_links_active" not in thresholds.limits_for(sku):
-        pytest.skip(f"SKU {sku} declares no NVLink (no nvlink_links_active limit)")
-    judge_nvlink_under_load(p2p_record(cluster, node), limits, node)
+    if judge.declared("nvlink_links_active", node) is None:
+        pytest.skip(f"SKU {judge.sku(node)} declares no NVLink (no nvlink_links_active limit)")
+    judge_nvlink_under_load(p2p_record(cluster, node), judge, node)
 
 
-def test_gpu_topology(node, cluster, limits):
+def test_gpu_topology(node, cluster, judge):
     """Every GPU pair joined by the SKU's NVLinks (NV18 on HGX H100/H200) with NVLink P2P OK."""
     gpus = cluster.require_gpus(node)
     if gpus < 2:
         pytest.skip(f"{node} declares one GPU: there is no GPU pair")
-    judge_topology(_nvlink(cluster, node, gpus), limits, node)
+    judge_topology(_nvlink(cluster, node, gpus), judge, node)
 
 
-def test_gpu_nic_affinity(node, cluster, limits):
-    """Report each GPU's NUMA node, local CPUs and nearest InfiniBand HCA (no pass criterion beyond readable)."""
+def test_gpu_nic_affinity(node, cluster, judge):
+    """Each GPU's nearest InfiniBand HCA close enough for GPUDirect RDMA (same PCIe root complex or closer);
+    NUMA node and local CPUs shown beside it. A node without HCAs whose SKU expects none is skipped."""
     gpus = cluster.require_gpus(node)
-    judge_affinity(_nvlink(cluster, node, gpus), limits, node)
+    data = _nvlink(cluster, node, gpus)
+    hcas = judge.declared("ib_hca_count", node)
+    expects_hca = hcas is not None and max(hcas.min or 0, float(hcas.equal or 0)) >= 1
+    if not any(g.get("nics") for g in data.get("gpus") or []) and not expects_hca:
+        pytest.skip(f"SKU {judge.sku(node)} expects no InfiniBand HCA and {node} has none")
+    judge_affinity(data, judge, node)
 
 
-def test_infiniband(node, cluster, limits, thresholds, fingerprints):
+def test_infiniband(node, cluster, judge):
     """HCA count per the SKU; every compute port ACTIVE/LinkUp at the SKU's rate and link layer; counters bounded."""
-    sku = fingerprints.sku_of(node)
-    expected = thresholds.limits_for(sku)
     data = cluster.run("infiniband", nodes=[node], timeout_s=60).one().data
-    if "ib_hca_count" not in expected and not data.get("hcas"):
-        pytest.skip(f"SKU {sku} declares no InfiniBand expectation and {node} has no HCA")
-    layer = expected.get("ib_link_layer")
-    judge_ib(data, limits, node, link_layer=None if layer is None else str(layer.equal))
+    if judge.declared("ib_hca_count", node) is None and not data.get("hcas"):
+        pytest.skip(f"SKU {judge.sku(node)} declares no InfiniBand expectation and {node} has no HCA")
+    layer = judge.declared("ib_link_layer", node)
+    judge_ib(data, judge, node, link_layer=None if layer is None else str(layer.equal))

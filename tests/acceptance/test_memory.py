@@ -13,23 +13,23 @@ from gpuaccept.hardware.perf import judge_hostbw, judge_membw, judge_p2p, p2p_re
 pytestmark = [pytest.mark.acceptance, pytest.mark.memory]
 
 
-def test_membw(node, cluster, limits):
+def test_membw(node, cluster, judge):
     """Device copy (read + write counted) per GPU above the SKU floor and within the straggler margin."""
     gpus = cluster.require_gpus(node)
     result = cluster.run("membw", nodes=[node], tasks_per_node=gpus, gpus_per_task=1, timeout_s=180)
-    judge_membw(result.records, limits, node)
+    judge_membw(result.records, judge, node)
 
 
-def test_hostbw(node, cluster, limits):
+def test_hostbw(node, cluster, judge):
     """Pinned H2D and D2H per GPU from its NUMA node; the PCIe link under that load at the SKU's gen/width."""
     gpus = cluster.require_gpus(node)
     result = cluster.run("hostbw", nodes=[node], tasks_per_node=gpus, gpus_per_task=1, timeout_s=180)
-    judge_hostbw(result.records, limits, node)
+    judge_hostbw(result.records, judge, node)
 
 
-def test_p2p(node, cluster, limits):
+def test_p2p(node, cluster, judge):
     """Copy bandwidth of every ordered GPU pair above the SKU floor; the slowest pair is named."""
     gpus = cluster.require_gpus(node)
     if gpus < 2:
         pytest.skip(f"{node} declares one GPU: there is no GPU pair")
-    judge_p2p(p2p_record(cluster, node), limits, node)
+    judge_p2p(p2p_record(cluster, node), judge, node)

@@ -20,13 +20,13 @@ import pytest
 
 from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.errors import MeasurementError
-from gpuaccept.nccl.bisect import attribute, plan_rounds, suspects_and_good
+from gpuaccept.judging.groups import attribute, group_failures, pair_verdict
+from gpuaccept.nccl.bisect import plan_rounds, suspects_and_good
 from gpuaccept.nccl.formulas import COLLECTIVES
-from gpuaccept.nccl.judge import group_failures, median_busbw, metric_name, pair_verdict, sweep_lines, wrong_lines
+from gpuaccept.nccl.lines import median_busbw, metric_name, sweep_lines, wrong_lines
 from gpuaccept.nccl.plots import plot_busbw
 from gpuaccept.nccl.sweep import GroupTable, format_bytes, group_tables, scale_groups, scales_for
 from gpuaccept.state import STATE_KEY
-from gpuaccept.thresholds.check import judge
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.nccl]
 
@@ -102,12 +102,12 @@ def _facts(result: ProbeResult) -> dict[str, Any]:
     return facts
 
 
-def _plot(request: pytest.FixtureRequest, name: str, tables: list[GroupTable], limit_of: Any, multinode: bool) -> Path:
+def _plot(request: pytest.FixtureRequest, name: str, tables: list[GroupTable], judge: Any, multinode: bool) -> Path:
     series = {c: {t.label: [(r.size, r.busbw) for r in t.by_collective(c)] for t in tables} for c in COLLECTIVES}
     floors = {}
     for c in COLLECTIVES:
         scale = len(tables[0].nodes) if multinode else len(tables[0].ranks)
-        limit = limit_of(metric_name(c, multinode), tables[0].nodes[0], scale)
+        limit = judge.declared(metric_name(c, multinode), tables[0].nodes[0], scale)
         floors[c] = limit.min if limit is not None else None
     path = Path(request.config.rootpath) / "reports" / "nccl" / f"{name}.png"
     plot_busbw(series, path, title=f"NCCL busbw: {name}", thresholds=floors)
@@ -120,20 +120,10 @@ def _plot(request: pytest.FixtureRequest, name: str, tables: list[GroupTable], l
     return path
 
 
-def _limit_of(thresholds: Any, fingerprints: Any) -> Any:
-    """``(metric, node, scale) -> Limit``: ``<metric>@<scale>`` if the SKU keys one by scale, else the plain one."""
-
-    def lookup(metric: str, node: str, scale: int | None = None) -> Any:
-        limits = thresholds.limits_for(fingerprints.sku_of(node))
-        return (limits.get(f"{metric}@{scale}") if scale else None) or limits.get(metric)
-
-    return lookup
-
-
-def _finish(limits: Any, problems: list[str]) -> None:
+def _finish(judge: Any, problems: list[str]) -> None:
     """One failure listing threshold misses and every wrong result; an error if nothing was measured."""
     try:
-        limits.verify()
+        judge.verify()
     except AssertionError as exc:
         problems.insert(0, str(exc))
     if problems:
@@ -165,26 +155,16 @@ def _scale(cluster: Any, settings: Any, scale: int) -> list[GroupTable]:
     return value
 
 
-def _scale_failures(cluster: Any, settings: Any, thresholds: Any, fingerprints: Any, scale: int) -> dict:
+def _scale_failures(cluster: Any, settings: Any, judge: Any, scale: int) -> dict:
     scales = scales_for(len(cluster.nodes))
     base = median_busbw(_scale(cluster, settings, scales[0])) if scale != scales[0] else None
-    return group_failures(
-        _scale(cluster, settings, scale),
-        multinode=True,
-        limit_of=_limit_of(thresholds, fingerprints),
-        judge=judge,
-        straggler_pct=thresholds.setting("straggler_pct"),
-        baseline=base,
-        efficiency_limit=thresholds.limits_for(fingerprints.sku_of(cluster.nodes[0])).get(
-            "nccl_scaling_efficiency_pct"
-        ),
-    )
+    return group_failures(_scale(cluster, settings, scale), judge, multinode=True, baseline=base)
 
 
 # ---- one node ---------------------------------------------------------------------------------------
 
 
-def test_nccl_node(node, cluster, limits, settings, thresholds, fingerprints, request):
+def test_nccl_node(node, cluster, judge, settings, request):
     """All GPUs of the node: busbw per collective at the largest size, every result verified."""
     tasks, gpt = _layout(cluster, node, multinode=False)
     if gpt and tasks < 2:
@@ -204,7 +184,7 @@ def test_nccl_node(node, cluster, limits, settings, thresholds, fingerprints, re
         if row is None:
             capped = result.records[0].data.get("capped", {}).get(collective)
             raise MeasurementError(f"{node}: no size of {collective} fit in GPU memory ({capped})", nodes=(node,))
-        limits.check(
+        judge.check(
             metric_name(collective, False), round(row.busbw, 2), node=node, scale=tasks, size=row.size,
             time_us=round(row.time_us, 1), algo=algos.get(collective, {}).get(str(row.size)),
             nccl=facts.get("nccl_version"), transports=facts.get("transports"), nics=facts.get("nics"),
@@ -212,12 +192,12 @@ def test_nccl_node(node, cluster, limits, settings, thresholds, fingerprints, re
     labels = _rank_labels(result)
     for record in result.records:
         wrong = sum(int(r.get("wrong", 0)) for r in record.data.get("results", []))
-        limits.check("nccl_wrong_elements", wrong, node=node, gpu=record.gpu_label or f"rank {record.rank}")
-    _plot(request, f"node-{node}", [table], _limit_of(thresholds, fingerprints), multinode=False)
-    _finish(limits, wrong_lines(table, labels))
+        judge.check("nccl_wrong_elements", wrong, node=node, gpu=record.gpu_label or f"rank {record.rank}")
+    _plot(request, f"node-{node}", [table], judge, multinode=False)
+    _finish(judge, wrong_lines(table, labels))
 
 
-def test_nccl_tests_fidelity(node, cluster, limits, settings):
+def test_nccl_tests_fidelity(node, cluster, judge, settings):
     """nccl-tests on the same GPUs and size: its busbw beside ours, within 5%."""
     gpus = cluster.require_gpus(node)
     if gpus < 2:
@@ -258,24 +238,24 @@ def test_nccl_tests_fidelity(node, cluster, limits, settings):
             f"{collective:>12} {format_bytes(ref['size']):>8} {ours.busbw:>8.2f} "
             f"{ref['oop_busbw']:>15.2f} {ref['ip_busbw']:>9.2f}"
         )
-        limits.report("nccl_tests_busbw_gbs", their_busbw, node=node, collective=collective, size=ref["size"])
-        limits.check(
+        judge.info("nccl_tests_busbw_gbs", their_busbw, node=node, collective=collective, size=ref["size"])
+        judge.check(
             "nccl_fidelity_pct", round(100 * ours.busbw / their_busbw, 1), node=node, collective=collective,
             ours=round(ours.busbw, 2), nccl_tests=their_busbw, size=ref["size"],
         )  # fmt: skip
-    limits.verify()
+    judge.verify()
 
 
 # ---- across nodes -----------------------------------------------------------------------------------
 
 
 @pytest.mark.multinode
-def test_nccl_scale(scale, cluster, limits, settings, thresholds, fingerprints, request):
+def test_nccl_scale(scale, cluster, judge, settings, request):
     """Groups of ``scale`` nodes side by side: busbw per group, groups vs each other, scaling efficiency."""
     if scale is None:
         pytest.skip("the allocation has one node: no multi-node scale")
     tables = _scale(cluster, settings, scale)
-    failures = _scale_failures(cluster, settings, thresholds, fingerprints, scale)
+    failures = _scale_failures(cluster, settings, judge, scale)
     problems = []
     base_scale = scales_for(len(cluster.nodes))[0]
     base = median_busbw(_scale(cluster, settings, base_scale)) if scale != base_scale else None
@@ -285,20 +265,20 @@ def test_nccl_scale(scale, cluster, limits, settings, thresholds, fingerprints, 
         for collective in COLLECTIVES:
             row = table.largest(collective)
             for node in table.nodes if row is not None else ():
-                limits.check(metric_name(collective, True), round(row.busbw, 2), node=node, scale=scale,
+                judge.check(metric_name(collective, True), round(row.busbw, 2), node=node, scale=scale,
                              group=table.label, size=row.size)  # fmt: skip
         ar = table.largest("all_reduce")
         if base and ar is not None:
             for node in table.nodes:
-                limits.check("nccl_scaling_efficiency_pct", round(100 * ar.busbw / base, 1), node=node,
+                judge.check("nccl_scaling_efficiency_pct", round(100 * ar.busbw / base, 1), node=node,
                              scale=scale, group=table.label, baseline_gbs=round(base, 2))  # fmt: skip
         problems += wrong_lines(table, table.info["labels"])
         if table.nodes in failures:
             problems.append(f"group {table.label} fails: " + "; ".join(failures[table.nodes]))
     if failures:
         problems.append("test_nccl_node_at_fault re-tests these nodes in pairs with nodes that passed")
-    _plot(request, f"scale-{scale}", tables, _limit_of(thresholds, fingerprints), multinode=True)
-    _finish(limits, problems)
+    _plot(request, f"scale-{scale}", tables, judge, multinode=True)
+    _finish(judge, problems)
 
 
 def _pair_pass(cluster: Any, settings: Any, suspects: list[str], good: list[str], floor: Any, ref: float | None,
@@ -323,19 +303,19 @@ def _pair_pass(cluster: Any, settings: Any, suspects: list[str], good: list[str]
         for pair, table in tables.items():
             row = table.largest("all_reduce")
             wrong = sum(count for *_, count, _ in table.wrong_results())
-            ok, why = pair_verdict(row.busbw, wrong, floor=floor, judge=judge, reference=ref, straggler_pct=pct)
+            ok, why = pair_verdict(row.busbw, wrong, floor=floor, reference=ref, straggler_pct=pct)
             outcome[(pair[0], pair[1])] = (ok, why, row.busbw)
     _PAIRS[key] = outcome
     return outcome
 
 
 @pytest.mark.multinode
-def test_nccl_node_at_fault(suspect, cluster, limits, settings, thresholds, fingerprints):
+def test_nccl_node_at_fault(suspect, cluster, judge, settings):
     """The node's verdict from the scales and, if one of its groups failed, from pairs with good nodes."""
     if suspect is None:
         pytest.skip("the allocation has one node: no multi-node scale")
     nodes, scales = cluster.nodes, scales_for(len(cluster.nodes))
-    failing = {s: f for s in scales if (f := _scale_failures(cluster, settings, thresholds, fingerprints, s))}
+    failing = {s: f for s in scales if (f := _scale_failures(cluster, settings, judge, s))}
     metric = metric_name("all_reduce", True)
     groups = {s: [t.nodes for t in _scale(cluster, settings, s)] for s in scales}
     first, suspects, good = suspects_and_good(nodes, groups, failing)
@@ -344,30 +324,33 @@ def test_nccl_node_at_fault(suspect, cluster, limits, settings, thresholds, fing
         print(f"{suspect}: {role}")
         worst = min((t.largest("all_reduce").busbw, s, t.label) for s in scales for t in _scale(cluster, settings, s)
                     if suspect in t.nodes and t.largest("all_reduce") is not None)  # fmt: skip
-        limits.check(metric, round(worst[0], 2), node=suspect, scale=worst[1], group=worst[2], role=role)
-        limits.verify()
+        judge.check(metric, round(worst[0], 2), node=suspect, scale=worst[1], group=worst[2], role=role)
+        judge.expect("nccl_node_verdict", "not at fault", "not at fault", node=suspect, why=role)
+        judge.verify()
         return
-    floor = _limit_of(thresholds, fingerprints)(metric, suspect, 2)
+    floor = judge.declared(metric, suspect, 2)
     # pairs are 2-node groups: compare them with the passing groups of the smallest scale
     ref = median_busbw([t for t in _scale(cluster, settings, scales[0]) if t.nodes not in failing.get(scales[0], {})])
-    pairs = _pair_pass(cluster, settings, suspects, good, floor, ref, thresholds.setting("straggler_pct"))
+    pairs = _pair_pass(cluster, settings, suspects, good, floor, ref, judge.setting("straggler_pct"))
     blame = attribute({p: ok for p, (ok, _, _) in pairs.items()}, suspects, good)[suspect]
     mine = {p: v for p, v in pairs.items() if suspect in p}
+    evidence = []
     for pair, (ok, why, busbw) in mine.items():
         partner = pair[1] if pair[0] == suspect else pair[0]
         print(f"{suspect} with {partner}: {'passed' if ok else 'FAILED'} ({why})")
-        if busbw == busbw:
-            limits.check("nccl_pair_busbw_gbs", round(busbw, 2), node=suspect, partner=partner, verdict_pair=ok)
+        evidence.append(
+            {"partner": partner, "passed": ok, "why": why, "busbw_gbs": round(busbw, 2) if busbw == busbw else None}
+        )
     first_pass = "; ".join(f"group {'+'.join(g)} at scale {first}: {', '.join(r)}" for g, r in failing[first].items()
                            if suspect in g)  # fmt: skip
-    evidence = "; ".join(f"{'+'.join(p)}: {'passed' if ok else 'failed'} ({why})" for p, (ok, why, _) in mine.items())
-    if blame.verdict == "at_fault":
-        raise AssertionError(
-            f"{suspect} is at fault: it fails paired with known-good nodes ({evidence}); first pass: {first_pass}"
-        )
-    if blame.verdict == "undetermined":
-        raise AssertionError(
-            f"{suspect} cannot be cleared: no known-good partner to tell it apart ({evidence}); {first_pass}"
-        )
-    print(f"{suspect} cleared by the second pass ({evidence}); its group failed at scale {first}: {first_pass}")
-    limits.verify()
+    observed = {"at_fault": "at fault", "undetermined": "undetermined"}.get(blame.verdict, "not at fault")
+    why = {
+        "at fault": "it fails paired with known-good nodes",
+        "undetermined": "no known-good partner can tell it apart",
+        "not at fault": "cleared by the second pass",
+    }[observed]
+    print(f"{suspect}: {observed} ({why}); its group failed at scale {first}: {first_pass}")
+    judge.expect(
+        "nccl_node_verdict", observed, "not at fault", node=suspect, why=why, first_pass=first_pass, pairs=evidence
+    )
+    judge.verify()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from gpuaccept.dispatch.slurm_cli import node_info, partition_info, slurm_cmd
@@ -15,50 +17,68 @@ def slurm_only(cluster):
         pytest.skip("local launcher: this run does not go through Slurm")
 
 
-def test_controller_answers(slurm_only):
+def test_controller_answers(slurm_only, judge):
     out = slurm_cmd(["scontrol", "ping"])
-    assert "UP" in out, f"scontrol ping: {out.strip()}"
+    controller = out.split("Slurmctld(primary) at ")[-1].split()[0] if "Slurmctld(primary) at " in out else "slurmctld"
+    judge.expect("slurm_controller_ping", "UP" if "UP" in out else out.strip(), "UP", node=controller)
+    judge.verify()
 
 
-def test_partition_up(slurm_only, settings):
+def test_partition_up(slurm_only, settings, judge):
     part = partition_info(settings.partition)
-    assert part.available == "up", f"partition {part.name} is {part.available}"
+    judge.expect("slurm_partition_state", part.available, "up", node=part.name, component="partition")
+    judge.verify()
 
 
-def test_node_usable(node, slurm_only):
+def test_node_usable(node, slurm_only, judge):
     info = node_info(node)
-    assert info.usable, f"{node}: state {info.state}" + (f", reason: {info.reason}" if info.reason else "")
+    observed = "usable" if info.usable else f"{info.state}" + (f" (reason: {info.reason})" if info.reason else "")
+    judge.expect("slurm_node_state", observed, "usable", node=node, state=info.state)
+    judge.verify()
 
 
-def test_step_runs(node, cluster, limits):
-    """A step lands on the node it was sent to; its CPU binding is recorded."""
+def test_step_runs(node, cluster, judge):
+    """A step lands on the node it was sent to, and its task may run on at least one CPU."""
     record = cluster.run("visibility", nodes=[node]).one()
-    assert record.node == node, f"step sent to {node} ran on {record.node}"
-    assert record.data["cpus"], f"{node}: the task may run on no CPU at all"
-    limits.report("usable_cpus", len(record.data["cpus"]), node=node, cpu_bind=record.data["slurm_cpu_bind"])
-    limits.verify()
+    judge.expect("slurm_step_node", record.node, node, node=node)
+    judge.check("usable_cpus", len(record.data["cpus"]), node=node, cpu_bind=record.data["slurm_cpu_bind"])
+    judge.verify()
 
 
-def test_gpu_isolation(node, cluster, fingerprints):
-    """One task per declared GPU: each sees exactly one GPU, the sets are disjoint and cover the node."""
+def test_gpu_isolation(node, cluster, fingerprints, judge):
+    """One task per declared GPU: each sees exactly its GPU, the sets are disjoint and cover the node,
+    no task can open another task's GPU, and the tasks' CPU sets do not overlap."""
     gpus = cluster.require_gpus(node)
     result = cluster.run("visibility", nodes=[node], tasks_per_node=gpus, gpus_per_task=1)
     node_uuids = {d["uuid"] for d in fingerprints.get(node)["gpus"]["devices"]}
-    seen: dict[str, int] = {}
-    problems = []
+    holders: dict[str, list[int]] = {}
     for record in result.records:
+        for uuid in record.data["visible_uuids"]:
+            holders.setdefault(uuid, []).append(record.rank)
+    for record in result.records:
+        where = {"node": node, "gpu": record.gpu_label or f"rank {record.rank}"}
         uuids = record.data["visible_uuids"]
-        if len(uuids) != 1:
-            problems.append(f"rank {record.rank} sees {len(uuids)} GPUs ({record.data['cuda_visible_devices']!r})")
-        for uuid in uuids:
-            if uuid in seen:
-                problems.append(f"ranks {seen[uuid]} and {record.rank} share {uuid}")
-            seen[uuid] = record.rank
-    missing = node_uuids - set(seen)
-    if missing:
-        problems.append(f"GPUs given to no task: {', '.join(sorted(missing))}")
-    binding = {
-        r.rank: (r.data["cpus"][:1] + r.data["cpus"][-1:], r.data["nvml_devices_openable"]) for r in result.records
-    }
-    print(f"{node}: CPU binding (first,last cpu) and NVML-openable devices per rank: {binding}")
-    assert not problems, f"{node}: GPU isolation broken: " + "; ".join(problems)
+        judge.expect(
+            "gpu_task_visible_gpus", len(uuids), 1, **where, cuda_visible_devices=record.data["cuda_visible_devices"]
+        )
+        others = sorted({r for uuid in uuids for r in holders[uuid] if r != record.rank})
+        judge.expect("gpu_task_shares_gpu", ", ".join(f"rank {r}" for r in others) or "none", "none", **where)
+        openable = record.data.get("devices_openable")
+        if openable is None:
+            judge.check("gpu_foreign_devices_openable", None, **where)  # could not read: an error, never a pass
+        foreign = sorted(set(openable) - set(record.data.get("own_minors") or []))
+        judge.check("gpu_foreign_devices_openable", len(foreign), **where, foreign=[f"/dev/nvidia{m}" for m in foreign])
+    judge.expect(
+        "gpu_unassigned", len(node_uuids - set(holders)), 0, node=node, missing=sorted(node_uuids - set(holders))
+    )
+    cpus = {r.rank: set(r.data["cpus"]) for r in result.records}
+    overlapping = [(a, b) for a, b in itertools.combinations(sorted(cpus), 2) if cpus[a] & cpus[b]]
+    judge.check(
+        "task_cpu_overlap_pairs",
+        len(overlapping),
+        node=node,
+        pairs=[f"ranks {a}+{b}" for a, b in overlapping],
+        binding={rank: f"{min(c)}-{max(c)} ({len(c)} cpus)" if c else "none" for rank, c in cpus.items()},
+        cpu_bind=result.records[0].data["slurm_cpu_bind"],
+    )
+    judge.verify()

@@ -24,7 +24,13 @@ def _read_everywhere(cluster, nodes, path):
     return seen
 
 
-def test_shared_filesystem(cluster, settings, request):
+def _as_read(data: dict) -> str:
+    return data["sha256"] if data["exists"] else "missing"
+
+
+def test_shared_filesystem(cluster, settings, request, judge):
+    """A file written on one node reads back byte-identical on every other node, and again on every node
+    after a third node renamed it."""
     nodes = cluster.nodes
     if len(nodes) < 2:
         pytest.skip("single-node allocation: a shared filesystem needs a second node to read it")
@@ -35,23 +41,18 @@ def test_shared_filesystem(cluster, settings, request):
     expected = hashlib.sha256(random.Random(seed).randbytes(SIZE)).hexdigest()
     writer, renamer = nodes[0], nodes[1]
     try:
-        wrote = (
-            cluster.run(
-                "sharedfs", nodes=[writer], args=["--mode", "write", "--path", first, "--size", SIZE, "--seed", seed]
-            )
-            .one()
-            .data
-        )
-        assert wrote["sha256"] == expected, f"{writer}: wrote {wrote['sha256']}, expected {expected}"
-        bad = {n: d for n, d in _read_everywhere(cluster, nodes[1:], first).items() if d["sha256"] != expected}
-        assert not bad, f"file written on {writer} at {first} reads differently on: " + ", ".join(
-            f"{n} ({'missing' if not d['exists'] else d['sha256'][:12]})" for n, d in bad.items()
-        )
+        wrote = cluster.run(
+            "sharedfs", nodes=[writer], args=["--mode", "write", "--path", first, "--size", SIZE, "--seed", seed]
+        ).one().data  # fmt: skip
+        judge.expect("sharedfs_sha256", wrote["sha256"], expected, node=writer, step="write", path=str(first))
+        for node, data in _read_everywhere(cluster, nodes[1:], first).items():
+            judge.expect("sharedfs_sha256", _as_read(data), expected, node=node, step=f"read after {writer} wrote")
         cluster.run("sharedfs", nodes=[renamer], args=["--mode", "rename", "--path", first, "--to", renamed])
-        bad = {n: d for n, d in _read_everywhere(cluster, nodes, renamed).items() if d["sha256"] != expected}
-        assert not bad, f"after {renamer} renamed it to {renamed}, it reads differently on: " + ", ".join(
-            f"{n} ({'missing' if not d['exists'] else d['sha256'][:12]})" for n, d in bad.items()
-        )
+        for node, data in _read_everywhere(cluster, nodes, renamed).items():
+            judge.expect(
+                "sharedfs_sha256", _as_read(data), expected, node=node, step=f"read after {renamer} renamed it"
+            )
     finally:
         for path in (first, renamed):
             path.unlink(missing_ok=True)
+    judge.verify()

@@ -60,9 +60,7 @@ class Ctx:
 
     cluster: Any
     settings: Any
-    limits: Any
-    thresholds: Any
-    fingerprints: Any
+    judge: Any
     rootdir: Path
 
 
@@ -111,11 +109,6 @@ def _label(record: RankRecord) -> str:
     return record.gpu_label or f"cpu rank {record.rank}"
 
 
-def _target(thresholds: Any, fingerprints: Any, node: str) -> float | None:
-    limit = thresholds.limits_for(fingerprints.sku_of(node)).get("train_loss_final")
-    return limit.max if limit is not None else None
-
-
 def _attach(paths: list[Path], run: str) -> None:
     """Loss curve, comparison and history into the Allure report when allure-pytest is there."""
     try:
@@ -128,7 +121,7 @@ def _attach(paths: list[Path], run: str) -> None:
 
 
 def _check_run(strategy: str, scale: Scale, ctx: Ctx) -> None:
-    limits = ctx.limits
+    judge = ctx.judge
     result = _finetune(ctx.cluster, ctx.settings, ctx.rootdir, strategy, scale)
     records = result.records
     rank0 = records[0]
@@ -136,35 +129,41 @@ def _check_run(strategy: str, scale: Scale, ctx: Ctx) -> None:
     data0 = rank0.data
     gpu_run = scale.gpus_per_task > 0
     for record in records:
-        assert record.world_size == scale.ranks, f"{record.node} rank {record.rank}: world size {record.world_size}"
-        assert record.data["steps_done"] == data0["steps_done"], f"rank {record.rank} stopped at a different step"
-    if gpu_run:
-        assert all(r.data["device"] == "cuda" for r in records), f"{node0}: a GPU rank trained on the CPU"
+        if record.world_size != scale.ranks:
+            raise MeasurementError(
+                f"{record.node} rank {record.rank}: launched as world size {record.world_size}, not {scale.ranks}",
+                nodes=(record.node,),
+            )
+        where = {"node": record.node, "gpu": _label(record)}
+        judge.expect("train_steps_agree", record.data["steps_done"], data0["steps_done"], **where, rank=record.rank)
+        if gpu_run:
+            judge.expect("train_device", record.data["device"], "cuda", **where, rank=record.rank)
 
     # per rank: throughput, utilisation, memory
     tps_metric = f"train_tokens_per_s_per_gpu_{strategy}_{scale.name}"
     for record in records:
         where = {"node": record.node, "gpu": _label(record)}
-        limits.check(tps_metric, record.data["tokens_per_s"], **where, rank=record.rank)
-        limits.report("train_peak_mem_gib", record.data["peak_mem_gib"], **where, rank=record.rank)
+        judge.check(tps_metric, record.data["tokens_per_s"], **where, rank=record.rank)
+        judge.info("train_peak_mem_gib", record.data["peak_mem_gib"], **where, rank=record.rank)
         if gpu_run:
-            limits.check("train_gpu_util_pct", record.data["util_pct"], **where, samples=record.data["util_samples"])
-    limits.stragglers(tps_metric)
+            judge.check("train_gpu_util_pct", record.data["util_pct"], **where, samples=record.data["util_samples"])
+    judge.stragglers(tps_metric)
 
     # the run: loss, stability, wall time
-    target = _target(ctx.thresholds, ctx.fingerprints, node0)
+    declared = judge.declared("train_loss_final", node0)
+    target = declared.max if declared is not None else None
     losses = [float(v) for v in data0["losses"]]
-    limits.check("train_nonfinite_steps", data0["nonfinite_steps"], node=node0)
-    limits.check("train_loss_final", data0["train_loss_final"], node=node0, steps=data0["steps_done"])
-    limits.check("train_eval_loss", data0["eval_loss_final"], node=node0)
+    judge.check("train_nonfinite_steps", data0["nonfinite_steps"], node=node0)
+    judge.check("train_loss_final", data0["train_loss_final"], node=node0, steps=data0["steps_done"])
+    judge.check("train_eval_loss", data0["eval_loss_final"], node=node0)
     if target is not None:
         reached = steps_to_target(losses, target)
         never = f"not reached in {len(losses)} steps"
-        limits.check("train_steps_to_target", reached if reached else never, node=node0, target=target)
-    limits.check("train_loss_rebound", loss_rebound(losses), node=node0)
+        judge.check("train_steps_to_target", reached if reached else never, node=node0, target=target)
+    judge.check("train_loss_rebound", loss_rebound(losses), node=node0)
     # The step trained both strategies after one start-up; a strategy's wall time is what it would take
     # launched alone: that start-up plus its own training and lifecycle (measured by the probe).
-    limits.check(
+    judge.check(
         "train_wall_s",
         data0["wall_s"],
         node=node0,
@@ -176,19 +175,19 @@ def _check_run(strategy: str, scale: Scale, ctx: Ctx) -> None:
     # strategy: DDP replicas identical; FSDP shards and saves memory against DDP of the same shape
     if strategy == "ddp":
         odd = [r.rank for r in records if r.data["checksum"] != data0["checksum"]]
-        limits.check("train_replica_mismatch_ranks", len(odd), node=node0, ranks=odd)
+        judge.check("train_replica_mismatch_ranks", len(odd), node=node0, ranks=odd)
     reference_error: MeasurementError | None = None
     if strategy == "fsdp" and scale.ranks > 1:
         for record in records:
             share = record.data["param_bytes_local"] / (record.data["param_bytes_total"] / scale.ranks)
-            limits.check("train_fsdp_shard_ratio", round(share, 4), node=record.node, gpu=_label(record))
+            judge.check("train_fsdp_shard_ratio", round(share, 4), node=record.node, gpu=_label(record))
         if gpu_run:
             try:
                 ddp = _finetune(ctx.cluster, ctx.settings, ctx.rootdir, "ddp", scale)
             except MeasurementError as exc:
                 reference_error = exc
             else:
-                _memory_saving(records, ddp.records, scale.ranks, limits)
+                _memory_saving(records, ddp.records, scale.ranks, judge)
 
     run = scale.folder(strategy)
     _summary(run, result)
@@ -198,15 +197,15 @@ def _check_run(strategy: str, scale: Scale, ctx: Ctx) -> None:
 
     # lifecycle (rank 0): original kept, reload reproduces eval, base vs fine-tuned
     if "lifecycle_error" in data0:
-        limits.verify()  # a NaN loss that stopped training is a failure, not an unmeasurable run
+        judge.verify()  # a NaN loss that stopped training is a failure, not an unmeasurable run
         raise MeasurementError(f"{node0}: {data0['lifecycle_error']}", nodes=(node0,))
-    limits.check("train_original_kept", int(bool(data0["original_kept"])), node=node0)
-    limits.check("train_reload_eval_delta", round(data0["reload_eval_delta"], 6), node=node0)
-    limits.check("train_ppl_reduction_pct", round(data0["perplexity_reduction_pct"], 2), node=node0)
+    judge.check("train_original_kept", int(bool(data0["original_kept"])), node=node0)
+    judge.check("train_reload_eval_delta", round(data0["reload_eval_delta"], 6), node=node0)
+    judge.check("train_ppl_reduction_pct", round(data0["perplexity_reduction_pct"], 2), node=node0)
     for model in ("base", "finetuned"):
-        limits.report(f"train_gen_tokens_per_s_{model}", data0[f"{model}_gen_tokens_per_s"], node=node0)
-        limits.report(f"train_ttft_ms_{model}", data0[f"{model}_ttft_ms"], node=node0)
-    limits.verify()
+        judge.info(f"train_gen_tokens_per_s_{model}", data0[f"{model}_gen_tokens_per_s"], node=node0)
+        judge.info(f"train_ttft_ms_{model}", data0[f"{model}_ttft_ms"], node=node0)
+    judge.verify()
     if reference_error is not None:
         raise MeasurementError(f"FSDP memory could not be compared: the DDP run failed: {reference_error}")
 
@@ -236,7 +235,7 @@ def _short(value: Any) -> Any:
     return round(value, 3) if isinstance(value, float) else value
 
 
-def _memory_saving(fsdp: list[RankRecord], ddp: list[RankRecord], world: int, limits: Any) -> None:
+def _memory_saving(fsdp: list[RankRecord], ddp: list[RankRecord], world: int, judge: Any) -> None:
     """Per rank: (DDP peak - FSDP peak) / the sharding saving expected from the model state.
 
     Model state per DDP rank = all parameters + grads and two Adam moments of the trainable ones (fp32);
@@ -249,7 +248,7 @@ def _memory_saving(fsdp: list[RankRecord], ddp: list[RankRecord], world: int, li
         state = ref.data["param_bytes_total"] + 3 * 4 * ref.data["trainable_params"]
         expected = (1 - 1 / world) * state / GIB
         saved = ref.data["peak_mem_gib"] - record.data["peak_mem_gib"]
-        limits.check(
+        judge.check(
             "train_fsdp_mem_saving_ratio",
             round(saved / expected, 3),
             node=record.node,
@@ -261,8 +260,8 @@ def _memory_saving(fsdp: list[RankRecord], ddp: list[RankRecord], world: int, li
 
 
 @pytest.fixture()
-def ctx(cluster, settings, limits, thresholds, fingerprints, request) -> Ctx:
-    return Ctx(cluster, settings, limits, thresholds, fingerprints, Path(request.config.rootpath))
+def ctx(cluster, settings, judge, request) -> Ctx:
+    return Ctx(cluster, settings, judge, Path(request.config.rootpath))
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

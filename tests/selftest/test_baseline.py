@@ -19,16 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.results.baseline import (
+from gpuaccept.judging.baseline import (
     Baseline,
     BaselineError,
     fingerprint_diff,
     resolve_baseline_path,
     summarize_changes,
 )
+from gpuaccept.judging.judge import Judge
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.summary import regression_lines
-from gpuaccept.thresholds.check import Checker
 from gpuaccept.thresholds.loader import load_thresholds
 
 from .conftest import run_inner, write_suite
@@ -51,18 +51,18 @@ import pytest
 pytestmark = [pytest.mark.acceptance, pytest.mark.memory]
 
 
-def test_host_memcpy(node, cluster, limits):
+def test_host_memcpy(node, cluster, judge):
     record = cluster.run("_cpubench", nodes=[node], args=["--size-mib", "32", "--repeats", "20"]).one()
-    limits.check("host_memcpy_gbps", record.data["memcpy_gbps"], node=node)
-    limits.verify()
+    judge.check("host_memcpy_gbps", record.data["memcpy_gbps"], node=node)
+    judge.verify()
 """
 
 SLOW = {"GPUACCEPT_FAULT_MEMCPY_SLOWDOWN": "5"}
 
 
 def _checker_compares() -> bool:
-    """Whether Checker already fails regressions itself (the lead wires Baseline.compare into it)."""
-    return "baseline" in inspect.signature(Checker.__init__).parameters
+    """Whether Judge already fails regressions itself (the lead wires Baseline.compare into it)."""
+    return "baseline" in inspect.signature(Judge.__init__).parameters
 
 
 def _rows(path: Path) -> list[dict[str, str]]:

@@ -12,10 +12,10 @@ from .conftest import run_inner, write_suite
 
 # node2's /dev/shm is judged against a site limit it cannot meet: a real threshold miss on one node
 DRAIN_SUITE = """
-def test_shm(node, cluster, limits):
+def test_shm(node, cluster, judge):
     data = cluster.run("hygiene", nodes=[node]).one().data
-    limits.check("dev_shm_gib", data["dev_shm_gib"] if node == "node1" else data["dev_shm_gib"] / 1e6, node=node)
-    limits.verify()
+    judge.check("dev_shm_gib", data["dev_shm_gib"] if node == "node1" else data["dev_shm_gib"] / 1e6, node=node)
+    judge.verify()
 """
 
 

@@ -18,8 +18,8 @@ from gpuaccept.dispatch.result import parse_records
 from gpuaccept.errors import MeasurementError
 from gpuaccept.hardware.health import decode_reasons, judge_health
 from gpuaccept.hardware.nvlink import judge_affinity, judge_nvlink, judge_topology, pair_matrix
+from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import gpu_health
-from gpuaccept.thresholds.check import Checker
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.loader import load_thresholds as _load
 
@@ -47,15 +47,15 @@ def links() -> dict[str, Any]:
 
 
 @pytest.fixture()
-def limits() -> Checker:
-    return Checker(load_thresholds(), lambda node: "H200", lambda result: None, "selftest")
+def judge() -> Judge:
+    return Judge(load_thresholds(), lambda node: "H200", lambda result: None, "selftest")
 
 
-def test_recorded_h200_is_healthy(health: dict[str, Any], limits: Checker) -> None:
-    judge_health(health, limits, "vm", declared_gpus=2)
-    judged = {(r.metric, r.gpu): r.verdict for r in limits.results}
+def test_recorded_h200_is_healthy(health: dict[str, Any], judge: Judge) -> None:
+    judge_health(health, judge, "vm", declared_gpus=2)
+    judged = {(r.metric, r.gpu): r.verdict for r in judge.results}
     assert judged[("gpu_memory_total_gib", GPU1)] == "pass"
-    assert judged[("gpu_retired_pages_pending", GPU1)] == "reported"  # Hopper: row remapping instead
+    assert judged[("gpu_retired_pages_pending", GPU1)] == "info"  # Hopper: row remapping instead
     assert judged[("gpu_pcie_gen_max", GPU1)] == "pass"
 
 
@@ -81,10 +81,10 @@ def test_load_replays_the_dump(capsys: pytest.CaptureFixture[str]) -> None:
         (lambda g: g.update(memory_total_mib=81559), "gpu_memory_total_gib = 79.65"),
     ],
 )
-def test_one_fault_fails_naming_gpu_1(health: dict[str, Any], limits: Checker, edit: Any, expected: str) -> None:
+def test_one_fault_fails_naming_gpu_1(health: dict[str, Any], judge: Judge, edit: Any, expected: str) -> None:
     edit(health["gpus"][1])
     with pytest.raises(AssertionError) as caught:
-        judge_health(health, limits, "vm", declared_gpus=2)
+        judge_health(health, judge, "vm", declared_gpus=2)
     text = str(caught.value)
     assert f"vm GPU {GPU1}: {expected}" in text
     assert "GPU 0 (" not in text
@@ -95,61 +95,88 @@ def test_sw_power_cap_and_idle_are_only_reported() -> None:
     assert decode_reasons(0x1000) == ([], ["other(0x1000)"])
 
 
-def test_missing_gpu_is_a_failure(health: dict[str, Any], limits: Checker) -> None:
+def test_missing_gpu_is_a_failure(health: dict[str, Any], judge: Judge) -> None:
     with pytest.raises(AssertionError, match="vm: declares 8 GPU\\(s\\) but NVML shows 2"):
-        judge_health(health, limits, "vm", declared_gpus=8)
+        judge_health(health, judge, "vm", declared_gpus=8)
 
 
-def test_unreadable_reading_is_an_error(health: dict[str, Any], limits: Checker) -> None:
+def test_unreadable_reading_is_an_error(health: dict[str, Any], judge: Judge) -> None:
     health["gpus"][0]["remapped_rows"] = None
     health["gpus"][0]["retired_pages_pending"] = None
     with pytest.raises(MeasurementError, match=r"GPU 0 \(00000000:00:06.0\): gpu_remapped_rows_pending"):
-        judge_health(health, limits, "vm", declared_gpus=2)
+        judge_health(health, judge, "vm", declared_gpus=2)
 
 
-def test_busy_gpu_processes_are_reported(health: dict[str, Any], limits: Checker) -> None:
+def test_busy_gpu_processes_are_reported(health: dict[str, Any], judge: Judge) -> None:
     health["gpus"][1]["processes"] = [{"pid": 1516, "name": "python3", "used_mib": 874.0}]
-    judge_health(health, limits, "vm", declared_gpus=2)
-    procs = next(r for r in limits.results if r.metric == "gpu_processes" and r.gpu == GPU1)
+    judge_health(health, judge, "vm", declared_gpus=2)
+    procs = next(r for r in judge.results if r.metric == "gpu_processes" and r.gpu == GPU1)
     assert procs.value == 1 and procs.extra["processes"] == ["1516 python3 (874.0 MiB)"]
 
 
-def test_recorded_nvlink_passes(links: dict[str, Any], limits: Checker) -> None:
-    judge_nvlink(links, limits, "vm", declared_gpus=2)
-    values = {(r.metric, r.gpu): (r.value, r.verdict) for r in limits.results}
+def test_recorded_nvlink_without_speed_is_an_error(links: dict[str, Any], judge: Judge) -> None:
+    """This recording predates the per-link speed reading: driver 580 answers "not supported" for the
+    common-speed field, and a speed the SKU sets a limit for that cannot be read never passes."""
+    with pytest.raises(MeasurementError, match=r"nvlink_speed_mbps \(NVML gave no common link speed\)"):
+        judge_nvlink(links, judge, "vm", declared_gpus=2)
+    values = {(r.metric, r.gpu): (r.value, r.verdict) for r in judge.results}
     assert values[("nvlink_links_active", GPU1)] == (18, "pass")
-    assert values[("nvlink_crc_errors", GPU1)][1] == "reported"  # a count since load has no time base
-    assert values[("nvlink_speed_mbps", GPU1)] == ("unavailable", "reported")  # field unsupported on 580
+    assert values[("nvlink_crc_errors", GPU1)][1] == "info"  # a count since load has no time base
 
 
-def test_link_down_and_replays_fail(links: dict[str, Any], limits: Checker) -> None:
+def test_recorded_nvlink_with_per_link_speed_passes(links: dict[str, Any], judge: Judge) -> None:
+    for gpu in links["gpus"]:
+        gpu["nvlink"]["speed_mbps_common"] = 26562  # what NVLINK_GET_SPEED / nvidia-smi nvlink -s read
+    judge_nvlink(links, judge, "vm", declared_gpus=2)
+    values = {(r.metric, r.gpu): (r.value, r.verdict) for r in judge.results}
+    assert values[("nvlink_speed_mbps", GPU1)] == (26562, "pass")
+
+
+def test_slow_link_speed_fails(links: dict[str, Any], judge: Judge) -> None:
+    for gpu in links["gpus"]:
+        gpu["nvlink"]["speed_mbps_common"] = 26562 if gpu["index"] == 0 else 13281  # one link trained slow
+    with pytest.raises(AssertionError, match="nvlink_speed_mbps = 13281"):
+        judge_nvlink(links, judge, "vm", declared_gpus=2)
+
+
+def test_link_down_and_replays_fail(links: dict[str, Any], judge: Judge) -> None:
     gpu = links["gpus"][1]["nvlink"]
     gpu["links"][7]["active"] = False
     gpu["active"] = 17
     gpu["errors"]["replay"] = 3
     with pytest.raises(AssertionError) as caught:
-        judge_nvlink(links, limits, "vm", declared_gpus=2)
+        judge_nvlink(links, judge, "vm", declared_gpus=2)
     assert f"vm GPU {GPU1}: nvlink_links_active = 17 links (limit >= 18" in str(caught.value)
     assert "nvlink_replay_errors = 3" in str(caught.value)
 
 
-def test_recorded_topology_is_nv18(links: dict[str, Any], limits: Checker) -> None:
-    assert judge_topology(links, limits, "vm") == {"gpus": [0, 1], "labels": [["X", "NV18"], ["NV18", "X"]]}
+def test_recorded_topology_is_nv18(links: dict[str, Any], judge: Judge) -> None:
+    assert judge_topology(links, judge, "vm") == {"gpus": [0, 1], "labels": [["X", "NV18"], ["NV18", "X"]]}
 
 
-def test_pair_without_nvlink_fails(links: dict[str, Any], limits: Checker) -> None:
+def test_pair_without_nvlink_fails(links: dict[str, Any], judge: Judge) -> None:
     broken = copy.deepcopy(links)
     broken["pairs"][0].update(nvlinks=0, label="PHB", via="PCIe", p2p_nvlink_status="status 2")
     assert pair_matrix(broken)["labels"][0][1] == "PHB"
     with pytest.raises(AssertionError) as caught:
-        judge_topology(broken, limits, "vm")
+        judge_topology(broken, judge, "vm")
     assert "0 (00000000:00:06.0) <-> 1 (00000000:00:07.0): nvlink_pair_links = 0" in str(caught.value)
     assert "p2p_nvlink_status = status 2" in str(caught.value)
 
 
-def test_affinity_is_reported(links: dict[str, Any], limits: Checker) -> None:
-    judge_affinity(links, limits, "vm")
-    assert {(r.metric, r.value) for r in limits.results if r.gpu == GPU1} == {
+def test_affinity_without_hca_fails_on_an_hgx_sku(links: dict[str, Any], judge: Judge) -> None:
+    """The lent box has no HCA: an HGX H200 (8 NDR HCAs by the SKU) would have one next to each GPU."""
+    with pytest.raises(AssertionError, match="gpu_nic_pcie_distance = no HCA"):
+        judge_affinity(links, judge, "vm")
+    assert {(r.metric, r.value) for r in judge.results if r.gpu == GPU1} >= {
         ("gpu_numa_node", -1),
         ("gpu_nearest_nic", "none"),
     }
+
+
+def test_affinity_judges_the_nearest_hca(links: dict[str, Any], judge: Judge) -> None:
+    links["gpus"][0]["nics"] = [{"name": "mlx5_0", "relation": "PIX"}, {"name": "mlx5_1", "relation": "SYS"}]
+    links["gpus"][1]["nics"] = [{"name": "mlx5_0", "relation": "SYS"}, {"name": "mlx5_1", "relation": "SYS"}]
+    with pytest.raises(AssertionError) as failed:
+        judge_affinity(links, judge, "vm")
+    assert f"vm GPU {GPU1}: gpu_nic_pcie_distance = 4" in str(failed.value) and "GPU 0" not in str(failed.value)

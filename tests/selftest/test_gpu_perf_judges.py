@@ -25,7 +25,7 @@ from gpuaccept.hardware.perf import (
     judge_p2p,
     tflops_drop_pct,
 )
-from gpuaccept.thresholds.check import Checker
+from gpuaccept.judging.judge import Judge
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.loader import load_thresholds as _load
 
@@ -48,8 +48,8 @@ BUSY = [
 
 
 @pytest.fixture()
-def limits() -> Checker:
-    return Checker(load_thresholds(), lambda node: "H200", lambda result: None, "selftest")
+def judge() -> Judge:
+    return Judge(load_thresholds(), lambda node: "H200", lambda result: None, "selftest")
 
 
 def record(rank: int, data: dict[str, Any]) -> RankRecord:
@@ -67,22 +67,22 @@ def matmul(tflops: float, checksum: int = 1234567) -> dict[str, Any]:
     }
 
 
-def test_healthy_matmul_passes(limits: Checker) -> None:
-    judge_matmul([record(0, matmul(664.5)), record(1, matmul(678.8))], limits, "vm")
-    assert {r.metric for r in limits.results} >= {"matmul_bf16_tflops", "matmul_checksum", "matmul_bf16_burst_tflops"}
+def test_healthy_matmul_passes(judge: Judge) -> None:
+    judge_matmul([record(0, matmul(664.5)), record(1, matmul(678.8))], judge, "vm")
+    assert {r.metric for r in judge.results} >= {"matmul_bf16_tflops", "matmul_checksum", "matmul_bf16_burst_tflops"}
 
 
-def test_slow_gpu_fails_with_its_name(limits: Checker) -> None:
+def test_slow_gpu_fails_with_its_name(judge: Judge) -> None:
     with pytest.raises(AssertionError, match=r"vm GPU 1 \(00000000:00:07.0\): matmul_bf16_tflops = 550"):
-        judge_matmul([record(0, matmul(670.0)), record(1, matmul(550.0))], limits, "vm")
+        judge_matmul([record(0, matmul(670.0)), record(1, matmul(550.0))], judge, "vm")
 
 
-def test_straggler_above_floor_fails(limits: Checker) -> None:
+def test_straggler_above_floor_fails(judge: Judge) -> None:
     # three GPUs, all above the 600 floor, one more than 10% under the node median
     records = [record(0, matmul(680.0)), record(1, matmul(682.0))]
     third = RankRecord("vm", 2, 3, 2, {**GPUS[1], "index": 2, "pci_bus_id": "00000000:00:08.0"}, matmul(605.0))
     with pytest.raises(AssertionError, match=r"GPU 2 .*more than 10% below vm's median"):
-        judge_matmul([*records, third], limits, "vm")
+        judge_matmul([*records, third], judge, "vm")
 
 
 def test_checksum_disagreement_names_the_odd_gpu() -> None:
@@ -91,26 +91,26 @@ def test_checksum_disagreement_names_the_odd_gpu() -> None:
     assert all(v.startswith("no majority") for v in two.values())
 
 
-def test_checksum_mismatch_fails(limits: Checker) -> None:
+def test_checksum_mismatch_fails(judge: Judge) -> None:
     with pytest.raises(AssertionError, match="matmul_checksum = no majority"):
-        judge_matmul([record(0, matmul(670.0, 1)), record(1, matmul(670.0, 2))], limits, "vm")
+        judge_matmul([record(0, matmul(670.0, 1)), record(1, matmul(670.0, 2))], judge, "vm")
 
 
-def test_busy_gpu_is_an_error_naming_only_it(limits: Checker) -> None:
+def test_busy_gpu_is_an_error_naming_only_it(judge: Judge) -> None:
     busy = {"busy": BUSY, "skipped": "GPU busy"}
     with pytest.raises(MeasurementError, match="GPU busy on vm") as caught:
-        judge_matmul([record(0, matmul(670.0)), record(1, busy)], limits, "vm")
+        judge_matmul([record(0, matmul(670.0)), record(1, busy)], judge, "vm")
     assert "GPU 1 (00000000:00:07.0): pid 1516 python3" in str(caught.value)
     assert "GPU 0" not in str(caught.value)
-    assert [(r.gpu, r.verdict) for r in limits.results if r.metric == "matmul_bf16_tflops"] == [
+    assert [(r.gpu, r.verdict) for r in judge.results if r.metric == "matmul_bf16_tflops"] == [
         ("0 (00000000:00:06.0)", "pass")
     ]
 
 
-def test_busy_gpu_and_slow_sibling_is_a_failure(limits: Checker) -> None:
+def test_busy_gpu_and_slow_sibling_is_a_failure(judge: Judge) -> None:
     """A threshold miss on GPU 0 is not hidden behind GPU 1 being busy."""
     with pytest.raises(AssertionError, match="busy GPUs"):
-        judge_matmul([record(0, matmul(500.0)), record(1, {"busy": BUSY, "skipped": "GPU busy"})], limits, "vm")
+        judge_matmul([record(0, matmul(500.0)), record(1, {"busy": BUSY, "skipped": "GPU busy"})], judge, "vm")
 
 
 def burn(tflops: list[float], reasons: int = 4, end: int = 99) -> dict[str, Any]:
@@ -128,19 +128,19 @@ def burn(tflops: list[float], reasons: int = 4, end: int = 99) -> dict[str, Any]
     return {"busy": [], "checksum": 99, "checksum_end": end, "burn_in": {"intervals": intervals}}
 
 
-def test_burn_in_steady_passes(limits: Checker) -> None:
-    judge_burn_in([record(0, burn([668, 667, 666, 667, 665, 666])), record(1, burn([675] * 6))], limits, "vm")
-    judged = {r.metric for r in limits.results if r.verdict == "pass"}
+def test_burn_in_steady_passes(judge: Judge) -> None:
+    judge_burn_in([record(0, burn([668, 667, 666, 667, 665, 666])), record(1, burn([675] * 6))], judge, "vm")
+    judged = {r.metric for r in judge.results if r.verdict == "pass"}
     expected = {"burnin_tflops_drop_pct", "burnin_checksum", "burnin_checksum_stable", "burnin_clock_events_failing"}
     assert expected <= judged, judged
 
 
-def test_burn_in_drop_throttle_and_bitflip_fail(limits: Checker) -> None:
+def test_burn_in_drop_throttle_and_bitflip_fail(judge: Judge) -> None:
     assert tflops_drop_pct([{"tflops": t} for t in (700, 700, 650, 600, 560, 560)]) == 20.0
     with pytest.raises(AssertionError) as caught:
         judge_burn_in(
             [record(0, burn([700, 700, 650, 600, 560, 560], reasons=0x4 | 0x40, end=98)), record(1, burn([675] * 6))],
-            limits,
+            judge,
             "vm",
         )
     text = str(caught.value)
@@ -149,13 +149,13 @@ def test_burn_in_drop_throttle_and_bitflip_fail(limits: Checker) -> None:
     assert "burnin_checksum_stable = changed during the burn-in" in text
 
 
-def test_membw_and_hostbw(limits: Checker) -> None:
+def test_membw_and_hostbw(judge: Judge) -> None:
     judge_membw(
         [
             record(0, {"busy": [], "tbps": 4.258, "best_size": 2 << 30}),
             record(1, {"busy": [], "tbps": 4.25, "best_size": 2 << 30}),
         ],
-        limits,
+        judge,
         "vm",
     )
     host = {
@@ -170,12 +170,12 @@ def test_membw_and_hostbw(limits: Checker) -> None:
     with pytest.raises(AssertionError) as caught:
         judge_hostbw(
             [record(0, host), record(1, degraded)],
-            Checker(load_thresholds(), lambda n: "H200", lambda r: None, "t"),
+            Judge(load_thresholds(), lambda n: "H200", lambda r: None, "t"),
             "vm",
         )
     assert "GPU 1 (00000000:00:07.0): pcie_gen_loaded = 4" in str(caught.value)
     assert "hostbw_h2d_gbps = 27.6" in str(caught.value)
-    judge_hostbw([record(0, host), record(1, copy.deepcopy(host))], limits, "vm")
+    judge_hostbw([record(0, host), record(1, copy.deepcopy(host))], judge, "vm")
 
 
 def p2p(gbps: tuple[float, float] = (395.0, 394.0), crc: int = 0, replay: int = 0) -> RankRecord:
@@ -196,30 +196,30 @@ def p2p(gbps: tuple[float, float] = (395.0, 394.0), crc: int = 0, replay: int = 
     return RankRecord("vm", 0, 1, 0, None, data)
 
 
-def test_p2p_healthy_and_slow_pair(limits: Checker) -> None:
-    assert judge_p2p(p2p(), limits, "vm")["gbps"][0][1] == 395.0
+def test_p2p_healthy_and_slow_pair(judge: Judge) -> None:
+    assert judge_p2p(p2p(), judge, "vm")["gbps"][0][1] == 395.0
     with pytest.raises(AssertionError, match=r"slowest pair: GPU 1 -> GPU 0 at 120.0 GB/s"):
-        judge_p2p(p2p((395.0, 120.0)), Checker(load_thresholds(), lambda n: "H200", lambda r: None, "t"), "vm")
+        judge_p2p(p2p((395.0, 120.0)), Judge(load_thresholds(), lambda n: "H200", lambda r: None, "t"), "vm")
 
 
-def test_p2p_nvlink_errors_under_load(limits: Checker) -> None:
-    judge_nvlink_under_load(p2p(crc=40), limits, "vm")  # 20/s: below DCGM's 100/s
-    judge_p2p(p2p(crc=400, replay=1), limits, "vm")  # the bandwidth verdict is not the link errors' one
+def test_p2p_nvlink_errors_under_load(judge: Judge) -> None:
+    judge_nvlink_under_load(p2p(crc=40), judge, "vm")  # 20/s: below DCGM's 100/s
+    judge_p2p(p2p(crc=400, replay=1), judge, "vm")  # the bandwidth verdict is not the link errors' one
     with pytest.raises(AssertionError) as caught:
         judge_nvlink_under_load(
-            p2p(crc=400, replay=1), Checker(load_thresholds(), lambda n: "H200", lambda r: None, "t"), "vm"
+            p2p(crc=400, replay=1), Judge(load_thresholds(), lambda n: "H200", lambda r: None, "t"), "vm"
         )
     assert "p2p_nvlink_crc_flit_per_s = 200" in str(caught.value)
     assert "p2p_nvlink_replay_errors = 1" in str(caught.value)
 
 
-def test_nvlink_errors_unreadable_is_an_error(limits: Checker) -> None:
+def test_nvlink_errors_unreadable_is_an_error(judge: Judge) -> None:
     """Counters NVML would not give are 'could not measure', never a clean link."""
     record = p2p()
     for entry in record.data["nvlink_errors"]:
         entry.update(crc_flit=None, crc_data=None, replay=None, recovery=None)
     with pytest.raises(MeasurementError, match=r"NVLink counters \['crc_data', 'crc_flit', 'recovery', 'replay'\]"):
-        judge_nvlink_under_load(record, limits, "vm")
+        judge_nvlink_under_load(record, judge, "vm")
 
 
 def test_nvlink_errors_name_the_links() -> None:
@@ -228,10 +228,10 @@ def test_nvlink_errors_name_the_links() -> None:
     for entry in record.data["nvlink_errors"]:
         entry.update(links=18, per_link={"crc_flit": {"7": 390, "3": 10}, "crc_data": {}})
     with pytest.raises(AssertionError, match=r"400 CRC flit errors in 2.0 s on 2 of 18 links, most on link 7 \(390\)"):
-        judge_nvlink_under_load(record, Checker(load_thresholds(), lambda n: "H200", lambda r: None, "t"), "vm")
+        judge_nvlink_under_load(record, Judge(load_thresholds(), lambda n: "H200", lambda r: None, "t"), "vm")
 
 
-def test_p2p_busy_names_the_gpu(limits: Checker) -> None:
+def test_p2p_busy_names_the_gpu(judge: Judge) -> None:
     rec = RankRecord("vm", 0, 1, 0, None, {"busy": BUSY, "gpus": GPUS, "skipped": "GPU busy"})
     with pytest.raises(MeasurementError, match=r"GPU 1 \(00000000:00:07.0\): pid 1516"):
-        judge_p2p(rec, limits, "vm")
+        judge_p2p(rec, judge, "vm")

@@ -211,7 +211,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeNVML:
 
 
 class Recorder:
-    """A stand-in for the ``limits`` fixture that keeps every call (judging is tested elsewhere)."""
+    """A stand-in for the ``judge`` fixture that keeps every call (judging is tested elsewhere)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, Any, Any]] = []
@@ -219,8 +219,11 @@ class Recorder:
     def check(self, metric: str, value: Any, *, node: str, gpu: Any = None, **extra: Any) -> None:
         self.calls.append(("check", metric, value, gpu))
 
-    def report(self, metric: str, value: Any, *, node: str, gpu: Any = None, **extra: Any) -> None:
-        self.calls.append(("report", metric, value, gpu))
+    def info(self, metric: str, value: Any, *, node: str, gpu: Any = None, **extra: Any) -> None:
+        self.calls.append(("info", metric, value, gpu))
+
+    def expect(self, name: str, observed: Any, expected: Any, *, node: str, gpu: Any = None, **extra: Any) -> None:
+        self.calls.append(("expect", name, observed, gpu))
 
     def stragglers(self, metric: str) -> list[Any]:
         return []
@@ -320,7 +323,8 @@ def test_bus_key_spellings() -> None:
 
 
 def test_nvlink_error_counters_totals_fallback_and_per_link() -> None:
-    """Driver totals when given; else the per-link sum, only if every active link answered."""
+    """The per-link sum (what nvidia-smi nvlink -e reads) when every active link answered; else the
+    driver's legacy total, which Hopper answers N/A or as a success with zero."""
     from gpuaccept.probes._gpu import nvlink_error_counters
 
     class Lib:
@@ -328,11 +332,12 @@ def test_nvlink_error_counters_totals_fallback_and_per_link() -> None:
         NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL = 3, 4
         NVML_NVLINK_ERROR_DL_REPLAY, NVML_NVLINK_ERROR_DL_RECOVERY = 0, 1
         NVML_NVLINK_ERROR_DL_CRC_FLIT, NVML_NVLINK_ERROR_DL_CRC_DATA = 2, 3
+        NVML_NVLINK_ERROR_DL_ECC_DATA = 4
 
         def nvmlDeviceGetFieldValues(self, handle: Any, ids: list[int]) -> list[Any]:
             ok = types.SimpleNamespace(nvmlReturn=0, valueType=3, value=types.SimpleNamespace(ullVal=7))
             bad = types.SimpleNamespace(nvmlReturn=3, valueType=3, value=None)
-            return [ok if i == 2 else bad for i in ids]  # only the CRC data total is given
+            return [ok if i in (2, 4) else bad for i in ids]  # only the CRC data and recovery totals are given
 
         def nvmlDeviceGetNvLinkErrorCounter(self, handle: Any, link: int, counter: int) -> int:
             if counter == self.NVML_NVLINK_ERROR_DL_RECOVERY and link == 1:
@@ -340,10 +345,11 @@ def test_nvlink_error_counters_totals_fallback_and_per_link() -> None:
             return 10 * link + counter
 
     out = nvlink_error_counters(Lib(), None, [0, 1])
-    assert out["crc_data"] == 7  # the driver's total wins
-    assert out["crc_flit"] == 2 + 12  # per-link sum
+    assert out["crc_data"] == 3 + 13  # every link answered: the per-link sum, not the legacy total
+    assert out["crc_flit"] == 2 + 12
     assert out["replay"] == 0 + 10
-    assert out["recovery"] is None  # link 1 did not answer: no partial sum
+    assert out["ecc_data"] == 4 + 14
+    assert out["recovery"] == 7  # link 1 did not answer: no partial sum, the driver's total instead
     assert out["per_link"]["crc_flit"] == {0: 2, 1: 12} and out["per_link"]["crc_data"] == {0: 3, 1: 13}
     assert out["per_link"]["recovery"] == {0: 1}
-    assert out["source"] == "per_link"
+    assert out["source"] == "field_totals"

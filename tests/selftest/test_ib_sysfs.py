@@ -10,8 +10,8 @@ import pytest
 
 from gpuaccept.errors import MeasurementError
 from gpuaccept.hardware.ib import judge_ib, parse_rate, parse_state
+from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import infiniband
-from gpuaccept.thresholds.check import Checker
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.loader import load_thresholds as _load
 
@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 TREE = REPO / "fixtures" / "sysfs" / "hgx-h100-ndr"
 
 
-def checker(sku: str = "H100-SXM-80GB", site: Path | None = None) -> Checker:
-    return Checker(load_thresholds(site), lambda node: sku, lambda result: None, "selftest")
+def checker(sku: str = "H100-SXM-80GB", site: Path | None = None) -> Judge:
+    return Judge(load_thresholds(site), lambda node: sku, lambda result: None, "selftest")
 
 
 @pytest.fixture()
@@ -61,11 +61,11 @@ def test_probe_reads_the_tree() -> None:
 
 
 def test_healthy_hgx_h100_passes() -> None:
-    limits = checker()
-    judge_ib(infiniband.collect(TREE), limits, "n1", link_layer="InfiniBand")
-    count = next(r for r in limits.results if r.metric == "ib_hca_count")
+    judge = checker()
+    judge_ib(infiniband.collect(TREE), judge, "n1", link_layer="InfiniBand")
+    count = next(r for r in judge.results if r.metric == "ib_hca_count")
     assert count.value == 8 and count.extra["other_devices"] == ["mlx5_8", "mlx5_9"]
-    assert {r.verdict for r in limits.results if r.gpu and r.gpu.startswith("mlx5_8")} == {"reported"}
+    assert not [r for r in judge.results if r.gpu and r.gpu.startswith("mlx5_8")]  # listed, not judged
 
 
 def test_port_down_fails_naming_the_port(tree: Path) -> None:
@@ -101,9 +101,9 @@ def test_node_expected_to_have_ib_with_none_fails(tmp_path: Path) -> None:
 
 
 def test_lent_box_site_file_declares_no_ib(tmp_path: Path) -> None:
-    limits = checker("H200", REPO / "fixtures" / "site" / "lent-h200-no-ib.yaml")
-    judge_ib(infiniband.collect(tmp_path), limits, "vm", link_layer="InfiniBand")
-    assert [(r.metric, r.value, r.verdict) for r in limits.results] == [("ib_hca_count", 0, "pass")]
+    judge = checker("H200", REPO / "fixtures" / "site" / "lent-h200-no-ib.yaml")
+    judge_ib(infiniband.collect(tmp_path), judge, "vm", link_layer="InfiniBand")
+    assert [(r.metric, r.value, r.verdict) for r in judge.results] == [("ib_hca_count", 0, "pass")]
 
 
 def test_cpu_sku_declares_no_expectation() -> None:
@@ -111,10 +111,10 @@ def test_cpu_sku_declares_no_expectation() -> None:
     thresholds = load_thresholds()
     assert "ib_hca_count" not in thresholds.limits_for("cpu")
     assert "ib_hca_count" not in thresholds.limits_for("L40S")
-    limits = checker("cpu")
-    judge_ib(infiniband.collect(TREE), limits, "c1", link_layer=None)
-    assert next(r for r in limits.results if r.metric == "ib_hca_count").verdict == "reported"
-    assert next(r for r in limits.results if r.metric == "ib_port_state").verdict == "pass"
+    judge = checker("cpu")
+    judge_ib(infiniband.collect(TREE), judge, "c1", link_layer=None)
+    assert next(r for r in judge.results if r.metric == "ib_hca_count").verdict == "info"
+    assert next(r for r in judge.results if r.metric == "ib_port_state").verdict == "pass"
 
 
 def test_unreadable_port_is_an_error(tree: Path) -> None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaccept.nccl.bisect import attribute, plan_rounds, slow_groups, suspects_and_good
-from gpuaccept.nccl.judge import group_failures, median_busbw, pair_verdict
+from gpuaccept.judging.groups import attribute, group_failures, pair_verdict, slow_groups
+from gpuaccept.nccl.bisect import plan_rounds, suspects_and_good
+from gpuaccept.nccl.lines import median_busbw
 from gpuaccept.nccl.sweep import GroupTable, Row, scale_groups, scales_for
-from gpuaccept.thresholds.check import judge
 from gpuaccept.thresholds.schema import Limit
 
 pytestmark = pytest.mark.selftest
@@ -30,6 +30,21 @@ def _measure(nodes: tuple[str, ...], slow: set[str], corrupt: frozenset[str] | s
     return _table(nodes, base / 5 if slow & set(nodes) else base, wrong=3 if corrupt & set(nodes) else 0)
 
 
+class _Declared:
+    """What ``group_failures`` asks of the judging core: the limits in force and the straggler setting."""
+
+    def __init__(self, floor: Limit | None) -> None:
+        self.floor = floor
+
+    def declared(self, metric: str, node: str, scale: int | None = None) -> Limit | None:
+        if metric == "nccl_all_reduce_busbw_multinode_gbs":
+            return self.floor
+        return EFFICIENCY if metric == "nccl_scaling_efficiency_pct" else None
+
+    def setting(self, name: str) -> float:
+        return 10.0
+
+
 def _find_bad(
     nodes: list[str], slow: set[str], corrupt: frozenset[str] | set[str] = frozenset(), floor: float | None = None
 ):
@@ -38,15 +53,7 @@ def _find_bad(
     base = median_busbw(tables[scales[0]])
     limit = None if floor is None else Limit(min=floor, source="test")
     failing = {
-        s: group_failures(
-            tables[s],
-            multinode=True,
-            limit_of=lambda metric, node, scale: limit if metric == "nccl_all_reduce_busbw_multinode_gbs" else None,
-            judge=judge,
-            straggler_pct=10,
-            baseline=base if s != scales[0] else None,
-            efficiency_limit=EFFICIENCY,
-        )
+        s: group_failures(tables[s], _Declared(limit), multinode=True, baseline=base if s != scales[0] else None)
         for s in scales
     }
     first, suspects, good = suspects_and_good(nodes, {s: [t.nodes for t in ts] for s, ts in tables.items()}, failing)
@@ -56,9 +63,7 @@ def _find_bad(
             t = _measure(pair, slow, corrupt)
             ref = median_busbw([g for g in tables[scales[0]] if g.nodes not in failing[scales[0]]])
             wrong = sum(c for *_, c, _ in t.wrong_results())
-            outcome[pair] = pair_verdict(
-                t.rows[0].busbw, wrong, floor=limit, judge=judge, reference=ref, straggler_pct=10
-            )[0]
+            outcome[pair] = pair_verdict(t.rows[0].busbw, wrong, floor=limit, reference=ref, straggler_pct=10)[0]
     return first, suspects, good, attribute(outcome, suspects, good)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.nccl.judge import sweep_lines, wrong_lines
+from gpuaccept.nccl.lines import sweep_lines, wrong_lines
 from gpuaccept.nccl.ncclinfo import collect_facts, parse_nccl_log, summarize_algorithms
 from gpuaccept.nccl.nccltests import parse_nccl_tests
 from gpuaccept.nccl.plots import plot_busbw

@@ -14,10 +14,10 @@ def test_b_step(node, cluster):
     record = cluster.run("visibility", nodes=[node]).one()
     assert record.node == node
 
-def test_c_limits(node, cluster, limits):
+def test_c_limits(node, cluster, judge):
     data = cluster.run("hygiene", nodes=[node]).one().data
-    limits.check("dev_shm_gib", data["dev_shm_gib"], node=node)
-    limits.verify()
+    judge.check("dev_shm_gib", data["dev_shm_gib"], node=node)
+    judge.verify()
 """
 
 

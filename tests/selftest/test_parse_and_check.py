@@ -1,4 +1,4 @@
-"""The probe protocol's parsing and the Checker's judging: no pass on missing or bad data."""
+"""The probe protocol's parsing and the Judge's judging: no pass on missing or bad data."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 from gpuaccept.dispatch.result import ProbeResult, check_step, parse_records
 from gpuaccept.errors import MeasurementError, ProbeError
+from gpuaccept.judging.judge import Judge
 from gpuaccept.probes._protocol import SENTINEL
-from gpuaccept.thresholds.check import Checker
 from gpuaccept.thresholds.loader import load_thresholds
 
 
@@ -49,7 +49,7 @@ def test_nonzero_exit_wins_over_good_lines():
 @pytest.fixture()
 def checker():
     sink: list = []
-    return Checker(load_thresholds(), lambda node: "H200", sink.append, "t"), sink
+    return Judge(load_thresholds(), lambda node: "H200", sink.append, "t"), sink
 
 
 def test_check_pass_fail_and_report(checker):
@@ -58,7 +58,7 @@ def test_check_pass_fail_and_report(checker):
     miss = check.check("dev_shm_gib", 0.0625, node="n2")
     assert miss.verdict == "fail" and "min 1" in miss.reason
     assert check.check("memlock_kib", 8192, node="n1").verdict == "fail"
-    assert check.report("memory_gib", 2000, node="n1").verdict == "reported"
+    assert check.info("memory_gib", 2000, node="n1").verdict == "info"
     assert len(sink) == 4
     with pytest.raises(AssertionError) as info:
         check.verify()
@@ -75,7 +75,10 @@ def test_missing_value_is_measurement_error_and_nan_fails(checker):
 
 def test_nothing_measured_never_passes(checker):
     check, _ = checker
-    with pytest.raises(MeasurementError, match="nothing was measured"):
+    with pytest.raises(MeasurementError, match="nothing was judged"):
+        check.verify()
+    check.info("memory_gib", 2000, node="n1")
+    with pytest.raises(MeasurementError, match="only informational figures: memory_gib"):
         check.verify()
 
 

@@ -22,41 +22,27 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from gpuaccept.judging.fields import FINGERPRINT_FIELDS, field_value
 from gpuaccept.results.metrics import MetricResult
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from gpuaccept.settings import Settings
     from gpuaccept.thresholds.loader import Thresholds
 
 __all__ = [
     "BASELINE_KEY",
-    "FINGERPRINT_FIELDS",
     "SIDE_BY_SIDE_COLUMNS",
     "Baseline",
     "BaselineError",
     "FingerprintChange",
     "Regression",
     "fingerprint_diff",
+    "load_session_baseline",
     "resolve_baseline_path",
     "summarize_changes",
 ]
-
-#: What an upgrade changes and a regression is usually explained by: label -> path in a fingerprint.
-FINGERPRINT_FIELDS: dict[str, tuple[str, ...]] = {
-    "driver": ("gpus", "driver"),
-    "CUDA": ("gpus", "cuda_driver"),
-    "NCCL": ("stack", "nccl"),
-    "torch": ("stack", "torch"),
-    "torch CUDA": ("stack", "torch_cuda"),
-    "Python": ("stack", "python"),
-    "kernel": ("kernel",),
-    "OS": ("os",),
-    "GPU model": ("_gpu_model",),
-    "GPU count": ("gpus", "count"),
-    "VBIOS": ("_vbios",),
-}
-
 
 SIDE_BY_SIDE_COLUMNS = (
     "metric",
@@ -75,18 +61,6 @@ SIDE_BY_SIDE_COLUMNS = (
 
 class BaselineError(pytest.UsageError):
     """The baseline run record is missing or unreadable; the message names the file and the source."""
-
-
-def _get(data: Any, path: tuple[str, ...]) -> Any:
-    if path == ("_gpu_model",):
-        devices = (data.get("gpus") or {}).get("devices") or [] if isinstance(data, dict) else []
-        return ",".join(sorted({str(d.get("name")) for d in devices})) or None
-    if path == ("_vbios",):
-        devices = (data.get("gpus") or {}).get("devices") or [] if isinstance(data, dict) else []
-        return ",".join(sorted({str(d.get("vbios")) for d in devices if d.get("vbios")})) or None
-    for key in path:
-        data = data.get(key) if isinstance(data, dict) else None
-    return data
 
 
 @dataclass(frozen=True)
@@ -109,10 +83,10 @@ def fingerprint_diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> lis
         old, new = before[node], after[node]
         if not isinstance(old, dict) or not isinstance(new, dict) or "error" in old or "error" in new:
             continue
-        for label, path in FINGERPRINT_FIELDS.items():
-            was, now = _get(old, path), _get(new, path)
+        for spec in FINGERPRINT_FIELDS:
+            was, now = field_value(old, spec.path), field_value(new, spec.path)
             if was != now:
-                changes.append(FingerprintChange(node, label, was, now))
+                changes.append(FingerprintChange(node, spec.label, was, now))
     return changes
 
 
@@ -343,6 +317,16 @@ class Baseline:
                     | {"baseline": old.get("value"), "status": "not measured now", "test": old.get("test")}
                 )
         return pd.DataFrame(rows, columns=list(SIDE_BY_SIDE_COLUMNS))
+
+
+def load_session_baseline(settings: Settings, reports_dir: Path, thresholds: Thresholds) -> Baseline | None:
+    """The ``--baseline`` record of this session, read at configure time (``latest`` means the record
+    ``latest.json`` held before this run overwrites it); None when no baseline was asked for."""
+    if not settings.baseline:
+        return None
+    runs_dir = settings.run_record.parent if settings.run_record else reports_dir / "runs"
+    source = settings.sources.get("baseline", "--baseline")
+    return Baseline.load(resolve_baseline_path(settings.baseline, runs_dir, source), thresholds, source)
 
 
 BASELINE_KEY = pytest.StashKey["Baseline | None"]()

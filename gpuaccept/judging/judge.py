@@ -1,0 +1,257 @@
+"""The judging core: every verdict of the suite is reached here, and every check lands on the record.
+
+A test measures through ``cluster`` and hands what it measured to its ``Judge`` (the ``judge``
+fixture): ``check`` a figure against the limit the node's SKU sets, ``expect`` a named expectation
+whose expected value the test computed ("sha256 equal to the one written on node1"), ``info`` a
+figure the catalogue declares informational, ``stragglers`` for the relative rule, then ``verify``.
+Tests never read limits to decide anything themselves.
+
+Rules that hold everywhere because they live only here:
+
+* nothing passes on missing data: a value of ``None`` is "could not measure" (``MeasurementError``);
+  a NaN or a non-number misses its limit;
+* a metric the test needs but the SKU has no limit for is recorded ``unjudged`` and the test ends
+  as an ERROR "cannot judge X on SKU Y: no limit (add one in a site file)";
+* a test passes on at least one judged check and no failed one; informational figures never count;
+* a baseline run (``--baseline``) fails a figure that got worse beyond tolerance, even above its floor;
+* every miss is collected before failing, so one message names every bad node, GPU and metric.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from gpuaccept.errors import MeasurementError
+from gpuaccept.results.metrics import MetricResult
+from gpuaccept.thresholds.loader import Thresholds
+from gpuaccept.thresholds.schema import Limit, MetricSpec
+
+if TYPE_CHECKING:
+    from gpuaccept.judging.baseline import Baseline, Regression
+
+__all__ = ["Judge", "judge_value", "no_limit_message"]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
+
+
+def judge_value(value: Any, limit: Limit) -> tuple[bool, str]:
+    """Whether ``value`` meets ``limit``, and why not (the one comparison every verdict uses)."""
+    if limit.equal is not None:
+        ok = value == limit.equal or (
+            _is_number(value) and _is_number(limit.equal) and float(value) == float(limit.equal)
+        )
+        return ok, "" if ok else f"{value} != {limit.equal}"
+    if not _is_number(value):
+        return False, f"{value!r} is not a finite number"
+    number = float(value)
+    if limit.min is not None and number < limit.min:
+        return False, f"{number:g} < min {limit.min:g}"
+    if limit.max is not None and number > limit.max:
+        return False, f"{number:g} > max {limit.max:g}"
+    return True, ""
+
+
+def no_limit_message(metric: str, sku: str, scale: int | None = None) -> str:
+    at = f" (or {metric}@{scale})" if scale is not None else ""
+    return f"cannot judge {metric}{at} on SKU {sku}: no limit (add one in a site file)"
+
+
+class Judge:
+    """One test's judge: collects its checks, decides its verdict in ``verify``."""
+
+    def __init__(
+        self,
+        thresholds: Thresholds,
+        sku_of: Callable[[str], str],
+        sink: Callable[[MetricResult], None],
+        test: str,
+        baseline: Baseline | None = None,
+    ) -> None:
+        self._thresholds = thresholds
+        self._sku_of = sku_of
+        self._sink = sink
+        self.test = test
+        self.results: list[MetricResult] = []
+        self._baseline = baseline
+        self._regressions: dict[int, Regression] = {}
+
+    # ---- what the SKU declares (skip decisions and plot lines; never a verdict) ----------------------
+
+    def _spec(self, metric: str) -> MetricSpec:
+        spec = self._thresholds.metrics.get(metric)
+        if spec is None:
+            raise KeyError(f"metric {metric!r} is not in the thresholds catalogue")
+        return spec
+
+    def _limit(self, metric: str, sku: str, scale: int | None) -> Limit | None:
+        limits = self._thresholds.limits_for(sku)
+        return (limits.get(f"{metric}@{scale}") if scale is not None else None) or limits.get(metric)
+
+    def declared(self, metric: str, node: str, scale: int | None = None) -> Limit | None:
+        """The limit the node's SKU sets for ``metric`` (at ``scale``), or None: "does this SKU have
+        NVLink at all", "which Xid codes count as hardware", "where to draw the floor on a plot"."""
+        self._spec(metric)
+        return self._limit(metric, self._sku_of(node), scale)
+
+    def sku(self, node: str) -> str:
+        return self._sku_of(node)
+
+    def setting(self, name: str) -> float:
+        """A suite-wide setting (``straggler_pct``, ``regression_pct``)."""
+        return self._thresholds.setting(name)
+
+    # ---- recording -----------------------------------------------------------------------------------
+
+    def _make(self, metric: str, value: Any, node: str, gpu: Any, extra: dict[str, Any], sku: str) -> MetricResult:
+        spec = self._spec(metric)
+        if value is None:
+            where = node + (f" {extra.get('component', 'GPU')} {gpu}" if gpu is not None else "")
+            raise MeasurementError(f"{metric}: no value was measured on {where}", nodes=(node,))
+        return MetricResult(
+            test=self.test,
+            metric=metric,
+            value=value,
+            unit=spec.unit,
+            node=node,
+            sku=sku,
+            gpu=None if gpu is None else str(gpu),
+            kind=spec.kind,
+            extra=extra,
+        )
+
+    def _record(self, result: MetricResult) -> MetricResult:
+        self.results.append(result)
+        self._sink(result)
+        return result
+
+    # ---- the three ways to hand over a measurement ---------------------------------------------------
+
+    def check(
+        self, metric: str, value: Any, *, node: str, gpu: Any = None, scale: int | None = None, **extra: Any
+    ) -> MetricResult:
+        """Judge ``value`` against the node's SKU limit (``<metric>@<scale>`` first when ``scale`` is given).
+
+        An informational metric without a limit is recorded as ``info``; any other metric without a
+        limit is ``unjudged`` and makes the test an ERROR at ``verify``.
+        """
+        spec = self._spec(metric)
+        if spec.kind == "expectation":
+            raise TypeError(f"{metric} is an expectation: use judge.expect(...)")
+        sku = self._sku_of(node)
+        result = self._make(metric, value, node, gpu, extra if scale is None else {**extra, "scale": scale}, sku)
+        limit = self._limit(metric, sku, scale)
+        if limit is None:
+            result.verdict = "info" if spec.informational else "unjudged"
+            result.reason = "" if spec.informational else no_limit_message(metric, sku, scale)
+            return self._record(result)
+        ok, why = judge_value(value, limit)
+        result.min, result.max, result.equal, result.source = limit.min, limit.max, limit.equal, limit.source
+        result.verdict = "pass" if ok else "fail"
+        result.reason = why
+        regression = self._baseline.compare(result) if self._baseline is not None else None
+        if regression is not None:  # worse than the baseline run beyond tolerance: fails even above the floor
+            self._regressions[id(result)] = regression
+            result.extra["regressed_only"] = ok
+            result.extra["baseline"] = {"value": regression.baseline, "file": regression.baseline_file}
+            result.verdict = "fail"
+            result.reason = f"{result.reason}; {regression.reason}" if result.reason else regression.reason
+        return self._record(result)
+
+    def expect(
+        self, name: str, observed: Any, expected: Any, *, node: str, gpu: Any = None, **extra: Any
+    ) -> MetricResult:
+        """A named expectation: ``observed`` must equal ``expected`` (computed by the test), with the
+        catalogue's source for why ("node1 state usable", "CUDA_VISIBLE_DEVICES disjoint")."""
+        spec = self._spec(name)
+        if spec.kind != "expectation":
+            raise TypeError(f"{name} is a metric with limits in thresholds.yaml: use judge.check(...)")
+        result = self._make(name, observed, node, gpu, extra, sku="")
+        result.equal, result.source = expected, spec.source
+        result.verdict = "pass" if observed == expected else "fail"
+        result.reason = "" if result.verdict == "pass" else f"{observed} != {expected}"
+        return self._record(result)
+
+    def info(self, metric: str, value: Any, *, node: str, gpu: Any = None, **extra: Any) -> MetricResult:
+        """Record a figure the catalogue declares informational (shown in the report, passes nothing)."""
+        spec = self._spec(metric)
+        if not spec.informational:
+            raise TypeError(f"{metric} is not declared informational in the catalogue: judge it with check()")
+        sku = self._sku_of(node) if spec.kind == "metric" and value is not None else ""
+        return self._record(self._make(metric, value, node, gpu, extra, sku))
+
+    # ---- relative rule -------------------------------------------------------------------------------
+
+    def stragglers(self, metric: str) -> list[MetricResult]:
+        """Fail values more than ``straggler_pct`` worse than their node's median for ``metric``.
+
+        Catches a GPU that clears the absolute floor yet is clearly slower than its siblings; the
+        percentage is the limit's own ``straggler_pct`` or the suite-wide setting.
+        """
+        spec = self._spec(metric)
+        flagged: list[MetricResult] = []
+        by_node: dict[str, list[MetricResult]] = {}
+        for result in self.results:
+            if result.metric == metric and _is_number(result.value):
+                by_node.setdefault(result.node, []).append(result)
+        for node, results in by_node.items():
+            if len(results) < 2:
+                continue
+            limit = self._thresholds.limits_for(results[0].sku).get(metric) if results[0].sku else None
+            pct = (limit.straggler_pct if limit and limit.straggler_pct else None) or self.setting("straggler_pct")
+            median = statistics.median(float(r.value) for r in results)  # type: ignore[arg-type]
+            for result in results:
+                value = float(result.value)  # type: ignore[arg-type]
+                worse = (
+                    value < median * (1 - pct / 100) if spec.better == "higher" else value > median * (1 + pct / 100)
+                )
+                if worse:
+                    result.verdict = "fail"
+                    side = "below" if spec.better == "higher" else "above"
+                    note = f"{value:g} is more than {pct:g}% {side} {node}'s median {median:g}"
+                    result.reason = f"{result.reason}; {note}" if result.reason else note
+                    flagged.append(result)
+        return flagged
+
+    # ---- the verdict ---------------------------------------------------------------------------------
+
+    def failures(self) -> list[MetricResult]:
+        return [r for r in self.results if r.verdict == "fail"]
+
+    def regression_of(self, result: MetricResult) -> Regression | None:
+        return self._regressions.get(id(result))
+
+    def verify(self) -> None:
+        """Raise the one exception the checks call for: AssertionError listing every miss (FAILED),
+        MeasurementError for a needed limit that is missing or nothing judged (ERROR); else pass."""
+        failed = self.failures()
+        unjudged = sorted({r.reason for r in self.results if r.verdict == "unjudged"})
+        if failed:
+
+            def only_regressed(r: MetricResult) -> bool:
+                return bool(r.extra.get("regressed_only"))
+
+            def lines(results: list[MetricResult]) -> str:
+                return "\n  ".join(
+                    f"{r.where}: {r.metric} = {r.value} {r.unit} (limit {r.limit_text()}; {r.reason})" for r in results
+                )
+
+            misses = [r for r in failed if not only_regressed(r)]
+            regressed = [r for r in failed if only_regressed(r)]
+            parts = [f"{len(misses)} threshold miss(es):\n  " + lines(misses)] if misses else []
+            if regressed:
+                parts.append(f"{len(regressed)} regression(s) vs baseline:\n  " + lines(regressed))
+            if unjudged:
+                parts.append("also could not judge:\n  " + "\n  ".join(unjudged))
+            raise AssertionError("\n".join(parts))
+        if unjudged:
+            raise MeasurementError("; ".join(unjudged))
+        if not any(r.judged for r in self.results):
+            shown = f" (only informational figures: {', '.join(sorted({r.metric for r in self.results}))})"
+            raise MeasurementError(
+                f"{self.test}: nothing was judged, so nothing can pass" + (shown if self.results else "")
+            )
