@@ -106,7 +106,8 @@ def _check_references(path: Path, data: ThresholdsFile, metrics: dict[str, Metri
                 raise ThresholdsError(f"{path}: {key}.{metric}: unknown metric (known: {', '.join(sorted(metrics))})")
             if metrics[base].kind == "expectation":
                 raise ThresholdsError(
-                    f"{path}: {key}.{metric}: an expectation's expected value is computed by its test; it takes no limit"
+                    f"{path}: {key}.{metric}: an expectation's expected value is computed by its test; "
+                    "it takes no limit"
                 )
     for sku, spec in data.skus.items():
         if spec.inherits is not None and spec.inherits not in skus:
