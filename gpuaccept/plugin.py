@@ -161,6 +161,8 @@ def pytest_runtest_makereport(
     state = _state(item.config)
     callspec = getattr(item, "callspec", None)
     nodes = [callspec.params[k] for k in ("node", "suspect") if callspec is not None and callspec.params.get(k)]
+    if not nodes and state.started:  # a multi-node test: the nodes its checks were about
+        nodes = sorted({c.node for c in checks} & set(state.cluster.nodes))
     entry = state.record.tests.get(item.nodeid)
     fault_of = _fault_of(state)
     report.gpuaccept = {  # type: ignore[attr-defined]  # travels from xdist workers with the report

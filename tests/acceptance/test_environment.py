@@ -40,5 +40,12 @@ def test_versions_consistent(cluster, fingerprints, judge):
     for field, per_node in values.items():
         reference = majority.get(field, next(iter(per_node.values())))
         for node, value in per_node.items():
-            judge.expect("versions_consistent", value, reference, node=node, component="field", gpu=field)
+            judge.expect(
+                "versions_consistent",
+                "absent" if value is None else value,
+                "absent" if reference is None else reference,
+                node=node,
+                component="field",
+                gpu=field,
+            )
     judge.verify()
