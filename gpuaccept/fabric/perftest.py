@@ -181,6 +181,7 @@ def failure_kind(text: str) -> str:
         ("Unable to Connect the HCA's through the link", "the QPs would not connect over the fabric"),
         ("Failed to exchange data", "the out-of-band exchange with the peer failed"),
         ("Couldn't init GPU context", "CUDA could not open the GPU"),
+        ("[gpuaccept] killed", "killed at the deadline: the peer never answered or the transfer hung"),
     )
     for needle, why in checks:
         if needle in text:
