@@ -108,8 +108,8 @@ def bridges_between(a: Sequence[str], b: Sequence[str]) -> list[str]:
         if x != y:
             break
         common += 1
-    shared = [a[common - 1]] if common and not a[common - 1].startswith("pci") else []
-    return shared + list(a[common:-1]) + list(b[common:-1])
+    shared = [a[common - 1]] if common else []
+    return [p for p in shared + list(a[common:-1]) + list(b[common:-1]) if not p.startswith("pci")]
 
 
 @dataclass(frozen=True)
