@@ -12,10 +12,9 @@ Formats from linux-rdma/perftest ``src/perftest_parameters.h`` and ``.c`` (check
 
   MiB/s (``format_factor`` 0x100000) unless ``--report_gbits`` (125000000 bytes = 1 Gb);
 * latency (``RESULT_FMT_LAT``, ``REPORT_FMT_LAT``, half the round trip, the top
-  ``LAT_MEASURE_TAIL`` samples dropped)::
-
-     #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]
-     2       10000          1.02           4.87         1.06               1.08           0.05            1.24                   3.92
+  ``LAT_MEASURE_TAIL`` samples dropped), columns ``#bytes #iterations t_min[usec] t_max[usec]
+  t_typical[usec] t_avg[usec] t_stdev[usec] 99% percentile[usec] 99.9% percentile[usec]``, e.g.
+  ``2  10000  1.02  4.87  1.06  1.08  0.05  1.24  3.92``;
 
 * GPU memory (``src/cuda_memory.c``): ``allocated GPU buffer address at 0x...`` or ``using DMA-BUF for
   GPU buffer address at ...``; a perftest built without CUDA lists no ``--use_cuda`` in ``-h`` and
@@ -96,7 +95,7 @@ def _table(text: str, first: str) -> tuple[list[str], list[list[str]]]:
     for i, line in enumerate(lines):
         names = _HEADER_NAMES.findall(line)
         if names and names[0] == "#bytes" and first in names:
-            rows = []
+            rows: list[list[str]] = []
             for row in lines[i + 1 :]:
                 cells = row.split()
                 if not cells or not cells[0].isdigit():

@@ -151,7 +151,7 @@ def assignments(batch: Sequence[Pairing]) -> dict[str, list[tuple[str, Pairing]]
     for p in batch:
         out.setdefault(p.server[0], []).append(("server", p))
         out.setdefault(p.client[0], []).append(("client", p))
-    for node, items in out.items():
+    for items in out.values():
         items.sort(key=lambda item: (item[1].server[1] if item[0] == "server" else item[1].client[1], item[0]))
     return out
 

@@ -57,7 +57,11 @@ def cuda_dmabuf() -> dict[str, Any]:
         if lib.cuDeviceGet(ctypes.byref(dev), ordinal) != 0:
             continue
         ids = []
-        for attr in (CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID):
+        for attr in (
+            CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID,
+            CU_DEVICE_ATTRIBUTE_PCI_BUS_ID,
+            CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID,
+        ):
             lib.cuDeviceGetAttribute(ctypes.byref(value), attr, dev)
             ids.append(value.value)
         rc = lib.cuDeviceGetAttribute(ctypes.byref(value), CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, dev)

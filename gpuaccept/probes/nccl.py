@@ -10,10 +10,11 @@ checks every result numerically after the timing (rank- and block-dependent valu
 ``--groups "n1,n2;n3,n4"`` splits the ranks by node into communicators measured side by side (a scale
 of the multi-node test, or the bad-node pairs). ``--rails all`` (or ``--rails 0,3``) further splits every
 group by local rank: one GPU per node per communicator, all rails at once, which is nccl-tests'
-``NCCL_TESTS_SPLIT="MOD <ranks per node>"`` (``gpuaccept.fabric.rails``); each rank then reports its rail. Every step runs under a watchdog: a collective that does
-not finish within ``--op-timeout`` seconds ends all ranks with status 124 and one line naming the ranks
-and nodes behind. With NCCL, ``NCCL_DEBUG=INFO`` goes to one file per rank, parsed into the record
-(version, network, NICs, transports, algorithm/protocol per size); ``--ring`` forces ``NCCL_ALGO=Ring``.
+``NCCL_TESTS_SPLIT="MOD <ranks per node>"`` (``gpuaccept.fabric.rails``); each rank then reports its rail.
+Every step runs under a watchdog: a collective that does not finish within ``--op-timeout`` seconds
+ends all ranks with status 124 and one line naming the ranks and nodes behind. With NCCL,
+``NCCL_DEBUG=INFO`` goes to one file per rank, parsed into the record (version, network, NICs,
+transports, algorithm/protocol per size, each rank's NET channels); ``--ring`` forces ``NCCL_ALGO=Ring``.
 
 By hand, 8 GPUs of one node: ``torchrun --nproc-per-node 8 -m gpuaccept.probes.nccl --max-bytes 1G``.
 Test-only faults (refused unless GPUACCEPT_SELFTEST=1): GPUACCEPT_FAULT_SLOW_NODE=<node> (+ _SLOW_S,
@@ -290,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     store = dist.TCPStore(
         info.master_addr, info.master_port, info.world_size, is_master=info.rank == 0, timeout=timeout
     )
-    extra = {"device_id": device} if backend == "nccl" else {}
+    extra: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
     dist.init_process_group(
         backend,
         store=store,

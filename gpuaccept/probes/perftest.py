@@ -103,15 +103,23 @@ def _endpoint(role: str, test: Pairing, args: argparse.Namespace, gpu_bus: str |
     started = time.monotonic()
     deadline = started + args.timeout
     server = _address(test.server[0])
-    out: dict[str, Any] = {"hca": me[1], "role": role, "partner": f"{other[0]}/{other[1]}", "port": test.port,
-                           "memory": "cuda" if gpu_bus else "host", "gpu_bus": gpu_bus, "server_addr": server}  # fmt: skip
+    out: dict[str, Any] = {
+        "hca": me[1],
+        "role": role,
+        "partner": f"{other[0]}/{other[1]}",
+        "port": test.port,
+        "memory": "cuda" if gpu_bus else "host",
+        "gpu_bus": gpu_bus,
+        "server_addr": server,
+    }
     bw_extra = ["--report_gbits", "-s", str(args.size), "-D", str(args.duration)]
     if gpu_bus:
         bw_extra.append(f"--use_cuda_bus_id={gpu_bus}")
     code, text = _tool("ib_write_bw", role, me[1], test.port, server, bw_extra, deadline)
     out["bw_tail"] = "\n".join(text.strip().splitlines()[-14:])
     try:
-        out["bw"] = parse_bw(text).__dict__ | {"average_gbps": parse_bw(text).average_gbps}
+        bw = parse_bw(text)
+        out["bw"] = bw.__dict__ | {"average_gbps": bw.average_gbps}
     except PerftestError:
         out["error"] = f"ib_write_bw {'exit ' + str(code) if code is not None else 'timed out'}: {failure_kind(text)}"
     lat_deadline = time.monotonic() + args.timeout
@@ -151,14 +159,10 @@ def main(argv: list[str] | None = None) -> None:
         if args.gpu_memory and not data["cuda_build"]:
             data.update(missing=["ib_write_bw --use_cuda"], hint=INSTALL_HINT)
         else:
-            buses = {test.server[1] if role == "server" else test.client[1]: None for role, test in mine}
-            if args.gpu_memory:
-                buses = {hca: _gpu_bus(args.sysfs_root, hca) for hca in buses}
-            with ThreadPoolExecutor(max_workers=len(mine)) as pool:
-                futures = [
-                    pool.submit(_endpoint, role, test, args, buses[test.server[1] if role == "server" else test.client[1]])
-                    for role, test in mine
-                ]  # fmt: skip
+            jobs = [(role, test, test.server[1] if role == "server" else test.client[1]) for role, test in mine]
+            buses = {hca: _gpu_bus(args.sysfs_root, hca) if args.gpu_memory else None for _, _, hca in jobs}
+            with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+                futures = [pool.submit(_endpoint, role, test, args, buses[hca]) for role, test, hca in jobs]
                 data["endpoints"] = [f.result() for f in futures]
     emit(data, probe="perftest")
 

@@ -245,7 +245,9 @@ def test_nccl_rails(cluster, limits, settings, thresholds, fingerprints):
             continue
         pair_ok: dict[tuple[str, str], bool] = {}
         for batch in rail_rounds(nodes):
-            for table in _run_rails(cluster, settings, [n for p in batch for n in p], rail_groups_spec(batch), str(rail)):
+            for table in _run_rails(
+                cluster, settings, [n for p in batch for n in p], rail_groups_spec(batch), str(rail)
+            ):
                 ok = _judge_rail(limits, table, f"{label} second pass {'+'.join(table.nodes)}", rates,
                                  _rail_hcas(table, affinity))  # fmt: skip
                 pair_ok[tuple(table.nodes)] = ok  # type: ignore[index]
@@ -262,7 +264,9 @@ def _perftest_round(cluster, batch, gpu_memory: bool, timeout: float):
     step_nodes = sorted({e[0] for p in batch for e in (p.server, p.client)})
     gpus = min(cluster.gpus_on(n) for n in step_nodes)
     args = [f"--plan={schedule.format_plan(batch)}"] + (["--gpu-memory"] if gpu_memory else [])
-    result = cluster.run("perftest", nodes=step_nodes, tasks_per_node=1, gpus_per_task=gpus, args=args, timeout_s=timeout)
+    result = cluster.run(
+        "perftest", nodes=step_nodes, tasks_per_node=1, gpus_per_task=gpus, args=args, timeout_s=timeout
+    )
     gaps = missing_tools(result.records)
     if gaps:
         raise MeasurementError("perftest cannot run: " + "; ".join(f"{n}: {why}" for n, why in gaps.items()),

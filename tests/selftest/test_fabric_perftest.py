@@ -14,10 +14,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from gpuaccept.dispatch.result import parse_records
 from gpuaccept.fabric import schedule
 from gpuaccept.fabric.perftest import PerftestError, failure_kind, parse_bw, parse_lat, supports_cuda
 from gpuaccept.fabric.rdma import missing_tools, pair_results
-from gpuaccept.dispatch.result import parse_records
 
 pytestmark = pytest.mark.selftest
 
@@ -72,7 +72,7 @@ def test_schedule_64_nodes_8_hcas_two_rounds_no_hca_twice() -> None:
         ports = [(p.server[0], p.port) for p in batch]
         assert len(ports) == len(set(ports))  # no two servers on one node share a port
         assert all(p.server[1] == p.client[1] for p in batch)  # rail-aligned
-    partners = {}
+    partners: dict[tuple[str, str], set[str]] = {}
     for batch in rounds:
         for p in batch:
             partners.setdefault(p.server, set()).add(p.client[0])
@@ -117,10 +117,15 @@ def test_results_from_both_ends_and_missing_tools() -> None:
     client = {"hca": "mlx5_0", "role": "client", "partner": "n1/mlx5_0", "port": 18515, "memory": "cuda",
               "bw": {"average_gbps": 391.6}, "lat": {"p99": 1.24, "t_typical": 1.06}}  # fmt: skip
     server = {"hca": "mlx5_0", "role": "server", "partner": "n2/mlx5_0", "port": 18515, "bw": {"average_gbps": 391.6}}
-    recs = [SimpleNamespace(node="n1", data={"endpoints": [server]}), SimpleNamespace(node="n2", data={"endpoints": [client]})]
+    recs = [
+        SimpleNamespace(node="n1", data={"endpoints": [server]}),
+        SimpleNamespace(node="n2", data={"endpoints": [client]}),
+    ]
     got = pair_results(recs)[p]
     assert got.ran and got.bw_gbps == 391.6 and got.lat_p99_us == 1.24 and got.memory == "cuda" and not got.errors
-    gap = missing_tools([SimpleNamespace(node="n3", data={"missing": ["ib_write_bw"], "hint": "apt-get install perftest"})])
+    gap = missing_tools(
+        [SimpleNamespace(node="n3", data={"missing": ["ib_write_bw"], "hint": "apt-get install perftest"})]
+    )
     assert gap == {"n3": "ib_write_bw not found (apt-get install perftest)"}
 
 
