@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuaccept.hardware.ib import parse_rate, parse_state
 
-__all__ = ["LOCAL_RELATIONS", "affine_hcas", "bus_key", "compute_hcas", "line_rate_gbs"]
+__all__ = ["LOCAL_RELATIONS", "affine_hcas", "bus_key", "compute_hcas", "group_line_rate_gbs", "line_rate_gbs"]
 
 #: PCIe relations that mean "behind the same PCIe switch" (GPUDirect RDMA without crossing the CPU).
 LOCAL_RELATIONS = ("PIX", "PXB")
@@ -70,3 +70,15 @@ def line_rate_gbs(rates: Mapping[str, float], used: Iterable[str] | None = None)
     """GB/s the HCAs in ``used`` (default: all in ``rates``) carry at line rate, one direction."""
     names = list(rates) if used is None else [h for h in used if h in rates]
     return sum(rates[h] for h in names) / 8.0
+
+
+def group_line_rate_gbs(
+    rates: Mapping[str, Mapping[str, float]], used: Mapping[str, Iterable[str] | None] | None = None
+) -> float | None:
+    """The line rate a multi-node group's busbw is judged against: its slowest node's HCAs, in GB/s.
+
+    ``rates``: node -> {hca: Gb/s} (``compute_hcas``); ``used``: node -> the HCAs its GPUs are affine to
+    (None or absent: all of the node's compute HCAs). None when a node has no compute HCA (no fabric).
+    """
+    lines = [line_rate_gbs(r, (used or {}).get(node)) for node, r in rates.items()]
+    return min(lines) if lines and all(lines) else None

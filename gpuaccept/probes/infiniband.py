@@ -62,9 +62,9 @@ def _pci(device: Path) -> str | None:
 def collect(sysfs_root: Path = Path("/sys"), counters_only: bool = False) -> dict[str, Any]:
     """Every HCA and port under ``<root>/class/infiniband`` as raw sysfs strings and integer counters."""
     base = sysfs_root / "class" / "infiniband"
-    stamp = {"sampled_at": time.time(), "monotonic": time.monotonic()}
     if not base.is_dir():
-        return {"present": False, "path": str(base), "hcas": {}, **stamp}
+        return {"present": False, "path": str(base), "hcas": {}}
+    stamp = {"sampled_at": time.time(), "monotonic": time.monotonic()}
     hcas: dict[str, Any] = {}
     for dev in sorted(base.iterdir()):
         hca: dict[str, Any] = {} if counters_only else {key: _read(dev / key) for key in HCA_FILES}

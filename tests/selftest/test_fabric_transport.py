@@ -139,3 +139,22 @@ def test_affinity_needs_a_shared_switch() -> None:
                                                               {"name": "mlx5_8", "relation": "PIX"}]}]}  # fmt: skip
     assert affine_hcas(data) == {"0000:18:00": [], "0000:2a:00": ["mlx5_1", "mlx5_8"]}
     assert affine_hcas(data, compute=["mlx5_1"]) == {"0000:18:00": [], "0000:2a:00": ["mlx5_1"]}
+
+
+def test_fabric_line_rate_from_sysfs_judges_a_uniformly_slow_fabric() -> None:
+    """8 x NDR 400 = 400 GB/s; 330 GB/s busbw is 82.5% of it (passes), 300 GB/s (a slow fabric) is 75% (fails)."""
+    from gpuaccept.fabric.affinity import compute_hcas, group_line_rate_gbs
+    from gpuaccept.probes import infiniband
+
+    rates = compute_hcas(infiniband.collect(REPO / "fixtures" / "sysfs" / "hgx-h100-ndr"), "InfiniBand")
+    assert sorted(rates) == HCAS and set(rates.values()) == {400.0}  # the Ethernet storage NICs are left out
+    line = group_line_rate_gbs({"gpu-a01": rates, "gpu-a02": rates})
+    assert line == 400.0
+    limits = checker()
+    for busbw in (330.0, 300.0):
+        limits.check("nccl_busbw_fabric_pct", round(100 * busbw / line, 1), node="gpu-a01")
+        limits.check("nccl_all_reduce_busbw_multinode_gbs", busbw, node="gpu-a01")
+    assert [(f.metric, f.value) for f in limits.failures()] == [
+        ("nccl_busbw_fabric_pct", 75.0),
+        ("nccl_all_reduce_busbw_multinode_gbs", 300.0),
+    ]
