@@ -279,7 +279,8 @@ def _judge_pairs(limits, results, rates, gpu_memory) -> dict[Any, bool]:
     for pairing, res in results.items():
         ok = res.ran and not res.errors
         for node, hca in (pairing.server, pairing.client):
-            where = f"{hca} (with {pairing.client if (node, hca) == pairing.server else pairing.server})"
+            partner = pairing.client if (node, hca) == pairing.server else pairing.server
+            where = f"{hca} (with {partner[0]} {partner[1]})"
             if not res.ran:
                 continue
             info = {"memory": res.memory, "partner": pairing.label(), "p99_us": res.lat_p99_us}
