@@ -12,6 +12,14 @@ Tree or NVLS, Simple or LL128, P2P over NVLink or SHM or the network, which NICs
 * ``NCCL_ALGO set by environment to Ring.``
 * ``comm 0x... rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0``
 * ``NVLS multicast support is not available on dev 0``
+
+Per rank, the network path (``parse_net_facts``, transport/nccl ``net.cc`` and ``net_ib/init.cc`` formats):
+
+* ``Channel 02/0 : 3[3] -> 11[3] [send] via NET/IB/3/GDRDMA`` (``/<netDev>``, ``(<proxyRank>)`` for PXN,
+  ``/GDRDMA``, ``(PCI)``, ``/Shared``) and the ``[receive]`` twin
+* ``NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB ib0:10.0.0.1<0>``: device index -> HCA name
+* ``NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'``, ``DMA-BUF is available on GPU device 0``
+* ``ncclCommInitRankConfig comm 0x... rank 3 nranks 16 cudaDev 3 nvmlDev 3 busId 9a000 ... - Init START``
 """
 
 from __future__ import annotations
@@ -26,7 +34,14 @@ from typing import Any
 
 from gpuaccept.nccl.formulas import NCCL_FUNC, tuning_bytes_to_size
 
-__all__ = ["collect_facts", "debug_env", "parse_nccl_log", "summarize_algorithms"]
+__all__ = [
+    "collect_facts",
+    "debug_env",
+    "parse_nccl_log",
+    "parse_net_facts",
+    "split_processes",
+    "summarize_algorithms",
+]
 
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
 _NET_USING = re.compile(r"NET/(\w+)\s*: Using (.+)$")
@@ -37,6 +52,14 @@ _TUNING = re.compile(r"(\w+): (\d+) Bytes -> Algo (\w+) proto (\w+)")
 _ENV = re.compile(r"(NCCL_\w+) set by environment to (\S+)")
 _COMM = re.compile(r"nRanks (\d+) nNodes (\d+) localRanks (\d+)")
 _NVLS = re.compile(r"NVLS multicast support is (not )?available")
+_NET_CHANNEL = re.compile(
+    r"Channel \d+(?:/\d+)? : \d+\[\d+\] -> \d+\[\d+\] \[(send|receive)\] via NET/([^/\s]+)/(\d+)"
+    r"(?:\((\d+)\))?(/GDRDMA)?"
+)
+_NET_DEVICE = re.compile(r"\[(\d+)\]([^:\s/<\[]+)")
+_GDR_HCA = re.compile(r"NET/(\w+) ?: GPU Direct RDMA (Enabled|Disabled) for HCA (\d+) '([^']+)'")
+_INIT_RANK = re.compile(r"rank (\d+) nranks (\d+) cudaDev (\d+) nvmlDev (\d+) busId ([0-9a-fA-F]+)")
+_PROCESS = re.compile(r"^(\S+?):(\d+):\d+ \[\d+\] NCCL ")
 
 
 def parse_nccl_log(text: str) -> dict[str, Any]:
@@ -84,6 +107,63 @@ def parse_nccl_log(text: str) -> dict[str, Any]:
     if env:
         out["env"] = env
     return out
+
+
+def parse_net_facts(text: str) -> dict[str, Any]:
+    """One process's network path: which plugin and device each NET channel used, with or without GDR.
+
+    ``channels`` counts NET connections per plugin and device index (``send``, ``recv``, ``gdr`` of them,
+    ``pxn``: sends relayed through another local GPU's NIC, ``proxies``: those GPUs' ranks); ``devices``
+    maps each plugin's device index to its name(s) (``mlx5_0``; a merged NIC lists its parts). Indices are
+    kept as strings so the result survives JSON. Absent keys: the log did not say.
+    """
+    channels: dict[str, dict[str, dict[str, Any]]] = {}
+    devices: dict[str, dict[str, list[str]]] = {}
+    gdr_hca: dict[str, bool] = {}
+    out: dict[str, Any] = {}
+    for line in text.splitlines():
+        if "NET/" in line:
+            if m := _NET_CHANNEL.search(line):
+                direction, plugin, dev, proxy, gdr = m.groups()
+                entry = channels.setdefault(plugin, {}).setdefault(
+                    dev, {"send": 0, "recv": 0, "gdr": 0, "pxn": 0, "proxies": []}
+                )
+                entry["send" if direction == "send" else "recv"] += 1
+                entry["gdr"] += 1 if gdr else 0
+                if proxy is not None:
+                    entry["pxn"] += 1
+                    if int(proxy) not in entry["proxies"]:
+                        entry["proxies"].append(int(proxy))
+            elif m := _NET_USING.search(line):
+                listed = devices.setdefault(m.group(1), {})
+                for index, names in _NET_DEVICE.findall(m.group(2).split(";")[0]):
+                    listed.setdefault(index, names.split("+"))
+            if m := _GDR_HCA.search(line):
+                gdr_hca[m.group(4)] = m.group(2) == "Enabled"
+        if "DMA-BUF is available on GPU device" in line:
+            out["dmabuf"] = True
+        if (m := _INIT_RANK.search(line)) and "nvml_dev" not in out:
+            out["nvml_dev"], out["bus_id"] = int(m.group(4)), m.group(5).lower()
+    if channels:
+        out["channels"] = channels
+    if any(devices.values()):
+        out["devices"] = {k: v for k, v in devices.items() if v}
+    if gdr_hca:
+        out["gdr_hca"] = gdr_hca
+    return out
+
+
+def split_processes(text: str) -> dict[str, str]:
+    """A combined NCCL log (every rank's INFO lines on one stream) split by ``host:pid``.
+
+    NCCL prefixes each line with ``host:pid:tid [cudaDev]``; srun output and NCCL_DEBUG_FILE=stdout
+    interleave ranks, and each process's network facts must be read from its own lines.
+    """
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if m := _PROCESS.match(line):
+            out.setdefault(f"{m.group(1)}:{m.group(2)}", []).append(line)
+    return {key: "\n".join(lines) for key, lines in out.items()}
 
 
 def summarize_algorithms(tuning: list[dict[str, Any]], nranks: int) -> dict[str, dict[int, str]]:
@@ -134,8 +214,12 @@ def collect_facts(folder: str | None, rank: int, nranks: int, *, keep: bool) -> 
     facts: dict[str, Any] = {}
     for path in sorted(glob.glob(os.path.join(folder, f"nccl.rank{rank}.*"))):
         with open(path, errors="replace") as fh:
-            for key, value in parse_nccl_log(fh.read()).items():
-                facts.setdefault(key, value)
+            text = fh.read()
+        for key, value in parse_nccl_log(text).items():
+            facts.setdefault(key, value)
+        net = parse_net_facts(text)
+        if net:
+            facts.setdefault("net", net)
     if "tuning" in facts:
         algos = summarize_algorithms(facts.pop("tuning"), nranks)
         facts["algorithms"] = {c: {str(size): a for size, a in v.items()} for c, v in algos.items()}

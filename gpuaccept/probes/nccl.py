@@ -8,10 +8,13 @@ broadcast over a message-size sweep, timed the way nccl-tests times them (warm-u
 checks every result numerically after the timing (rank- and block-dependent values, exact in float32).
 
 ``--groups "n1,n2;n3,n4"`` splits the ranks by node into communicators measured side by side (a scale
-of the multi-node test, or the bad-node pairs). Every step runs under a watchdog: a collective that does
-not finish within ``--op-timeout`` seconds ends all ranks with status 124 and one line naming the ranks
-and nodes behind. With NCCL, ``NCCL_DEBUG=INFO`` goes to one file per rank, parsed into the record
-(version, network, NICs, transports, algorithm/protocol per size); ``--ring`` forces ``NCCL_ALGO=Ring``.
+of the multi-node test, or the bad-node pairs). ``--rails all`` (or ``--rails 0,3``) further splits every
+group by local rank: one GPU per node per communicator, all rails at once, which is nccl-tests'
+``NCCL_TESTS_SPLIT="MOD <ranks per node>"`` (``gpuaccept.fabric.rails``); each rank then reports its rail.
+Every step runs under a watchdog: a collective that does not finish within ``--op-timeout`` seconds
+ends all ranks with status 124 and one line naming the ranks and nodes behind. With NCCL,
+``NCCL_DEBUG=INFO`` goes to one file per rank, parsed into the record (version, network, NICs,
+transports, algorithm/protocol per size, each rank's NET channels); ``--ring`` forces ``NCCL_ALGO=Ring``.
 
 By hand, 8 GPUs of one node: ``torchrun --nproc-per-node 8 -m gpuaccept.probes.nccl --max-bytes 1G``.
 Test-only faults (refused unless GPUACCEPT_SELFTEST=1): GPUACCEPT_FAULT_SLOW_NODE=<node> (+ _SLOW_S,
@@ -29,6 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpuaccept.fabric.rails import parse_rails, split_rails
 from gpuaccept.nccl import patterns
 from gpuaccept.nccl.formulas import COLLECTIVES, busbw_gbs
 from gpuaccept.nccl.ncclinfo import collect_facts, debug_env
@@ -52,6 +56,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--trials", type=int, default=3, help="timed loops per size; the median is kept")
     p.add_argument("--op-timeout", type=float, default=120.0, help="seconds one collective+size may take")
     p.add_argument("--groups", default="", help="node groups measured side by side: 'a,b;c,d'")
+    p.add_argument("--rails", default="", help="split groups by local rank: 'all' or '0,3' (one GPU per node)")
     p.add_argument("--ring", action="store_true", help="force NCCL_ALGO=Ring (inter-node busbw = network)")
     p.add_argument("--no-nccl-debug", action="store_true", help="do not capture NCCL_DEBUG=INFO")
     p.add_argument("--nccl-log-dir", default="", help="keep the per-rank NCCL logs here")
@@ -59,6 +64,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
     args = p.parse_args(argv)
     args.collectives = [c.strip() for c in args.collectives.split(",") if c.strip()]
+    try:
+        args.rail_set = parse_rails(args.rails)
+    except ValueError as exc:
+        p.error(str(exc))
     unknown = set(args.collectives) - set(COLLECTIVES)
     if unknown:
         p.error(f"unknown collectives {sorted(unknown)} (known: {', '.join(COLLECTIVES)})")
@@ -282,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     store = dist.TCPStore(
         info.master_addr, info.master_port, info.world_size, is_master=info.rank == 0, timeout=timeout
     )
-    extra = {"device_id": device} if backend == "nccl" else {}
+    extra: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
     dist.init_process_group(
         backend,
         store=store,
@@ -317,12 +326,18 @@ def _run(
 
     dog.set_group(range(info.world_size), [node] * info.world_size, client)
     dog.arm("node name exchange", args.op_timeout)
-    names: list[Any] = [None] * info.world_size
-    dist.all_gather_object(names, node)
+    where: list[Any] = [None] * info.world_size
+    dist.all_gather_object(where, (node, info.local_rank))
+    names = [w[0] for w in where]
     groups = _groups(args.groups, names)
+    rails: list[int | None] = [None] * len(groups)
+    if args.rails:
+        split = split_rails(groups, [w[1] for w in where], args.rail_set)
+        groups, rails = [ranks for _, ranks in split], [rail for rail, _ in split]
     my_gid, pg = None, None
     for gid, ranks in enumerate(groups):
-        group_pg = dist.new_group(ranks) if len(groups) > 1 else dist.group.WORLD
+        whole = len(groups) == 1 and sorted(ranks) == list(range(info.world_size))
+        group_pg = dist.group.WORLD if whole else dist.new_group(ranks)
         if info.rank in ranks:
             my_gid, pg = gid, group_pg
     dog.disarm()
@@ -332,6 +347,8 @@ def _run(
         "world_size": info.world_size,
         "group": my_gid,
         "groups": len(groups),
+        "rail": rails[my_gid] if my_gid is not None else None,
+        "local_rank": info.local_rank,
         "ring": args.ring,
         "iters": args.iters,
         "warmup": args.warmup,

@@ -21,6 +21,10 @@ BAD_SITE_FILES = {
     "no source": ("defaults:\n  nofile: {min: 10}\n", "defaults.nofile.source"),
     "unknown key": ("defaults:\n  nofile: {mni: 10, source: x-site}\n", "defaults.nofile.mni"),
     "not yaml": ("defaults: [unclosed\n", "not valid YAML"),
+    "duplicate key": (
+        "defaults:\n  nofile: {min: 10, source: x-site}\n  nofile: {min: 1, source: x-site}\n",
+        "duplicate key 'nofile'",
+    ),
     "top level list": ("- 1\n- 2\n", "top level must be a mapping"),
     "unknown setting": ("settings:\n  stragler_pct: {value: 3, source: x-site}\n", "settings.stragler_pct"),
     "site defines metrics": ("metrics:\n  foo: {unit: x, description: y}\n", "cannot define metrics"),

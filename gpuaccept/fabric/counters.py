@@ -1,0 +1,98 @@
+"""InfiniBand error counters over a window: link flaps and error rates while the fabric tests ran.
+
+A counter read once counts since it was last reset (boot, or whoever ran ``perfquery -x -R``); it
+says nothing about now. Two readings bracketing the fabric tests do: a ``link_downed`` or
+``link_error_recovery`` that moved while NCCL and perftest ran is a link that flapped under load,
+and symbol or receive errors can be set against the bits the port received in the same window.
+
+* flaps: ``link_downed`` / ``link_error_recovery`` deltas. Azure's ``check_ib_link_flapping``
+  (azurehpc-health-checks ``customTests/azure_ib_link_flapping.nhc``) fails a device with 5 or more
+  link-down events in 24 h (one per 4.8 h); a window of minutes holding one is far above that rate.
+* error rates: ``symbol_error`` and ``port_rcv_errors`` deltas per bit received
+  (``port_rcv_data`` counts 32-bit words, Documentation/ABI/stable/sysfs-class-infiniband), judged
+  against the 1e-12 BER ibdiagnet uses as its default threshold. Each errored packet holds at least
+  one bit error, so errors / bits is a lower bound of the link's bit error rate. Errors with no
+  traffic at all are an infinite rate.
+
+A counter that went *down* was reset inside the window: the delta is unknown, never zero. So is one
+pinned at its width's maximum (IBA PortCounters: LinkDowned and LinkErrorRecovery are 8 bits,
+SymbolError and PortRcvErrors 16 bits, and they stop counting there): "no change" proves nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["FLAP_COUNTERS", "PortWindow", "error_rate", "port_windows"]
+
+FLAP_COUNTERS = {"link_downed": "ib_window_link_downed", "link_error_recovery": "ib_window_link_error_recovery"}
+RATE_COUNTERS = {"symbol_error": "ib_window_symbol_error_rate", "port_rcv_errors": "ib_window_rcv_error_rate"}
+BITS_PER_WORD = 32
+#: IBA PortCounters widths: a saturated counter no longer moves.
+SATURATED = {"link_downed": 0xFF, "link_error_recovery": 0xFF, "symbol_error": 0xFFFF, "port_rcv_errors": 0xFFFF}
+
+
+@dataclass
+class PortWindow:
+    """One port's counter deltas between two readings."""
+
+    hca: str
+    port: str
+    seconds: float
+    deltas: dict[str, int] = field(default_factory=dict)
+    reset: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def where(self) -> str:
+        return f"{self.hca} port {self.port}"
+
+    @property
+    def bits_received(self) -> int | None:
+        words = self.deltas.get("port_rcv_data")
+        return None if words is None else words * BITS_PER_WORD
+
+
+def error_rate(errors: int, bits: int | None) -> float | None:
+    """Errors per bit received: 0.0 with no errors, inf with errors but no traffic, None if unknown."""
+    if bits is None:
+        return None
+    if errors == 0:
+        return 0.0
+    return float("inf") if bits == 0 else errors / bits
+
+
+def port_windows(
+    before: Mapping[str, Any], after: Mapping[str, Any], link_layer: str | None = None
+) -> list[PortWindow]:
+    """Deltas of every port present in both readings (``infiniband`` probe data, full or counters-only).
+
+    ``link_layer`` keeps only ports of the compute fabric (the SKU's ``ib_link_layer``).
+    """
+    seconds = float(after.get("monotonic", 0.0)) - float(before.get("monotonic", 0.0))
+    out: list[PortWindow] = []
+    for name, hca in sorted((after.get("hcas") or {}).items()):
+        for port_name, port in sorted((hca.get("ports") or {}).items()):
+            if link_layer is not None and (port.get("link_layer") or "") != link_layer:
+                continue
+            window = PortWindow(name, port_name, seconds)
+            old = (((before.get("hcas") or {}).get(name) or {}).get("ports") or {}).get(port_name)
+            if old is None:
+                window.missing.append("port absent from the first reading")
+                out.append(window)
+                continue
+            new_counts, old_counts = port.get("counters") or {}, old.get("counters") or {}
+            for counter in (*FLAP_COUNTERS, *RATE_COUNTERS, "port_rcv_data"):
+                a, b = old_counts.get(counter), new_counts.get(counter)
+                if not isinstance(a, int) or not isinstance(b, int):
+                    window.missing.append(f"counters/{counter} unreadable")
+                elif b < a:
+                    window.reset.append(counter)
+                elif b == SATURATED.get(counter):
+                    window.missing.append(f"counters/{counter} saturated at {b} (reset it with perfquery -R)")
+                else:
+                    window.deltas[counter] = b - a
+            out.append(window)
+    return out
