@@ -2,7 +2,7 @@
 
 ``MeasurementError`` means "we could not measure" (launch failure, node down, timeout, malformed probe
 output): the plugin reports such a test as an *error*, never as a hardware failure and never as a pass.
-A hardware miss is a plain ``AssertionError`` raised by ``Checker.verify``.
+A hardware miss is a plain ``AssertionError`` raised by ``Judge.verify``.
 """
 
 from __future__ import annotations

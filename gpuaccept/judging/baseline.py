@@ -120,7 +120,7 @@ class Regression:
 
     @property
     def reason(self) -> str:
-        """What ``Checker`` appends to the metric's reason (and categories.json matches on)."""
+        """What ``Judge.check`` appends to the metric's reason (and categories.json matches on)."""
         return (
             f"regressed {abs(self.delta_pct):.1f}% vs baseline {self.baseline_file} "
             f"({self.baseline:g} -> {self.value:g} {self.unit}, tolerance {self.tolerance_pct:g}%)"

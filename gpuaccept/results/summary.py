@@ -11,7 +11,7 @@ from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import RunRecord
 
 if TYPE_CHECKING:
-    from gpuaccept.results.baseline import Regression
+    from gpuaccept.judging.baseline import Regression
 
 __all__ = ["margin", "node_summary_lines", "regression_lines"]
 

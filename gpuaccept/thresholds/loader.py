@@ -54,7 +54,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def _read(path: Path) -> ThresholdsFile:
     try:
-        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
     except FileNotFoundError:
         raise ThresholdsError(f"{path}: thresholds file not found") from None
     except yaml.YAMLError as exc:

@@ -23,7 +23,8 @@ class MetricSpec(_Strict):
 
     ``kind: metric`` (the default) is judged against the limit the SKU sets; a test that needs one the
     SKU lacks is an error, never a silent pass. ``informational: true`` declares a figure shown beside
-    the verdicts (temperatures, versions, burst rates) that no test may pass on. ``kind: expectation``
+    the verdicts (temperatures, versions, burst rates) that no test may pass on; it is judged only on a
+    SKU (or site) that sets a limit for it. ``kind: expectation``
     is a named expectation whose expected value the test computes at run time ("sha256 equal to the
     one written", "the step ran on the node it was sent to"); it carries its own ``source``. ``fault``
     sorts a failing check for the report: a figure below its floor, a hardware fault (ECC, Xid, link

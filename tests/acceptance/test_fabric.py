@@ -31,8 +31,8 @@ from gpuaccept.fabric.rails import rail_groups_spec, rail_label, rail_rounds
 from gpuaccept.fabric.rdma import missing_tools, pair_results
 from gpuaccept.fabric.transport import hca_usage, observe_rank
 from gpuaccept.hardware.verdict import conclude
-from gpuaccept.nccl.bisect import attribute
-from gpuaccept.nccl.judge import wrong_lines
+from gpuaccept.judging.groups import attribute
+from gpuaccept.nccl.lines import wrong_lines
 from gpuaccept.nccl.sweep import group_tables
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect]
@@ -46,17 +46,14 @@ _STATE: dict[str, Any] = {}
 # ---- helpers ---------------------------------------------------------------------------------------
 
 
-def _limits_of(thresholds, fingerprints, node):
-    return thresholds.limits_for(fingerprints.sku_of(node))
-
-
-def _declares_ib(thresholds, fingerprints, node) -> bool:
-    limit = _limits_of(thresholds, fingerprints, node).get("ib_hca_count")
+def _declares_ib(judge, node) -> bool:
+    """The SKU (or site) expects at least one HCA on the node."""
+    limit = judge.declared("ib_hca_count", node)
     return limit is not None and bool(limit.min or limit.equal not in (None, 0, 0.0, "0"))
 
 
-def _link_layer(thresholds, fingerprints, node) -> str | None:
-    limit = _limits_of(thresholds, fingerprints, node).get("ib_link_layer")
+def _link_layer(judge, node) -> str | None:
+    limit = judge.declared("ib_link_layer", node)
     return None if limit is None else str(limit.equal)
 
 
@@ -71,16 +68,16 @@ def _ib(cluster, nodes, counters_only=False) -> dict[str, dict]:
     return out
 
 
-def _fabric(cluster, thresholds, fingerprints) -> dict[str, dict[str, float]]:
+def _fabric(cluster, judge) -> dict[str, dict[str, float]]:
     """``{node: {hca: Gb/s}}`` of the compute HCAs; skips when no node expects or shows InfiniBand."""
     if "ib" not in _STATE:
         _STATE["ib"] = _ib(cluster, cluster.nodes)
     ib = _STATE["ib"]
-    declared = [n for n in cluster.nodes if _declares_ib(thresholds, fingerprints, n)]
+    declared = [n for n in cluster.nodes if _declares_ib(judge, n)]
     if not declared and not any(d.get("hcas") for d in ib.values()):
-        skus = sorted({fingerprints.sku_of(n) for n in cluster.nodes})
+        skus = sorted({judge.sku(n) for n in cluster.nodes})
         pytest.skip(f"SKU {', '.join(skus)} declares no InfiniBand (ib_hca_count) and no node has an HCA")
-    return {n: compute_hcas(ib[n], _link_layer(thresholds, fingerprints, n)) for n in cluster.nodes}
+    return {n: compute_hcas(ib[n], _link_layer(judge, n)) for n in cluster.nodes}
 
 
 def _affinity(cluster, node) -> dict[str, list[str]]:
@@ -118,18 +115,18 @@ def _sweep(settings, gpu: bool) -> list[str]:
 # ---- GPUDirect ---------------------------------------------------------------------------------------
 
 
-def test_gdr_enablement(node, cluster, limits, thresholds, fingerprints):
+def test_gdr_enablement(node, cluster, judge):
     """nvidia_peermem or DMA-BUF; ACS Control 0 on the bridges between each GPU and its HCA; IOMMU not translating."""
     gpus = cluster.require_gpus(node)
-    hcas = _fabric(cluster, thresholds, fingerprints)[node]
-    if not hcas and not _declares_ib(thresholds, fingerprints, node):
-        pytest.skip(f"{node}: SKU {fingerprints.sku_of(node)} declares no InfiniBand and the node has no HCA")
+    hcas = _fabric(cluster, judge)[node]
+    if not hcas and not _declares_ib(judge, node):
+        pytest.skip(f"{node}: SKU {judge.sku(node)} declares no InfiniBand and the node has no HCA")
     data = cluster.run("gdr", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=120).one().data
     found, unreadable = observations(data)
     for o in found:
-        limits.check(o.metric, o.value, node=node, gpu=o.gpu, **o.extra)
+        judge.check(o.metric, o.value, node=node, gpu=o.gpu, **o.extra)
     problems = [] if data.get("gpus") else [f"{node}: no NVIDIA GPU on the PCI bus under {data.get('sysfs_root')}"]
-    conclude(limits, node, problems=problems, missing=unreadable)
+    conclude(judge, node, problems=problems, missing=unreadable)
 
 
 # ---- NCCL transport ----------------------------------------------------------------------------------
@@ -137,17 +134,16 @@ def test_gdr_enablement(node, cluster, limits, thresholds, fingerprints):
 
 @pytest.mark.multinode
 @pytest.mark.nccl
-def test_nccl_transport(cluster, limits, thresholds, fingerprints):
+def test_nccl_transport(cluster, judge):
     """Inter-node NCCL channels use the declared plugin, GDRDMA where expected, each GPU's affine HCA, every HCA."""
     nodes = cluster.nodes
     if len(nodes) < 2:
         pytest.skip("the allocation has one node: no inter-node channel")
-    expected = _limits_of(thresholds, fingerprints, nodes[0])
-    if "nccl_net_transport" not in expected:
-        pytest.skip(f"SKU {fingerprints.sku_of(nodes[0])} declares no NCCL network transport (nccl_net_transport)")
+    if judge.declared("nccl_net_transport", nodes[0]) is None:
+        pytest.skip(f"SKU {judge.sku(nodes[0])} declares no NCCL network transport (nccl_net_transport)")
     gpus = cluster.require_gpus()
     ib = _STATE.get("ib") or _ib(cluster, nodes)
-    rates = {n: compute_hcas(ib[n], _link_layer(thresholds, fingerprints, n)) for n in nodes}
+    rates = {n: compute_hcas(ib[n], _link_layer(judge, n)) for n in nodes}
     affinity = {n: _affinity(cluster, n) if rates[n] else {} for n in nodes}
     args = ["--collectives=all_reduce", "--min-bytes=64M", "--max-bytes=64M", "--iters=5", "--trials=1"]
     result = cluster.run("nccl", nodes=nodes, tasks_per_node=gpus, gpus_per_task=1, args=args)
@@ -161,15 +157,15 @@ def test_nccl_transport(cluster, limits, thresholds, fingerprints):
         o = observe_rank(net, node=r.node, rank=r.rank, gpu=r.gpu_label, affine=affine, multinode=True)
         seen.append(o)
         info = {"channels": o.channels, "gdr_channels": o.gdr_channels, "hcas": list(o.direct), **o.detail}
-        limits.check("nccl_net_transport", o.transport, node=r.node, gpu=r.gpu_label, **info)
+        judge.check("nccl_net_transport", o.transport, node=r.node, gpu=r.gpu_label, **info)
         if o.gdr is not None:
-            limits.check("nccl_net_gdr", o.gdr, node=r.node, gpu=r.gpu_label, **info)
+            judge.check("nccl_net_gdr", o.gdr, node=r.node, gpu=r.gpu_label, **info)
         if rates[r.node]:
-            limits.check("nccl_net_hca_affinity", o.affinity, node=r.node, gpu=r.gpu_label, affine=affine)
+            judge.check("nccl_net_hca_affinity", o.affinity, node=r.node, gpu=r.gpu_label, affine=affine)
     for node, used in hca_usage(seen, {n: list(rates[n]) for n in nodes if rates[n]}).items():
         for hca, flag in used.items():
-            limits.check("nccl_net_hca_used", flag, node=node, gpu=hca, component="HCA")
-    limits.verify()
+            judge.check("nccl_net_hca_used", flag, node=node, gpu=hca, component="HCA")
+    judge.verify()
 
 
 # ---- rails -------------------------------------------------------------------------------------------
@@ -200,7 +196,7 @@ def _rail_hcas(table, affinity) -> dict[str, str | None]:
     return out
 
 
-def _judge_rail(limits, table, label, rates, hcas) -> bool:
+def _judge_rail(judge, table, label, rates, hcas) -> bool:
     """Busbw per collective on every node of the rail, and the % of the rail HCA's line rate; True = passed."""
     ok = True
     for collective in RAIL_COLLECTIVES:
@@ -209,12 +205,12 @@ def _judge_rail(limits, table, label, rates, hcas) -> bool:
             raise MeasurementError(f"{label}: no {collective} result", nodes=table.nodes)
         lines = [line_rate_gbs(rates[n], [hcas[n]]) for n in table.nodes if hcas.get(n) and rates.get(n)]
         for node in table.nodes:
-            r = limits.check(f"nccl_rail_{collective}_busbw_gbs", round(row.busbw, 3), node=node, gpu=label,
+            r = judge.check(f"nccl_rail_{collective}_busbw_gbs", round(row.busbw, 3), node=node, gpu=label,
                              rail=table.info["rail"], size=row.size, nodes=list(table.nodes))  # fmt: skip
             ok &= r.verdict != "fail"
             if lines and len(lines) == len(table.nodes):
                 pct = round(100 * row.busbw / min(lines), 1)
-                r = limits.check("nccl_busbw_fabric_pct", pct, node=node, gpu=label, collective=collective,
+                r = judge.check("nccl_busbw_fabric_pct", pct, node=node, gpu=label, collective=collective,
                                  line_rate_gbs=min(lines), scope="rail")  # fmt: skip
                 ok &= r.verdict != "fail"
     return ok and not table.wrong_results()
@@ -222,13 +218,13 @@ def _judge_rail(limits, table, label, rates, hcas) -> bool:
 
 @pytest.mark.multinode
 @pytest.mark.nccl
-def test_nccl_rails(cluster, limits, settings, thresholds, fingerprints):
+def test_nccl_rails(cluster, judge, settings):
     """Every rail (one GPU per node, split by local rank) at once: busbw per rail, then bad rail ends in pairs."""
     nodes = cluster.nodes
     if len(nodes) < 2:
         pytest.skip("the allocation has one node: a rail needs two")
     ib = _STATE.get("ib") or _ib(cluster, nodes)
-    rates = {n: compute_hcas(ib[n], _link_layer(thresholds, fingerprints, n)) for n in nodes}
+    rates = {n: compute_hcas(ib[n], _link_layer(judge, n)) for n in nodes}
     affinity = {n: _affinity(cluster, n) if rates[n] and cluster.gpus_on(n) else {} for n in nodes}
     problems, failing = [], []
     for table in _run_rails(cluster, settings, nodes):
@@ -237,7 +233,7 @@ def test_nccl_rails(cluster, limits, settings, thresholds, fingerprints):
         print(f"{label}: " + ", ".join(f"{c} {table.largest(c).busbw:.3f} GB/s" for c in RAIL_COLLECTIVES
                                        if table.largest(c)))  # fmt: skip
         problems += wrong_lines(table, table.info["labels"])
-        if not _judge_rail(limits, table, label, rates, hcas):
+        if not _judge_rail(judge, table, label, rates, hcas):
             failing.append((table.info["rail"], label))
     for rail, label in failing:
         if len(nodes) < 3:
@@ -248,13 +244,13 @@ def test_nccl_rails(cluster, limits, settings, thresholds, fingerprints):
             for table in _run_rails(
                 cluster, settings, [n for p in batch for n in p], rail_groups_spec(batch), str(rail)
             ):
-                ok = _judge_rail(limits, table, f"{label} second pass {'+'.join(table.nodes)}", rates,
+                ok = _judge_rail(judge, table, f"{label} second pass {'+'.join(table.nodes)}", rates,
                                  _rail_hcas(table, affinity))  # fmt: skip
                 pair_ok[tuple(table.nodes)] = ok  # type: ignore[index]
         for node, blame in attribute(pair_ok, nodes, []).items():
             if blame.verdict == "at_fault":
                 problems.append(f"{label}: {node} is at fault ({'; '.join(blame.evidence)})")
-    conclude(limits, nodes[0], problems=problems)
+    conclude(judge, nodes[0], problems=problems)
 
 
 # ---- RDMA data path ----------------------------------------------------------------------------------
@@ -274,7 +270,7 @@ def _perftest_round(cluster, batch, gpu_memory: bool, timeout: float):
     return pair_results(result.records)
 
 
-def _judge_pairs(limits, results, rates, gpu_memory) -> dict[Any, bool]:
+def _judge_pairs(judge, results, rates, gpu_memory) -> dict[Any, bool]:
     verdicts = {}
     for pairing, res in results.items():
         ok = res.ran and not res.errors
@@ -290,64 +286,64 @@ def _judge_pairs(limits, results, rates, gpu_memory) -> dict[Any, bool]:
                                   ("rdma_gpu_memory", int(res.memory == "cuda"))):  # fmt: skip
                 if metric == "rdma_gpu_memory" and not gpu_memory:
                     continue
-                ok &= limits.check(metric, value, node=node, gpu=where, component="HCA", **info).verdict != "fail"
+                ok &= judge.check(metric, value, node=node, gpu=where, component="HCA", **info).verdict != "fail"
         verdicts[pairing] = ok
     return verdicts
 
 
 @pytest.mark.multinode
-def test_rdma_perftest(cluster, limits, settings, thresholds, fingerprints):
+def test_rdma_perftest(cluster, judge, settings):
     """ib_write_bw / ib_write_lat for every HCA of every node against a partner HCA, concurrent rounds, second pass."""
-    rates = _fabric(cluster, thresholds, fingerprints)
-    nodes = [n for n in cluster.nodes if rates[n] or _declares_ib(thresholds, fingerprints, n)]
+    rates = _fabric(cluster, judge)
+    nodes = [n for n in cluster.nodes if rates[n] or _declares_ib(judge, n)]
     if len(nodes) < 2:
         pytest.skip("fewer than two nodes with InfiniBand: no pair to test")
     hcas = {n: sorted(rates[n]) for n in nodes}
     bare = [n for n in nodes if not hcas[n]]
-    gpu_memory = "rdma_gpu_memory" in _limits_of(thresholds, fingerprints, nodes[0])
+    gpu_memory = judge.declared("rdma_gpu_memory", nodes[0]) is not None
     timeout = 2 * 60 + 30.0
     first: dict[Any, Any] = {}
     plan = schedule.first_pass(hcas)
     for batch in plan:
         first.update(_perftest_round(cluster, batch, gpu_memory, timeout))
-    verdicts = _judge_pairs(limits, first, rates, gpu_memory)
-    problems = [f"{n}: no active compute HCA, but SKU {fingerprints.sku_of(n)} expects InfiniBand" for n in bare]
+    verdicts = _judge_pairs(judge, first, rates, gpu_memory)
+    problems = [f"{n}: no active compute HCA, but SKU {judge.sku(n)} expects InfiniBand" for n in bare]
     problems += [f"{n} {h}: no partner HCA on that rail to test with" for n, h in schedule.untested(hcas, plan)]
     problems += [f"{p.label()}: {'; '.join(r.errors)}" for p, r in first.items() if r.errors]
     second: dict[Any, bool] = {}
     for batch in schedule.second_pass(verdicts, hcas):
-        second.update(_judge_pairs(limits, _perftest_round(cluster, batch, gpu_memory, timeout), rates, gpu_memory))
+        second.update(_judge_pairs(judge, _perftest_round(cluster, batch, gpu_memory, timeout), rates, gpu_memory))
     for (node, hca), blame in schedule.blame(verdicts, second).items():
         if blame.verdict != "cleared":
             problems.append(f"{node} {hca}: {blame.verdict.replace('_', ' ')} ({'; '.join(blame.evidence)})")
     print(f"perftest: {len(first)} pairs in {len(plan)} rounds, {len(second)} re-tests")
-    conclude(limits, nodes[0], problems=problems)
+    conclude(judge, nodes[0], problems=problems)
 
 
 # ---- IB counters over the run ------------------------------------------------------------------------
 
 
 @pytest.mark.multinode
-def test_ib_counter_window(cluster, limits, thresholds, fingerprints):
+def test_ib_counter_window(cluster, judge):
     """No link went down or retrained while the fabric tests ran; symbol/receive errors per bit within 1e-12."""
-    rates = _fabric(cluster, thresholds, fingerprints)
-    nodes = [n for n in cluster.nodes if rates[n] or _declares_ib(thresholds, fingerprints, n)]
+    rates = _fabric(cluster, judge)
+    nodes = [n for n in cluster.nodes if rates[n] or _declares_ib(judge, n)]
     before = _STATE.get("ib_before")
     if isinstance(before, MeasurementError) or before is None:
         raise MeasurementError(f"no first IB counter reading to open the window: {before}")
     after = _ib(cluster, nodes, counters_only=True)
     missing = []
     for node in nodes:
-        for w in port_windows(before[node], after[node], _link_layer(thresholds, fingerprints, node)):
+        for w in port_windows(before[node], after[node], _link_layer(judge, node)):
             missing += [f"{node} {w.where}: {m}" for m in w.missing]
             missing += [f"{node} {w.where}: counters/{c} went down (reset during the window)" for c in w.reset]
             info = {"window_s": round(w.seconds, 1), "component": "HCA"}
             for counter, metric in FLAP_COUNTERS.items():
                 if counter in w.deltas:
-                    limits.check(metric, w.deltas[counter], node=node, gpu=w.where, **info)
+                    judge.check(metric, w.deltas[counter], node=node, gpu=w.where, **info)
             for counter, metric in RATE_COUNTERS.items():
                 rate = error_rate(w.deltas[counter], w.bits_received) if counter in w.deltas else None
                 if rate is not None:
-                    limits.check(metric, rate, node=node, gpu=w.where, errors=w.deltas[counter],
+                    judge.check(metric, rate, node=node, gpu=w.where, errors=w.deltas[counter],
                                  bits_received=w.bits_received, **info)  # fmt: skip
-    conclude(limits, nodes[0], missing=missing)
+    conclude(judge, nodes[0], missing=missing)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.fabric.counters import FLAP_COUNTERS, RATE_COUNTERS, error_rate, port_windows
+from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import infiniband
-from gpuaccept.thresholds.check import Checker
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
 
 pytestmark = pytest.mark.selftest
@@ -37,7 +37,7 @@ def bump(tree: Path, hca: str, counter: str, by: int) -> None:
 
 
 def judge(before: dict, after: dict) -> tuple[list[str], list[str]]:
-    limits = Checker(thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "selftest")
+    limits = Judge(thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "selftest")
     unreadable = []
     for w in port_windows(before, after, "InfiniBand"):
         unreadable += [f"{w.where}: {m}" for m in w.missing] + [f"{w.where}: {c} reset" for c in w.reset]

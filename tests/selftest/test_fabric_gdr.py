@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.fabric.gdr import ConfigTooShort, acs_control, acs_flags, bridges_between, observations
+from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import gdr
-from gpuaccept.thresholds.check import Checker
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
 
 pytestmark = pytest.mark.selftest
@@ -28,7 +28,7 @@ def thresholds() -> Thresholds:
 
 
 def judged(data: dict) -> tuple[list[str], list[str]]:
-    limits = Checker(thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "selftest")
+    limits = Judge(thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "selftest")
     found, missing = observations(data)
     for o in found:
         limits.check(o.metric, o.value, node="gpu-a01", gpu=o.gpu, **o.extra)

@@ -13,8 +13,8 @@ import pytest
 
 from gpuaccept.fabric.affinity import affine_hcas, bus_key
 from gpuaccept.fabric.transport import AFFINE, RankTransport, hca_usage, observe_rank
+from gpuaccept.judging.judge import Judge
 from gpuaccept.nccl.ncclinfo import parse_net_facts, split_processes
-from gpuaccept.thresholds.check import Checker
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
 
 pytestmark = pytest.mark.selftest
@@ -30,8 +30,8 @@ def thresholds(site: str | None = None) -> Thresholds:
     return load_thresholds(REPO / site if site else None)
 
 
-def checker(sku: str = "H100-SXM-80GB", site: str | None = None) -> Checker:
-    return Checker(thresholds(site), lambda node: sku, lambda result: None, "selftest")
+def checker(sku: str = "H100-SXM-80GB", site: str | None = None) -> Judge:
+    return Judge(thresholds(site), lambda node: sku, lambda result: None, "selftest")
 
 
 def nvlink_like() -> dict:
@@ -57,7 +57,7 @@ def observe(text: str, affine: dict[str, list[str]] | None = None) -> list[RankT
     return out
 
 
-def judge(ranks: list[RankTransport], limits: Checker) -> list[str]:
+def judge(ranks: list[RankTransport], limits: Judge) -> list[str]:
     for r in ranks:
         limits.check("nccl_net_transport", r.transport, node=r.node, gpu=r.gpu)
         if r.gdr is not None:
