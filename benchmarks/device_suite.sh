@@ -18,7 +18,8 @@ site=${GPUACCEPT_SITE:-fixtures/site/lent-h200-no-ib.yaml}
 mark=${GPUACCEPT_MARK:-acceptance}
 ngpu=$(nvidia-smi -L | wc -l)
 slurm=()
-command -v slurmctld >/dev/null || slurm=(--prefix /opt/sl --debs .cache/slurmdeb)
+# the system's Slurm, else the carried .debs (a PATH holding /opt/sl from an earlier up.sh does not count)
+[[ -x /usr/sbin/slurmctld ]] || slurm=(--prefix /opt/sl --debs .cache/slurmdeb)
 
 layout() { # name nodes gpus-per-node pytest-args...
   local name=$1 nodes=$2 per=$3 env t0 rc

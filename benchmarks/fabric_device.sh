@@ -25,7 +25,8 @@ ngpu=$(nvidia-smi -L | wc -l)
 nodes=${GPUACCEPT_FABRIC_NODES:-$ngpu}
 max_bytes=${GPUACCEPT_FABRIC_MAX_BYTES:-64M}   # NCCL over TCP: keep each size's 65 launches in seconds
 slurm=()
-command -v slurmctld >/dev/null || slurm=(--prefix /opt/sl --debs .cache/slurmdeb)
+# the system's Slurm, else the carried .debs (a PATH holding /opt/sl from an earlier up.sh does not count)
+[[ -x /usr/sbin/slurmctld ]] || slurm=(--prefix /opt/sl --debs .cache/slurmdeb)
 env=$(bash slurm/dev-cluster/up.sh --nodes "$nodes" --gpus-per-node 1 "${slurm[@]}") || exit 1
 eval "$env"
 trap 'bash slurm/dev-cluster/down.sh >/dev/null 2>&1' EXIT
