@@ -158,3 +158,21 @@ def test_fabric_line_rate_from_sysfs_judges_a_uniformly_slow_fabric() -> None:
         ("nccl_busbw_fabric_pct", 75.0),
         ("nccl_all_reduce_busbw_multinode_gbs", 300.0),
     ]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_recorded_socket_fallback_on_the_lent_h200(rank: int) -> None:
+    """Real logs (benchmarks/fabric_device.sh on the lent 2xH200, two loopback Slurm nodes, NCCL_P2P_DISABLE=1
+    NCCL_SHM_DISABLE=1): every NET channel is NET/Socket without GPUDirect, so the packaged H200 expectation
+    fails naming Socket and the socket site file accepts it."""
+    text = (Path(__file__).parents[2] / "fixtures" / "nccl" / f"nccl_socket_2nodes_rank{rank}.log").read_text()
+    seen = observe_rank(parse_net_facts(text), node=f"node{rank + 1}", rank=rank, gpu=str(rank), affine=None,
+                        multinode=True)  # fmt: skip
+    assert (seen.transport, seen.gdr) == ("Socket", 0) and seen.channels > 0
+    packaged = checker("H200")
+    packaged.check("nccl_net_transport", seen.transport, node=f"node{rank + 1}")
+    assert [r.reason for r in packaged.failures()] == ["Socket != IB"]
+    declared = checker("H200", "fixtures/site/lent-h200-socket-net.yaml")
+    declared.check("nccl_net_transport", seen.transport, node=f"node{rank + 1}")
+    declared.check("nccl_net_gdr", seen.gdr, node=f"node{rank + 1}")
+    assert not declared.failures()
