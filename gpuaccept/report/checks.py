@@ -27,6 +27,7 @@ __all__ = [
     "allure_status",
     "check_line",
     "checks_html",
+    "checks_markdown",
     "checks_of",
     "junit_properties",
     "worst_failure",
@@ -34,6 +35,8 @@ __all__ = [
 
 #: JUnit property names start with this (``gpuaccept.node``), apart from any a site's plugin adds.
 JUNIT_PREFIX = "gpuaccept."
+#: At most this many checks are listed in Allure's description (the "checks" attachment has them all).
+MAX_LISTED = 40
 #: At most this many failed checks are named in one JUnit property (the count says how many more).
 MAX_NAMED = 8
 
@@ -72,9 +75,8 @@ def allure_message(category: str | None, message: str | None) -> str:
     return text if text.startswith(prefix) else prefix + text
 
 
-def checks_html(checks: Sequence[MetricResult], description: str | None = None) -> str:
-    """The test's description and a table of its checks (Allure's description and "checks" attachment)."""
-    rows = [
+def _rows(checks: Sequence[MetricResult]) -> list[dict[str, Any]]:
+    return [
         {
             "check": c.metric,
             "kind": c.kind,
@@ -88,8 +90,27 @@ def checks_html(checks: Sequence[MetricResult], description: str | None = None) 
         }
         for c in checks
     ]
-    counts = {v: sum(1 for c in checks if c.verdict == v) for v in ("pass", "fail", "info", "unjudged")}
-    return render("checks.html.j2", rows=rows, counts=counts, description=description or "")
+
+
+def _counts(checks: Sequence[MetricResult]) -> dict[str, int]:
+    return {v: sum(1 for c in checks if c.verdict == v) for v in ("pass", "fail", "info", "unjudged")}
+
+
+def checks_html(checks: Sequence[MetricResult], description: str | None = None) -> str:
+    """A table of the checks as a standalone HTML page (Allure's "checks" attachment)."""
+    return render("checks.html.j2", rows=_rows(checks), counts=_counts(checks), description=description or "")
+
+
+def checks_markdown(checks: Sequence[MetricResult], description: str | None = None) -> str:
+    """The test's description and its checks as a Markdown table (Allure's description renders it)."""
+    order = {"fail": 0, "unjudged": 1, "pass": 2, "info": 3}
+    rows = sorted(_rows(checks), key=lambda r: order.get(r["verdict"], 4))
+    return render("checks.md.j2", rows=rows, counts=_counts(checks), description=description or "", keep=MAX_LISTED)
+
+
+def _names(names: Iterable[str], keep: int = 20) -> str:
+    unique = sorted(set(names))
+    return ", ".join(unique[:keep]) + (f", and {len(unique) - keep} more" if len(unique) > keep else "")
 
 
 def _gpus(checks: Iterable[MetricResult]) -> str:
@@ -114,6 +135,7 @@ def junit_properties(data: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("node", ", ".join(nodes)),
         ("gpus", gpus),
         ("checks", f"{len(judged)} judged, {len(failed)} failed"),
+        ("metrics", _names(c.metric for c in judged)),
     ]
     if data.get("category"):
         props.append(("category", str(data["category"])))
@@ -122,6 +144,6 @@ def junit_properties(data: Mapping[str, Any]) -> list[tuple[str, str]]:
         more = f"; and {len(failed) - MAX_NAMED} more" if len(failed) > MAX_NAMED else ""
         props.append(("failed_checks", named + more))
         worst = worst_failure(failed)
-        if worst is not None:
+        if worst is not None and len(failed) > 1:
             props.append(("worst", check_line(worst)))
     return [(JUNIT_PREFIX + name, value) for name, value in props if value]

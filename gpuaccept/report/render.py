@@ -15,7 +15,7 @@ from typing import Any
 
 import jinja2
 
-__all__ = ["data_uri", "fmt", "render", "templates"]
+__all__ = ["data_uri", "fmt", "md_cell", "render", "templates"]
 
 
 def fmt(value: Any, digits: int = 4) -> str:
@@ -29,6 +29,11 @@ def fmt(value: Any, digits: int = 4) -> str:
             return str(value)
         return f"{value:.{digits}g}"
     return str(value)
+
+
+def md_cell(value: Any) -> str:
+    """A value for one Markdown table cell: one line, ``|`` escaped (HTML escaping is autoescape's)."""
+    return " ".join(str(value if value is not None else "").split()).replace("|", "\\|")
 
 
 def data_uri(png: bytes, mime: str = "image/png") -> str:
@@ -45,6 +50,7 @@ def templates() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["fmt"] = fmt
+    env.filters["cell"] = md_cell
     return env
 
 

@@ -148,6 +148,7 @@ def _groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         gpus = [r for r in found if r.get("gpu") is not None]
         example = max(found, key=lambda r: abs(r.get("delta_pct") or 0.0))
         where = f"{example['node']}" + (f" GPU {example['gpu']}" if example.get("gpu") is not None else "")
+        unit = example.get("unit") or ""
         out.append(
             {
                 "metric": metric,
@@ -158,7 +159,7 @@ def _groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "low": min(deltas) if deltas else None,
                 "high": max(deltas) if deltas else None,
                 "tolerance": found[0].get("tolerance_pct"),
-                "example": f"{where}: {fmt(example.get('baseline'))} -> {fmt(example.get('now'))} {example.get('unit') or ''}",
+                "example": f"{where}: {fmt(example.get('baseline'))} -> {fmt(example.get('now'))} {unit}",
             }
         )
     out.sort(key=lambda g: (_STATUS_ORDER.get(g["status"], 3), -max(abs(g["low"] or 0), abs(g["high"] or 0))))

@@ -32,8 +32,8 @@ __all__ = [
     "heat_panels",
     "heatmap_png",
     "loss_png",
-    "loss_target",
     "loss_runs",
+    "loss_target",
     "nccl_png",
     "nccl_scales",
 ]

@@ -254,7 +254,8 @@ def overview(record: Mapping[str, Any], *, cluster_name: str | None = None) -> O
     for entry in tests:
         for node in [str(n) for n in entry.get("nodes") or []] or [CLUSTER_ROW]:
             grouped.setdefault((node, area_of(str(entry["nodeid"]))), []).append(entry)
-    problems = [_problem(t, by_test.get(str(t["nodeid"]), [])) for t in tests if t.get("verdict") in ("failed", "error")]
+    bad = [t for t in tests if t.get("verdict") in ("failed", "error")]
+    problems = [_problem(t, by_test.get(str(t["nodeid"]), [])) for t in bad]
     problems.sort(key=lambda p: (-RANK.get(p.verdict, 0), p.area, p.nodeid))
 
     rows: list[Row] = []
