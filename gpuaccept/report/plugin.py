@@ -115,16 +115,18 @@ def _junit_properties(item: pytest.Item, report: pytest.TestReport, data: dict[s
     """Replace our properties on the item (the teardown report, which junitxml reads, copies them)."""
     from gpuaccept.report.checks import JUNIT_PREFIX, junit_properties
 
-    props = junit_properties(data)
+    props: list[tuple[str, object]] = list(junit_properties(data))
     for holder in (item.user_properties, report.user_properties):
         holder[:] = [p for p in holder if not str(p[0]).startswith(JUNIT_PREFIX)] + props
 
 
 def _allure_test(item: pytest.Item) -> Any:
     """allure-pytest's result object of the running test, or None (no listener, another version)."""
-    listener = item.config.pluginmanager.get_plugin("allure_listener")
+    listener: Any = item.config.pluginmanager.get_plugin("allure_listener")
+    if listener is None:
+        return None
     try:
-        uuid = listener._cache.get(item.nodeid) if listener is not None else None
+        uuid = listener._cache.get(item.nodeid)
         return listener.allure_logger.get_test(uuid) if uuid else None
     except AttributeError:
         return None

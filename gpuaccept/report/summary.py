@@ -141,7 +141,7 @@ def _groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         grouped.setdefault((str(row["metric"]), str(row["status"])), []).append(row)
-    out = []
+    out: list[dict[str, Any]] = []
     for (metric, status), found in grouped.items():
         deltas = [float(r["delta_pct"]) for r in found if r.get("delta_pct") is not None]
         nodes = sorted({str(r["node"]) for r in found})

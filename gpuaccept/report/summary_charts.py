@@ -116,14 +116,14 @@ def heat_panels(metrics: Iterable[MetricResult]) -> list[HeatPanel]:
         values: list[float | None] = []
         ratios: list[float | None] = []
         for j, (metric, _title, _unit) in enumerate(columns):
-            m = cells.get((metric, gpu))
-            value = None if m is None else _number(m.value)
-            floor = None if m is None else _number(m.min)
+            cell = cells.get((metric, gpu))
+            value = None if cell is None else _number(cell.value)
+            floor = None if cell is None else _number(cell.min)
             values.append(value)
             ratios.append(value / floor if value is not None and floor else None)
             if floor:
                 panel.floors[j].add(floor)
-            if m is not None and m.verdict == "fail":
+            if cell is not None and cell.verdict == "fail":
                 panel.failed.add((i, j))
         panel.values.append(values)
         panel.ratios.append(ratios)
