@@ -132,13 +132,20 @@ _STARTED = re.compile(r'<meta name="gpuaccept-record-started" content="([^"]*)">
 
 
 def build_summary_file(
-    record_path: Path, target: Path, *, root: Path, baseline: Path | None = None, reuse: bool = True
+    record_path: Path,
+    target: Path,
+    *,
+    root: Path,
+    baseline: Path | None = None,
+    reuse: bool = True,
+    environment: dict[str, str] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Write (or reuse, when the session already wrote it for this very record) the summary page.
 
     Returns its HTML and what the Allure bar says about the run. Reuse keeps what only the session
     knew (Slurm's cluster name, the session's --baseline); a different record or a --baseline here
-    rebuilds the page from the record.
+    rebuilds the page from the record. ``environment`` is the results' environment.properties: when
+    it is this record's, its cluster name (asked of Slurm during the session) is used.
     """
     from gpuaccept.report.summary import (
         SummaryError,
@@ -152,7 +159,9 @@ def build_summary_file(
 
     try:
         record = load_record(record_path)
-        view = overview(record)
+        env = environment or {}
+        name = env.get("Cluster") if env.get("Started") == str(record.get("started")) else None
+        view = overview(record, cluster_name=name)
         html = target.read_text(encoding="utf-8") if reuse and baseline is None and target.is_file() else ""
         match = _STARTED.search(html)
         if match is None or match.group(1) != str(record.get("started", "")):
@@ -163,6 +172,7 @@ def build_summary_file(
                 reports_dir=_reports_dir(record_path, root),
                 baseline=None if earlier is None else (load_record(earlier), earlier, False),
                 thresholds=record_thresholds(record),
+                cluster_name=name,
             )
             write_summary(target, html)
     except SummaryError as exc:
@@ -212,8 +222,12 @@ def main(argv: list[str] | None = None) -> int:
             require_results(results)
         if not record.is_file() and not args.summary_only:
             raise ReportError(f"run record {record} not found: give --record (the summary is built from it)")
-        html, facts = build_summary_file(record, summary, root=args.root, baseline=args.baseline,
-                                         reuse=not args.summary_only)  # fmt: skip
+        from gpuaccept.report.allure_files import read_environment
+
+        env = read_environment(results / "environment.properties")
+        html, facts = build_summary_file(
+            record, summary, root=args.root, baseline=args.baseline, reuse=not args.summary_only, environment=env
+        )
         print(f"acceptance summary: {summary} ({facts['verdict']}: {facts['reason']})")
         if args.summary_only:
             return 0

@@ -173,6 +173,9 @@ def changes_since(
     base = Baseline(baseline, path, thresholds)
     metrics = [MetricResult.from_dict(dict(m)) for m in record.get("metrics") or []]
     frame = base.side_by_side(metrics)
+    # an expectation's value is what the test compared, not a figure of the hardware (a fresh file's hash)
+    expectations = {m.metric for m in metrics if m.kind == "expectation"}
+    frame = frame[~frame["metric"].isin(expectations)]
     counts = {str(k): int(v) for k, v in frame["status"].value_counts().items()} if not frame.empty else {}
     moved = frame[frame["status"].isin(list(_STATUS_ORDER))]
     rows = [{k: _cell(v) for k, v in row.items()} for row in moved.to_dict(orient="records")]

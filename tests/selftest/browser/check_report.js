@@ -15,7 +15,7 @@
 //   4. the verdict header is at the top of the first screen and says --verdict; every node of --nodes
 //      is named with a verdict.
 // Every page: no request leaves 127.0.0.1 / file: / data: / blob: (each is blocked, listed and fails).
-// Usage: node check_report.js [--url URL --total N] [--failed NAME --category CAT --attachment checks]
+// Usage: node check_report.js [--url URL --total N] [--failed NAME --category CAT --attachment checks|""]
 //          [--trend N] [--verdict "NOT ACCEPTED"] [--summary file:///.../summary.html --nodes a,b]
 //          [--screenshots DIR] [--chromium PATH]
 // Prints one JSON line with what it saw; exit 0 when every check held, 1 when one did not, 2 when the
@@ -29,7 +29,7 @@ const path = require('path');
 function parseArgs(argv) {
   const args = { attachment: 'checks', chromium: '/usr/bin/chromium' };
   for (let i = 0; i < argv.length; i += 2) {
-    args[argv[i].replace(/^--/, '')] = argv[i + 1];
+    args[argv[i].replace(/^--/, '')] = argv[i + 1] ?? '';
   }
   if (!args.url && !args.summary) {
     console.error('check_report.js: give --url (an Allure report) and/or --summary (the summary page)');
@@ -136,11 +136,13 @@ async function checkAllure(page, args, seen) {
   if (!['Failed', 'Broken'].includes(seen.failedStatus)) {
     seen.problems.push(`the page of "${args.failed}" does not show a Failed or Broken status`);
   }
-  const attachment = page.getByText(args.attachment, { exact: true }).first();
-  await attachment.waitFor({ timeout: 15000 }).catch(() => {});
-  seen.attachment = await attachment.isVisible();
-  if (!seen.attachment) {
-    seen.problems.push(`the page of "${args.failed}" has no "${args.attachment}" attachment`);
+  if (args.attachment) {
+    const attachment = page.getByText(args.attachment, { exact: true }).first();
+    await attachment.waitFor({ timeout: 15000 }).catch(() => {});
+    seen.attachment = await attachment.isVisible();
+    if (!seen.attachment) {
+      seen.problems.push(`the page of "${args.failed}" has no "${args.attachment}" attachment`);
+    }
   }
   await shot(page, seen, args, 'allure-failed-test');
 }

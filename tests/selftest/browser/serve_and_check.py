@@ -84,6 +84,7 @@ class Expect:
     failed: str | None = None
     category: str | None = None
     verdict: str | None = None
+    attachment: str = "checks"
     nodes: list[str] = field(default_factory=list)
     trend: int | None = None
 
@@ -104,6 +105,7 @@ def check(
         argv += ["--summary", summary.resolve().as_uri(), "--nodes", ",".join(expect.nodes)]
     if expect.failed:
         argv += ["--failed", expect.failed, "--category", expect.category or "Threshold miss"]
+        argv += ["--attachment", expect.attachment]
     if expect.trend is not None:
         argv += ["--trend", str(expect.trend)]
     if screenshots is not None:
@@ -148,6 +150,7 @@ def expectations(record_path: Path) -> Expect:
         failed=first["nodeid"].split("::")[-1] if first else None,
         category=CATEGORY_TITLES.get(first.get("category") or "", None) if first else None,
         verdict="ACCEPTED" if accepted else "NOT ACCEPTED",
+        attachment="checks" if first and first.get("checks") else "",  # a test that judged nothing has none
         nodes=nodes,
     )
 
