@@ -1,24 +1,34 @@
-"""``gpuaccept-report``: build the Allure HTML report from reports/allure-results.
+"""``gpuaccept-report``: the acceptance summary and the Allure HTML report of a run.
 
 The Allure command line is a Java program distributed on npm; the repository pins it in package.json
 (``npm ci`` installs it under node_modules/), so every machine builds the same report. This wrapper
 finds it, checks Java is there (tested with OpenJDK 17; CI installs ``default-jre-headless``),
 carries the previous report's ``history/`` into the results so the trend graphs span runs, and runs
-``allure generate``. ``--single-file`` makes one self-contained ``index.html`` to send to a customer.
+``allure generate`` with Allure's analytics off. ``--single-file`` makes one self-contained
+``index.html`` to send to a customer.
 
-Exit status: 0 built, 2 usage problem (no results, no Allure, no Java), else Allure's own status.
+Then the acceptance summary (``reports/summary.html``, see ``gpuaccept.report.summary``) is made the
+first thing of the report: a verdict bar on top of every page that opens the summary, and the page is
+checked to load nothing from outside. ``--summary-only --record RUN.json`` builds just the summary
+from a run record (one fetched from another machine, say), without Allure or Java.
+
+Exit status: 0 built, 2 usage problem (no results, no record, no Allure, no Java), else Allure's own.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-__all__ = ["build", "find_allure", "main"]
+from gpuaccept.report.allure_page import ANALYTICS_ENV, PageError, external_loads, inject_summary, strip_analytics
+
+__all__ = ["build", "build_summary_file", "find_allure", "main", "record_for", "with_summary"]
 
 NPM_HINT = "run `npm ci` at the repository root (package.json pins allure-commandline), or pass --allure PATH"
 JAVA_HINT = "Allure needs Java: apt-get install -y default-jre-headless (or set JAVA_HOME)"
@@ -64,6 +74,14 @@ def _carry_history(results: Path, previous_report: Path) -> None:
         shutil.copytree(history, results / "history")
 
 
+def require_results(results: Path) -> None:
+    if not results.is_dir() or not any(results.glob("*-result.json")):
+        raise ReportError(
+            f"no Allure results in {results}: run `pytest -m acceptance` first "
+            "(results go to reports/allure-results, or where --alluredir says)"
+        )
+
+
 def build(
     results: Path,
     output: Path,
@@ -75,11 +93,7 @@ def build(
     quiet: bool = False,
 ) -> Path:
     """Generate the report; return its index.html. Raises ``ReportError`` with the fix to apply."""
-    if not results.is_dir() or not any(results.glob("*-result.json")):
-        raise ReportError(
-            f"no Allure results in {results}: run `pytest -m acceptance` first "
-            "(results go to reports/allure-results, or where --alluredir says)"
-        )
+    require_results(results)
     binary = allure or find_allure(root or Path.cwd())
     _check_java()
     _carry_history(results, output)
@@ -88,13 +102,98 @@ def build(
         argv.append("--single-file")
     if name:
         argv += ["--name", name]
-    done = subprocess.run(argv, capture_output=True, text=True)
+    done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **ANALYTICS_ENV})
     if done.returncode != 0 or not (output / "index.html").is_file():
         detail = (done.stderr or done.stdout).strip()[-2000:]
         raise subprocess.CalledProcessError(done.returncode or 1, argv, output=detail)
     if not quiet:
         print(done.stdout.strip())
-    return output / "index.html"
+    index = output / "index.html"
+    index.write_text(strip_analytics(index.read_text(encoding="utf-8")), encoding="utf-8")
+    return index
+
+
+def record_for(results: Path, root: Path) -> Path:
+    """The run record of these results: the one environment.properties names, else reports/runs/latest.json."""
+    from gpuaccept.report.allure_files import read_environment
+
+    named = read_environment(results / "environment.properties").get("Run record")
+    if named and Path(named).is_file():
+        return Path(named)
+    return root / "reports" / "runs" / "latest.json"
+
+
+def _reports_dir(record: Path, root: Path) -> Path:
+    """reports/ of the run: the record's grandparent for reports/runs/X.json, else <root>/reports."""
+    return record.parent.parent if record.parent.name == "runs" else root / "reports"
+
+
+_STARTED = re.compile(r'<meta name="gpuaccept-record-started" content="([^"]*)">')
+
+
+def build_summary_file(
+    record_path: Path,
+    target: Path,
+    *,
+    root: Path,
+    baseline: Path | None = None,
+    reuse: bool = True,
+    environment: dict[str, str] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """Write (or reuse, when the session already wrote it for this very record) the summary page.
+
+    Returns its HTML and what the Allure bar says about the run. Reuse keeps what only the session
+    knew (Slurm's cluster name, the session's --baseline); a different record or a --baseline here
+    rebuilds the page from the record. ``environment`` is the results' environment.properties: when
+    it is this record's, its cluster name (asked of Slurm during the session) is used.
+    """
+    from gpuaccept.report.summary import (
+        SummaryError,
+        build_summary,
+        load_record,
+        previous_record,
+        record_thresholds,
+        write_summary,
+    )
+    from gpuaccept.report.summary_model import overview
+
+    try:
+        record = load_record(record_path)
+        env = environment or {}
+        name = env.get("Cluster") if env.get("Started") == str(record.get("started")) else None
+        view = overview(record, cluster_name=name)
+        html = target.read_text(encoding="utf-8") if reuse and baseline is None and target.is_file() else ""
+        match = _STARTED.search(html)
+        if match is None or match.group(1) != str(record.get("started", "")):
+            earlier = baseline or previous_record(record_path, record)
+            html = build_summary(
+                record,
+                record_path=record_path,
+                reports_dir=_reports_dir(record_path, root),
+                baseline=None if earlier is None else (load_record(earlier), earlier, False),
+                thresholds=record_thresholds(record),
+                cluster_name=name,
+            )
+            write_summary(target, html)
+    except SummaryError as exc:
+        raise ReportError(str(exc)) from None
+    cluster = dict(view.identity).get("Cluster", "the cluster")
+    facts = {"verdict": view.verdict, "accepted": view.accepted, "reason": view.reason, "counts": view.counts,
+             "cluster": cluster}  # fmt: skip
+    return html, facts
+
+
+def with_summary(index: Path, summary_html: str, facts: dict[str, Any], *, single_file: bool) -> Path:
+    """Put the verdict bar and the summary first in the report; refuse a page that would call out."""
+    page = inject_summary(index.read_text(encoding="utf-8"), facts, summary_html,
+                          link=None if single_file else "summary.html")  # fmt: skip
+    if not single_file:
+        (index.parent / "summary.html").write_text(summary_html, encoding="utf-8")
+    outside = external_loads(page)
+    if outside:
+        raise ReportError(f"{index} would load from outside when opened: {', '.join(outside[:5])}")
+    index.write_text(page, encoding="utf-8")
+    return index
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,10 +204,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--single-file", action="store_true", help="one self-contained index.html to send")
     parser.add_argument("--name", default="GPU cluster acceptance", help="report title")
     parser.add_argument("--allure", help="the allure executable (default: node_modules/.bin/allure)")
+    parser.add_argument(
+        "--record", type=Path, help="run record (default: the results' own, else reports/runs/latest.json)"
+    )
+    parser.add_argument(
+        "--baseline", type=Path, help="earlier run record to show changes against (default: the previous)"
+    )
+    parser.add_argument("--summary", type=Path, help="where the summary goes (default: <reports>/summary.html)")
+    parser.add_argument("--summary-only", action="store_true", help="build only the summary from --record (no Allure)")
     args = parser.parse_args(argv)
     results = args.results or args.root / "reports" / "allure-results"
+    record = args.record or record_for(results, args.root)
+    summary = args.summary or _reports_dir(record, args.root) / "summary.html"
     output = args.output or args.root / "reports" / ("html-single" if args.single_file else "html")
     try:
+        if not args.summary_only:
+            require_results(results)
+        if not record.is_file() and not args.summary_only:
+            raise ReportError(f"run record {record} not found: give --record (the summary is built from it)")
+        from gpuaccept.report.allure_files import read_environment
+
+        env = read_environment(results / "environment.properties")
+        html, facts = build_summary_file(
+            record, summary, root=args.root, baseline=args.baseline, reuse=not args.summary_only, environment=env
+        )
+        print(f"acceptance summary: {summary} ({facts['verdict']}: {facts['reason']})")
+        if args.summary_only:
+            return 0
         index = build(
             results,
             output,
@@ -117,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
             allure=Path(args.allure) if args.allure else None,
             root=args.root,
         )
-    except ReportError as exc:
+        with_summary(index, html, facts, single_file=args.single_file)
+    except (ReportError, PageError) as exc:
         print(f"gpuaccept-report: {exc}", file=sys.stderr)
         return 2
     except subprocess.CalledProcessError as exc:

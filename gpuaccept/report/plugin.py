@@ -11,10 +11,16 @@ and changes no verdict.
   and no ``--alluredir`` was given (emptied first by the controller, so a report is one run).
 - collection: area/topic/check/severity/node labels (see ``labels.py``).
 - during a test: the exact srun command and raw probe output of every step; at the end of the call
-  the metrics table, a per-GPU bar plot per metric with its threshold, the comparison with the
-  baseline (and the fingerprint diff when something regressed), the GPUs as a parameter.
+  the "checks" table (every check the test judged: observed, expected, verdict, source), a per-GPU
+  bar plot per metric with its threshold, the comparison with the baseline (and the fingerprint diff
+  when something regressed), the GPUs as a parameter.
+- each report (``pytest_runtest_makereport``, outermost): Allure's status and message follow the
+  core's verdict and category (``[threshold miss] ...``: categories.json sorts by it), the test's
+  description lists its checks, and ``--junitxml`` gets short properties (node, GPUs, verdict,
+  category, failed checks) for GitLab and Jenkins.
 - session end: the metrics CSV beside the run record, the baseline comparison CSV,
-  ``environment.properties`` and ``categories.json``, and a terminal section on the baseline.
+  ``environment.properties`` and ``categories.json``, ``reports/summary.html`` (the acceptance
+  summary), and a terminal section on the baseline.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ __all__ = ["ReportSession", "default_alluredir"]
 _SESSION = "gpuaccept-report-session"
 _METRICS = pytest.StashKey[list[MetricResult]]()
 _NODES = pytest.StashKey[set[str]]()
+#: The first non-pass outcome shown in Allure (a failing teardown after a failed call keeps the call's).
+_SHOWN = pytest.StashKey[str]()
 #: Raw output beyond this is cut (a probe gone chatty must not make the single-file report huge).
 MAX_OUTPUT_BYTES = 1 << 20
 
@@ -103,6 +111,60 @@ def _truncate(text: str) -> str:
     return f"[... first {len(data) - MAX_OUTPUT_BYTES} bytes cut ...]\n{tail}"
 
 
+def _junit_properties(item: pytest.Item, report: pytest.TestReport, data: dict[str, Any]) -> None:
+    """Replace our properties on the item (the teardown report, which junitxml reads, copies them)."""
+    from gpuaccept.report.checks import JUNIT_PREFIX, junit_properties
+
+    props: list[tuple[str, object]] = list(junit_properties(data))
+    for holder in (item.user_properties, report.user_properties):
+        holder[:] = [p for p in holder if not str(p[0]).startswith(JUNIT_PREFIX)] + props
+
+
+def _allure_test(item: pytest.Item) -> Any:
+    """allure-pytest's result object of the running test, or None (no listener, another version)."""
+    listener: Any = item.config.pluginmanager.get_plugin("allure_listener")
+    if listener is None:
+        return None
+    try:
+        uuid = listener._cache.get(item.nodeid)
+        return listener.allure_logger.get_test(uuid) if uuid else None
+    except AttributeError:
+        return None
+
+
+def _allure_outcome(item: pytest.Item, report: pytest.TestReport, data: dict[str, Any]) -> None:
+    from allure_commons.model2 import StatusDetails
+
+    from gpuaccept.report.checks import allure_message, allure_status, checks_markdown, checks_of
+
+    result = _allure_test(item)
+    if result is None:
+        return
+    if report.when == "call" and not result.descriptionHtml:  # a test's own HTML description is kept
+        description = getattr(getattr(item, "function", None), "__doc__", None)
+        result.description = checks_markdown(checks_of(data), _dedent(description))
+    status = allure_status(str(data.get("verdict")))
+    if status is None or _SHOWN in item.stash:
+        return
+    item.stash[_SHOWN] = status
+    details = result.statusDetails or StatusDetails(message=None, trace=None)
+    message = details.message or _longrepr_message(report)
+    details.message = allure_message(data.get("category"), message.removeprefix("AssertionError: "))
+    details.trace = details.trace or report.longreprtext
+    result.status, result.statusDetails = status, details
+
+
+def _dedent(text: str | None) -> str | None:
+    import inspect
+
+    return inspect.cleandoc(text) if text else None
+
+
+def _longrepr_message(report: pytest.TestReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    return str(crash.message) if crash is not None else report.longreprtext
+
+
 class ReportSession:
     """Per-session report state and hooks (one per ``pytest.Config``)."""
 
@@ -114,6 +176,8 @@ class ReportSession:
         self.regressions: list[Regression] = []
         self.changes: list[str] = []
         self.written: list[Path] = []
+        self.summary: Path | None = None
+        self.summary_error: str | None = None
         from gpuaccept.report.labels import categories_from_markers
 
         self.categories = categories_from_markers(MARKERS)
@@ -189,21 +253,16 @@ class ReportSession:
         if not metrics:
             return
         import allure
-        import pandas as pd
 
         from gpuaccept.report import attach, plots
+        from gpuaccept.report.checks import checks_html
 
         gpus = sorted({f"{m.node} GPU {m.gpu}" for m in metrics if m.gpu is not None})
         if gpus:
             allure.dynamic.parameter("GPUs", ", ".join(gpus), excluded=True)
             for gpu in gpus:
                 allure.dynamic.label("gpu", gpu)
-        rows = [
-            {"metric": m.metric, "node": m.node, "gpu": m.gpu, "value": m.value, "unit": m.unit,
-             "limit": m.limit_text(), "verdict": m.verdict, "reason": m.reason, "sku": m.sku, "source": m.source}
-            for m in metrics
-        ]  # fmt: skip
-        attach.table(pd.DataFrame(rows), "metrics", highlight="verdict", values=("fail",))
+        attach.html(checks_html(metrics), "checks")
         for metric, results in plots.plottable_metrics(metrics).items():
             attach.png(plots.per_gpu_bars(metric, results), f"plot: {metric} per GPU")
         if self.baseline is not None:
@@ -214,6 +273,23 @@ class ReportSession:
                 changes = summarize_changes(self.baseline.fingerprint_changes(self.fingerprints))
                 attach.text("\n".join(changes or ["no change in driver, CUDA, NCCL, torch, kernel, OS, GPUs"]) + "\n",
                             "what changed since the baseline")  # fmt: skip
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        """Show the core's verdict: Allure status, message and description; JUnit properties.
+
+        Outermost wrapper (``tryfirst``): runs after the core decided (``report.gpuaccept``) and
+        after allure-pytest recorded its own view of the report, which this corrects to the core's.
+        """
+        report = yield
+        data = getattr(report, "gpuaccept", None)
+        if isinstance(data, dict):
+            _junit_properties(item, report, data)
+            if self.active:
+                _allure_outcome(item, report, data)
+        return report
 
     # ---- session end -------------------------------------------------------------------------------
 
@@ -226,12 +302,12 @@ class ReportSession:
             target = path.with_name(path.stem + ".baseline.csv")
             frame.to_csv(target, index=False)
             self.written.append(target)
+        data = record.to_dict()
+        if data["cluster"].get("launcher") == "slurm" and not data["cluster"].get("name"):
+            data["cluster"] = {**data["cluster"], "name": _slurm_cluster_name()}
         if self.active and self.alluredir is not None:
             from gpuaccept.report.allure_files import environment, write_categories, write_environment
 
-            data = record.to_dict()
-            if data["cluster"].get("launcher") == "slurm" and not data["cluster"].get("name"):
-                data["cluster"] = {**data["cluster"], "name": _slurm_cluster_name()}
             values = environment(
                 data,
                 path,
@@ -241,6 +317,32 @@ class ReportSession:
             )
             write_environment(self.alluredir, values)
             write_categories(self.alluredir)
+        if data["tests"]:
+            self._write_summary(path, data)
+
+    def _write_summary(self, path: Path, data: dict[str, Any]) -> None:
+        """reports/summary.html; a page that cannot be drawn is said in the terminal, never a verdict."""
+        from gpuaccept.report.summary import build_summary, load_record, previous_record, write_summary
+        from gpuaccept.state import STATE_KEY
+
+        state = self.config.stash.get(STATE_KEY, None)
+        reports_dir = Path(self.config.rootpath) / "reports"
+        try:
+            baseline: tuple[dict[str, Any], Path, bool] | None = None
+            if self.baseline is not None:
+                baseline = (self.baseline.record, self.baseline.path, True)
+            elif (previous := previous_record(path, data)) is not None:
+                baseline = (load_record(previous), previous, False)
+            html = build_summary(
+                data,
+                record_path=path,
+                reports_dir=reports_dir,
+                baseline=baseline,
+                thresholds=state.thresholds if state is not None else None,
+            )
+            self.summary = write_summary(reports_dir / "summary.html", html)
+        except Exception as exc:  # a report bug must not turn into a failed acceptance run
+            self.summary_error = f"{type(exc).__name__}: {exc}"
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -259,6 +361,10 @@ class ReportSession:
         for path in self.written:
             kind = "vs baseline" if path.name.endswith(".baseline.csv") else "metrics table"
             terminalreporter.write_line(f"{kind}: {path}")
+        if self.summary is not None:
+            terminalreporter.write_line(f"acceptance summary: {self.summary}")
+        elif self.summary_error is not None:
+            terminalreporter.write_line(f"acceptance summary could not be written: {self.summary_error}", yellow=True)
         if self.active:
             terminalreporter.write_line(f"allure results: {self.alluredir} (HTML: gpuaccept-report)")
 

@@ -3,8 +3,9 @@
 One tiny suite (``FAKE_SUITE``, also used by the HTML browser check) runs in a pytest subprocess with
 the local launcher and no ``--alluredir``: the results must appear in reports/allure-results under
 its rootdir, every test labelled by area, with the srun-equivalent command, the probe's raw output,
-the metrics table and the per-GPU plot attached, and the run's environment and failure categories
-beside them. The categories' regexes are then checked against the messages the suite really raises.
+the checks table and the per-GPU plot attached, its description listing every check it judged, and
+the run's environment and failure categories beside them. Allure's status and message follow the
+judging core's verdict and category, and the categories' regexes sort them as the run record does.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.report.allure_files import CATEGORIES, environment
+from gpuaccept.report.allure_files import CATEGORIES, CATEGORY_TITLES, category_prefix, environment
 from gpuaccept.report.labels import categories_from_markers, placement
 
 from .conftest import InnerRun, run_inner, write_suite
@@ -138,19 +139,32 @@ def test_commands_raw_output_tables_and_plots_are_attached(fake_run):
     node = run.record["metrics"][0]["node"]
     memcpy = results["test_host_memcpy"]
     names = {a["name"]: a for a in memcpy["attachments"]}
-    assert {f"command: _cpubench on {node}", f"stdout: _cpubench on {node}", "metrics",
+    assert {f"command: _cpubench on {node}", f"stdout: _cpubench on {node}", "checks",
             "plot: host_memcpy_gbps per GPU"} <= set(names)  # fmt: skip
     command = (alluredir / names[f"command: _cpubench on {node}"]["source"]).read_text()
     assert "gpuaccept.probes._cpubench --size-mib 16" in command
     assert "GPUACCEPT_RESULT" in (alluredir / names[f"stdout: _cpubench on {node}"]["source"]).read_text()
     assert (alluredir / names["plot: host_memcpy_gbps per GPU"]["source"]).read_bytes().startswith(b"\x89PNG")
-    table = (alluredir / names["metrics"]["source"]).read_text()
+    table = (alluredir / names["checks"]["source"]).read_text()
     assert table.count("<tr>") == 3 and "host_memcpy_gbps" in table  # header + two ranks
+    assert "selftest: CPU-time memcpy" in table  # the limit's source is shown with the value
     assert {"name": "GPUs", "value": f"'{node} GPU 0, {node} GPU 1'", "excluded": True} in memcpy["parameters"]
     failed = {a["name"]: a for a in results[FAILED_TEST]["attachments"]}
-    assert 'class="fail"' in (alluredir / failed["metrics"]["source"]).read_text()
+    assert "#fdecea" in (alluredir / failed["checks"]["source"]).read_text()  # the failed row is marked
     broken = {a["name"] for a in results["test_probe_crashes"]["attachments"]}
     assert f"command: _faults on {node}" in broken
+
+
+def test_description_lists_what_each_test_verified(fake_run):
+    _run, alluredir = fake_run
+    results = _results(alluredir)
+    limits = results["test_node_limits"]["description"]
+    assert limits.startswith("/dev/shm and open files as a job step sees them.")
+    assert "Checks judged: 2 passed, 0 failed" in limits
+    assert "dev_shm_gib on" in limits and "nofile on" in limits and "Source: " in limits
+    failing = results[FAILED_TEST]["description"]
+    assert "0 passed, 1 failed" in failing and "**FAIL** · nofile" in failing and "expected &gt;= 4096" in failing
+    assert "No check was recorded" in results["test_probe_crashes"]["description"]
 
 
 def test_environment_properties(fake_run):
@@ -169,12 +183,18 @@ def test_environment_properties(fake_run):
 
 
 def test_categories_sort_the_real_messages(fake_run):
-    _run, alluredir = fake_run
+    run, alluredir = fake_run
     assert json.loads((alluredir / "categories.json").read_text()) == CATEGORIES
     results = _results(alluredir)
     assert _categories(results[FAILED_TEST]) == ["Threshold miss"]
     assert _categories(results["test_probe_crashes"]) == ["Could not measure (infrastructure)"]
     assert _categories(results["test_host_memcpy"]) == []
+    message = results[FAILED_TEST]["statusDetails"]["message"]
+    assert message.startswith("[threshold miss] 1 threshold miss(es):"), message
+    assert results["test_probe_crashes"]["statusDetails"]["message"].startswith("[could not measure] ")
+    # the record and Allure say the same thing
+    categories = {t["nodeid"].split("::")[-1].split("[")[0]: t["category"] for t in run.record["tests"]}
+    assert categories[FAILED_TEST] == "threshold miss" and categories["test_probe_crashes"] == "could not measure"
 
 
 def _categories(result: dict[str, Any]) -> list[str]:
@@ -194,44 +214,18 @@ def _match(status: str, message: str) -> list[str]:
     return out
 
 
-HARDWARE = "Hardware fault (ECC, XID, NVLink or IB down)"
+@pytest.mark.parametrize("category", ["threshold miss", "hardware fault", "drift", "regression"])
+def test_each_core_category_lands_in_exactly_its_allure_category(category):
+    message = category_prefix(category) + "1 threshold miss(es):\n  a17 GPU 0: ecc = 2 (limit <= 0; drift? regressed)"
+    assert _match("failed", message) == [CATEGORY_TITLES[category]]
 
 
-@pytest.mark.parametrize(
-    ("message", "category"),
-    [
-        (
-            "AssertionError: 1 threshold miss(es):\n  a17 GPU 3 (0000:9A:00.0): ecc_uncorrected_volatile = 2 errors "
-            "(limit <= 0; 2 > max 0)",
-            HARDWARE,
-        ),
-        ("AssertionError: a17: XID 79 (GPU fallen off the bus) on GPU 2", HARDWARE),
-        ("AssertionError: 1 threshold miss(es):\n  a17 GPU 0: nvlink_links_up = 17 links (limit == 18)", HARDWARE),
-        ("AssertionError: a18: IB port mlx5_3/1 is DOWN", HARDWARE),
-        (
-            "AssertionError: configuration drift across nodes:\n  GPU driver: '570.86' on most nodes, but a17='550.54'",
-            "Configuration drift (versions differ across nodes)",
-        ),
-        (
-            "AssertionError: 2 threshold miss(es):\n  a17 GPU 0: matmul_bf16_tflops = 600 TFLOP/s (limit >= 700)",
-            "Threshold miss",
-        ),
-        (
-            "AssertionError: 1 regression(s) vs baseline:\n  a17: nccl_all_reduce_busbw_gbps = 300 GB/s "
-            "(regressed 12.0% vs baseline 20261101T000000Z.json (341 -> 300 GB/s, tolerance 5%))",
-            "Regression against baseline",
-        ),
-        ("AssertionError: a17: the probe ran on 'a18', not on the node it was sent to", "Other failed check"),
-    ],
-)
-def test_each_failure_lands_in_exactly_one_category(message, category):
-    assert _match("failed", message) == [category]
-
-
-def test_broken_is_could_not_measure():
-    assert _match("broken", "gpuaccept.errors.ProbeTimeout: probe nccl on a17: no result within 300 s") == [
+def test_unsorted_failures_and_broken_tests():
+    assert _match("failed", "AssertionError: something a site plugin raised") == ["Other failed check"]
+    assert _match("broken", "[could not measure] ProbeTimeout: probe nccl on a17: no result within 300 s") == [
         "Could not measure (infrastructure)"
     ]
+    assert _match("broken", "any crash") == ["Could not measure (infrastructure)"]
 
 
 def test_placement_follows_the_plugin_markers():

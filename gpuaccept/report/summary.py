@@ -1,0 +1,258 @@
+"""``reports/summary.html``: the acceptance summary, one self-contained page built from a run record.
+
+Written at the end of every session that wrote a run record (the report plugin) and by
+``gpuaccept-report`` (``--summary-only --record reports/runs/X.json`` rebuilds it from a record alone,
+e.g. one fetched from a GPU machine). The page is rendered by Jinja2 from ``templates/summary.html.j2``
+with inline CSS and matplotlib charts as ``data:`` URIs: it opens offline, from a mail attachment,
+and loads nothing from anywhere.
+
+What changed since an earlier run is shown against the ``--baseline`` of the session when one was
+given (its regressions are verdicts, decided by the judging core), else against the previous run
+record in the same folder, for information only. Either way the run records stay the source of
+truth: this page is a view of them and can be rebuilt from them at any time.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuaccept.judging.baseline import Baseline, fingerprint_diff, summarize_changes
+from gpuaccept.report import summary_charts as charts
+from gpuaccept.report.render import data_uri, fmt, render
+from gpuaccept.report.summary_model import overview
+from gpuaccept.results.metrics import MetricResult
+
+if TYPE_CHECKING:
+    from gpuaccept.thresholds.loader import Thresholds
+
+__all__ = [
+    "Changes",
+    "SummaryError",
+    "build_summary",
+    "changes_since",
+    "load_record",
+    "previous_record",
+    "record_thresholds",
+    "write_summary",
+]
+
+#: At most this many moved figures are listed (largest moves first); the CSV beside the record has all.
+MAX_MOVED = 300
+#: A folder of records is searched this far back for the previous run.
+MAX_CANDIDATES = 50
+
+
+class SummaryError(Exception):
+    """A record that cannot be summarised (the message names the file and what is wrong)."""
+
+
+def load_record(path: Path) -> dict[str, Any]:
+    """A gpuaccept run record, or ``SummaryError`` saying why this file is not one."""
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SummaryError(f"run record {path} not found") from None
+    except (OSError, ValueError) as exc:
+        raise SummaryError(f"{path} is not a readable run record: {exc}") from None
+    if not isinstance(record, dict) or not str(record.get("schema", "")).startswith("gpuaccept.run/"):
+        raise SummaryError(f"{path} is not a gpuaccept run record (no 'schema: gpuaccept.run/...')")
+    return record
+
+
+def _started(record: dict[str, Any]) -> _dt.datetime | None:
+    try:
+        return _dt.datetime.fromisoformat(str(record.get("started")))
+    except ValueError:
+        return None
+
+
+def previous_record(record_path: Path, record: dict[str, Any]) -> Path | None:
+    """The newest other run record in the same folder that started before this one (latest.json aside)."""
+    started = _started(record)
+    if started is None or not record_path.parent.is_dir():
+        return None
+    candidates = [
+        p
+        for p in record_path.parent.glob("*.json")
+        if p.name != "latest.json" and not p.name.startswith(".") and p.resolve() != record_path.resolve()
+    ]
+    candidates.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    best: tuple[_dt.datetime, Path] | None = None
+    for path in candidates[:MAX_CANDIDATES]:
+        try:
+            other = _started(load_record(path))
+        except SummaryError:
+            continue
+        if other is not None and other < started and (best is None or other > best[0]):
+            best = (other, path)
+    return None if best is None else best[1]
+
+
+def record_thresholds(record: dict[str, Any]) -> Thresholds | None:
+    """The thresholds the record was judged by (its files, when still there), else the packaged ones.
+
+    Only the direction (higher or lower is better) and the tolerance of each figure are read from
+    them, to say which figures moved beyond tolerance; the verdicts are the record's own.
+    """
+    from gpuaccept.thresholds.loader import load_thresholds
+
+    files = [Path(f) for f in (record.get("thresholds") or {}).get("files") or []]
+    try:
+        if files and all(f.is_file() for f in files):
+            return load_thresholds(files[1] if len(files) > 1 else None, defaults=files[0])
+        return load_thresholds()
+    except Exception:  # a usage error in an old file must not stop a report: fall back to defaults
+        try:
+            return load_thresholds()
+        except Exception:
+            return None
+
+
+@dataclass
+class Changes:
+    """What differs from an earlier run: versions on the nodes, and figures beyond their tolerance."""
+
+    name: str
+    started: str
+    given: bool
+    versions: list[str]
+    groups: list[dict[str, Any]]
+    moved: list[dict[str, Any]]
+    counts: dict[str, int] = field(default_factory=dict)
+    more: int = 0
+
+
+def _cell(value: Any) -> Any:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return value
+
+
+_STATUS_ORDER = {"regressed": 0, "changed": 1, "improved": 2}
+
+
+def _groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One line per (figure, status): on how many nodes and GPUs, by how much, with one example."""
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        grouped.setdefault((str(row["metric"]), str(row["status"])), []).append(row)
+    out: list[dict[str, Any]] = []
+    for (metric, status), found in grouped.items():
+        deltas = [float(r["delta_pct"]) for r in found if r.get("delta_pct") is not None]
+        nodes = sorted({str(r["node"]) for r in found})
+        gpus = [r for r in found if r.get("gpu") is not None]
+        example = max(found, key=lambda r: abs(r.get("delta_pct") or 0.0))
+        where = f"{example['node']}" + (f" GPU {example['gpu']}" if example.get("gpu") is not None else "")
+        unit = example.get("unit") or ""
+        out.append(
+            {
+                "metric": metric,
+                "status": status,
+                "count": len(found),
+                "nodes": nodes,
+                "gpus": len(gpus),
+                "low": min(deltas) if deltas else None,
+                "high": max(deltas) if deltas else None,
+                "tolerance": found[0].get("tolerance_pct"),
+                "example": f"{where}: {fmt(example.get('baseline'))} -> {fmt(example.get('now'))} {unit}",
+            }
+        )
+    out.sort(key=lambda g: (_STATUS_ORDER.get(g["status"], 3), -max(abs(g["low"] or 0), abs(g["high"] or 0))))
+    return out
+
+
+def changes_since(
+    record: dict[str, Any], baseline: dict[str, Any], path: Path, thresholds: Thresholds | None, *, given: bool
+) -> Changes:
+    """Versions (``driver 550 -> 570 on node1``) and the figures that regressed, improved or changed."""
+    base = Baseline(baseline, path, thresholds)
+    metrics = [MetricResult.from_dict(dict(m)) for m in record.get("metrics") or []]
+    frame = base.side_by_side(metrics)
+    # an expectation's value is what the test compared, not a figure of the hardware (a fresh file's hash)
+    expectations = {m.metric for m in metrics if m.kind == "expectation"}
+    frame = frame[~frame["metric"].isin(expectations)]
+    counts = {str(k): int(v) for k, v in frame["status"].value_counts().items()} if not frame.empty else {}
+    moved = frame[frame["status"].isin(list(_STATUS_ORDER))]
+    rows = [{k: _cell(v) for k, v in row.items()} for row in moved.to_dict(orient="records")]
+    rows.sort(key=lambda r: (_STATUS_ORDER.get(str(r["status"]), 3), -abs(r.get("delta_pct") or 0.0)))
+    versions = summarize_changes(fingerprint_diff(base.fingerprints, dict(record.get("fingerprints") or {})))
+    return Changes(
+        name=base.name,
+        started=base.started,
+        given=given,
+        versions=versions,
+        groups=_groups(rows),
+        moved=rows[:MAX_MOVED],
+        counts=counts,
+        more=max(0, len(rows) - MAX_MOVED),
+    )
+
+
+def _record_epoch(record: dict[str, Any]) -> float | None:
+    started = _started(record)
+    return None if started is None else started.timestamp()
+
+
+def build_summary(
+    record: dict[str, Any],
+    *,
+    record_path: Path | None = None,
+    reports_dir: Path | None = None,
+    baseline: tuple[dict[str, Any], Path, bool] | None = None,
+    thresholds: Thresholds | None = None,
+    cluster_name: str | None = None,
+) -> str:
+    """The page as HTML. ``baseline`` is (record, path, given with --baseline); ``reports_dir`` holds
+    ``training/`` (loss curves) and ``nccl/`` (the sweep plots, shown when the record has no curves)."""
+    view = overview(record, cluster_name=cluster_name)
+    metrics = [MetricResult.from_dict(dict(m)) for m in record.get("metrics") or []]
+    panels = charts.heat_panels(metrics)
+    heatmap = data_uri(charts.heatmap_png(panels)) if panels else None
+    scales = charts.nccl_scales(metrics)
+    nccl = [{"title": s.title, "curves": s.curves, "png": data_uri(charts.nccl_png(s))} for s in scales]
+    since = _record_epoch(record)
+    sweep_pngs: list[dict[str, str]] = []
+    if reports_dir is not None and scales and not all(s.curves for s in scales):
+        for png in sorted((reports_dir / "nccl").glob("*.png")) if (reports_dir / "nccl").is_dir() else []:
+            if since is None or png.stat().st_mtime >= since:
+                sweep_pngs.append({"title": png.stem, "png": data_uri(png.read_bytes())})
+    runs = charts.loss_runs(reports_dir / "training", since) if reports_dir is not None else []
+    loss = data_uri(charts.loss_png(runs, charts.loss_target(metrics))) if runs else None
+    changes = None
+    if baseline is not None:
+        changes = changes_since(record, baseline[0], baseline[1], thresholds, given=baseline[2])
+    tests = []
+    by_test: dict[str, list[dict[str, Any]]] = {}
+    for entry in record.get("tests") or []:
+        by_test[str(entry.get("nodeid"))] = list(entry.get("checks") or [])
+        tests.append(entry)
+    return render(
+        "summary.html.j2",
+        view=view,
+        record_path=str(record_path) if record_path is not None else "",
+        generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        heatmap=heatmap,
+        key_figures=[title for p in panels for _metric, title, _unit in p.columns],
+        nccl=nccl,
+        sweep_pngs=sweep_pngs,
+        loss=loss,
+        loss_runs=[r.label for r in runs],
+        changes=changes,
+        tests=tests,
+        checks=by_test,
+        duration_s=record.get("duration_s"),
+    )
+
+
+def write_summary(path: Path, html: str) -> Path:
+    """Write atomically (a browser or a CI upload never reads half a page)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(path)
+    return path

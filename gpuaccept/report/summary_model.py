@@ -1,0 +1,304 @@
+"""What the acceptance summary says, worked out from a run record alone (no pytest, no files, no plots).
+
+The run record (``reports/runs/<UTC>.json``) is the source of truth: the verdict of every test, the
+category the judging core gave each failure, and every check with its value, limit and source. This
+module reads it into what a customer asks, in the order they ask it:
+
+1. is the cluster accepted (and if not, how many tests failed or could not be measured)?
+2. which cluster, nodes, SKU, driver, CUDA, NCCL and thresholds was that?
+3. which node failed what, and by how much: a nodes x areas matrix, each failure with its worst
+   figure against its limit;
+4. the failures and errors in full, with every failed check.
+
+It never judges: a cell is the worst verdict of the tests in it, as the core recorded them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuaccept.markers import AREA_MARKERS
+from gpuaccept.report.allure_files import CATEGORY_TITLES, environment
+from gpuaccept.report.checks import check_line, worst_failure
+from gpuaccept.report.labels import AREAS
+from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.summary import margin
+
+__all__ = [
+    "CLUSTER_ROW",
+    "Cell",
+    "NodeVerdict",
+    "Overview",
+    "Problem",
+    "Row",
+    "area_of",
+    "cluster_verdict",
+    "overview",
+]
+
+#: The matrix row of tests that ran on several nodes at once (NCCL scales, multi-node training).
+CLUSTER_ROW = "all nodes together"
+#: Worst first: what a node's (or a cell's) verdict is when its tests disagree. Same order as the
+#: terminal's per-node summary (``gpuaccept.results.summary``).
+RANK = {"error": 4, "failed": 3, "not run": 2, "passed": 1, "skipped": 0}
+WORDS = {"passed": "passed", "failed": "failed", "error": "could not measure", "skipped": "skipped",
+         "not run": "not run"}  # fmt: skip
+_AREA_ORDER = [line.split(":")[0] for line in AREA_MARKERS]
+
+
+def area_of(nodeid: str) -> str:
+    """``tests/acceptance/test_gpu_health.py::...`` -> "GPU health" (the report's area of the module)."""
+    module = Path(nodeid.split("::")[0]).stem.removeprefix("test_")
+    return AREAS.get(module, module.replace("_", " ").capitalize() or "Other")
+
+
+def _area_key(area: str) -> tuple[int, str]:
+    for index, marker in enumerate(_AREA_ORDER):
+        if AREAS.get(marker) == area:
+            return index, area
+    return len(_AREA_ORDER), area
+
+
+def _short(text: str, limit: int = 160) -> str:
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def _name(nodeid: str) -> str:
+    return nodeid.split("::")[-1]
+
+
+@dataclass
+class Cell:
+    """One node's tests of one area: the worst verdict, and what to say about it."""
+
+    verdict: str
+    detail: str
+    tests: list[str] = field(default_factory=list)
+
+    @property
+    def word(self) -> str:
+        return WORDS.get(self.verdict, self.verdict)
+
+
+@dataclass
+class Row:
+    node: str
+    verdict: str
+    cells: list[Cell | None]
+
+    @property
+    def word(self) -> str:
+        return WORDS.get(self.verdict, self.verdict)
+
+
+@dataclass
+class NodeVerdict:
+    """A node, its verdict and the one figure that says most about it (worst miss, or closest to one)."""
+
+    node: str
+    verdict: str
+    note: str
+
+    @property
+    def word(self) -> str:
+        return WORDS.get(self.verdict, self.verdict)
+
+
+@dataclass
+class Problem:
+    """A test that did not pass: what it is, where, why (the core's category) and its failed checks."""
+
+    test: str
+    nodeid: str
+    area: str
+    nodes: list[str]
+    verdict: str
+    category: str
+    message: str
+    failed: list[dict[str, Any]]
+
+    @property
+    def word(self) -> str:
+        return WORDS.get(self.verdict, self.verdict)
+
+
+@dataclass
+class Overview:
+    accepted: bool
+    verdict: str
+    reason: str
+    counts: dict[str, int]
+    identity: list[tuple[str, str]]
+    thresholds: list[tuple[str, str]]
+    nodes: list[NodeVerdict]
+    areas: list[str]
+    rows: list[Row]
+    problems: list[Problem]
+    by_category: list[tuple[str, int]]
+    skipped: list[tuple[str, int]]
+    started: str
+    status: str
+
+
+def cluster_verdict(record: Mapping[str, Any]) -> tuple[bool, str]:
+    """ACCEPTED only when the session ran to its end, something passed, and nothing failed or errored."""
+    counts = {k: int(v) for k, v in (record.get("counts") or {}).items()}
+    status = str(record.get("status") or "unknown")
+    bad = [f"{counts[k]} {WORDS[k]}" for k in ("failed", "error") if counts.get(k)]
+    if status not in ("passed", "failed"):
+        return False, f"the run did not finish ({status})" + (": " + ", ".join(bad) if bad else "")
+    if bad:
+        return False, ", ".join(bad)
+    if not counts.get("passed"):
+        return False, "no test passed"
+    if status != "passed":
+        return False, f"the session ended {status}"
+    return True, f"all {counts['passed']} tests that apply to this cluster passed"
+
+
+def _checks(entry: Mapping[str, Any], by_test: Mapping[str, list[MetricResult]]) -> list[MetricResult]:
+    return by_test.get(str(entry.get("nodeid")), [])
+
+
+def _cell(entries: list[Mapping[str, Any]], by_test: Mapping[str, list[MetricResult]], node: str | None) -> Cell:
+    verdict = max((str(e.get("verdict")) for e in entries), key=lambda v: RANK.get(v, 2))
+    tests = [f"{_name(str(e['nodeid']))}: {WORDS.get(str(e.get('verdict')), e.get('verdict'))}" for e in entries]
+    worst_of = [e for e in entries if e.get("verdict") == verdict]
+    if verdict == "failed":
+        failed = [c for e in worst_of for c in _checks(e, by_test) if node is None or c.node == node]
+        worst = worst_failure(failed) or worst_failure(c for e in worst_of for c in _checks(e, by_test))
+        detail = _figure(worst) if worst is not None else _short(str(worst_of[0].get("message", "")))
+    elif verdict == "error":
+        detail = _short(str(worst_of[0].get("message", "")), 120)
+    elif verdict == "skipped":
+        detail = _short(str(worst_of[0].get("message", "")).removeprefix("Skipped: "), 80)
+    else:
+        detail = f"{len(entries)} tests" if len(entries) > 1 else ""
+    if verdict in ("failed", "error") and len(worst_of) > 1:
+        detail = f"{len(worst_of)} tests {WORDS[verdict]}; worst: {detail}"
+    return Cell(verdict, detail, tests)
+
+
+def _figure(check: MetricResult) -> str:
+    """``matmul_bf16_tflops GPU 3 = 612 TFLOP/s, limit >= 700``: a failure's figure against its limit."""
+    gpu = f" GPU {check.gpu}" if check.gpu is not None else ""
+    unit = f" {check.unit}" if check.unit and check.kind == "metric" else ""
+    value = f"{check.value:.4g}" if isinstance(check.value, float) else str(check.value)
+    return f"{check.metric}{gpu} = {value}{unit}, limit {check.limit_text()}"
+
+
+def _node_note(node: str, verdict: str, metrics: list[MetricResult], problems: list[Problem]) -> str:
+    mine = [m for m in metrics if m.node == node]
+    if verdict == "failed":
+        worst = worst_failure(mine)
+        return f"worst: {_figure(worst)}" if worst is not None else "a test failed"
+    if verdict == "error":
+        hit = [p for p in problems if node in p.nodes and p.verdict == "error"]
+        return f"could not measure: {hit[0].test}" if hit else "a test could not measure"
+    scored = [(m, c) for c in mine if c.verdict == "pass" and (m := margin(c)) is not None]
+    if not scored:
+        return "no figure with a limit" if verdict == "passed" else ""
+    closest = min(scored, key=lambda pair: pair[0])[1]
+    return f"closest to its limit: {_figure(closest)}"
+
+
+def _problem(entry: Mapping[str, Any], checks: list[MetricResult]) -> Problem:
+    verdict = str(entry.get("verdict"))
+    category = str(entry.get("category") or ("could not measure" if verdict == "error" else "threshold miss"))
+    failed = [c.check_entry() | {"line": check_line(c)} for c in checks if c.verdict in ("fail", "unjudged")]
+    return Problem(
+        test=_name(str(entry["nodeid"])),
+        nodeid=str(entry["nodeid"]),
+        area=area_of(str(entry["nodeid"])),
+        nodes=[str(n) for n in entry.get("nodes") or []] or sorted({c.node for c in checks if c.verdict == "fail"}),
+        verdict=verdict,
+        category=CATEGORY_TITLES.get(category, category),
+        message=str(entry.get("message") or ""),
+        failed=failed,
+    )
+
+
+def _skip_reasons(tests: Iterable[Mapping[str, Any]], nodes: list[str]) -> list[tuple[str, int]]:
+    """Why tests were skipped, with how many: one line per reason, node names folded ("a node")."""
+    names = re.compile("|".join(rf"\b{re.escape(n)}\b" for n in sorted(nodes, key=len, reverse=True)) or r"(?!)")
+    reasons: dict[str, int] = {}
+    for entry in tests:
+        if entry.get("verdict") == "skipped":
+            reason = _short(str(entry.get("message") or "no reason given"), 100).removeprefix("Skipped: ")
+            reason = names.sub("a node", reason)
+            reasons[reason] = reasons.get(reason, 0) + 1
+    return sorted(reasons.items(), key=lambda kv: -kv[1])
+
+
+def overview(record: Mapping[str, Any], *, cluster_name: str | None = None) -> Overview:
+    """Everything on the summary page that is not a chart or a comparison, from the record alone."""
+    tests = [t for t in record.get("tests") or [] if isinstance(t, dict) and t.get("nodeid")]
+    metrics = [MetricResult.from_dict(dict(m)) for m in record.get("metrics") or []]
+    by_test: dict[str, list[MetricResult]] = {}
+    for m in metrics:
+        by_test.setdefault(m.test, []).append(m)
+    cluster = dict(record.get("cluster") or {})
+    if cluster_name and not cluster.get("name"):
+        cluster["name"] = cluster_name
+    nodes = [str(n) for n in cluster.get("nodes") or []]
+    for entry in tests:
+        nodes += [str(n) for n in entry.get("nodes") or [] if str(n) not in nodes]
+
+    areas = sorted({area_of(str(t["nodeid"])) for t in tests}, key=_area_key)
+    grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for entry in tests:
+        for node in [str(n) for n in entry.get("nodes") or []] or [CLUSTER_ROW]:
+            grouped.setdefault((node, area_of(str(entry["nodeid"]))), []).append(entry)
+    bad = [t for t in tests if t.get("verdict") in ("failed", "error")]
+    problems = [_problem(t, by_test.get(str(t["nodeid"]), [])) for t in bad]
+    problems.sort(key=lambda p: (-RANK.get(p.verdict, 0), p.area, p.nodeid))
+
+    rows: list[Row] = []
+    verdicts: list[NodeVerdict] = []
+    for node in [*nodes, CLUSTER_ROW]:
+        cells = [
+            _cell(grouped[(node, area)], by_test, None if node == CLUSTER_ROW else node)
+            if (node, area) in grouped
+            else None
+            for area in areas
+        ]
+        present = [c for c in cells if c is not None]
+        if node == CLUSTER_ROW and not present:
+            continue
+        verdict = max((c.verdict for c in present), key=lambda v: RANK.get(v, 2)) if present else "not run"
+        rows.append(Row(node, verdict, cells))
+        if node != CLUSTER_ROW:
+            verdicts.append(NodeVerdict(node, verdict, _node_note(node, verdict, metrics, problems)))
+
+    accepted, reason = cluster_verdict(record)
+    env = environment({**record, "cluster": cluster}, None)
+    keys = ("Cluster", "Partition", "Slurm job", "Launcher", "Nodes", "GPU model", "SKU", "Driver", "CUDA", "NCCL",
+            "torch", "Kernel", "OS", "Thresholds digest")  # fmt: skip
+    identity = [(key, env[key]) for key in keys if key in env]
+    sha = (record.get("thresholds") or {}).get("sha256") or {}
+    files = (record.get("thresholds") or {}).get("files") or list(sha)
+    thresholds = [(str(f), str(sha.get(str(f), "not recorded"))) for f in files]
+    categories: dict[str, int] = {}
+    for problem in problems:
+        categories[problem.category] = categories.get(problem.category, 0) + 1
+    return Overview(
+        accepted=accepted,
+        verdict="ACCEPTED" if accepted else "NOT ACCEPTED",
+        reason=reason,
+        counts={k: int(v) for k, v in (record.get("counts") or {}).items()},
+        identity=identity,
+        thresholds=thresholds,
+        nodes=verdicts,
+        areas=areas,
+        rows=rows,
+        problems=problems,
+        by_category=sorted(categories.items(), key=lambda kv: -kv[1]),
+        skipped=_skip_reasons(tests, nodes),
+        started=str(record.get("started", "")),
+        status=str(record.get("status", "")),
+    )
