@@ -14,7 +14,7 @@ import pytest
 from gpuaccept.cluster import Cluster
 from gpuaccept.dispatch import choose_launcher, make_launcher
 from gpuaccept.dispatch.result import ProbeResult
-from gpuaccept.dispatch.slurm_cli import SlurmError
+from gpuaccept.dispatch.slurm_cli import SlurmError, cluster_name
 from gpuaccept.dispatch.step import Step, shell_join
 from gpuaccept.fingerprints import Fingerprints
 from gpuaccept.results.record import RunRecord
@@ -74,6 +74,7 @@ class SessionState:
                 "nodes": launcher.nodes(),
                 "job_id": getattr(allocation, "job_id", None),
                 "partition": self.settings.partition,
+                "name": cluster_name() if launcher.name == "slurm" else None,
             }
         return self._cluster
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 __all__ = [
     "NodeInfo",
     "SlurmError",
+    "cluster_name",
     "expand_hostlist",
     "gres_gpus",
     "node_info",
@@ -152,3 +153,14 @@ def partition_info(partition: str | None) -> PartitionInfo:
     rows = [r for r in rows if r[0].rstrip("*") == name]
     nodes = tuple(dict.fromkeys(r[2] for r in rows))
     return PartitionInfo(name, rows[0][1], nodes, any(gres_gpus(r[3]) > 0 for r in rows))
+
+
+def cluster_name() -> str | None:
+    """``ClusterName`` from the controller's configuration (what the customer calls the cluster); None
+    when Slurm does not say."""
+    try:
+        out = slurm_cmd(["scontrol", "show", "config"], timeout_s=10)
+    except SlurmError:
+        return None
+    match = re.search(r"^ClusterName\s*=\s*(\S+)", out, re.MULTILINE)
+    return match.group(1) if match else None

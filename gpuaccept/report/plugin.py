@@ -91,18 +91,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         config.pluginmanager.unregister(plugin, _SESSION)
 
 
-def _slurm_cluster_name() -> str | None:
-    """``ClusterName`` from slurm.conf (what the customer calls the cluster); None if Slurm does not say."""
-    from gpuaccept.dispatch.slurm_cli import SlurmError, slurm_cmd
-
-    try:
-        out = slurm_cmd(["scontrol", "show", "config"], timeout_s=10)
-    except SlurmError:
-        return None
-    match = re.search(r"^ClusterName\s*=\s*(\S+)", out, re.MULTILINE)
-    return match.group(1) if match else None
-
-
 def _truncate(text: str) -> str:
     data = text.encode(errors="replace")
     if len(data) <= MAX_OUTPUT_BYTES:
@@ -303,8 +291,6 @@ class ReportSession:
             frame.to_csv(target, index=False)
             self.written.append(target)
         data = record.to_dict()
-        if data["cluster"].get("launcher") == "slurm" and not data["cluster"].get("name"):
-            data["cluster"] = {**data["cluster"], "name": _slurm_cluster_name()}
         if self.active and self.alluredir is not None:
             from gpuaccept.report.allure_files import environment, write_categories, write_environment
 

@@ -83,6 +83,11 @@ def _sweep_args(settings: Any, gpu: bool, **override: Any) -> list[str]:
     return args + (["--ring"] if settings.nccl_ring else [])
 
 
+def _curve(table: GroupTable, collective: str) -> list[list[float]]:
+    """``[[bytes, busbw], ...]`` of the sweep: the whole curve travels with the check (summary page)."""
+    return [[row.size, round(row.busbw, 3)] for row in table.by_collective(collective)]
+
+
 def _rank_labels(result: ProbeResult) -> dict[int, str]:
     return {
         r.rank: f"rank {r.rank} ({r.node}" + (f" GPU {r.gpu_label})" if r.gpu_label else ")") for r in result.records
@@ -186,6 +191,7 @@ def test_nccl_node(node, cluster, judge, settings, request):
             raise MeasurementError(f"{node}: no size of {collective} fit in GPU memory ({capped})", nodes=(node,))
         judge.check(
             metric_name(collective, False), round(row.busbw, 2), node=node, scale=tasks, size=row.size,
+            curve=_curve(table, collective),
             time_us=round(row.time_us, 1), algo=algos.get(collective, {}).get(str(row.size)),
             nccl=facts.get("nccl_version"), transports=facts.get("transports"), nics=facts.get("nics"),
         )  # fmt: skip
@@ -266,7 +272,7 @@ def test_nccl_scale(scale, cluster, judge, settings, request):
             row = table.largest(collective)
             for node in table.nodes if row is not None else ():
                 judge.check(metric_name(collective, True), round(row.busbw, 2), node=node, scale=scale,
-                             group=table.label, size=row.size)  # fmt: skip
+                             group=table.label, size=row.size, curve=_curve(table, collective))  # fmt: skip
         ar = table.largest("all_reduce")
         if base and ar is not None:
             for node in table.nodes:
