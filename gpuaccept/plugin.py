@@ -42,6 +42,7 @@ MARKERS = (
     "nccl: collective communication",
     "training: end-to-end fine-tuning",
     "multinode: needs several nodes at once (holds them exclusively)",
+    "xdist_group(name): node group for pytest-xdist --dist loadgroup",
 )
 VERDICT = "gpuaccept_verdict"
 _OUR_FIXTURES = frozenset({"cluster", "limits", "fingerprints", "node"})
