@@ -34,7 +34,7 @@ __all__ = [
 PREFLIGHT_TIMEOUT_S = 15.0
 
 
-class SlurmUnusable(pytest.UsageError):
+class SlurmUnusable(pytest.UsageError):  # type: ignore[misc]  # final in typing; pytest maps it to exit 4
     """Slurm cannot give this session its nodes (controller, partition or node states): exit code 4."""
 
 
