@@ -10,6 +10,7 @@ Slurm's own words (node state, the ``Reason`` field), so the operator knows what
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -49,7 +50,10 @@ class NodeRow:
 
     @property
     def usable(self) -> bool:
-        return state_is_usable(self.state)
+        # sinfo calls an idle node of an active reservation "reserved" and one held for a pending job
+        # "planned": both can run our job (with --reservation, or once free); if not, the job pends
+        # and the wait prints Slurm's reason
+        return state_is_usable(re.sub(r"^(reserved|planned)", "idle", self.state, flags=re.IGNORECASE))
 
     @property
     def idle(self) -> bool:
@@ -99,7 +103,7 @@ def check_controller() -> None:
 
 def read_partition(partition: str | None, source: str = "default") -> tuple[str, str, dict[str, str]]:
     """(name, State, all fields) of the named partition, or of the cluster's default one."""
-    argv = ["scontrol", "-o", "show", "partition"] + ([partition] if partition else [])
+    argv = ["scontrol", "-a", "-o", "show", "partition"] + ([partition] if partition else [])  # -a: hidden too
     try:
         out = slurm_cmd(argv, timeout_s=PREFLIGHT_TIMEOUT_S)
     except SlurmError as exc:

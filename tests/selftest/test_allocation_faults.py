@@ -189,14 +189,12 @@ def test_b_gpus(node, cluster):
 
 def test_scontrol_failure_is_an_error_naming_the_node(tmp_path):
     """The controller dies mid-run: reading a node's declared GPUs fails -> that node's ERROR, not a skip."""
-    cluster = start_cluster(2)
+    cluster = start_cluster(1)  # every scontrol against a dead controller takes ~10 s: one node is enough
     try:
-        run = run_inner(write_suite(tmp_path, INNER_SCONTROL), "--launcher", "slurm", "--nodes", "2", env=cluster.env)
+        run = run_inner(write_suite(tmp_path, INNER_SCONTROL), "--launcher", "slurm", env=cluster.env)
     finally:
         stop_cluster(cluster)
-    verdicts, messages = run.verdicts(), run.messages()
-    for node in ("node1", "node2"):
-        assert verdicts[f"test_b_gpus[{node}]"] == "error", run.output[-3000:]
-        assert f"{node}: cannot read its declared GPUs from Slurm" in messages[f"test_b_gpus[{node}]"]
+    assert run.verdicts()["test_b_gpus[node1]"] == "error", run.output[-3000:]
+    assert "node1: cannot read its declared GPUs from Slurm" in run.messages()["test_b_gpus[node1]"]
     # the allocation could not be released either: said, with the command to do it by hand
     assert "gpuaccept: releasing the allocation: could not cancel job" in run.output, run.output[-3000:]
