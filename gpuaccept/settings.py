@@ -127,6 +127,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("qos", "Slurm QOS for the allocation"),
     Option("reservation", "Slurm reservation for the allocation"),
     Option("time_limit", "allocation time limit in Slurm's format (e.g. 30, 1:00:00)", str, "60"),
+    Option(
+        "alloc_wait",
+        "seconds to wait for the allocation (Slurm's pending reason is printed meanwhile) before cancelling it",
+        _positive_float,
+        60.0,
+    ),
     Option("srun_arg", "extra argument passed to every srun (repeatable)", str, (), repeatable=True),
     Option("thresholds", "site thresholds YAML merged over the packaged defaults", Path),
     Option("sku", "force this SKU from thresholds.yaml instead of detecting it from NVML"),
@@ -166,6 +172,7 @@ class Settings:
     qos: str | None = None
     reservation: str | None = None
     time_limit: str = "60"
+    alloc_wait: float = 60.0
     srun_arg: tuple[str, ...] = ()
     thresholds: Path | None = None
     sku: str | None = None

@@ -7,12 +7,15 @@ session that never asks for nodes (the selftests' outer pytest) never touches Sl
 from __future__ import annotations
 
 import dataclasses
+import sys
+from collections.abc import Generator
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 
 from gpuaccept.cluster import Cluster
-from gpuaccept.dispatch import choose_launcher, make_launcher
+from gpuaccept.dispatch import SlurmUnusable, choose_launcher, make_launcher
 from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.dispatch.slurm_cli import SlurmError, cluster_name
 from gpuaccept.dispatch.step import Step, shell_join
@@ -45,6 +48,9 @@ class SessionState:
         self._fingerprints: Fingerprints | None = None
         self.job: tuple[str, list[str]] | None = None
         self.setup_error: str | None = None
+        self._setup_failure: pytest.UsageError | None = None
+        if not config.pluginmanager.has_plugin(_SetupGuard.name):
+            config.pluginmanager.register(_SetupGuard(self), _SetupGuard.name)
         self.drain_lines: list[str] = []
 
     @property
@@ -55,13 +61,16 @@ class SessionState:
     def cluster(self) -> Cluster:
         """The cluster, allocating on first use (collection time for node-parametrized tests)."""
         if self._cluster is None:
+            if self._setup_failure is not None:  # every later module or test: the same error, no new salloc
+                raise self._setup_failure
             kind = choose_launcher(self.settings)
             try:
-                launcher = make_launcher(self.settings, kind, job=self.job)
-            except SlurmError as exc:
+                launcher = make_launcher(self.settings, kind, job=self.job, notify=self.notify)
+            except (SlurmError, SlurmUnusable) as exc:
                 self.setup_error = f"could not get nodes from Slurm: {exc}"
                 self.record.errors.append(self.setup_error)
-                raise pytest.UsageError(self.setup_error) from None
+                self._setup_failure = SlurmUnusable(self.setup_error)
+                raise self._setup_failure from None
             self._cluster = Cluster(
                 launcher,
                 probe_timeout_s=self.settings.probe_timeout,
@@ -77,6 +86,13 @@ class SessionState:
                 "name": cluster_name() if launcher.name == "slurm" else None,
             }
         return self._cluster
+
+    def notify(self, message: str) -> None:
+        """A progress line on the terminal now, past pytest's output capture (which is on while
+        modules are collected, when node-parametrized tests make the allocation)."""
+        capman = self.config.pluginmanager.getplugin("capturemanager")
+        with capman.global_and_fixture_disabled() if capman is not None else nullcontext():
+            print(message, file=sys.stderr, flush=True)
 
     @property
     def started(self) -> bool:
@@ -107,6 +123,36 @@ class SessionState:
         written = self.record.write(path)
         self.config.hook.pytest_gpuaccept_record_written(path=written, record=self.record)
         return written
+
+
+class _SetupGuard:
+    """Turns a failed allocation into the usage error it is (exit code 4), at once and once.
+
+    The allocation is made when the first node-parametrized module is collected, inside pytest's
+    collection-error wrapper: left there, the error would be reported once per test module with a
+    traceback each, and the run would end as "interrupted" (exit 2). Raised from a wrapper around that
+    report it stops the session with one line naming the cause, before any test runs. A test that
+    asks for the cluster at run time stops the session the same way once its error is reported.
+    """
+
+    name = "gpuaccept-setup-guard"
+
+    def __init__(self, state: SessionState) -> None:
+        self.state = state
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(
+        self, collector: pytest.Collector
+    ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+        report = yield
+        if report.failed and self.state._setup_failure is not None:
+            raise self.state._setup_failure
+        return report
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed and self.state._setup_failure is not None:
+            raise self.state._setup_failure
 
 
 STATE_KEY = pytest.StashKey[SessionState]()

@@ -3,69 +3,47 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
-from gpuaccept.dispatch.allocation import Allocation, acquire
+from gpuaccept.dispatch.allocation import Allocation, acquire, reuse
 from gpuaccept.dispatch.local import LocalLauncher
+from gpuaccept.dispatch.preflight import SlurmUnusable, plan_allocation
+from gpuaccept.dispatch.salloc import to_stderr
 from gpuaccept.dispatch.slurm import SlurmLauncher
-from gpuaccept.dispatch.slurm_cli import SlurmError, gres_gpus, partition_info, slurm_available, slurm_cmd
+from gpuaccept.dispatch.slurm_cli import slurm_client_installed
 from gpuaccept.dispatch.step import Launcher, Step
 from gpuaccept.settings import Settings
 
-__all__ = ["Launcher", "LocalLauncher", "SlurmLauncher", "Step", "choose_launcher", "make_launcher"]
+__all__ = ["Launcher", "LocalLauncher", "SlurmLauncher", "SlurmUnusable", "Step", "choose_launcher", "make_launcher"]
 
 
 def choose_launcher(settings: Settings) -> str:
-    """``auto`` -> slurm inside an allocation or when the partition answers; else local."""
+    """``auto`` -> local only when no Slurm client is installed at all; otherwise slurm.
+
+    A Slurm that is installed but failing (controller down, mistyped partition) must stop the run
+    with Slurm's message, never quietly test the login host instead: that is ``make_launcher``'s
+    preflight, which runs for every Slurm session that does not already sit inside an allocation.
+    """
     if settings.launcher != "auto":
         return settings.launcher
-    if os.environ.get("SLURM_JOB_ID"):
+    if os.environ.get("SLURM_JOB_ID") or slurm_client_installed():
         return "slurm"
-    if not slurm_available():
-        return "local"
-    try:
-        partition_info(settings.partition)
-    except SlurmError:
-        return "local"
-    return "slurm"
+    return "local"
 
 
-def _candidate_nodes(settings: Settings) -> tuple[list[str], int]:
-    """Nodes the session may use and how many it needs; ``--nodes all`` = every idle one."""
-    part = settings.partition
-    if settings.nodelist:
-        names = list(settings.nodelist)
-    else:
-        argv = ["sinfo", "-h", "-N", "-o", "%N"]
-        if settings.nodes == "all":
-            argv += ["-t", "idle"]
-        if part:
-            argv += ["-p", part]
-        names = list(dict.fromkeys(slurm_cmd(argv).split()))
-    names = [n for n in names if n not in settings.exclude]
-    wanted = len(names) if settings.nodes == "all" or settings.nodelist else int(settings.nodes)
-    if wanted > len(names) or not names:
-        raise SlurmError(
-            f"{wanted} node(s) wanted ({settings.sources.get('nodes', 'default')}) but partition "
-            f"{part or '(default)'} offers {len(names)}: {', '.join(names) or 'none'}"
-        )
-    return names, wanted
-
-
-def _partition_gpus(settings: Settings) -> int:
-    if settings.gpus_per_node is not None:
-        return settings.gpus_per_node
-    argv = ["sinfo", "-h", "-N", "-o", "%G"] + (["-p", settings.partition] if settings.partition else [])
-    counts = [gres_gpus(g) for g in slurm_cmd(argv).split()]
-    nonzero = [c for c in counts if c]
-    return min(nonzero) if nonzero else 0
-
-
-def make_launcher(settings: Settings, kind: str, *, job: tuple[str, list[str]] | None = None) -> Launcher:
+def make_launcher(
+    settings: Settings,
+    kind: str,
+    *,
+    job: tuple[str, list[str]] | None = None,
+    notify: Callable[[str], None] = to_stderr,
+) -> Launcher:
     """Build the launcher; for Slurm, acquire (or, in a dry run, only describe) the allocation.
 
     ``job`` hands an xdist worker the controller's allocation (job id, nodes) so workers never
-    allocate on their own.
+    allocate on their own. ``notify`` shows progress (the pending reason) on the terminal.
+    Raises ``SlurmUnusable`` (a usage error) when Slurm cannot give the session its nodes.
     """
     if kind == "local":
         return LocalLauncher(gpus_per_node=settings.gpus_per_node)
@@ -73,20 +51,22 @@ def make_launcher(settings: Settings, kind: str, *, job: tuple[str, list[str]] |
         return SlurmLauncher(
             Allocation(job[0], job[1], owned=False), srun_args=settings.srun_arg, gpus_per_node=settings.gpus_per_node
         )
-    if settings.dry_run and not os.environ.get("SLURM_JOB_ID"):
-        names, wanted = _candidate_nodes(settings)
-        allocation = Allocation("$SLURM_JOB_ID", names[:wanted], owned=False)
+    if os.environ.get("SLURM_JOB_ID"):
+        return SlurmLauncher(reuse(settings), **_slurm_options(settings))
+    try:
+        plan = plan_allocation(settings)
+    except SlurmUnusable as exc:
+        if settings.launcher == "auto":
+            found = ", ".join(slurm_client_installed())
+            raise SlurmUnusable(
+                f"{exc} [--launcher auto uses Slurm because its commands are installed here ({found}); "
+                "--launcher local tests this machine alone]"
+            ) from None
+        raise
+    if settings.dry_run:
+        allocation = Allocation("$SLURM_JOB_ID", list(plan.candidates[: plan.count]), owned=False)
     else:
-        gpus = 0 if os.environ.get("SLURM_JOB_ID") else _partition_gpus(settings)
-        nodelist = settings.nodelist
-        count: int
-        if settings.nodes == "all":
-            names, count = _candidate_nodes(settings)
-            nodelist = tuple(names)
-        else:
-            count = len(nodelist) if nodelist else int(settings.nodes)
-        wait_s = float(os.environ.get("GPUACCEPT_ALLOC_WAIT", "600"))
-        allocation = acquire(settings, count, gpus, nodelist, wait_s)
+        allocation = acquire(settings, plan, notify)
     return SlurmLauncher(allocation, **_slurm_options(settings))
 
 

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import atexit
 import os
-import re
-import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpuaccept.dispatch.preflight import Plan, describe_partition
+from gpuaccept.dispatch.salloc import cancel_job, request_allocation, to_stderr
 from gpuaccept.dispatch.slurm_cli import SlurmError, expand_hostlist, slurm_cmd
 from gpuaccept.settings import Settings
 
-__all__ = ["Allocation", "acquire", "salloc_argv"]
-
-_GRANTED = re.compile(r"(?:Granted job allocation|Pending job allocation|job allocation)\s+(\d+)")
+__all__ = ["Allocation", "acquire", "reuse", "salloc_argv"]
 
 
 @dataclass
@@ -31,15 +30,15 @@ class Allocation:
     released: bool = False
 
     def release(self) -> None:
-        """``scancel`` the allocation if we made it; idempotent."""
+        """``scancel`` the allocation if we made it; idempotent. A failed cancel is said, not swallowed:
+        the nodes stay held until the time limit unless the operator cancels by hand."""
         if self.released or not self.owned:
             self.released = True
             return
         self.released = True
-        try:
-            slurm_cmd(["scancel", self.job_id], timeout_s=30)
-        except SlurmError:
-            pass
+        problem = cancel_job(self.job_id, wait_s=0)
+        if problem:
+            to_stderr(f"gpuaccept: releasing the allocation: {problem}")
 
 
 def salloc_argv(settings: Settings, nodes: int, gpus_per_node: int, nodelist: tuple[str, ...]) -> list[str]:
@@ -64,29 +63,33 @@ def salloc_argv(settings: Settings, nodes: int, gpus_per_node: int, nodelist: tu
     return argv
 
 
-def acquire(settings: Settings, nodes: int, gpus_per_node: int, nodelist: tuple[str, ...], wait_s: float) -> Allocation:
-    """Reuse ``$SLURM_JOB_ID`` or make a new allocation; raise ``SlurmError`` if none is granted."""
-    job = os.environ.get("SLURM_JOB_ID")
-    if job:
-        hostlist = os.environ.get("SLURM_JOB_NODELIST") or slurm_cmd(["squeue", "-h", "-j", job, "-o", "%N"]).strip()
-        names = expand_hostlist(hostlist)
-        if settings.nodelist:
-            names = [n for n in names if n in settings.nodelist]
-        names = [n for n in names if n not in settings.exclude]
-        return Allocation(job, names, owned=False)
-    argv = salloc_argv(settings, nodes, gpus_per_node, nodelist)
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=wait_s, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        text = (exc.stderr or b"").decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        match = _GRANTED.search(text)
-        if match:
-            subprocess.run(["scancel", match.group(1)], capture_output=True, check=False)
-        raise SlurmError(f"{' '.join(argv)}: not granted within {wait_s:g} s") from None
-    match = _GRANTED.search(done.stderr + done.stdout)
-    if done.returncode != 0 or not match:
-        raise SlurmError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip()}")
-    job_id = match.group(1)
+def reuse(settings: Settings) -> Allocation:
+    """The allocation we run inside (``$SLURM_JOB_ID`` from salloc/sbatch), narrowed by nodelist/exclude."""
+    job = os.environ["SLURM_JOB_ID"]
+    hostlist = os.environ.get("SLURM_JOB_NODELIST") or slurm_cmd(["squeue", "-h", "-j", job, "-o", "%N"]).strip()
+    names = expand_hostlist(hostlist)
+    if settings.nodelist:
+        names = [n for n in names if n in settings.nodelist]
+    names = [n for n in names if n not in settings.exclude]
+    return Allocation(job, names, owned=False)
+
+
+def _source(settings: Settings, name: str) -> str:
+    source = settings.sources.get(name, "default")
+    return f"--{name.replace('_', '-')} default" if source == "default" else source
+
+
+def acquire(settings: Settings, plan: Plan, notify: Callable[[str], None] = to_stderr) -> Allocation:
+    """Make the session's allocation as ``plan`` says; ``SlurmUnusable`` if Slurm does not grant it."""
+    argv = salloc_argv(settings, plan.count, plan.gpus_per_node, plan.nodelist)
+    job_id = request_allocation(
+        argv,
+        settings.alloc_wait,
+        what=f"{plan.count} node(s) of partition {plan.partition}",
+        wait_source=_source(settings, "alloc_wait"),
+        notify=notify,
+        describe_nodes=lambda: describe_partition(plan.partition),
+    )
     allocation = Allocation(job_id, [], owned=True)
     atexit.register(allocation.release)
     try:

@@ -1,8 +1,9 @@
 """Run probes as subprocesses on this machine, with the same interface as the Slurm launcher.
 
-For a workstation or a single GPU server without Slurm (README command 1 falls back to it), and for
-GPU work where Slurm is not installed. Ranks get ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and, for GPU
-steps, their own ``CUDA_VISIBLE_DEVICES`` slice, exactly as ``srun --gpus-per-task`` would give them.
+For a workstation or a single GPU server without Slurm (``--launcher auto`` picks it only when no
+Slurm client is installed at all; ``--launcher local`` forces it). Ranks get ``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK`` and, for GPU steps, their own ``CUDA_VISIBLE_DEVICES`` slice,
+exactly as ``srun --gpus-per-task`` would give them.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from gpuaccept.dispatch.proc import run_all
 from gpuaccept.dispatch.result import ProbeResult, check_step, reported_ranks
 from gpuaccept.dispatch.slurm_cli import SlurmError, node_info, slurm_cmd
 from gpuaccept.dispatch.step import STEP_ENV_DEFAULTS, Step, probe_argv
-from gpuaccept.errors import ProbeTimeout
+from gpuaccept.errors import MeasurementError, ProbeTimeout
 
 __all__ = ["SlurmLauncher"]
 
@@ -50,14 +50,19 @@ class SlurmLauncher:
         return list(self.allocation.nodes)
 
     def declared_gpus(self, node: str) -> int:
-        """What the node declares to Slurm (gres), unless ``--gpus-per-node`` says otherwise."""
+        """What the node declares to Slurm (gres), unless ``--gpus-per-node`` says otherwise.
+
+        Unreadable is an error naming the node, never "0 GPUs": that would skip every GPU test of
+        the node and let it pass the run without a single GPU measured.
+        """
         if self._gpus_override is not None:
             return self._gpus_override
         if node not in self._gpus:
             try:
                 self._gpus[node] = node_info(node).gpus
-            except SlurmError:
-                self._gpus[node] = 0
+            except SlurmError as exc:
+                message = f"{node}: cannot read its declared GPUs from Slurm: {exc}"
+                raise MeasurementError(message, nodes=(node,)) from None
         return self._gpus[node]
 
     def command(self, step: Step) -> list[str]:
@@ -102,36 +107,42 @@ class SlurmLauncher:
             duration_s=finished.duration_s,
         )
         if finished.timed_out:
-            self._cancel_step(step)
-            raise ProbeTimeout(self._timeout_message(step, result), nodes=step.nodes)
+            left = self._cancel_step(step)
+            raise ProbeTimeout(self._timeout_message(step, result, left), nodes=step.nodes)
         return check_step(result, step.ranks)
 
-    def _timeout_message(self, step: Step, result: ProbeResult) -> str:
+    def _timeout_message(self, step: Step, result: ProbeResult, left: str) -> str:
         reported = reported_ranks(result.stdout)
         missing = [rank for rank in range(step.ranks) if rank not in reported]
         nodes_missing = sorted({step.nodes[rank // step.tasks_per_node] for rank in missing})
         return (
             f"probe {step.probe} on {', '.join(step.nodes)}: no result within {step.timeout_s:g} s; "
-            f"step {step.name} cancelled; ranks {missing} on {', '.join(nodes_missing)} did not finish"
+            f"step {step.name} {left or 'cancelled'}; ranks {missing} on {', '.join(nodes_missing)} did not finish"
         )
 
-    def _cancel_step(self, step: Step) -> None:
-        """``scancel`` the named step if srun's own termination left it behind; wait until it is gone."""
+    def _cancel_step(self, step: Step) -> str:
+        """``scancel`` the named step if srun's own termination left it behind; wait until it is gone.
+
+        Returns '' once it is gone, else what Slurm said: a step that may still hold the node's GPUs
+        must be named in the test's error, not reported as cancelled.
+        """
         deadline = time.monotonic() + 30
+        problem = "still listed by squeue 30 s after scancel"
         while time.monotonic() < deadline:
             try:
                 rows = slurm_cmd(["squeue", "-h", "-s", "-j", self.allocation.job_id, "-o", "%i|%j"]).splitlines()
-            except SlurmError:
-                return
+            except SlurmError as exc:
+                return f"may still run (squeue cannot tell: {exc})"
             ids = [row.split("|")[0] for row in rows if row.endswith("|" + step.name)]
             if not ids:
-                return
+                return ""
             for step_id in ids:
                 try:
                     slurm_cmd(["scancel", "--signal=KILL", step_id])
-                except SlurmError:
-                    pass
+                except SlurmError as exc:
+                    problem = f"could not be cancelled ({exc})"
             time.sleep(1)
+        return problem
 
     def close(self) -> None:
         self.allocation.release()

@@ -18,9 +18,10 @@ __all__ = [
     "cluster_name",
     "expand_hostlist",
     "gres_gpus",
+    "key_values",
     "node_info",
     "partition_info",
-    "slurm_available",
+    "slurm_client_installed",
     "slurm_cmd",
     "state_is_usable",
 ]
@@ -55,17 +56,34 @@ class SlurmError(RuntimeError):
     """A Slurm command failed or printed something unexpected."""
 
 
-def slurm_available() -> bool:
-    return shutil.which("srun") is not None and shutil.which("scontrol") is not None
+#: The client commands whose presence means "this machine is meant to use Slurm".
+CLIENT_COMMANDS = ("srun", "sinfo")
+
+
+def slurm_client_installed() -> list[str]:
+    """Paths of the Slurm client commands on PATH; empty only when Slurm is not installed at all.
+
+    ``--launcher auto`` falls back to the local launcher only then: a Slurm that is installed but
+    failing (controller down, mistyped partition) must stop the run, not quietly test the login host.
+    """
+    return [path for path in (shutil.which(cmd) for cmd in CLIENT_COMMANDS) if path]
+
+
+def _text(data: str | bytes | None) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
 
 
 def slurm_cmd(argv: list[str], timeout_s: float = 30.0) -> str:
+    """Run one Slurm client command; its stdout, or ``SlurmError`` quoting what Slurm said."""
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]}: command not found") from None
-    except subprocess.TimeoutExpired:
-        raise SlurmError(f"{' '.join(argv)}: no answer within {timeout_s:g} s") from None
+    except subprocess.TimeoutExpired as exc:
+        # a client that cannot find its configuration retries for a minute: quote what it said so far
+        said = (_text(exc.stderr) or _text(exc.stdout)).strip()
+        said = f": {said}" if said else ""
+        raise SlurmError(f"{' '.join(argv)}: no answer within {timeout_s:g} s{said}") from None
     if done.returncode != 0:
         raise SlurmError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
     return done.stdout
@@ -108,7 +126,8 @@ class NodeInfo:
         return state_is_usable(self.state)
 
 
-def _fields(text: str) -> dict[str, str]:
+def key_values(text: str) -> dict[str, str]:
+    """``Key=value Key2=a b`` (scontrol's output) -> dict; a value runs until the next ``Key=``."""
     out: dict[str, str] = {}
     for match in re.finditer(r"(\w+)=(.*?)(?=\s+\w+=|$)", text.replace("\n", " ")):
         out[match.group(1)] = match.group(2).strip()
@@ -117,7 +136,7 @@ def _fields(text: str) -> dict[str, str]:
 
 def node_info(node: str) -> NodeInfo:
     """``scontrol show node`` parsed: state, declared GPUs, CPUs, drain reason, partitions."""
-    fields = _fields(slurm_cmd(["scontrol", "show", "node", node]))
+    fields = key_values(slurm_cmd(["scontrol", "show", "node", node]))
     if "NodeName" not in fields:
         raise SlurmError(f"scontrol show node {node}: no such node")
     return NodeInfo(
