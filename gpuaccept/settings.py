@@ -20,7 +20,7 @@ import pytest
 __all__ = ["OPTIONS", "Option", "Settings", "SettingsError", "add_options", "resolve"]
 
 
-class SettingsError(pytest.UsageError):
+class SettingsError(pytest.UsageError):  # type: ignore[misc]  # final in typing; pytest maps it to exit 4
     """A setting's value is unusable; the message names where it came from."""
 
 

@@ -59,7 +59,7 @@ SIDE_BY_SIDE_COLUMNS = (
 )
 
 
-class BaselineError(pytest.UsageError):
+class BaselineError(pytest.UsageError):  # type: ignore[misc]  # final in typing; pytest maps it to exit 4
     """The baseline run record is missing or unreadable; the message names the file and the source."""
 
 

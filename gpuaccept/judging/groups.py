@@ -89,7 +89,7 @@ def group_failures(
             ok, text = judge_value(100.0 * ar.busbw / baseline, efficiency)
             if not ok:
                 why.append(f"scaling efficiency {text} % (vs {baseline:.3g} GB/s at the smallest scale)")
-    values = {t.nodes: (t.largest("all_reduce").busbw if t.largest("all_reduce") else float("nan")) for t in tables}
+    values = {t.nodes: row.busbw if (row := t.largest("all_reduce")) is not None else float("nan") for t in tables}
     if len(values) >= 2:
         for group, text in slow_groups(values, straggler_pct=judge.setting("straggler_pct")).items():
             reasons[group].append(f"all_reduce busbw {text}")

@@ -6,6 +6,7 @@ Run by hand: ``python -m gpuaccept.probes.fingerprint``. The tests compare finge
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import platform
@@ -65,6 +66,10 @@ def _mem_total_gib() -> float | None:
     return None
 
 
+
+def _vbios(lib: Any, handle: Any) -> str:
+    return text(lib.nvmlDeviceGetVbiosVersion(handle))
+
 def _gpus() -> dict[str, Any]:
     lib = nvml()
     if lib is None:
@@ -79,7 +84,7 @@ def _gpus() -> dict[str, Any]:
                 "name": text(lib.nvmlDeviceGetName(handle)),
                 "uuid": text(lib.nvmlDeviceGetUUID(handle)),
                 "pci_bus_id": text(lib.nvmlDeviceGetPciInfo(handle).busId),
-                "vbios": safe(lambda h=handle: text(lib.nvmlDeviceGetVbiosVersion(h))),
+                "vbios": safe(functools.partial(_vbios, lib, handle)),
                 "memory_gib": round(lib.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 2),
             }
         )

@@ -108,6 +108,9 @@ def _first_stamp(lines: list[str]) -> float | None:
 
 def collect(order: list[str], log_file: Path | None = None) -> dict[str, Any]:
     """The Xid lines since boot and how trustworthy that window is."""
+    source: str | None
+    text: str | None
+    errors: dict[str, str]
     if log_file is not None:
         source, text, errors = f"file:{log_file}", log_file.read_text(errors="replace"), {}
     else:

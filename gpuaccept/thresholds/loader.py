@@ -28,7 +28,7 @@ CPU_SKU = "cpu"
 KNOWN_SETTINGS = frozenset({"straggler_pct", "regression_pct"})
 
 
-class ThresholdsError(pytest.UsageError):
+class ThresholdsError(pytest.UsageError):  # type: ignore[misc]  # final in typing; pytest maps it to exit 4
     """thresholds.yaml (or a site file) is unusable; the message names file and key."""
 
 
