@@ -1,4 +1,4 @@
-"""Probe: a LoRA fine-tune under DDP or FSDP, one rank per GPU (or a few gloo ranks per CPU node).
+"""Probe: LoRA fine-tunes on every GPU alone, then DDP and FSDP, one rank per GPU (or gloo ranks per CPU node).
 
 Why a training run is an acceptance test: GEMM and NCCL numbers can all pass while the stack a customer
 actually runs (torch.distributed + transformers + peft, NCCL across the node's GPUs and the fabric, the
@@ -11,17 +11,22 @@ Offline by default: a small random-init Qwen2 from ``fixtures/training/`` and th
 
     python -m gpuaccept.probes.finetune --strategy fsdp --out reports/training/manual
 
-Each rank prints one result line; rank 0's also carries the lifecycle results and the artefact paths
-(``comparison.json``, ``history.json``) under ``--out``. With ``--strategy ddp,fsdp`` both run in one
-process after one start-up, each under ``--out/<strategy>``, and the line holds ``strategies.<name>``.
-The probe measures; the test judges.
+Strategies: ``solo`` trains every rank's GPU alone and at the same time (independent single-GPU runs,
+no collective, nothing saved: each GPU judged on its own), ``ddp`` and ``fsdp`` train one model across
+every rank. ``--strategy solo,ddp,fsdp`` runs them in turn after one start-up, each under
+``--out/<strategy>``, and the result line holds ``strategies.<name>`` plus the launch's ``phases``
+(start-up, set-up, warm-up steps, timed steps, checkpoints, lifecycle, teardown). Each rank prints one
+result line; rank 0's also carries every strategy's lifecycle results and the artefact paths
+(``comparison.json``, ``history.json``). The probe measures; the test judges.
 """
 
 from __future__ import annotations
 
 import time
 
-_STARTED = time.monotonic()
+from gpuaccept.probes._timing import Phases
+
+PHASES = Phases()  # from the process start: the interpreter and every import below count as start-up
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
@@ -43,7 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--strategy",
         type=_strategies,
         required=True,
-        help="ddp, fsdp, or both as 'ddp,fsdp' (one start-up, then each in turn; the result holds both)",
+        help="solo, ddp, fsdp, or several as 'solo,ddp,fsdp' (one start-up, then each in turn)",
     )
     p.add_argument("--out", type=Path, required=True, help="run folder (original/, checkpoints/, final/, JSON)")
     p.add_argument("--model-path", type=Path, help="local Hugging Face checkpoint instead of the built-in model")
@@ -69,9 +74,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def _strategies(text: str) -> str:
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in ("ddp", "fsdp")]
+    unknown = [n for n in names if n not in ("solo", "ddp", "fsdp")]
     if not names or unknown:
-        raise argparse.ArgumentTypeError(f"{text!r}: strategies are ddp and fsdp, comma-separated")
+        raise argparse.ArgumentTypeError(f"{text!r}: strategies are solo, ddp and fsdp, comma-separated")
     return ",".join(names)
 
 
@@ -136,22 +141,29 @@ def _threads(requested: int, use_cuda: bool, local_world: int) -> int:
 
 
 def _run(args: argparse.Namespace, info: Any) -> None:
-    """Start-up once (imports, rendezvous, data), then each ``--strategy`` in turn in the same process group.
+    """Start-up once (imports, rendezvous, data), then each ``--strategy`` in turn in the same process.
 
-    Why several strategies in one launch: start-up (imports of torch/transformers/peft, NCCL rendezvous,
-    tokenising) took 12-15 s of a ~27 s run on the H200s; paying it once for DDP and FSDP of the same
-    shape halves that share of the suite's wall time. Each strategy still builds its model from the
-    same seed, trains, checkpoints and runs the lifecycle on its own, and frees the GPU before the next.
+    Why one launch for every strategy: start-up (imports of torch/transformers/peft, NCCL rendezvous,
+    tokenising) took 12-15 s of a ~27 s run on the H200s and ``import transformers, peft`` alone 16.8 s on
+    a fresh H100 host; paying it once for the per-GPU solo runs, DDP and FSDP is most of what makes the
+    training section fast. Each strategy still builds its model from the same seed, trains and checkpoints
+    on its own, and frees the GPU before the next. The lifecycle (reload from disk, base vs fine-tuned)
+    of every strategy runs at the end, side by side on different GPUs of rank 0's node (``_lifecycles``).
     """
     node = node_name()
     _quiet()
     import torch
     import torch.distributed as dist
 
+    # transformers and peft here, not on the first model build, so the phases say what start-up costs
+    from peft import LoraConfig, get_peft_model  # noqa: F401
+    from transformers import AutoConfig, AutoModelForCausalLM  # noqa: F401
+
     from gpuaccept.training.config import profile_for
     from gpuaccept.training.data import encode, load_splits, load_tokenizer
     from gpuaccept.training.loop import Runtime
 
+    PHASES.mark("imports")
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = (
         torch.device("cuda", info.local_rank % max(1, torch.cuda.device_count())) if use_cuda else torch.device("cpu")
@@ -165,8 +177,9 @@ def _run(args: argparse.Namespace, info: Any) -> None:
         torch.set_num_threads(threads)
     if use_cuda:
         torch.cuda.set_device(device)
+        torch.zeros(1, device=device)  # the CUDA context now, so it is start-up and not the first strategy
+    PHASES.mark("device_init")
     rt = Runtime(info.rank, info.world_size, info.local_rank, device, node)
-    phases = {"imports": time.monotonic() - _STARTED}
     dist.init_process_group(
         "nccl" if use_cuda else "gloo",
         init_method=f"tcp://{info.master_addr}:{info.master_port}",
@@ -175,31 +188,98 @@ def _run(args: argparse.Namespace, info: Any) -> None:
         timeout=datetime.timedelta(minutes=5),
         **({"device_id": device} if use_cuda else {}),
     )
-    phases["rendezvous"] = time.monotonic() - _STARTED - sum(phases.values())
+    PHASES.mark("rendezvous")
     tokenizer = load_tokenizer(base_cfg.model_path, base_cfg.tokenizer)
     train_rows, test_rows, data_desc = load_splits(base_cfg.dataset)
     train_ex = [e for e in (encode(tokenizer, r, base_cfg.seq_len) for r in train_rows) if e is not None]
     test_ex = [e for e in (encode(tokenizer, r, base_cfg.seq_len) for r in test_rows) if e is not None]
-    phases["data"] = time.monotonic() - _STARTED - sum(phases.values())
-    shared = {"startup_s": round(time.monotonic() - _STARTED, 3), "startup_phases_s": phases, "torch_threads": threads}
+    PHASES.mark("data")
+    startup = dict(PHASES.seconds)
+    shared = {
+        "startup_s": round(sum(startup.values()), 3),
+        "startup_phases_s": {k: round(v, 3) for k, v in startup.items()},
+        "torch_threads": threads,
+    }
     gpu = gpu_identity(0) if use_cuda else None
     runs: dict[str, dict[str, Any]] = {}
+    pending: dict[str, dict[str, Any]] = {}
     for strategy in strategies:
         out = args.out / strategy if several else args.out
         cfg = profile_for("gpu" if use_cuda else "cpu", **{**overrides, "strategy": strategy, "out": out})
         started = time.monotonic()
-        data = _train_one(cfg, rt, tokenizer, train_ex, test_ex, data_desc, use_cuda, gpu)
+        data, job = _train_one(cfg, rt, tokenizer, train_ex, test_ex, data_desc, use_cuda, gpu, info.rank)
         data.update(shared)
         # What this strategy would take launched alone: the shared start-up plus its own run.
         data["run_s"] = round(time.monotonic() - started, 3)
         data["wall_s"] = round(shared["startup_s"] + data["run_s"], 3)
         runs[strategy] = data
+        if job is not None:
+            pending[strategy] = job
         _release(torch, use_cuda)
+    PHASES.mark("strategies")
+    for strategy, extra in _lifecycles(dist, rt, pending, tokenizer, test_ex).items():
+        runs[strategy].update(extra)
+        runs[strategy]["wall_s"] = round(runs[strategy]["wall_s"] + extra.get("lifecycle_s", 0.0), 3)
+    PHASES.mark("lifecycle")
     payload = {"strategies": runs, **shared} if several else runs[strategies[0]]
-    payload["process_wall_s"] = round(time.monotonic() - _STARTED, 3)
-    emit(payload, gpu=gpu, probe="finetune")
     sys.stdout.flush()
     dist.destroy_process_group()
+    PHASES.mark("teardown")
+    payload["phases"] = _launch_phases(runs)
+    payload["process_wall_s"] = round(PHASES.elapsed(), 3)
+    emit(payload, gpu=gpu, probe="finetune")
+
+
+def _launch_phases(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """The launch's wall time by kind of work: start-up, model set-up, warm-up steps, timed steps,
+    evals/checkpoints, lifecycle, teardown (what ``benchmarks/suite_sections.py`` tabulates)."""
+    seconds = dict(PHASES.seconds)
+    out = {"startup_s": sum(seconds.pop(k, 0.0) for k in ("imports", "device_init", "rendezvous", "data"))}
+    for key, field_name in (
+        ("setup_s", "setup_s"),
+        ("warmup_s", "warmup_s"),
+        ("measure_s", "timed_s"),
+        ("checkpoint_s", "pause_s"),
+    ):
+        out[key] = sum(float(run.get(field_name) or 0.0) for run in runs.values())
+    # the strategies' wall beyond their own phases: freeing memory, waiting for slower ranks to join
+    out["other_s"] = max(0.0, seconds.pop("strategies", 0.0) - sum(out[k] for k in list(out)[1:]))
+    out["lifecycle_s"] = seconds.pop("lifecycle", 0.0)
+    out["teardown_s"] = seconds.pop("teardown", 0.0)
+    out["other_s"] += sum(seconds.values())
+    out["process_wall_s"] = PHASES.elapsed()
+    return {k: round(v, 3) for k, v in out.items()}
+
+
+def _lifecycles(
+    dist: Any, rt: Any, pending: dict[str, dict[str, Any]], tokenizer: Any, test_ex: list[Any]
+) -> dict[str, dict[str, Any]]:
+    """Every strategy's lifecycle, run side by side on different ranks of rank 0's node.
+
+    The lifecycle (reload the saved adapter onto the saved original, evaluate, time generation, compare
+    with the base model) is single-process work from what rank 0 wrote; run after each strategy on
+    rank 0 it kept every other GPU waiting. At the end, with all training done, strategy k's lifecycle
+    runs on the k-th rank of rank 0's node (its own GPU, reading the same local files), so DDP's and
+    FSDP's take the time of one. Returns, on rank 0, each strategy's lifecycle results.
+    """
+    local = {"rt": rt, "tokenizer": tokenizer, "test_ex": test_ex}
+    if rt.world == 1:
+        return {strategy: _lifecycle(**job, **local) for strategy, job in pending.items()}
+    nodes: list[Any] = [None] * rt.world
+    dist.all_gather_object(nodes, rt.node)
+    helpers = [rank for rank, name in enumerate(nodes) if name == nodes[0]]
+    jobs: list[Any] = [pending if rt.rank == 0 else None]
+    dist.broadcast_object_list(jobs, src=0)
+    mine: dict[str, dict[str, Any]] = {}
+    for index, (strategy, job) in enumerate(sorted((jobs[0] or {}).items())):
+        if helpers[index % len(helpers)] == rt.rank:
+            mine[strategy] = _lifecycle(**job, **local)
+    gathered: list[Any] = [None] * rt.world
+    dist.all_gather_object(gathered, mine)
+    merged: dict[str, dict[str, Any]] = {}
+    for part in gathered:
+        merged.update(part or {})
+    return merged if rt.rank == 0 else {}
 
 
 def _release(torch: Any, use_cuda: bool) -> None:
@@ -220,8 +300,16 @@ def _train_one(
     data_desc: str,
     use_cuda: bool,
     gpu: dict[str, Any] | None,
-) -> dict[str, Any]:
-    """One strategy: build the seeded model, save the original, train, measure, run the lifecycle."""
+    rank: int,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """One strategy: build the seeded model, save the original, train, measure; the lifecycle to run.
+
+    ``solo`` trains this rank's GPU alone (a world of one: its own data order, no collective, nothing
+    saved), so every GPU of the node is fine-tuned and judged on its own at the same time. Returns the
+    rank's figures and, on rank 0 of a DDP/FSDP run, the lifecycle job (run later, ``_lifecycles``).
+    """
+    import dataclasses
+
     import torch
 
     from gpuaccept.training.lifecycle import file_fingerprint
@@ -229,12 +317,18 @@ def _train_one(
     from gpuaccept.training.model import apply_lora, build_base, param_bytes, trainable_checksum, wrap
     from gpuaccept.training.monitor import UtilSampler, peak_memory_gib
 
+    solo = cfg.strategy == "solo"
+    setup_started = time.monotonic()
+    if solo:
+        rt = dataclasses.replace(rt, rank=0, world=1)
+        cfg = dataclasses.replace(cfg, ckpt_every=cfg.steps)  # one eval at the end; nothing written
     device = rt.device
     pad_id = int(tokenizer.pad_token_id)
     base = build_base(cfg, cfg.seed)
     base_path = cfg.model_path or cfg.out / "original"
     before: dict[str, str] = {}
-    if rt.rank == 0:
+    main_rank = rt.rank == 0 and not solo
+    if main_rank:
         for sub in ("original", "checkpoints", "final"):
             shutil.rmtree(cfg.out / sub, ignore_errors=True)
         if cfg.model_path is None:
@@ -249,7 +343,8 @@ def _train_one(
     sampler = UtilSampler(gpu.get("uuid") if gpu else None) if use_cuda else None
     if use_cuda:
         torch.cuda.reset_peak_memory_stats(device)
-    result = train(cfg, rt, model, peft_model, train_ex, test_ex, pad_id, sampler)
+    setup_s = time.monotonic() - setup_started
+    result = train(cfg, rt, model, peft_model, train_ex, test_ex, pad_id, sampler, save=not solo, fault_rank=rank)
     memory = peak_memory_gib(device)
     util = sampler.summary() if sampler else {"util_pct": None, "util_samples": 0, "util_error": "CPU run"}
     losses = result.losses
@@ -268,6 +363,9 @@ def _train_one(
         "timed_tokens": result.timed_tokens,
         "timed_s": round(result.timed_s, 3),
         "train_s": round(result.train_s, 3),
+        "setup_s": round(setup_s, 3),
+        "warmup_s": round(result.warmup_s, 3),
+        "pause_s": round(result.pause_s, 3),
         "param_bytes_local": local_bytes,
         "param_bytes_total": total_bytes,
         "trainable_params": trainable,
@@ -277,12 +375,22 @@ def _train_one(
         **memory,
         **util,
     }
-    if rt.rank == 0:
-        data.update(_lifecycle(cfg, rt, result, tokenizer, test_ex, pad_id, base_path, before, data_desc, data))
-    return data
+    if not main_rank:
+        return data, None
+    job = {
+        "cfg": cfg,
+        "result": result,
+        "pad_id": pad_id,
+        "base_path": base_path,
+        "before": before,
+        "data_desc": data_desc,
+        "data": {k: data[k] for k in ("strategy", "world_size", "steps_done", "train_loss_final", "eval_loss_final")},
+    }
+    return data, job
 
 
 def _lifecycle(
+    *,
     cfg: Any,
     rt: Any,
     result: Any,
@@ -294,15 +402,21 @@ def _lifecycle(
     data_desc: str,
     data: dict[str, Any],
 ) -> dict[str, Any]:
-    """Rank 0 after training: reload from disk, compare base vs fine-tuned, write the JSON artefacts."""
+    """After training: reload from disk, compare base vs fine-tuned, write the JSON artefacts.
+
+    Runs on whichever rank of rank 0's node ``_lifecycles`` gives it, on that rank's own GPU, from the
+    files rank 0 wrote; ``rt`` is that rank's runtime (the comparison itself runs as a world of one).
+    """
     from gpuaccept.training.lifecycle import compare, file_fingerprint, write_json
 
+    started = time.monotonic()
     out: dict[str, Any] = {"checkpoints": result.checkpoints, "dataset": data_desc, "config": cfg.to_json()}
     history = {"losses": result.losses, "evals": result.evals, "strategy": cfg.strategy, "world_size": rt.world}
     out["history_json"] = str(write_json(cfg.out / "history.json", history))
     final = cfg.out / "final"
     if result.nonfinite_steps or not final.is_dir():
         out["lifecycle_error"] = "training stopped early: no final adapter to reload"
+        out["lifecycle_s"] = round(time.monotonic() - started, 3)
         return out
     report = compare(
         base_path,
@@ -334,6 +448,8 @@ def _lifecycle(
         base_ttft_ms=base["ttft_ms"],
         finetuned_ttft_ms=tuned["ttft_ms"],
         compare_s=report["seconds"],
+        lifecycle_rank=rt.rank,
+        lifecycle_s=round(time.monotonic() - started, 3),
     )
     return out
 

@@ -53,6 +53,10 @@ class TrainResult:
     timed_tokens: int = 0
     timed_s: float = 0.0
     train_s: float = 0.0
+    #: steps before the throughput clock starts (clocks, allocator and autotuning settle)
+    warmup_s: float = 0.0
+    #: evals and checkpoints between timed stretches (the clock is stopped there)
+    pause_s: float = 0.0
 
 
 def autocast(device: torch.device) -> AbstractContextManager[Any]:
@@ -150,13 +154,21 @@ def train(
     test_ex: list[Example],
     pad_id: int,
     sampler: UtilSampler | None,
+    *,
+    save: bool = True,
+    fault_rank: int | None = None,
 ) -> TrainResult:
-    """Run ``cfg.steps`` optimizer steps; evaluate and checkpoint every ``cfg.ckpt_every`` steps."""
+    """Run ``cfg.steps`` optimizer steps; evaluate (and with ``save``, checkpoint) every ``cfg.ckpt_every``.
+
+    ``save=False`` is the per-GPU solo run: evals only, nothing written. ``fault_rank`` is the rank the
+    selftest fault knob names this process by (the launch's global rank; a solo run is rank 0 of its own
+    world of one).
+    """
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(cfg))
     stream = batches(train_ex, cfg.batch_size, rt.rank, rt.world, cfg.seed, pad_id)
-    die_at = fault_point(rt.rank)
+    die_at = fault_point(rt.rank if fault_rank is None else fault_rank)
     result = TrainResult()
     pending: list[torch.Tensor] = []
     clock: float | None = None
@@ -203,28 +215,33 @@ def train(
         if step == cfg.timed_from_step:
             _sync(rt.device)
             clock = time.monotonic()
+            result.warmup_s = clock - started
             if sampler:
                 sampler.active()
         if boundary:
+            paused = time.monotonic()
             if clock is not None:
                 _sync(rt.device)
-                result.timed_s += time.monotonic() - clock
+                paused = time.monotonic()
+                result.timed_s += paused - clock
             if sampler:
                 sampler.idle()
             eval_loss = evaluate(model, test_ex, rt, cfg.batch_size, pad_id)
             result.evals.append((step, eval_loss))
-            state = trainable_state(model)
-            meta = {"step": step, "train_loss": result.losses[-1], "eval_loss": eval_loss}
-            path = cfg.out / "checkpoints" / f"step-{step:06d}"
-            save_adapter(peft_model, state, path, meta, main=rt.rank == 0)
-            result.checkpoints.append(str(path))
-            if step == cfg.steps:
-                save_adapter(peft_model, state, cfg.out / "final", meta, main=rt.rank == 0)
+            if save:
+                state = trainable_state(model)
+                meta = {"step": step, "train_loss": result.losses[-1], "eval_loss": eval_loss}
+                path = cfg.out / "checkpoints" / f"step-{step:06d}"
+                save_adapter(peft_model, state, path, meta, main=rt.rank == 0)
+                result.checkpoints.append(str(path))
+                if step == cfg.steps:
+                    save_adapter(peft_model, state, cfg.out / "final", meta, main=rt.rank == 0)
             if clock is not None and step < cfg.steps:
                 _sync(rt.device)
                 clock = time.monotonic()
                 if sampler:
                     sampler.active()
+            result.pause_s += time.monotonic() - paused
     result.train_s = time.monotonic() - started
     if sampler:
         sampler.idle()

@@ -77,7 +77,11 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 
 
 def wrap(model: nn.Module, strategy: str, device: torch.device, world: int) -> nn.Module:
-    """DDP replica or FSDP2 shards (one group per decoder layer, then the root)."""
+    """DDP replica, FSDP2 shards (one group per decoder layer, then the root), or for ``solo`` the plain
+    model on this rank's device (a per-GPU run that talks to no other rank: DDP on a world of one would
+    add only a no-op gradient exchange, FSDP on one rank shards nothing)."""
+    if strategy == "solo":
+        return model.to(device)
     if strategy == "ddp":
         model.to(device)
         from torch.nn.parallel import DistributedDataParallel
