@@ -1,5 +1,10 @@
 """Judge the GPU performance probes: matmul, burn-in, HBM copy, host<->device and GPU<->GPU bandwidth.
 
+matmul, HBM, host and GPU-pair figures come from one ``gpubench`` step per node (one process drives
+every GPU, so torch's start-up is paid once): ``gpubench_result`` runs it once per session for every
+test that judges a part of it, and ``gpu_views`` gives each GPU's part the shape the judges read
+(``.data`` and ``.gpu_label``, as a per-GPU rank's record has).
+
 Common rules: a GPU that had someone else's processes on it before the benchmark is not measured and
 ends the test as an error naming it ("GPU busy"), while the node's other GPUs are still judged; every
 figure is checked against the SKU floor and then against the node's median (``judge.stragglers``).
@@ -12,14 +17,20 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
+from gpuaccept.errors import MeasurementError
 from gpuaccept.hardware.health import decode_reasons
 from gpuaccept.hardware.verdict import JudgeLike, conclude, gpu_label
 
 __all__ = [
+    "GpuView",
     "agreement",
+    "bench_figures",
     "busy_lines",
+    "gpu_views",
+    "gpubench_result",
     "judge_burn_in",
     "judge_hostbw",
     "judge_matmul",
@@ -29,6 +40,58 @@ __all__ = [
     "p2p_record",
     "tflops_drop_pct",
 ]
+
+
+#: The one-process node benchmark: start-up plus a few seconds per part on 2 GPUs; 8 GPUs add host links
+#: measured one at a time and 14 rounds of GPU pairs.
+BENCH_TIMEOUT_S = 300
+_FIGURES_RECORDED: set[int] = set()
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """One GPU's share of a node-wide probe result, shaped like a per-GPU rank record."""
+
+    node: str
+    gpu: dict[str, Any] | None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gpu_label(self) -> str | None:
+        return gpu_label(self.gpu)
+
+
+def gpubench_result(cluster: Any, node: str) -> Any:
+    """The node's ``gpubench`` step (every GPU in one process), run once per session and shared."""
+    gpus = cluster.require_gpus(node)
+    return cluster.run_shared("gpubench", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=BENCH_TIMEOUT_S)
+
+
+def gpu_views(result: Any, node: str, part: str) -> list[GpuView]:
+    """Each GPU's ``part`` (matmul, membw, hostbw) of the node's gpubench result; a busy GPU keeps only
+    its busy entry and a ``skipped`` note, as a per-GPU probe would have reported it."""
+    data = result.one().data
+    busy = {entry["gpu"]: entry for entry in data.get("busy") or []}
+    views = []
+    for gpu, entry in zip(data.get("gpus") or [], data.get("per_gpu") or [], strict=False):
+        if gpu["index"] in busy:
+            views.append(GpuView(node, gpu, {"busy": [busy[gpu["index"]]], "skipped": "GPU busy"}))
+        elif part not in entry:
+            raise MeasurementError(f"{node} GPU {gpu_label(gpu)}: the gpubench result holds no {part} figures")
+        else:
+            views.append(GpuView(node, gpu, {**entry[part], "busy": []}))
+    if not views:
+        raise MeasurementError(f"{node}: gpubench measured no GPU ({data.get('error') or 'no GPU in its result'})")
+    return views
+
+
+def bench_figures(result: Any, judge: JudgeLike, node: str, metric: str) -> None:
+    """Record a node-wide probe step's wall time and phases once (by the first test that reads it)."""
+    if id(result) in _FIGURES_RECORDED:
+        return
+    _FIGURES_RECORDED.add(id(result))
+    phases = result.one().data.get("phases") or {}
+    judge.info(metric, phases.get("process_wall_s"), node=node, phases=phases, step_s=round(result.duration_s, 3))
 
 
 def busy_lines(label: str | None, busy: list[dict[str, Any]]) -> list[str]:
@@ -78,6 +141,7 @@ def judge_matmul(records: list[Any], judge: JudgeLike, node: str) -> None:
             size=data.get("best_size"),
             checksum=data.get("checksum"),
             by_size={k: v["tflops"] for k, v in data.get("by_size", {}).items()},
+            spread_pct=data.get("by_size", {}).get(str(data.get("best_size")), {}).get("spread_pct"),
             during=data.get("by_size", {}).get(str(data.get("best_size")), {}).get("during"),
         )
         if data.get("tflops_burst") is not None:
@@ -146,21 +210,45 @@ def judge_burn_in(records: list[Any], judge: JudgeLike, node: str) -> None:
 def judge_membw(records: list[Any], judge: JudgeLike, node: str) -> None:
     measured, busy = _split(records)
     for record in measured:
+        data = record.data
         judge.check(
-            "membw_tbps", record.data.get("tbps"), node=node, gpu=record.gpu_label, size=record.data.get("best_size")
+            "membw_tbps",
+            data.get("tbps"),
+            node=node,
+            gpu=record.gpu_label,
+            size=data.get("best_size"),
+            spread_pct=data.get("by_size", {}).get(str(data.get("best_size")), {}).get("spread_pct"),
         )
     judge.stragglers("membw_tbps")
     conclude(judge, node, busy=busy)
 
 
-def judge_hostbw(records: list[Any], judge: JudgeLike, node: str) -> None:
-    """H2D/D2H GB/s from the GPU's NUMA node, and the PCIe link as it runs under that load."""
+def judge_hostbw(records: list[Any], judge: JudgeLike, node: str, concurrent: dict[str, Any] | None = None) -> None:
+    """H2D/D2H GB/s of each GPU's link alone (NUMA-local buffer, the other GPUs idle) against the floor
+    and the node median, the PCIe link as it runs under that load; then, reported, what each GPU and the
+    node got with every GPU copying at once (they share the host's memory, root complexes and, on HGX
+    boards, one PCIe switch uplink per two GPUs, so that figure depends on the board, not the link)."""
     measured, busy = _split(records)
     for record in measured:
         label, data = record.gpu_label, record.data
         numa = data.get("numa") or {}
-        judge.check("hostbw_h2d_gbps", data.get("h2d_gbps"), node=node, gpu=label, numa=numa)
-        judge.check("hostbw_d2h_gbps", data.get("d2h_gbps"), node=node, gpu=label)
+        judge.check(
+            "hostbw_h2d_gbps",
+            data.get("h2d_gbps"),
+            node=node,
+            gpu=label,
+            numa=numa,
+            min_max=[data.get("h2d_gbps_min"), data.get("h2d_gbps_max")],
+            spread_pct=data.get("h2d_spread_pct"),
+        )
+        judge.check(
+            "hostbw_d2h_gbps",
+            data.get("d2h_gbps"),
+            node=node,
+            gpu=label,
+            min_max=[data.get("d2h_gbps_min"), data.get("d2h_gbps_max")],
+            spread_pct=data.get("d2h_spread_pct"),
+        )
         judge.check("pcie_gen_loaded", data.get("pcie_gen_loaded"), node=node, gpu=label)
         judge.check("pcie_width_loaded", data.get("pcie_width_loaded"), node=node, gpu=label)
         judge.info(
@@ -173,6 +261,16 @@ def judge_hostbw(records: list[Any], judge: JudgeLike, node: str) -> None:
         )
     judge.stragglers("hostbw_h2d_gbps")
     judge.stragglers("hostbw_d2h_gbps")
+    if concurrent and not busy:
+        for direction in ("h2d", "d2h"):
+            for record, value in zip(measured, concurrent.get(f"{direction}_gbps_per_gpu") or [], strict=False):
+                judge.info(f"hostbw_{direction}_concurrent_gbps", value, node=node, gpu=record.gpu_label)
+            judge.info(
+                f"hostbw_{direction}_concurrent_total_gbps",
+                concurrent.get(f"{direction}_gbps_total"),
+                node=node,
+                gpus=concurrent.get("gpus"),
+            )
     conclude(judge, node, busy=busy)
 
 
@@ -223,10 +321,13 @@ def judge_nvlink_under_load(record: Any, judge: JudgeLike, node: str) -> None:
     conclude(judge, node, busy=busy, details=details, missing=missing)
 
 
-def p2p_record(cluster: Any, node: str) -> Any:
-    """The node's P2P copy run, measured once and judged by the bandwidth and the NVLink-error tests."""
-    gpus = cluster.require_gpus(node)
-    return cluster.run_shared("p2p", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=240).one()
+def p2p_record(cluster: Any, node: str) -> GpuView:
+    """The node's GPU-pair copies (part of its gpubench step), judged by the bandwidth and the NVLink-error
+    tests: one measurement, so the two verdicts speak of the same load."""
+    data = gpubench_result(cluster, node).one().data
+    if "p2p" not in data:
+        raise MeasurementError(f"{node}: the gpubench result holds no GPU-pair figures", nodes=(node,))
+    return GpuView(node, None, data["p2p"])
 
 
 def judge_p2p(record: Any, judge: JudgeLike, node: str) -> dict[str, Any]:
@@ -237,7 +338,14 @@ def judge_p2p(record: Any, judge: JudgeLike, node: str) -> dict[str, Any]:
     pairs = data.get("pairs") or []
     for pair in pairs:
         where = f"{labels.get(pair['src'], pair['src'])} -> {labels.get(pair['dst'], pair['dst'])}"
-        judge.check("p2p_gbps", pair.get("gbps"), node=node, gpu=where, peer_access=pair.get("peer_access"))
+        judge.check(
+            "p2p_gbps",
+            pair.get("gbps"),
+            node=node,
+            gpu=where,
+            peer_access=pair.get("peer_access"),
+            spread_pct=pair.get("spread_pct"),
+        )
     details = []
     if pairs:
         slow = min(pairs, key=lambda p: p["gbps"])

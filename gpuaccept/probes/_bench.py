@@ -4,9 +4,12 @@
 lists processes already on it. A benchmark on a GPU someone else is using measures the sharing, not
 the GPU, so the test reports such a GPU as an error ("GPU busy"), not as a slow GPU.
 
-``time_batches()`` times on the device with CUDA events: a warm-up of at least ``warmup_s`` seconds
+``time_lanes()`` times on the devices with CUDA events: a warm-up of at least ``warmup_s`` seconds
 (clocks ramp, cuBLAS picks its kernels), then ``repeats`` batches of ``batch`` calls each, one event
-pair per batch so the launch gaps between calls do not count; callers take the median.
+pair per batch so the launch gaps between calls do not count; callers take the median. Several lanes
+(one per GPU, or one per GPU pair) run at once from one thread: their batches are queued round-robin,
+so every GPU of the node is busy at the same time, as when one process per GPU measured it, without
+paying torch's start-up once per GPU.
 """
 
 from __future__ import annotations
@@ -24,7 +27,21 @@ from gpuaccept.probes._nvml import nvml
 # follow PCI bus order. Set before torch initialises CUDA so ordinal N is the GPU NVML calls N.
 os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
 
-__all__ = ["Preflight", "median", "preflight", "time_batches", "torch_device_bus", "visible_count"]
+__all__ = [
+    "Lane",
+    "Preflight",
+    "median",
+    "preflight",
+    "spread",
+    "time_lanes",
+    "torch_device_bus",
+    "visible_count",
+]
+
+#: Launches one lane may have queued before the enqueuing thread waits for that lane's oldest batch:
+#: under the driver's queue depth (about 1024 launches per context), so a full queue never blocks the
+#: thread on one GPU while the other lanes run dry.
+MAX_QUEUED_LAUNCHES = 600
 
 
 @dataclass
@@ -73,44 +90,90 @@ def torch_device_bus(torch: Any, ordinal: int = 0) -> str | None:
     return f"{int(domain or 0):04x}:{int(bus):02x}:{int(device or 0):02x}"
 
 
-def time_batches(
+@dataclass
+class Lane:
+    """One stream of timed work: ``call`` queues one unit on ``device`` (a ``torch.device``);
+    ``sync`` lists every device the work touches (a GPU-to-GPU copy touches two)."""
+
+    device: Any
+    call: Callable[[], Any]
+    sync: list[Any] = field(default_factory=list)
+
+    def devices(self) -> list[Any]:
+        return self.sync or [self.device]
+
+
+def time_lanes(
     torch: Any,
-    call: Callable[[], Any],
+    lanes: list[Lane],
     *,
     batch: int,
     repeats: int,
     warmup_s: float,
-    sync: Callable[[], Any] | None = None,
     during: Callable[[], Any] | None = None,
-) -> list[float]:
-    """Seconds per call for each of ``repeats`` batches, after at least ``warmup_s`` of warm-up.
+    timer: Any = None,
+) -> list[list[float]]:
+    """Seconds per call of each lane's ``repeats`` batches, all lanes at once, after ``warmup_s`` of warm-up.
 
-    ``sync`` waits for the work (default: the current device; a copy between GPUs needs both), and
-    ``during`` runs once all batches are queued and the GPU is busy with them (an NVML sample of the
-    clocks and PCIe link *under load*).
+    Batches are queued round-robin over the lanes, each between its own pair of CUDA events on its
+    device's current stream, so every GPU runs back to back while the others do; a lane that has
+    ``MAX_QUEUED_LAUNCHES`` queued waits for its oldest batch first. ``during`` runs once half of the
+    batches are queued and the GPUs are busy with them (an NVML sample of clocks and links under load).
+    ``timer`` (a ``_timing.Phases``) gets the warm-up and the timed batches' wall seconds.
     """
-    sync = sync or torch.cuda.synchronize
-    stream = torch.cuda.current_stream()
+    devices = list(dict.fromkeys(d for lane in lanes for d in lane.devices()))
+
+    def sync_all() -> None:
+        for device in devices:
+            torch.cuda.synchronize(device)
+
     start = time.monotonic()
     while True:
         for _ in range(batch):
-            call()
-        sync()
+            for lane in lanes:
+                lane.call()
+        sync_all()
         if time.monotonic() - start >= warmup_s:
             break
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
-    for begin, end in events:
-        begin.record(stream)
-        for _ in range(batch):
-            call()
-        end.record(stream)
-    if during is not None:
-        during()
-    sync()
-    return [begin.elapsed_time(end) / 1000 / batch for begin, end in events]
+    measuring = time.monotonic()
+    if timer is not None:
+        timer.add("warmup", measuring - start)
+    window = max(1, MAX_QUEUED_LAUNCHES // (batch + 2))
+    events = [
+        [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+        for _ in lanes
+    ]
+    streams = [torch.cuda.current_stream(lane.device) for lane in lanes]
+    for index in range(repeats):
+        for lane, stream, pairs in zip(lanes, streams, events, strict=True):
+            if index >= window:
+                pairs[index - window][1].synchronize()
+            begin, end = pairs[index]
+            begin.record(stream)
+            for _ in range(batch):
+                lane.call()
+            end.record(stream)
+        if during is not None and index == repeats // 2:
+            during()
+    sync_all()
+    if timer is not None:
+        timer.add("measure", time.monotonic() - measuring)
+    return [[begin.elapsed_time(end) / 1000 / batch for begin, end in pairs] for pairs in events]
 
 
 def median(values: list[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def spread(samples: list[float], digits: int = 3) -> dict[str, Any]:
+    """Median, min, max and (max-min)/median in percent of one figure's timed batches."""
+    mid = median(samples)
+    return {
+        "median": round(mid, digits),
+        "min": round(min(samples), digits),
+        "max": round(max(samples), digits),
+        "spread_pct": round((max(samples) - min(samples)) / mid * 100, 2) if mid else None,
+        "batches": len(samples),
+    }

@@ -1,39 +1,52 @@
-"""Pinned host<->device bandwidth of one GPU (GB/s each way), from the GPU's own NUMA node.
+"""Pinned host<->device bandwidth of every GPU's PCIe link (GB/s each way): each link alone, then all at once.
 
-One rank per GPU, all GPUs of a node at once (they share the host's memory and root complexes, as a
-data loader does). Before allocating, the rank binds itself to the CPUs NVML names as local to its GPU
-(``nvmlDeviceGetCpuAffinity``, intersected with what the job step allows), so the pinned buffer is
-first-touched on the GPU's NUMA node: a remote-socket buffer would measure the CPU interconnect, not
-the PCIe link. ``--no-bind`` skips the binding (to see what an unbound job gets).
+Each link alone: one GPU copies while every other GPU is idle, so the figure is that GPU's link and
+nothing else (NVIDIA's nvbandwidth measures ``host_to_device_memcpy_ce`` the same way, one GPU at a
+time). On a 4xH200 host all GPUs copying at once got 41.6-42.0 GB/s H2D and 35.0-35.3 D2H each while
+one at a time reached 51-55: they share the host's memory and root complexes, and on HGX boards two
+GPUs share each PCIe switch's uplink, so a healthy 8-GPU node would miss a per-link floor measured
+all at once. The links are therefore judged alone; the all-at-once figures (what a data loader on
+every GPU gets) follow, per GPU and summed, and are reported.
 
-H2D is ``dev.copy_(host, non_blocking=True)``, D2H the reverse, ``--size`` bytes each (default 1 GiB),
-timed with CUDA events after a warm-up; the median batch is reported. While the copies run the probe
-reads the PCIe link's *current* generation and width from NVML: under load a healthy link is at its
-maximum, so this is where a link that trained down (Gen4 instead of Gen5, x8 instead of x16) shows,
-unlike an idle reading, which power management lowers on many boards.
+One process drives every visible GPU, one after another, so torch's start-up is paid once. Before
+allocating a GPU's pinned buffer the thread binds itself to the CPUs NVML names as local to that GPU
+(``nvmlDeviceGetCpuAffinity``, intersected with what the job step allows), so the buffer is
+first-touched on the GPU's NUMA node, as nvbandwidth does (``setOptimalCpuAffinity`` before
+``cuMemHostAlloc``): a remote-socket buffer would measure the CPU interconnect, not the PCIe link.
+``--no-bind`` skips the binding (to see what an unbound job gets).
+
+H2D is ``dev.copy_(host, non_blocking=True)``, D2H the reverse, ``--size`` bytes each (default 256 MiB,
+four per timed batch), timed with CUDA events after a warm-up; the median batch is reported with the
+batches' min and max. While the copies run the probe reads the PCIe link's *current* generation and
+width from NVML: under load a healthy link is at its maximum, so this is where a link that trained down
+(Gen4 instead of Gen5, x8 instead of x16) shows, unlike an idle reading, which power management lowers.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from typing import Any
 
-from gpuaccept.probes._bench import Preflight, median, preflight, time_batches, torch_device_bus
+from gpuaccept.probes._bench import Lane, Preflight, preflight, spread, time_lanes, torch_device_bus, visible_count
 from gpuaccept.probes._gpu import cpu_affinity, numa_node
 from gpuaccept.probes._protocol import emit
+from gpuaccept.probes._timing import Phases
 from gpuaccept.probes.membw import parse_size
 
-__all__ = ["bind_local", "main"]
+__all__ = ["bind_local", "main", "measure_node"]
+
+DIRECTIONS = ("h2d", "d2h")
 
 
-def bind_local(pre: Preflight) -> dict[str, Any]:
-    """Pin this process to the GPU's local CPUs that the step allows; say what was done."""
-    allowed = set(os.sched_getaffinity(0))
-    local = set(cpu_affinity(pre.lib, pre.handles[0])) if pre.lib is not None else set()
+def bind_local(pre: Preflight, ordinal: int = 0, allowed: set[int] | None = None) -> dict[str, Any]:
+    """Pin the calling thread to GPU ``ordinal``'s local CPUs that the step allows; say what was done."""
+    allowed = allowed if allowed is not None else set(os.sched_getaffinity(0))
+    local = set(cpu_affinity(pre.lib, pre.handles[ordinal])) if pre.lib is not None else set()
     usable = sorted(local & allowed)
     info: dict[str, Any] = {
-        "gpu_numa_node": numa_node(pre.gpus[0]["pci_bus_id"]) if pre.gpus else None,
+        "gpu_numa_node": numa_node(pre.gpus[ordinal]["pci_bus_id"]) if pre.gpus else None,
         "local_cpus": len(local),
         "allowed_cpus": len(allowed),
     }
@@ -45,56 +58,157 @@ def bind_local(pre: Preflight) -> dict[str, Any]:
     return info
 
 
-def measure(torch: Any, pre: Preflight, size: int, repeats: int, warmup_s: float) -> dict[str, Any]:
-    host = torch.empty(size, dtype=torch.uint8, pin_memory=True)
-    dev = torch.empty(size, dtype=torch.uint8, device="cuda")
-    batch = max(1, round(4 * (1 << 30) / size))
+def _copy(direction: str, host: Any, dev: Any) -> Callable[[], Any]:
+    """One pinned copy: ``h2d`` into the GPU buffer, ``d2h`` back into the host buffer."""
+    if direction == "h2d":
+        return lambda: dev.copy_(host, non_blocking=True)
+    return lambda: host.copy_(dev, non_blocking=True)
+
+
+def _batch(size: int) -> int:
+    """Copies per timed batch: 1 GiB of traffic, about 19 ms at PCIe Gen5 speed."""
+    return max(1, round((1 << 30) / size))
+
+
+def _figures(size: int, times: list[float], prefix: str) -> dict[str, Any]:
+    figure = spread([size / t / 1e9 for t in times], 2)
+    return {
+        f"{prefix}_gbps": figure["median"],
+        f"{prefix}_gbps_min": figure["min"],
+        f"{prefix}_gbps_max": figure["max"],
+        f"{prefix}_spread_pct": figure["spread_pct"],
+    }
+
+
+def _link(
+    torch: Any,
+    pre: Preflight,
+    ordinal: int,
+    device: Any,
+    buffers: tuple[Any, Any],
+    size: int,
+    repeats: int,
+    warmup_s: float,
+    timer: Any = None,
+) -> dict[str, Any]:
+    """One GPU's H2D then D2H, nothing else running: its link alone, with NVML's PCIe reading under load."""
+    host, dev = buffers
     out: dict[str, Any] = {}
-    for name, call in (
-        ("h2d", lambda: dev.copy_(host, non_blocking=True)),
-        ("d2h", lambda: host.copy_(dev, non_blocking=True)),
-    ):
+    for name in DIRECTIONS:
         seen: dict[str, Any] = {}
-        times = time_batches(
-            torch, call, batch=batch, repeats=repeats, warmup_s=warmup_s, during=lambda s=seen: s.update(pre.sample())
+
+        def sample(seen: dict[str, Any] = seen) -> None:
+            seen.update(pre.sample(ordinal))
+
+        (times,) = time_lanes(
+            torch,
+            [Lane(device, _copy(name, host, dev))],
+            batch=_batch(size),
+            repeats=repeats,
+            warmup_s=warmup_s,
+            during=sample,
+            timer=timer,
         )
-        samples = [size / t / 1e9 for t in times]
-        out[f"{name}_gbps"] = round(median(samples), 2)
-        out[f"{name}_gbps_min"] = round(min(samples), 2)
+        out.update(_figures(size, times, name))
         out[f"{name}_during"] = seen
-    out["pcie_gen_loaded"] = min(
-        (v for v in (out["h2d_during"].get("pcie_gen"), out["d2h_during"].get("pcie_gen")) if v is not None),
-        default=None,
-    )
-    out["pcie_width_loaded"] = min(
-        (v for v in (out["h2d_during"].get("pcie_width"), out["d2h_during"].get("pcie_width")) if v is not None),
-        default=None,
-    )
+    for key in ("gen", "width"):
+        values = [out[f"{d}_during"].get(f"pcie_{key}") for d in DIRECTIONS]
+        out[f"pcie_{key}_loaded"] = min((v for v in values if v is not None), default=None)
+    return out
+
+
+def _concurrent(
+    torch: Any,
+    devices: list[Any],
+    buffers: list[tuple[Any, Any]],
+    size: int,
+    repeats: int,
+    warmup_s: float,
+    timer: Any = None,
+) -> dict[str, Any]:
+    """Every GPU copying at once, H2D then D2H: per GPU and the node's sum (median batches)."""
+    out: dict[str, Any] = {"gpus": len(devices)}
+    for name in DIRECTIONS:
+        lanes = [Lane(device, _copy(name, host, dev)) for device, (host, dev) in zip(devices, buffers, strict=True)]
+        times = time_lanes(torch, lanes, batch=_batch(size), repeats=repeats, warmup_s=warmup_s, timer=timer)
+        per_gpu = [_figures(size, lane_times, name) for lane_times in times]
+        out[f"{name}_gbps_per_gpu"] = [figure[f"{name}_gbps"] for figure in per_gpu]
+        out[f"{name}_gbps_total"] = round(sum(out[f"{name}_gbps_per_gpu"]), 2)
+        out[f"{name}_spread_pct_per_gpu"] = [figure[f"{name}_spread_pct"] for figure in per_gpu]
+    return out
+
+
+def measure_node(
+    torch: Any,
+    pre: Preflight,
+    ordinals: list[int],
+    *,
+    size: int,
+    repeats: int,
+    warmup_s: float,
+    bind: bool = True,
+    timer: Any = None,
+) -> dict[str, Any]:
+    """Each GPU's link alone (NUMA-local buffer, the others idle), then every GPU at once.
+
+    Returns ``per_gpu`` (one entry per ordinal: GB/s each way with min/max/spread, PCIe gen/width under
+    load, the NUMA binding) and ``concurrent`` (per GPU and summed, when there are two GPUs or more).
+    The thread's CPU affinity is restored afterwards.
+    """
+    allowed = set(os.sched_getaffinity(0))
+    devices = [torch.device("cuda", ordinal) for ordinal in ordinals]
+    buffers: list[tuple[Any, Any]] = []
+    per_gpu: list[dict[str, Any]] = []
+    try:
+        for ordinal, device in zip(ordinals, devices, strict=True):
+            numa = bind_local(pre, ordinal, allowed) if bind else {"bound": False, "why": "--no-bind"}
+            # allocated (and first touched) while bound: the pinned pages land on the GPU's NUMA node;
+            # every GPU keeps its own buffer, since torch's host allocator would hand a freed one back
+            host = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+            dev = torch.empty(size, dtype=torch.uint8, device=device)
+            buffers.append((host, dev))
+            per_gpu.append(
+                {"numa": numa, **_link(torch, pre, ordinal, device, (host, dev), size, repeats, warmup_s, timer)}
+            )
+    finally:
+        os.sched_setaffinity(0, allowed)
+    out: dict[str, Any] = {"size": size, "per_gpu": per_gpu}
+    if len(devices) > 1:
+        out["concurrent"] = _concurrent(torch, devices, buffers, size, repeats, warmup_s, timer)
     return out
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=parse_size, default=1 << 30, help="bytes per copy (e.g. 256M, 1G)")
-    parser.add_argument("--repeats", type=int, default=10, help="timed batches per direction (median reported)")
-    parser.add_argument("--warmup", type=float, default=0.3, help="seconds of warm-up per direction")
+    parser.add_argument("--size", type=parse_size, default=256 << 20, help="bytes per copy (e.g. 256M, 1G)")
+    parser.add_argument("--repeats", type=int, default=6, help="timed batches per direction (median reported)")
+    parser.add_argument("--warmup", type=float, default=0.05, help="seconds of warm-up per direction")
     parser.add_argument("--no-bind", action="store_true", help="do not bind to the GPU's NUMA-local CPUs")
     parser.add_argument("--measure-busy", action="store_true", help="measure even if other processes use the GPU")
     args = parser.parse_args(argv)
+    phases = Phases()
 
-    pre = preflight(1)
-    data: dict[str, Any] = {"busy": pre.busy, "size": args.size}
-    gpu = pre.gpus[0] if pre.gpus else None
+    pre = preflight(visible_count())
+    data: dict[str, Any] = {"busy": pre.busy, "size": args.size, "gpus": pre.gpus}
     if pre.busy and not args.measure_busy:
         data["skipped"] = "GPU busy: other processes were running on it before the benchmark"
-        emit(data, gpu=gpu, probe="hostbw")
+        emit(data, gpu=pre.gpus[0] if len(pre.gpus) == 1 else None, probe="hostbw")
         return
-    data["numa"] = {"bound": False, "why": "--no-bind"} if args.no_bind else bind_local(pre)
     import torch
 
-    data["torch_bus"] = torch_device_bus(torch)
-    data.update(measure(torch, pre, args.size, args.repeats, args.warmup))
-    emit(data, gpu=gpu, probe="hostbw")
+    data["torch_bus"] = [torch_device_bus(torch, i) for i in range(len(pre.gpus))]
+    phases.mark("startup")
+    ordinals = list(range(len(pre.gpus)))
+    data.update(
+        measure_node(
+            torch, pre, ordinals, size=args.size, repeats=args.repeats, warmup_s=args.warmup, bind=not args.no_bind
+        )
+    )
+    phases.mark("measure")
+    if len(pre.gpus) == 1:  # one rank per GPU (srun --gpus-per-task=1): the flat fields of earlier versions
+        data.update(data["per_gpu"][0])
+    data["phases"] = phases.as_dict()
+    emit(data, gpu=pre.gpus[0] if len(pre.gpus) == 1 else None, probe="hostbw")
 
 
 if __name__ == "__main__":

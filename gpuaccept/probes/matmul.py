@@ -27,13 +27,15 @@ GPU is reported and not measured (``--measure-busy`` measures anyway).
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from typing import Any
 
-from gpuaccept.probes._bench import Preflight, median, preflight, time_batches, torch_device_bus
+from gpuaccept.probes._bench import Lane, Preflight, median, preflight, spread, time_lanes, torch_device_bus
 from gpuaccept.probes._protocol import emit
+from gpuaccept.probes._timing import Phases
 
-__all__ = ["main"]
+__all__ = ["burst", "checksums", "main", "measure"]
 
 SWEEP = (4096, 6144, 8192, 10240, 12288, 14336, 16384)
 DEFAULT_SIZES = [8192, 4096, 12288, 16384]
@@ -46,22 +48,30 @@ def _sizes(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part.strip()]
 
 
-def checksum(torch: Any) -> int:
+def checksum(torch: Any, device: Any = None) -> int:
     """Exact position-weighted integer sum of the bits of a fixed-seed 4096³ BF16 product."""
+    return checksums(torch, [device if device is not None else torch.device("cuda", 0)])[0]
+
+
+def checksums(torch: Any, devices: list[Any]) -> list[int]:
+    """``checksum`` on each device: the inputs are drawn once on the CPU, so every GPU gets the same bits."""
     gen = torch.Generator().manual_seed(SEED)
-    a = torch.randn(CHECK_N, CHECK_N, generator=gen).to(torch.bfloat16).cuda()
-    b = torch.randn(CHECK_N, CHECK_N, generator=gen).to(torch.bfloat16).cuda()
-    bits = torch.matmul(a, b).view(torch.int16).to(torch.int64).flatten()
-    weights = torch.arange(bits.numel(), device=bits.device, dtype=torch.int64) % 65521 + 1
-    return int((bits * weights).sum().item())
+    a_host = torch.randn(CHECK_N, CHECK_N, generator=gen).to(torch.bfloat16)
+    b_host = torch.randn(CHECK_N, CHECK_N, generator=gen).to(torch.bfloat16)
+    sums = []
+    for device in devices:
+        bits = torch.matmul(a_host.to(device), b_host.to(device)).view(torch.int16).to(torch.int64).flatten()
+        weights = torch.arange(bits.numel(), device=device, dtype=torch.int64) % 65521 + 1
+        sums.append((bits * weights).sum())
+    return [int(value.item()) for value in sums]
 
 
-def _operands(torch: Any, n: int, data: str = "normal") -> tuple[Any, Any, Any]:
+def _operands(torch: Any, n: int, data: str = "normal", device: Any = "cuda") -> tuple[Any, Any, Any]:
     """Random normal operands (realistic power draw); ``zeros`` only to show how much data matters."""
     make = torch.zeros if data == "zeros" else torch.randn
-    a = make(n, n, device="cuda", dtype=torch.bfloat16)
-    b = make(n, n, device="cuda", dtype=torch.bfloat16)
-    return a, b, torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    a = make(n, n, device=device, dtype=torch.bfloat16)
+    b = make(n, n, device=device, dtype=torch.bfloat16)
+    return a, b, torch.empty(n, n, device=device, dtype=torch.bfloat16)
 
 
 def _batch(n: int) -> int:
@@ -69,43 +79,78 @@ def _batch(n: int) -> int:
     return max(1, round(10 * (8192 / n) ** 3))
 
 
-def burst(torch: Any, n: int, data: str) -> float:
-    """Median TFLOP/s of 5 batches right after one untimed batch: the GPU before the power cap reacts."""
-    a, b, c = _operands(torch, n, data)
-    times = time_batches(torch, lambda: torch.matmul(a, b, out=c), batch=_batch(n), repeats=5, warmup_s=0.0)
-    return round(median([2.0 * n**3 / t / 1e12 for t in times]), 1)
+def _lanes(torch: Any, devices: list[Any], n: int, data: str) -> list[Lane]:
+    lanes = []
+    for device in devices:
+        a, b, c = _operands(torch, n, data, device)
+        lanes.append(Lane(device, functools.partial(torch.matmul, a, b, out=c)))
+    return lanes
+
+
+def burst(torch: Any, n: int, data: str, devices: list[Any] | None = None) -> list[float]:
+    """Per device: median TFLOP/s of 5 batches right after one untimed batch, every device at once: the
+    GPUs before the power cap reacts."""
+    devices = devices or [torch.device("cuda", 0)]
+    times = time_lanes(torch, _lanes(torch, devices, n, data), batch=_batch(n), repeats=5, warmup_s=0.0)
+    return [round(median([2.0 * n**3 / t / 1e12 for t in lane]), 1) for lane in times]
 
 
 def measure(
-    torch: Any, pre: Preflight, sizes: list[int], repeats: int, warmup_s: float, data: str = "normal"
-) -> dict[str, Any]:
-    """Each size in turn on the warming GPU: the first after ``warmup_s``, the others after a short one."""
-    by_size: dict[str, Any] = {}
+    torch: Any,
+    pre: Preflight,
+    sizes: list[int],
+    repeats: int,
+    warmup_s: float,
+    data: str = "normal",
+    devices: list[Any] | None = None,
+    ordinals: list[int] | None = None,
+    timer: Any = None,
+) -> list[dict[str, Any]]:
+    """Each size in turn, every device at once: the first after ``warmup_s``, the others after a short one.
+
+    ``ordinals`` are the devices' positions in ``pre`` (for the NVML sample under load). Returns one
+    result per device: its best size's TFLOP/s and every size's median, min, max and spread.
+    """
+    devices = devices or [torch.device("cuda", 0)]
+    ordinals = ordinals if ordinals is not None else list(range(len(devices)))
+    by_size: list[dict[str, Any]] = [{} for _ in devices]
     for index, n in enumerate(sizes):
-        a, b, c = _operands(torch, n, data)
-        seen: dict[str, Any] = {}
-        times = time_batches(
+        lanes = _lanes(torch, devices, n, data)
+        seen: list[dict[str, Any]] = [{} for _ in devices]
+
+        def sample(seen: list[dict[str, Any]] = seen) -> None:
+            for slot, ordinal in zip(seen, ordinals, strict=True):
+                slot.update(pre.sample(ordinal))
+
+        times = time_lanes(
             torch,
-            lambda a=a, b=b, c=c: torch.matmul(a, b, out=c),
+            lanes,
             batch=_batch(n),
             repeats=repeats,
             warmup_s=warmup_s if index == 0 else min(warmup_s, LATER_WARMUP_S),
-            during=lambda seen=seen: seen.update(pre.sample()),
+            during=sample,
+            timer=timer,
         )
         flops = 2.0 * n**3
-        samples = [flops / t / 1e12 for t in times]
-        by_size[str(n)] = {
-            "tflops": round(median(samples), 1),
-            "tflops_min": round(min(samples), 1),
-            "tflops_max": round(max(samples), 1),
-            "batches": len(samples),
-            "calls_per_batch": _batch(n),
-            "during": seen,
-        }
-        del a, b, c
+        for slot, lane_times, during in zip(by_size, times, seen, strict=True):
+            samples = [flops / t / 1e12 for t in lane_times]
+            figure = spread(samples, 1)
+            slot[str(n)] = {
+                "tflops": figure["median"],
+                "tflops_min": figure["min"],
+                "tflops_max": figure["max"],
+                "spread_pct": figure["spread_pct"],
+                "batches": len(samples),
+                "calls_per_batch": _batch(n),
+                "during": during,
+            }
+        del lanes
         torch.cuda.empty_cache()
-    best = max(by_size, key=lambda k: by_size[k]["tflops"])
-    return {"tflops": by_size[best]["tflops"], "best_size": int(best), "by_size": by_size}
+    out = []
+    for sizes_seen in by_size:
+        best = max(sizes_seen, key=lambda k: sizes_seen[k]["tflops"])
+        out.append({"tflops": sizes_seen[best]["tflops"], "best_size": int(best), "by_size": sizes_seen})
+    return out
 
 
 def burn_in(torch: Any, pre: Preflight, n: int, duration_s: float, interval_s: float) -> dict[str, Any]:
@@ -118,7 +163,8 @@ def burn_in(torch: Any, pre: Preflight, n: int, duration_s: float, interval_s: f
     while time.monotonic() - start < duration_s:
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         begin.record()
-        calls, t0, seen = 0, time.monotonic(), {}
+        calls, t0 = 0, time.monotonic()
+        seen: dict[str, Any] = {}
         while time.monotonic() - t0 < interval_s:
             for _ in range(batch):
                 torch.matmul(a, b, out=c)
@@ -147,6 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", choices=("normal", "zeros"), default="normal", help="operand values (diagnosis only)")
     parser.add_argument("--no-burst", action="store_true", help="skip the burst figure")
     args = parser.parse_args(argv)
+    phases = Phases()
 
     pre = preflight(1)
     data: dict[str, Any] = {"busy": pre.busy, "idle": pre.sample()}
@@ -159,16 +206,20 @@ def main(argv: list[str] | None = None) -> None:
 
     data["torch_bus"] = torch_device_bus(torch)
     data["torch"] = torch.__version__
+    phases.mark("startup")
     if not args.no_burst and args.burn_in <= 0:
-        data["tflops_burst"] = burst(torch, args.sizes[0], args.data)
+        data["tflops_burst"] = burst(torch, args.sizes[0], args.data)[0]
     data["checksum"] = checksum(torch)
+    phases.mark("warmup")
     if args.burn_in > 0:
         data["burn_in"] = burn_in(torch, pre, args.sizes[0], args.burn_in, args.interval)
         data["checksum_end"] = checksum(torch)
     else:
         sizes = list(SWEEP) if args.sweep else args.sizes
-        data.update(measure(torch, pre, sizes, args.repeats, args.warmup, args.data))
+        data.update(measure(torch, pre, sizes, args.repeats, args.warmup, args.data)[0])
         data["data"] = args.data
+    phases.mark("measure")
+    data["phases"] = phases.as_dict()
     emit(data, gpu=gpu, probe="matmul")
 
 

@@ -10,12 +10,14 @@ A GPU with other processes on it is reported busy and not measured (``--measure-
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Any
 
-from gpuaccept.probes._bench import median, preflight, time_batches, torch_device_bus
+from gpuaccept.probes._bench import Lane, preflight, spread, time_lanes, torch_device_bus
 from gpuaccept.probes._protocol import emit
+from gpuaccept.probes._timing import Phases
 
-__all__ = ["main", "parse_size"]
+__all__ = ["main", "measure", "measure_sizes", "parse_size"]
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -32,23 +34,77 @@ def _sizes(text: str) -> list[int]:
     return [parse_size(part) for part in text.split(",") if part.strip()]
 
 
-def measure(torch: Any, size: int, repeats: int, warmup_s: float, during: Any) -> dict[str, Any]:
-    src = torch.empty(size, dtype=torch.uint8, device="cuda").random_(0, 255)
-    dst = torch.empty_like(src)
-    batch = max(1, round(10 * (2 << 30) / size))
-    times = time_batches(
-        torch, lambda src=src, dst=dst: dst.copy_(src), batch=batch, repeats=repeats, warmup_s=warmup_s, during=during
-    )
-    samples = [2 * size / t / 1e12 for t in times]
-    del src, dst
+def _batch(size: int) -> int:
+    """Copies per timed batch: ~20 GiB of traffic, about 5 ms at H200 speed."""
+    return max(1, round(10 * (2 << 30) / size))
+
+
+def measure(
+    torch: Any,
+    size: int,
+    repeats: int,
+    warmup_s: float,
+    during: Any,
+    devices: list[Any] | None = None,
+    timer: Any = None,
+) -> list[dict[str, Any]]:
+    """One device copy of ``size`` bytes per lane, every device at once; per device its median TB/s."""
+    devices = devices or [torch.device("cuda", 0)]
+    lanes = []
+    for device in devices:
+        src = torch.empty(size, dtype=torch.uint8, device=device).random_(0, 255)
+        dst = torch.empty_like(src)
+        lanes.append(Lane(device, functools.partial(dst.copy_, src)))
+    batch = _batch(size)
+    times = time_lanes(torch, lanes, batch=batch, repeats=repeats, warmup_s=warmup_s, during=during, timer=timer)
+    del lanes
     torch.cuda.empty_cache()
-    return {
-        "tbps": round(median(samples), 3),
-        "tbps_min": round(min(samples), 3),
-        "tbps_max": round(max(samples), 3),
-        "batches": len(samples),
-        "calls_per_batch": batch,
-    }
+    out = []
+    for lane_times in times:
+        figure = spread([2 * size / t / 1e12 for t in lane_times], 3)
+        out.append(
+            {
+                "tbps": figure["median"],
+                "tbps_min": figure["min"],
+                "tbps_max": figure["max"],
+                "spread_pct": figure["spread_pct"],
+                "batches": figure["batches"],
+                "calls_per_batch": batch,
+            }
+        )
+    return out
+
+
+def measure_sizes(
+    torch: Any,
+    pre: Any,
+    sizes: list[int],
+    repeats: int,
+    warmup_s: float,
+    devices: list[Any] | None = None,
+    ordinals: list[int] | None = None,
+    timer: Any = None,
+) -> list[dict[str, Any]]:
+    """Every size in turn on every device at once; per device the best size's TB/s and each size's figures."""
+    devices = devices or [torch.device("cuda", 0)]
+    ordinals = ordinals if ordinals is not None else list(range(len(devices)))
+    by_size: list[dict[str, Any]] = [{} for _ in devices]
+    for size in sizes:
+        seen: list[dict[str, Any]] = [{} for _ in devices]
+
+        def sample(seen: list[dict[str, Any]] = seen) -> None:
+            for slot, ordinal in zip(seen, ordinals, strict=True):
+                slot.update(pre.sample(ordinal))
+
+        for slot, figure, during in zip(
+            by_size, measure(torch, size, repeats, warmup_s, sample, devices, timer), seen, strict=True
+        ):
+            slot[str(size)] = {**figure, "during": during}
+    out = []
+    for figures in by_size:
+        best = max(figures, key=lambda k: figures[k]["tbps"])
+        out.append({"tbps": figures[best]["tbps"], "best_size": int(best), "by_size": figures})
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -58,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=float, default=0.5, help="seconds of warm-up per size")
     parser.add_argument("--measure-busy", action="store_true", help="measure even if other processes use the GPU")
     args = parser.parse_args(argv)
+    phases = Phases()
 
     pre = preflight(1)
     data: dict[str, Any] = {"busy": pre.busy}
@@ -69,13 +126,10 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     data["torch_bus"] = torch_device_bus(torch)
-    by_size: dict[str, Any] = {}
-    for size in args.sizes:
-        seen: dict[str, Any] = {}
-        by_size[str(size)] = measure(torch, size, args.repeats, args.warmup, lambda s=seen: s.update(pre.sample()))
-        by_size[str(size)]["during"] = seen
-    best = max(by_size, key=lambda k: by_size[k]["tbps"])
-    data.update({"tbps": by_size[best]["tbps"], "best_size": int(best), "by_size": by_size})
+    phases.mark("startup")
+    data.update(measure_sizes(torch, pre, args.sizes, args.repeats, args.warmup)[0])
+    phases.mark("measure")
+    data["phases"] = phases.as_dict()
     emit(data, gpu=gpu, probe="membw")
 
 

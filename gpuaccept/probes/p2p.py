@@ -4,7 +4,9 @@ One process drives all GPUs of the node (simplest way to reach every pair withou
 each pair src->dst: ``dst.copy_(src)`` of ``--size`` bytes (default 1 GiB), which torch runs as a
 peer-to-peer copy on the source GPU's stream when peer access is possible (NVLink on HGX boards); a
 pair without peer access is copied through the host and shows as very slow, which is the point.
-Warm-up, then ``--repeats`` batches timed with CUDA events on the source GPU; median reported.
+Pairs run in rounds of disjoint pairs (``pair_rounds``: no GPU in two pairs at once, so 2(n-1)
+rounds instead of n(n-1) pairs one by one). Warm-up, then ``--repeats`` batches timed with CUDA
+events on the source GPU; median reported with the batches' min, max and spread.
 
 The copies are also the NVLink load test: each GPU's NVLink CRC, replay and recovery counters are read
 before and after, and the differences go out with the elapsed time. A count since the driver loaded
@@ -20,56 +22,114 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from typing import Any
 
-from gpuaccept.probes._bench import Preflight, median, preflight, time_batches, visible_count
+from gpuaccept.probes._bench import Lane, Preflight, preflight, spread, time_lanes, visible_count
 from gpuaccept.probes._gpu import active_nvlinks, nvlink_error_counters
 from gpuaccept.probes._protocol import emit
+from gpuaccept.probes._timing import Phases
 from gpuaccept.probes.membw import parse_size
 
-__all__ = ["main"]
+__all__ = ["main", "measure", "measure_with_errors", "nvlink_deltas", "pair_rounds"]
 
 
-def measure(torch: Any, gpus: list[dict[str, Any]], size: int, repeats: int, warmup_s: float) -> dict[str, Any]:
+def pair_rounds(count: int) -> list[list[tuple[int, int]]]:
+    """Every ordered GPU pair exactly once, in rounds in which no GPU appears twice.
+
+    The round-robin ("circle") schedule pairs ``count`` GPUs into ``count - 1`` rounds of disjoint pairs
+    (one GPU sits out each round when ``count`` is odd); each round is then run once in each direction.
+    A GPU copies to one peer at a time and never sends and receives at once (both directions at once
+    drop each to ~370 of ~395 GB/s on H200), so each pair's figure is its own, while an 8-GPU node
+    measures 4 pairs at a time through the NVSwitches: 14 rounds instead of 56 pairs one by one.
+    """
+    if count < 2:
+        return []
+    slots: list[int | None] = list(range(count)) + ([None] if count % 2 else [])
+    size = len(slots)
+    rounds: list[list[tuple[int, int]]] = []
+    for _ in range(size - 1):
+        pairs = [(slots[i], slots[size - 1 - i]) for i in range(size // 2)]
+        forward = [(a, b) for a, b in pairs if a is not None and b is not None]
+        rounds.append(forward)
+        rounds.append([(b, a) for a, b in forward])
+        slots = [slots[0], slots[-1], *slots[1:-1]]
+    return rounds
+
+
+def _batch(size: int) -> int:
+    """Copies per timed batch: 5 GiB, about 14 ms at NVLink 4 speed."""
+    return max(1, round(5 * (1 << 30) / size))
+
+
+def _copier(dst: Any, src: Any) -> Callable[[], Any]:
+    return lambda: dst.copy_(src, non_blocking=True)
+
+
+def measure(
+    torch: Any,
+    gpus: list[dict[str, Any]],
+    size: int,
+    repeats: int,
+    warmup_s: float,
+    later_warmup_s: float = 0.05,
+    serial: bool = False,
+    timer: Any = None,
+) -> dict[str, Any]:
+    """Every ordered pair's copy GB/s, round by round (``pair_rounds``; ``serial``: one pair at a time);
+    each pair's batches on its source GPU. The first round warms up for ``warmup_s``, the others for
+    ``later_warmup_s`` (the links and clocks are awake by then)."""
     count = len(gpus)
-    src = [torch.empty(size, dtype=torch.uint8, device=f"cuda:{i}").random_(0, 255) for i in range(count)]
-    dst = [torch.empty(size, dtype=torch.uint8, device=f"cuda:{i}") for i in range(count)]
-    batch = max(1, round(5 * (1 << 30) / size))
+    devices = [torch.device("cuda", i) for i in range(count)]
+    src = [torch.empty(size, dtype=torch.uint8, device=d).random_(0, 255) for d in devices]
+    dst = [torch.empty(size, dtype=torch.uint8, device=d) for d in devices]
+    batch = _batch(size)
     pairs: list[dict[str, Any]] = []
     matrix: list[list[float | None]] = [[None] * count for _ in range(count)]
-    for i in range(count):
-        for j in range(count):
-            if i == j:
-                continue
-
-            def sync(i: int = i, j: int = j) -> None:
-                torch.cuda.synchronize(i)
-                torch.cuda.synchronize(j)
-
-            with torch.cuda.device(i):
-                times = time_batches(
-                    torch,
-                    lambda i=i, j=j: dst[j].copy_(src[i], non_blocking=True),
-                    batch=batch,
-                    repeats=repeats,
-                    warmup_s=warmup_s,
-                    sync=sync,
-                )
-            samples = [size / t / 1e9 for t in times]
-            gbps = round(median(samples), 1)
-            matrix[i][j] = gbps
+    rounds = pair_rounds(count)
+    if serial:
+        rounds = [[pair] for pairs_of_round in rounds for pair in pairs_of_round]
+    for index, round_pairs in enumerate(rounds):
+        lanes = [Lane(devices[i], _copier(dst[j], src[i]), [devices[i], devices[j]]) for i, j in round_pairs]
+        times = time_lanes(
+            torch,
+            lanes,
+            batch=batch,
+            repeats=repeats,
+            warmup_s=warmup_s if index == 0 else later_warmup_s,
+            timer=timer,
+        )
+        for (i, j), lane_times in zip(round_pairs, times, strict=True):
+            figure = spread([size / t / 1e9 for t in lane_times], 1)
+            matrix[i][j] = figure["median"]
             pairs.append(
                 {
                     "src": gpus[i]["index"],
                     "dst": gpus[j]["index"],
                     "src_bus": gpus[i]["pci_bus_id"],
                     "dst_bus": gpus[j]["pci_bus_id"],
-                    "gbps": gbps,
-                    "gbps_min": round(min(samples), 1),
+                    "gbps": figure["median"],
+                    "gbps_min": figure["min"],
+                    "gbps_max": figure["max"],
+                    "spread_pct": figure["spread_pct"],
+                    "round": index,
                     "peer_access": bool(torch.cuda.can_device_access_peer(i, j)),
                 }
             )
+    src.clear()
+    dst.clear()
+    torch.cuda.empty_cache()
     return {"pairs": pairs, "matrix": {"gpus": [g["index"] for g in gpus], "gbps": matrix}}
+
+
+def measure_with_errors(
+    torch: Any, pre: Preflight, size: int, repeats: int, warmup_s: float, serial: bool = False, timer: Any = None
+) -> dict[str, Any]:
+    """The pairs' copies with each GPU's NVLink error counters read before and after (the load test)."""
+    before, started = _counters(pre), time.monotonic()
+    out = measure(torch, pre.gpus, size, repeats, warmup_s, serial=serial, timer=timer)
+    out["nvlink_errors"] = nvlink_deltas(before, _counters(pre), pre.gpus, time.monotonic() - started)
+    return out
 
 
 def _counters(pre: Preflight) -> list[dict[str, Any]]:
@@ -108,7 +168,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=10, help="timed batches per pair (median reported)")
     parser.add_argument("--warmup", type=float, default=0.2, help="seconds of warm-up per pair")
     parser.add_argument("--measure-busy", action="store_true", help="measure even if other processes use a GPU")
+    parser.add_argument("--serial", action="store_true", help="one pair at a time instead of rounds of disjoint pairs")
     args = parser.parse_args(argv)
+    phases = Phases()
 
     pre = preflight(visible_count())
     data: dict[str, Any] = {"busy": pre.busy, "gpus": pre.gpus, "size": args.size}
@@ -122,9 +184,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     import torch
 
-    before, started = _counters(pre), time.monotonic()
-    data.update(measure(torch, pre.gpus, args.size, args.repeats, args.warmup))
-    data["nvlink_errors"] = nvlink_deltas(before, _counters(pre), pre.gpus, time.monotonic() - started)
+    phases.mark("startup")
+    data.update(measure_with_errors(torch, pre, args.size, args.repeats, args.warmup, serial=args.serial))
+    phases.mark("measure")
+    data["phases"] = phases.as_dict()
     emit(data, probe="p2p")
 
 

@@ -1,23 +1,25 @@
 """Compute: dense BF16 matmul throughput on every GPU of a node at once, and the optional burn-in.
 
-One srun task per GPU. A GPU that someone else was using before the benchmark is an error ("GPU
-busy"), not a slow GPU; the node's other GPUs are still judged and shown.
+The matmul figures come from the node's ``gpubench`` step (one process drives every GPU: matmul, HBM,
+host links and GPU pairs after one start-up; the memory tests judge the rest of it). The burn-in is one
+srun task per GPU. A GPU that someone else was using before the benchmark is an error ("GPU busy"), not
+a slow GPU; the node's other GPUs are still judged and shown.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from gpuaccept.hardware.perf import judge_burn_in, judge_matmul
+from gpuaccept.hardware.perf import bench_figures, gpu_views, gpubench_result, judge_burn_in, judge_matmul
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.compute]
 
 
 def test_matmul(node, cluster, judge):
     """BF16 TFLOP/s per GPU above the SKU floor and within the straggler margin; checksums agree."""
-    gpus = cluster.require_gpus(node)
-    result = cluster.run("matmul", nodes=[node], tasks_per_node=gpus, gpus_per_task=1, timeout_s=240)
-    judge_matmul(result.records, judge, node)
+    result = gpubench_result(cluster, node)
+    bench_figures(result, judge, node, "gpubench_wall_s")
+    judge_matmul(gpu_views(result, node, "matmul"), judge, node)
 
 
 def test_burn_in(node, cluster, judge, settings):

@@ -1,30 +1,40 @@
-"""Memory bandwidth: HBM copy per GPU, pinned host<->device per GPU (NUMA-local), GPU<->GPU for every pair.
+"""Memory bandwidth: HBM copy per GPU, pinned host<->device per GPU link (NUMA-local), GPU<->GPU for every pair.
 
-HBM and host bandwidth run one srun task per GPU, all GPUs at once; P2P runs one task that drives
-every GPU of the node, pair after pair, and names the slowest pair.
+All three come from the node's ``gpubench`` step (one process drives every GPU after one start-up; the
+matmul test judges its first part): HBM copies on every GPU at once; each GPU's host link alone with the
+other GPUs idle, then all at once (reported); GPU pairs in rounds of disjoint pairs, the slowest named.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from gpuaccept.hardware.perf import judge_hostbw, judge_membw, judge_p2p, p2p_record
+from gpuaccept.hardware.perf import (
+    bench_figures,
+    gpu_views,
+    gpubench_result,
+    judge_hostbw,
+    judge_membw,
+    judge_p2p,
+    p2p_record,
+)
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.memory]
 
 
 def test_membw(node, cluster, judge):
     """Device copy (read + write counted) per GPU above the SKU floor and within the straggler margin."""
-    gpus = cluster.require_gpus(node)
-    result = cluster.run("membw", nodes=[node], tasks_per_node=gpus, gpus_per_task=1, timeout_s=180)
-    judge_membw(result.records, judge, node)
+    result = gpubench_result(cluster, node)
+    bench_figures(result, judge, node, "gpubench_wall_s")
+    judge_membw(gpu_views(result, node, "membw"), judge, node)
 
 
 def test_hostbw(node, cluster, judge):
-    """Pinned H2D and D2H per GPU from its NUMA node; the PCIe link under that load at the SKU's gen/width."""
-    gpus = cluster.require_gpus(node)
-    result = cluster.run("hostbw", nodes=[node], tasks_per_node=gpus, gpus_per_task=1, timeout_s=180)
-    judge_hostbw(result.records, judge, node)
+    """Pinned H2D and D2H per GPU link alone, from its NUMA node; the PCIe link under that load at the SKU's
+    gen/width; every GPU at once reported beside it."""
+    result = gpubench_result(cluster, node)
+    bench_figures(result, judge, node, "gpubench_wall_s")
+    judge_hostbw(gpu_views(result, node, "hostbw"), judge, node, result.one().data.get("hostbw_concurrent"))
 
 
 def test_p2p(node, cluster, judge):
@@ -32,4 +42,5 @@ def test_p2p(node, cluster, judge):
     gpus = cluster.require_gpus(node)
     if gpus < 2:
         pytest.skip(f"{node} declares one GPU: there is no GPU pair")
+    bench_figures(gpubench_result(cluster, node), judge, node, "gpubench_wall_s")
     judge_p2p(p2p_record(cluster, node), judge, node)

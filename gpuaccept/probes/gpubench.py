@@ -1,0 +1,168 @@
+"""Every GPU of a node in one process: matmul, HBM copy, each PCIe link alone and all at once, every GPU pair.
+
+Why one process: each probe step paid the interpreter, ``import torch`` and CUDA initialisation again
+(4.3-7.2 s per process on the lent H100/H200 hosts), four times per node for matmul, HBM, host
+bandwidth and P2P; their measurements together take a few seconds. One process pays it once and
+measures in this order:
+
+1. matmul (``probes.matmul``): burst, checksum, then each square size, every GPU at once (one lane per
+   GPU, queued round-robin from this thread: the GPUs share power and cooling as in training);
+2. HBM copy (``probes.membw``), every GPU at once;
+3. host links (``probes.hostbw``): each GPU's link alone with the others idle, the thread bound to that
+   GPU's NUMA-local CPUs before its pinned buffer is allocated; then every GPU at once;
+4. GPU pairs (``probes.p2p``): rounds of disjoint pairs, with the NVLink error counters read around
+   them (the load that ``test_nvlink_errors_under_load`` judges).
+
+Nothing runs on a GPU that another part is measuring, and the parts run one after another. A GPU with
+someone else's processes on it is named and not measured (the others are); the pairs are skipped
+then. The result holds each part per GPU (``per_gpu``), the all-at-once host figures, the pairs, and
+``phases``: start-up (interpreter, imports, NVML, CUDA contexts), warm-up, timed measurement, the rest
+(allocations, checksums, NVML reads) and each part's wall time. Run by hand:
+``python -m gpuaccept.probes.gpubench`` (every visible GPU).
+"""
+
+from __future__ import annotations
+
+from gpuaccept.probes._timing import Phases
+
+PHASES = Phases()  # from the process start: the interpreter and the imports count as start-up
+
+import argparse  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+from gpuaccept.probes import hostbw, matmul, membw, p2p  # noqa: E402
+from gpuaccept.probes._bench import preflight, torch_device_bus, visible_count  # noqa: E402
+from gpuaccept.probes._protocol import emit  # noqa: E402
+from gpuaccept.probes.membw import parse_size  # noqa: E402
+
+__all__ = ["PARTS", "main"]
+
+PARTS = ("matmul", "membw", "hostbw", "p2p")
+
+
+def _parts(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(PARTS))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: parts are {', '.join(PARTS)} (comma-separated)")
+    return names
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--parts", type=_parts, default=list(PARTS), help="which measurements (default: all)")
+    p.add_argument("--sizes", type=matmul._sizes, default=matmul.DEFAULT_SIZES, help="matmul square sizes")
+    p.add_argument("--matmul-repeats", type=int, default=20, help="timed matmul batches per size")
+    p.add_argument("--matmul-warmup", type=float, default=1.0, help="seconds of warm-up before the first size")
+    p.add_argument("--no-burst", action="store_true", help="skip the matmul burst figure")
+    p.add_argument("--membw-size", type=parse_size, default=2 << 30, help="HBM copy bytes")
+    p.add_argument("--membw-repeats", type=int, default=20)
+    p.add_argument("--membw-warmup", type=float, default=0.5)
+    p.add_argument("--hostbw-size", type=parse_size, default=256 << 20, help="host copy bytes")
+    p.add_argument("--hostbw-repeats", type=int, default=6)
+    p.add_argument("--hostbw-warmup", type=float, default=0.05)
+    p.add_argument("--no-bind", action="store_true", help="do not bind to each GPU's NUMA-local CPUs")
+    p.add_argument("--p2p-size", type=parse_size, default=1 << 30, help="GPU-to-GPU copy bytes")
+    p.add_argument("--p2p-repeats", type=int, default=10)
+    p.add_argument("--p2p-warmup", type=float, default=0.2)
+    p.add_argument("--p2p-serial", action="store_true", help="one GPU pair at a time instead of rounds")
+    p.add_argument("--measure-busy", action="store_true", help="measure GPUs that other processes use")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    pre = preflight(visible_count())
+    busy_gpus = {entry["gpu"] for entry in pre.busy} if not args.measure_busy else set()
+    ordinals = [i for i, gpu in enumerate(pre.gpus) if gpu["index"] not in busy_gpus]
+    data: dict[str, Any] = {"gpus": pre.gpus, "busy": pre.busy, "parts": args.parts, "idle": {}}
+    per_gpu: list[dict[str, Any]] = [{"index": gpu["index"]} for gpu in pre.gpus]
+    data["per_gpu"] = per_gpu
+    for i in ordinals:
+        per_gpu[i]["idle"] = pre.sample(i)
+    if not pre.gpus:
+        data["error"] = "no GPU visible (NVML found none, or CUDA_VISIBLE_DEVICES is empty)"
+    import torch
+
+    devices = [torch.device("cuda", i) for i in ordinals]
+    for device in devices:  # every CUDA context now, so it counts as start-up and not as the first part
+        torch.zeros(1, device=device)
+    for i in ordinals:
+        per_gpu[i]["torch_bus"] = torch_device_bus(torch, i)
+    data["torch"] = torch.__version__
+    PHASES.mark("startup")
+    walls: dict[str, float] = {}
+    for part in args.parts:
+        started = time.monotonic()
+        if part == "matmul" and devices:
+            _matmul(torch, pre, args, ordinals, devices, per_gpu)
+        elif part == "membw" and devices:
+            figures = membw.measure_sizes(
+                torch, pre, [args.membw_size], args.membw_repeats, args.membw_warmup, devices, ordinals, timer=PHASES
+            )
+            for i, figure in zip(ordinals, figures, strict=True):
+                per_gpu[i]["membw"] = figure
+        elif part == "hostbw" and devices:
+            result = hostbw.measure_node(
+                torch,
+                pre,
+                ordinals,
+                size=args.hostbw_size,
+                repeats=args.hostbw_repeats,
+                warmup_s=args.hostbw_warmup,
+                bind=not args.no_bind,
+                timer=PHASES,
+            )
+            for i, figure in zip(ordinals, result["per_gpu"], strict=True):
+                per_gpu[i]["hostbw"] = figure
+            data["hostbw_concurrent"] = result.get("concurrent")
+        elif part == "p2p":
+            data["p2p"] = _p2p(torch, pre, args, busy_gpus)
+        walls[part] = round(time.monotonic() - started, 3)
+    for device in devices:
+        torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    PHASES.mark("parts")
+    phases = PHASES.as_dict()
+    # the parts' wall beyond their warm-up and timed batches: allocations, checksums, NVML reads
+    phases["other_s"] = round(
+        phases.pop("parts_s", 0.0) - phases.get("warmup_s", 0.0) - phases.get("measure_s", 0.0), 3
+    )
+    phases["by_part_s"] = walls  # type: ignore[assignment]
+    data["phases"] = phases
+    emit(data, probe="gpubench")
+
+
+def _matmul(
+    torch: Any, pre: Any, args: argparse.Namespace, ordinals: list[int], devices: list[Any], per_gpu: list[dict]
+) -> None:
+    """Burst (before any warm-up), checksums, then every size: one lane per GPU, all at once."""
+    bursts = [None] * len(devices) if args.no_burst else matmul.burst(torch, args.sizes[0], "normal", devices)
+    sums = matmul.checksums(torch, devices)
+    figures = matmul.measure(
+        torch, pre, args.sizes, args.matmul_repeats, args.matmul_warmup, "normal", devices, ordinals, timer=PHASES
+    )
+    for i, tflops_burst, checksum, figure in zip(ordinals, bursts, sums, figures, strict=True):
+        per_gpu[i]["matmul"] = {**figure, "tflops_burst": tflops_burst, "checksum": checksum, "data": "normal"}
+
+
+def _p2p(torch: Any, pre: Any, args: argparse.Namespace, busy_gpus: set[int]) -> dict[str, Any]:
+    """Every ordered pair (rounds of disjoint pairs) with the NVLink counters around them; all or none."""
+    out: dict[str, Any] = {"gpus": pre.gpus, "busy": pre.busy, "size": args.p2p_size}
+    if busy_gpus:
+        out["skipped"] = "GPU busy: other processes were running on some GPUs before the benchmark"
+        return out
+    if len(pre.gpus) < 2:
+        out.update(pairs=[], matrix={"gpus": [g["index"] for g in pre.gpus], "gbps": []})
+        return out
+    out.update(
+        p2p.measure_with_errors(
+            torch, pre, args.p2p_size, args.p2p_repeats, args.p2p_warmup, serial=args.p2p_serial, timer=PHASES
+        )
+    )
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,283 @@
+"""The one-process node benchmark (``probes.gpubench``) end to end on a CPU, against fake CUDA and NVML.
+
+``FakeTorch`` is the real (CPU) torch with ``torch.cuda`` replaced: every "GPU" is the CPU, events read
+the wall clock (CPU ops finish before ``record`` returns, so the elapsed time is the work's), and the
+devices the probe names (``cuda:3``) all map to the CPU. That runs the probe's own control flow on a
+machine without a GPU: lanes queued round-robin, the host links one GPU at a time with NUMA binding,
+all at once afterwards, GPU pairs in rounds, busy GPUs left out, the phases, one sentinel line; and the
+perf judges read the result as the tests do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch as real_torch
+
+from gpuaccept.dispatch.result import ProbeResult, parse_records
+from gpuaccept.hardware import perf
+from gpuaccept.probes import _bench, _gpu, _nvml, gpubench, hostbw, matmul, membw, p2p
+
+from .test_gpu_probes import FakeNVML, Recorder
+
+pytestmark = pytest.mark.selftest
+
+
+class FakeEvent:
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.t: float | None = None
+
+    def record(self, stream: Any = None) -> None:
+        self.t = time.perf_counter()
+
+    def synchronize(self) -> None:
+        return None
+
+    def elapsed_time(self, other: FakeEvent) -> float:
+        assert self.t is not None and other.t is not None, "elapsed_time on an event never recorded"
+        return max(1e-6, (other.t - self.t) * 1000)
+
+
+class FakeCuda:
+    Event = FakeEvent
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.synced: list[Any] = []
+
+    def synchronize(self, device: Any = None) -> None:
+        self.synced.append(device)
+
+    def current_stream(self, device: Any = None) -> Any:
+        return ("stream", str(device))
+
+    def empty_cache(self) -> None:
+        return None
+
+    def device_count(self) -> int:
+        return self.count
+
+    def is_available(self) -> bool:
+        return True
+
+    def can_device_access_peer(self, a: int, b: int) -> bool:
+        return True
+
+    def get_device_properties(self, ordinal: int) -> Any:
+        return types.SimpleNamespace(pci_domain_id=0, pci_bus_id=int(FakeNVML().bus(ordinal)[9:11], 16), pci_device_id=0)
+
+    @contextlib.contextmanager
+    def device(self, device: Any) -> Iterator[None]:
+        yield
+
+
+class FakeTorch:
+    """Real CPU torch, with every CUDA device mapped to the CPU and ``torch.cuda`` faked."""
+
+    __version__ = "fake"
+
+    def __init__(self, count: int) -> None:
+        self.cuda = FakeCuda(count)
+        self.devices: list[str] = []
+
+    def device(self, kind: str, index: int | None = None) -> Any:
+        self.devices.append(f"{kind}:{index}")
+        return real_torch.device("cpu")
+
+    def _strip(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        kwargs.pop("pin_memory", None)
+        if "device" in kwargs:
+            kwargs["device"] = "cpu"
+        return kwargs
+
+    def empty(self, *args: Any, **kwargs: Any) -> Any:
+        return real_torch.empty(*args, **self._strip(kwargs))
+
+    def zeros(self, *args: Any, **kwargs: Any) -> Any:
+        return real_torch.zeros(*args, **self._strip(kwargs))
+
+    def randn(self, *args: Any, **kwargs: Any) -> Any:
+        return real_torch.randn(*args, **self._strip(kwargs))
+
+    def arange(self, *args: Any, **kwargs: Any) -> Any:
+        return real_torch.arange(*args, **self._strip(kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(real_torch, name)
+
+
+@pytest.fixture()
+def bench(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> Any:
+    """Run ``gpubench.main`` on a fake 4-GPU node; returns (output record data, fake NVML, fake torch)."""
+
+    def run(argv: list[str], count: int = 4, busy: dict[int, int] | None = None) -> tuple[dict, FakeNVML, FakeTorch]:
+        lib = FakeNVML(count, busy=busy)
+        for module in (_nvml, _bench):
+            monkeypatch.setattr(module, "nvml", lambda: lib)
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        fake = FakeTorch(count)
+        monkeypatch.setitem(sys.modules, "torch", fake)
+        # CPU-sized work: one call per batch, tiny checksum product
+        monkeypatch.setattr(matmul, "CHECK_N", 32)
+        for module in (matmul, membw, hostbw, p2p):
+            monkeypatch.setattr(module, "_batch", lambda size: 1)
+        gpubench.main(argv)
+        out = capsys.readouterr().out
+        (record,) = parse_records("gpubench", out, 1, (record_node(),))
+        return record.data, lib, fake
+
+    return run
+
+
+SMALL = [
+    "--sizes=32,64",
+    "--matmul-repeats=3",
+    "--matmul-warmup=0",
+    "--membw-size=64K",
+    "--membw-repeats=3",
+    "--membw-warmup=0",
+    "--hostbw-size=64K",
+    "--hostbw-repeats=3",
+    "--hostbw-warmup=0",
+    "--p2p-size=64K",
+    "--p2p-repeats=3",
+    "--p2p-warmup=0",
+]
+
+
+def record_node() -> str:
+    from gpuaccept.probes._protocol import node_name
+
+    return node_name()
+
+
+def _result(data: dict[str, Any]) -> ProbeResult:
+    line = {"probe": "gpubench", "node": "n1", "rank": 0, "world_size": 1, "local_rank": 0, "gpu": None, "data": data}
+    text = "GPUACCEPT_RESULT " + json.dumps(line)
+    return ProbeResult("gpubench", [], ("n1",), 0, text, "", 1.5, parse_records("gpubench", text, 1, ("n1",)))
+
+
+def test_every_part_on_every_gpu(bench: Any) -> None:
+    data, _, _ = bench(SMALL)
+    assert [g["index"] for g in data["gpus"]] == [0, 1, 2, 3]
+    for entry in data["per_gpu"]:
+        assert set(entry) >= {"matmul", "membw", "hostbw"}, entry.keys()
+        assert set(entry["matmul"]["by_size"]) == {"32", "64"}
+        assert entry["matmul"]["by_size"]["64"]["batches"] == 3
+        assert entry["hostbw"]["h2d_gbps"] > 0 and entry["hostbw"]["d2h_gbps"] > 0
+    # every GPU got the same fixed-seed product
+    assert len({entry["matmul"]["checksum"] for entry in data["per_gpu"]}) == 1
+    # 4 GPUs: 12 ordered pairs in 6 rounds of 2 disjoint pairs
+    pairs = data["p2p"]["pairs"]
+    assert len(pairs) == 12 and len({(p["src"], p["dst"]) for p in pairs}) == 12
+    assert {p["round"] for p in pairs} == set(range(6))
+    assert len(data["p2p"]["nvlink_errors"]) == 4
+    assert data["hostbw_concurrent"]["gpus"] == 4
+    assert len(data["hostbw_concurrent"]["h2d_gbps_per_gpu"]) == 4
+    phases = data["phases"]
+    assert set(phases["by_part_s"]) == {"matmul", "membw", "hostbw", "p2p"}
+    for key in ("startup_s", "warmup_s", "measure_s", "other_s", "process_wall_s"):
+        assert phases[key] >= 0, key
+    assert phases["process_wall_s"] >= phases["startup_s"]
+
+
+def test_host_links_bound_to_their_numa_cpus(bench: Any) -> None:
+    """The fake names CPUs 0-31 local to GPUs 0-3 and 32-63 to GPUs 4-7; the step allows this box's CPUs."""
+    before = os.sched_getaffinity(0)
+    data, _, _ = bench([*SMALL, "--parts=hostbw"], count=8)
+    assert os.sched_getaffinity(0) == before, "the thread's affinity was not restored"
+    numa = [entry["hostbw"]["numa"] for entry in data["per_gpu"]]
+    allowed_low = bool(before & set(range(32)))
+    assert [n["bound"] for n in numa[:4]] == [allowed_low] * 4
+    assert all(not n["bound"] for n in numa[4:] if not before & set(range(32, 64)))
+    assert "matmul" not in data["per_gpu"][0] and "p2p" not in data
+
+
+def test_busy_gpu_is_named_and_left_out(bench: Any) -> None:
+    data, _, fake = bench(SMALL, busy={2: 4242})
+    assert "matmul" not in data["per_gpu"][2] and "matmul" in data["per_gpu"][1]
+    assert data["p2p"]["skipped"].startswith("GPU busy")
+    result = _result(data)
+    views = perf.gpu_views(result, "n1", "matmul")
+    assert [v.data.get("skipped") for v in views] == [None, None, "GPU busy", None]
+    recorder = Recorder()
+    with pytest.raises(Exception, match="GPU busy"):
+        perf.judge_matmul(views, recorder, "n1")
+    assert {c[3] for c in recorder.calls if c[1] == "matmul_bf16_tflops"} == {
+        "0 (00000000:18:00.0)",
+        "1 (00000000:2A:00.0)",
+        "3 (00000000:5D:00.0)",
+    }
+
+
+def test_judges_read_the_bench_as_the_tests_do(bench: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    data, _, _ = bench(SMALL, count=2)
+    result = _result(data)
+    recorder = Recorder()
+    perf.judge_hostbw(perf.gpu_views(result, "n1", "hostbw"), recorder, "n1", data["hostbw_concurrent"])
+    metrics = [(c[0], c[1], c[3]) for c in recorder.calls]
+    assert ("check", "hostbw_h2d_gbps", "1 (00000000:2A:00.0)") in metrics
+    assert ("info", "hostbw_d2h_concurrent_gbps", "0 (00000000:18:00.0)") in metrics
+    assert ("info", "hostbw_h2d_concurrent_total_gbps", None) in metrics
+    recorder = Recorder()
+    perf.judge_membw(perf.gpu_views(result, "n1", "membw"), recorder, "n1")
+    assert len([c for c in recorder.calls if c[1] == "membw_tbps"]) == 2
+    cluster = types.SimpleNamespace(require_gpus=lambda node: 2, run_shared=lambda *a, **k: result)
+    recorder = Recorder()
+    perf.judge_p2p(perf.p2p_record(cluster, "n1"), recorder, "n1")
+    assert len([c for c in recorder.calls if c[1] == "p2p_gbps"]) == 2
+    recorder = Recorder()
+    perf.bench_figures(result, recorder, "n1", "gpubench_wall_s")
+    perf.bench_figures(result, recorder, "n1", "gpubench_wall_s")
+    assert [c[1] for c in recorder.calls] == ["gpubench_wall_s"], "phases recorded once per step"
+
+
+def test_lanes_wait_before_the_driver_queue_fills(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lane never has more than MAX_QUEUED_LAUNCHES queued: it waits for its oldest batch first."""
+    waits: list[int] = []
+
+    class CountingEvent(FakeEvent):
+        def synchronize(self) -> None:
+            waits.append(1)
+
+    fake = FakeTorch(2)
+    fake.cuda.Event = CountingEvent  # type: ignore[misc]
+    monkeypatch.setattr(_bench, "MAX_QUEUED_LAUNCHES", 10)
+    calls = [0, 0]
+    lanes = [
+        _bench.Lane("cuda:0", lambda: calls.__setitem__(0, calls[0] + 1)),
+        _bench.Lane("cuda:1", lambda: calls.__setitem__(1, calls[1] + 1)),
+    ]
+    times = _bench.time_lanes(fake, lanes, batch=3, repeats=5, warmup_s=0.0)
+    assert [len(t) for t in times] == [5, 5]
+    assert calls == [18, 18]  # one untimed batch of 3, then 5 timed batches of 3
+    assert len(waits) == 2 * (5 - 10 // 5), waits  # window of 2 batches per lane
+
+
+def test_phases_start_at_the_process_start() -> None:
+    from gpuaccept.probes._timing import Phases, process_age_s
+
+    age = process_age_s()
+    assert age is not None and age > 0
+    phases = Phases()
+    phases.mark("startup")
+    with phases.phase("measure"):
+        time.sleep(0.01)
+    out = phases.as_dict()
+    assert out["startup_s"] >= age - 0.05 and out["measure_s"] >= 0.01
+    assert out["process_wall_s"] >= out["startup_s"] + out["measure_s"]
+
+
+def test_gpu_health_busy_fake_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_gpu.cpu_affinity`` decodes NVML's mask the way hostbw's binding reads it."""
+    lib = FakeNVML(8)
+    assert _gpu.cpu_affinity(lib, 5)[:2] == [32, 33]
+    assert _gpu.cpu_affinity(lib, 1)[-1] == 31
