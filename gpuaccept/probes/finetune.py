@@ -186,7 +186,7 @@ def _run(args: argparse.Namespace, info: Any) -> None:
         rank=info.rank,
         world_size=info.world_size,
         timeout=datetime.timedelta(minutes=5),
-        **({"device_id": device} if use_cuda else {}),
+        device_id=device if use_cuda else None,  # NCCL's communicator now (eager), so it counts as rendezvous
     )
     PHASES.mark("rendezvous")
     tokenizer = load_tokenizer(base_cfg.model_path, base_cfg.tokenizer)
@@ -332,7 +332,7 @@ def _train_one(
         for sub in ("original", "checkpoints", "final"):
             shutil.rmtree(cfg.out / sub, ignore_errors=True)
         if cfg.model_path is None:
-            base.save_pretrained(str(base_path))
+            base.save_pretrained(str(base_path))  # type: ignore[operator]  # a transformers PreTrainedModel
             tokenizer.save_pretrained(str(base_path))
         before = file_fingerprint(base_path)
     peft_model = apply_lora(base, cfg)
