@@ -1,0 +1,61 @@
+"""One fine-tune launch trains every rank alone, then DDP and FSDP, and runs the lifecycles side by side.
+
+A short CPU run (2 gloo ranks, a few steps) through the local launcher: each rank's solo run is its own
+world of one (full data order, nothing written), the DDP and FSDP lifecycles land on two different
+ranks of rank 0's node and come back in rank 0's record, and the launch's phases add up to the
+process's wall time.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuaccept.dispatch.local import LocalLauncher
+from gpuaccept.dispatch.step import Step
+
+pytestmark = pytest.mark.selftest
+
+
+def test_solo_then_ddp_and_fsdp_in_one_launch(tmp_path):
+    launcher = LocalLauncher(gpus_per_node=0)
+    step = Step(
+        probe="finetune",
+        nodes=(launcher.node,),
+        tasks_per_node=2,
+        args=(
+            "--strategy",
+            "solo,ddp,fsdp",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path),
+            "--steps",
+            "6",
+            "--ckpt-every",
+            "3",
+            "--samples",
+            "1",
+            "--gen-tokens",
+            "2",
+        ),
+        env={"OMP_NUM_THREADS": "1"},
+        timeout_s=400,
+    )
+    result = launcher.run(step)
+    rank0, rank1 = sorted(result.records, key=lambda r: r.rank)
+    for record in (rank0, rank1):
+        solo = record.data["strategies"]["solo"]
+        assert solo["world_size"] == 1 and solo["steps_done"] == 6
+        assert "lifecycle_s" not in solo and "checkpoints" not in solo
+        assert record.data["strategies"]["ddp"]["world_size"] == 2
+    # every rank's solo run saw the same data in the same order from the same seed: the same losses
+    assert rank0.data["strategies"]["solo"]["losses"] == rank1.data["strategies"]["solo"]["losses"]
+    assert not (tmp_path / "solo" / "original").exists(), "a solo run writes nothing"
+    ddp, fsdp = rank0.data["strategies"]["ddp"], rank0.data["strategies"]["fsdp"]
+    assert {ddp["lifecycle_rank"], fsdp["lifecycle_rank"]} == {0, 1}, "the lifecycles ran side by side"
+    for run in (ddp, fsdp):
+        assert run["original_kept"] and run["reload_eval_delta"] < 0.01
+    phases = rank0.data["phases"]
+    parts = sum(v for k, v in phases.items() if k != "process_wall_s")
+    assert abs(parts - phases["process_wall_s"]) < 0.5, phases
+    assert phases["startup_s"] > 0 and phases["measure_s"] > 0 and phases["lifecycle_s"] > 0
