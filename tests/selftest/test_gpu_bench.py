@@ -72,7 +72,9 @@ class FakeCuda:
         return True
 
     def get_device_properties(self, ordinal: int) -> Any:
-        return types.SimpleNamespace(pci_domain_id=0, pci_bus_id=int(FakeNVML().bus(ordinal)[9:11], 16), pci_device_id=0)
+        return types.SimpleNamespace(
+            pci_domain_id=0, pci_bus_id=int(FakeNVML().bus(ordinal)[9:11], 16), pci_device_id=0
+        )
 
     @contextlib.contextmanager
     def device(self, device: Any) -> Iterator[None]:
@@ -202,7 +204,7 @@ def test_host_links_bound_to_their_numa_cpus(bench: Any) -> None:
 
 
 def test_busy_gpu_is_named_and_left_out(bench: Any) -> None:
-    data, _, fake = bench(SMALL, busy={2: 4242})
+    data, _, _ = bench(SMALL, busy={2: 4242})
     assert "matmul" not in data["per_gpu"][2] and "matmul" in data["per_gpu"][1]
     assert data["p2p"]["skipped"].startswith("GPU busy")
     result = _result(data)
@@ -276,7 +278,7 @@ def test_phases_start_at_the_process_start() -> None:
     assert out["process_wall_s"] >= out["startup_s"] + out["measure_s"]
 
 
-def test_gpu_health_busy_fake_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cpu_affinity_as_hostbw_reads_it() -> None:
     """``_gpu.cpu_affinity`` decodes NVML's mask the way hostbw's binding reads it."""
     lib = FakeNVML(8)
     assert _gpu.cpu_affinity(lib, 5)[:2] == [32, 33]
