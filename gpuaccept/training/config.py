@@ -64,21 +64,25 @@ class TrainConfig:
 #: Both train LoRA plus ``lm_head`` (peft ``modules_to_save``): on a random-init model the frozen random
 #: lm_head caps the logits (|logit| <= |h| * |w| ~ init_std * hidden), so LoRA alone plateaus — measured on
 #: the CPU model, 120 steps: 1.66 nats LoRA-only vs 0.35 with lm_head trainable.
-#: "gpu": 8 layers x 768 hidden (52 M parameters), 512 sequences per GPU, 60 steps. Measured on the lent
-#:   2xH200 (torch 2.11, 2026-11-22, ``benchmarks/train_sweep.sh``): the 0.5 target is reached at step 22
-#:   (60 steps = 2.7x that), 8.1 s of training, GPUs 98.7% busy once each rank keeps to 4 CPU threads
-#:   (see ``finetune._threads``). Tried and not taken: 1024 sequences (93.8% busy, 2x the step time, same
-#:   steps to target) and a wider model (1024 hidden: 84% busy, slower). 16 generated tokens per timing
-#:   and sample: the lifecycle's ~400 batch-1 decode steps at 32 tokens took 5-8 s of each ~15 s run.
+#: "gpu": 8 layers x 768 hidden (52 M parameters), 512 sequences per GPU, 40 steps. Measured on the lent
+#:   2xH200 (torch 2.11, 2026-11-22, ``benchmarks/train_sweep.sh``, 60 steps): the 0.5 target is reached at
+#:   step 22-28, 8.1 s of training, GPUs 98.7% busy once each rank keeps to 4 CPU threads (see
+#:   ``finetune._threads``). 40 steps (1.4x the slowest step to target; one launch now trains three times:
+#:   every GPU alone, DDP, FSDP) with the clock from step 5 (cuBLAS has chosen its kernels after the first
+#:   steps; 35 timed steps, ~4 s per run) and a checkpoint at 20 and 40. Tried and not taken: 1024
+#:   sequences (93.8% busy, 2x the step time, same steps to target) and a wider model (1024 hidden: 84%
+#:   busy, slower). 16 generated tokens per timing and sample: the lifecycle's ~400 batch-1 decode steps
+#:   at 32 tokens took 5-8 s of each ~15 s run.
 #: "cpu": 2 layers x 64 hidden (init std 0.125 ~ 1/sqrt(64)), 16 sequences per rank, 1 torch thread per
 #:   rank: 80 steps reach ~0.33 nats in ~6 s of training per rank on CI's class of CPU.
 PROFILES: dict[str, dict[str, Any]] = {
     "gpu": {
         "model_config": FIXTURES / "qwen2-small.json",
-        "steps": 60,
+        "steps": 40,
         "batch_size": 512,
         "lr": 1e-3,
-        "ckpt_every": 30,
+        "ckpt_every": 20,
+        "timed_from_step": 5,
         "gen_tokens": 16,
     },
     "cpu": {
