@@ -13,6 +13,7 @@
 # --batch (one call of at most 10 minutes on nvidia-h200-x2; carry .cache/slurmdeb):
 #   1. the one-process GPU benchmark by hand: matmul over 7 sizes (is the best size stable?) and the
 #      host links with 1 GiB copies (the suite's 256 MiB figure against the earlier default);
+#      and the NCCL sweep proposed for the suite (2 GiB, 10 x 3 timed launches), by hand;
 #   2. the whole suite three times through Slurm (no burn-in, no multi-node layout), each run timed;
 #   3. benchmarks/suite_sections.py over the three run records: per section and per probe phase,
 #      min / median / max, and every figure's spread (runs and timed batches) with the host links
@@ -79,6 +80,13 @@ timeout 150 python3 -m gpuaccept.probes.gpubench --parts matmul,hostbw --sizes 4
   --hostbw-size 1G >"$out/gpubench-sweep.out" 2>"$out/gpubench-sweep.err"
 note "gpubench sweep (7 matmul sizes, host links with 1 GiB copies): exit $?, $((SECONDS - t0)) s"
 
+# 1b. the NCCL sweep the report proposes for the suite (2 GiB largest, 10 x 3 timed, 3 warm-up), by hand
+t0=$SECONDS
+timeout 90 python3 -m torch.distributed.run --standalone --nproc-per-node "$ngpu" -m gpuaccept.probes.nccl \
+  --max-bytes 2G --iters 10 --warmup 3 >"$out/nccl-proposal.out" 2>"$out/nccl-proposal.err"
+note "nccl sweep to 2 GiB, 10 x 3 timed, 3 warm-up: exit $?, $((SECONDS - t0)) s (the suite's default sweep: see the runs)"
+python3 benchmarks/nccl_table.py "$out/nccl-proposal.out" >"$out/nccl-proposal.txt" 2>&1
+
 # 2. the whole suite three times, one Slurm node holding every GPU
 for i in 1 2 3; do
   if (($(left) < 120)); then note "suite run $i skipped: $(left) s of the budget left"; break; fi
@@ -90,7 +98,7 @@ records=("$out"/suite-run*.json)
 python3 benchmarks/suite_sections.py "${records[@]}" >"$out/spread.txt" 2>&1
 
 # 4. the fleet re-measure, as far as the budget goes (each variant ~60-90 s on the 32-core host)
-export GPUACCEPT_UP_ARGS="--prefix /opt/sl"
+command -v slurmctld >/dev/null || export GPUACCEPT_UP_ARGS="--prefix /opt/sl" # unpacked by the first suite run
 for variant in "--groups-first" "--groups-first --pin"; do
   if (($(left) < 100)); then note "fleet $variant skipped: $(left) s of the budget left"; continue; fi
   name=fleet${variant// /}
@@ -105,7 +113,7 @@ python3 benchmarks/gpubench_table.py "$out/gpubench-sweep.out" >"$out/gpubench-s
 tar -czf "$out/batch.tar.gz" -C "$out" --exclude=batch.tar.gz --exclude=summary.txt . 2>/dev/null
 # keep what comes back to the 8-file limit: the tarball and the summary
 find "$out" -mindepth 1 -maxdepth 1 ! -name batch.tar.gz ! -name summary.txt -exec rm -rf {} +
-tar -xzf "$out/batch.tar.gz" -C /tmp ./spread.txt ./gpubench-sweep.txt 2>/dev/null
+tar -xzf "$out/batch.tar.gz" -C /tmp ./spread.txt ./gpubench-sweep.txt ./nccl-proposal.txt 2>/dev/null
 {
   echo
   echo "=== suite runs"
@@ -116,6 +124,9 @@ tar -xzf "$out/batch.tar.gz" -C /tmp ./spread.txt ./gpubench-sweep.txt 2>/dev/nu
   echo
   echo "=== GPU benchmark by hand"
   cat /tmp/gpubench-sweep.txt
+  echo
+  echo "=== NCCL, the proposed shorter sweep by hand"
+  cat /tmp/nccl-proposal.txt
   echo
   echo "=== fleet"
   tar -xzf "$out/batch.tar.gz" -O --wildcards './fleet*.txt' 2>/dev/null
