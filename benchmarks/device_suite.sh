@@ -88,7 +88,7 @@ note "nccl sweep to 2 GiB, 10 x 3 timed, 3 warm-up: exit $?, $((SECONDS - t0)) s
 python3 benchmarks/nccl_table.py "$out/nccl-proposal.out" >"$out/nccl-proposal.txt" 2>&1
 
 # 2. the whole suite three times, one Slurm node holding every GPU
-for i in 1 2 3; do
+for i in $(seq 1 "${GPUACCEPT_BATCH_RUNS:-3}"); do
   if (($(left) < 120)); then note "suite run $i skipped: $(left) s of the budget left"; break; fi
   layout "suite-run$i" 1 "$ngpu"
 done
@@ -103,7 +103,7 @@ for variant in "--groups-first" "--groups-first --pin"; do
   if (($(left) < 100)); then note "fleet $variant skipped: $(left) s of the budget left"; continue; fi
   name=fleet${variant// /}
   # shellcheck disable=SC2086
-  timeout $(($(left) - 10)) python3 benchmarks/fleet_bench.py $variant --nodes 1 4 8 --skip dispatch --rounds 3 \
+  timeout $(($(left) - 10)) python3 benchmarks/fleet_bench.py $variant --nodes ${GPUACCEPT_FLEET_NODES:-1 4 8} --skip dispatch --rounds 3 \
     --json "$out/$name.json" >"$out/$name.txt" 2>&1
   note "fleet $variant: exit $?"
 done
@@ -114,10 +114,11 @@ tar -czf "$out/batch.tar.gz" -C "$out" --exclude=batch.tar.gz --exclude=summary.
 # keep what comes back to the 8-file limit: the tarball and the summary
 find "$out" -mindepth 1 -maxdepth 1 ! -name batch.tar.gz ! -name summary.txt -exec rm -rf {} +
 tar -xzf "$out/batch.tar.gz" -C /tmp ./spread.txt ./gpubench-sweep.txt ./nccl-proposal.txt 2>/dev/null
+runs_lines=$(grep -E "^suite-run" "$out/summary.txt") # (grep will not read the file it appends to)
 {
   echo
   echo "=== suite runs"
-  grep -E "^suite-run" "$out/summary.txt"
+  echo "$runs_lines"
   echo
   echo "=== sections, phases and spread over the runs"
   cat /tmp/spread.txt
