@@ -41,6 +41,9 @@ from gpuaccept.probes._protocol import emit, gpu_identity, node_name, rank_info 
 
 __all__ = ["main", "parse_args"]
 
+#: The base model written by this launch (path -> file fingerprint before any training), rank 0 only.
+_ORIGINALS: dict[str, dict[str, str]] = {}
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -207,7 +210,7 @@ def _run(args: argparse.Namespace, info: Any) -> None:
         out = args.out / strategy if several else args.out
         cfg = profile_for("gpu" if use_cuda else "cpu", **{**overrides, "strategy": strategy, "out": out})
         started = time.monotonic()
-        data, job = _train_one(cfg, rt, tokenizer, train_ex, test_ex, data_desc, use_cuda, gpu, info.rank)
+        data, job = _train_one(cfg, rt, tokenizer, train_ex, test_ex, data_desc, use_cuda, gpu, info.rank, args.out)
         data.update(shared)
         # What this strategy would take launched alone: the shared start-up plus its own run.
         data["run_s"] = round(time.monotonic() - started, 3)
@@ -301,6 +304,7 @@ def _train_one(
     use_cuda: bool,
     gpu: dict[str, Any] | None,
     rank: int,
+    root: Path,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """One strategy: build the seeded model, save the original, train, measure; the lifecycle to run.
 
@@ -325,16 +329,21 @@ def _train_one(
     device = rt.device
     pad_id = int(tokenizer.pad_token_id)
     base = build_base(cfg, cfg.seed)
-    base_path = cfg.model_path or cfg.out / "original"
+    # one original per launch: every strategy builds the same seeded base, so DDP and FSDP share it (and
+    # both lifecycles check it was kept); written once instead of 200 MB per strategy
+    base_path = cfg.model_path or root / "original"
     before: dict[str, str] = {}
     main_rank = rt.rank == 0 and not solo
     if main_rank:
-        for sub in ("original", "checkpoints", "final"):
+        for sub in ("checkpoints", "final"):
             shutil.rmtree(cfg.out / sub, ignore_errors=True)
-        if cfg.model_path is None:
-            base.save_pretrained(str(base_path))  # type: ignore[operator]  # a transformers PreTrainedModel
-            tokenizer.save_pretrained(str(base_path))
-        before = file_fingerprint(base_path)
+        if str(base_path) not in _ORIGINALS:
+            if cfg.model_path is None:
+                shutil.rmtree(base_path, ignore_errors=True)
+                base.save_pretrained(str(base_path))  # type: ignore[operator]  # a transformers PreTrainedModel
+                tokenizer.save_pretrained(str(base_path))
+            _ORIGINALS[str(base_path)] = file_fingerprint(base_path)
+        before = _ORIGINALS[str(base_path)]
     peft_model = apply_lora(base, cfg)
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in peft_model.parameters())

@@ -50,7 +50,8 @@ def test_solo_then_ddp_and_fsdp_in_one_launch(tmp_path):
         assert record.data["strategies"]["ddp"]["world_size"] == 2
     # every rank's solo run saw the same data in the same order from the same seed: the same losses
     assert rank0.data["strategies"]["solo"]["losses"] == rank1.data["strategies"]["solo"]["losses"]
-    assert not (tmp_path / "solo" / "original").exists(), "a solo run writes nothing"
+    assert not (tmp_path / "solo").exists(), "a solo run writes nothing"
+    assert (tmp_path / "original" / "config.json").is_file(), "DDP and FSDP share one saved original"
     ddp, fsdp = rank0.data["strategies"]["ddp"], rank0.data["strategies"]["fsdp"]
     assert {ddp["lifecycle_rank"], fsdp["lifecycle_rank"]} == {0, 1}, "the lifecycles ran side by side"
     for run in (ddp, fsdp):
