@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 
-from gpuaccept.probes._timing import Phases
+from gpuaccept.probes._timing import Phases, quick_exit
 
 PHASES = Phases()  # from the process start: the interpreter and every import below count as start-up
 
@@ -465,3 +465,4 @@ def _lifecycle(
 
 if __name__ == "__main__":
     main()
+    quick_exit()

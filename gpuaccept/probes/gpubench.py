@@ -23,7 +23,7 @@ then. The result holds each part per GPU (``per_gpu``), the all-at-once host fig
 
 from __future__ import annotations
 
-from gpuaccept.probes._timing import Phases
+from gpuaccept.probes._timing import Phases, quick_exit
 
 PHASES = Phases()  # from the process start: the interpreter and the imports count as start-up
 
@@ -166,3 +166,4 @@ def _p2p(torch: Any, pre: Any, args: argparse.Namespace, busy_gpus: set[int]) ->
 
 if __name__ == "__main__":
     main()
+    quick_exit()
