@@ -275,7 +275,7 @@ def test_phases_start_at_the_process_start() -> None:
         time.sleep(0.01)
     out = phases.as_dict()
     assert out["startup_s"] >= age - 0.05 and out["measure_s"] >= 0.01
-    assert out["process_wall_s"] >= out["startup_s"] + out["measure_s"]
+    assert out["process_wall_s"] >= out["startup_s"] + out["measure_s"] - 0.002  # each rounded to 1 ms
 
 
 def test_cpu_affinity_as_hostbw_reads_it() -> None:
