@@ -98,7 +98,7 @@ records=("$out"/suite-run*.json)
 python3 benchmarks/suite_sections.py "${records[@]}" >"$out/spread.txt" 2>&1
 
 # 4. the fleet re-measure, as far as the budget goes (each variant ~60-90 s on the 32-core host)
-command -v slurmctld >/dev/null || export GPUACCEPT_UP_ARGS="--prefix /opt/sl" # unpacked by the first suite run
+[[ -x /usr/sbin/slurmctld ]] || export GPUACCEPT_UP_ARGS="--prefix /opt/sl" # unpacked by the first suite run
 for variant in "--groups-first" "--groups-first --pin"; do
   if (($(left) < 100)); then note "fleet $variant skipped: $(left) s of the budget left"; continue; fi
   name=fleet${variant// /}
