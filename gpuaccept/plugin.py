@@ -100,8 +100,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("node", nodes, ids=nodes)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Node-local tests share an xdist group per node; multi-node tests one group for all nodes."""
+    """Node-local tests share an xdist group per node; multi-node tests one group for all nodes.
+
+    ``tryfirst``: pytest-xdist's worker reads the group marks in its own collection hook; after it, the
+    marks came too late, one node's tests spread over every worker, and each worker fingerprinted the
+    node again (what slowed the fleet runs: 6.5 -> 3.0 s of test time per node at 4 loopback nodes).
+    """
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and "node" in callspec.params:

@@ -6,8 +6,11 @@ Run by hand: ``python -m gpuaccept.probes.fingerprint``. The tests compare finge
 
 from __future__ import annotations
 
+import ast
+import ctypes
 import functools
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import socket
@@ -66,9 +69,9 @@ def _mem_total_gib() -> float | None:
     return None
 
 
-
 def _vbios(lib: Any, handle: Any) -> str:
     return text(lib.nvmlDeviceGetVbiosVersion(handle))
+
 
 def _gpus() -> dict[str, Any]:
     lib = nvml()
@@ -98,37 +101,73 @@ def _gpus() -> dict[str, Any]:
 
 
 def _python_stack(has_gpus: bool) -> dict[str, Any]:
-    """Versions of the training stack; torch is imported only where NCCL's version needs it.
+    """Versions of the training stack, read without importing torch.
 
-    Importing torch costs seconds of CPU; on a CPU node the package metadata says enough, which keeps
-    a fingerprint of many loopback nodes sharing a few cores fast.
+    Importing torch costs 4-5 s of CPU on an H200 host, paid by every node before its first test; the
+    package metadata, torch's own ``version.py`` (read as Python source, not run) and NCCL's
+    ``ncclGetVersion`` from the library torch would load say the same. A torch that is installed but
+    does not import is found by the first GPU probe, which imports it.
     """
     out: dict[str, Any] = {"python": platform.python_version(), "torch": None, "torch_cuda": None, "nccl": None}
-    for package in ("transformers", "peft"):
+    for package in ("torch", "transformers", "peft"):
         try:
             out[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             out[package] = None
-    if not has_gpus:
-        try:
-            out["torch"] = importlib.metadata.version("torch")
-        except importlib.metadata.PackageNotFoundError:
-            out["torch_error"] = "torch is not installed"
+    if out["torch"] is None:
+        out["torch_error"] = "torch is not installed"
         return out
-    try:
-        import torch
-
-        out["torch"] = torch.__version__
-        out["torch_cuda"] = torch.version.cuda
-        # NCCL's version comes from the library torch loaded (ncclGetVersion), which needs no CUDA
-        # context: ``torch.cuda.is_available()`` would initialise the driver on every GPU (seconds,
-        # and serialised across the processes of a node) just to decide to ask.
-        if torch.version.cuda:
-            version = torch.cuda.nccl.version()
-            out["nccl"] = ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
-    except Exception as exc:
-        out["torch_error"] = f"{type(exc).__name__}: {exc}"
+    out["torch_cuda"] = _torch_cuda()
+    if has_gpus and out["torch_cuda"]:
+        out["nccl"] = _nccl_version()
     return out
+
+
+def _torch_cuda() -> str | None:
+    """``torch.version.cuda`` read from torch/version.py's assignments (None for a CPU build)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError):
+        return None
+    for node in tree.body:
+        target: ast.expr
+        if isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id == "cuda" and value is not None:
+            found = ast.literal_eval(value)
+            return str(found) if found else None
+    return None
+
+
+def _nccl_version() -> str | None:
+    """NCCL's version from ``ncclGetVersion`` in the libnccl that torch loads (the nvidia-nccl wheel's, or
+    the system's): no CUDA context, no torch import."""
+    candidates = []
+    spec = importlib.util.find_spec("nvidia.nccl") if importlib.util.find_spec("nvidia") else None
+    if spec is not None and spec.submodule_search_locations:
+        candidates.append(Path(next(iter(spec.submodule_search_locations))) / "lib" / "libnccl.so.2")
+    candidates.append(Path("libnccl.so.2"))
+    for candidate in candidates:
+        try:
+            lib = ctypes.CDLL(str(candidate))
+        except OSError:
+            continue
+        code = ctypes.c_int(0)
+        if lib.ncclGetVersion(ctypes.byref(code)) != 0:
+            continue
+        # NCCL_VERSION_CODE: major*10000 + minor*100 + patch since 2.9, major*1000 + ... before
+        major, rest = divmod(code.value, 10000 if code.value >= 10000 else 1000)
+        minor, patch = divmod(rest, 100)
+        return f"{major}.{minor}.{patch}"
+    return None
 
 
 def _hcas(root: Path = Path("/sys/class/infiniband")) -> list[str]:
