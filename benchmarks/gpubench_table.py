@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, as the device scripts do
+
 from gpuaccept.dispatch.result import parse_records
 
 

@@ -222,6 +222,7 @@ def build_summary(
             if since is None or png.stat().st_mtime >= since:
                 sweep_pngs.append({"title": png.stem, "png": data_uri(png.read_bytes())})
     runs = charts.loss_runs(reports_dir / "training", since) if reports_dir is not None else []
+    runs = runs or charts.loss_runs_from_checks(metrics)
     loss = data_uri(charts.loss_png(runs, charts.loss_target(metrics))) if runs else None
     changes = None
     if baseline is not None:

@@ -33,6 +33,7 @@ __all__ = [
     "heatmap_png",
     "loss_png",
     "loss_runs",
+    "loss_runs_from_checks",
     "loss_target",
     "nccl_png",
     "nccl_scales",
@@ -285,6 +286,18 @@ def loss_runs(training_dir: Path, since: float | None = None) -> list[LossRun]:
         evals = [(int(e[0]), float(e[1])) for e in history.get("evals") or [] if len(e) == 2 and _number(e[1])]
         if losses:
             runs.append(LossRun(f"{path.parent.parent.name} {path.parent.name}", losses, evals))
+    return runs
+
+
+def loss_runs_from_checks(metrics: Iterable[MetricResult]) -> list[LossRun]:
+    """The curves the fine-tune checks carry (``train_loss_final`` with ``extra.curve``): what a record
+    fetched from another machine shows without its ``history.json`` files."""
+    runs = []
+    for m in metrics:
+        curve = m.extra.get("curve") if m.metric == "train_loss_final" else None
+        if isinstance(curve, list) and curve:
+            test = m.test.split("::")[-1]
+            runs.append(LossRun(f"{test} {m.where}", [float(v) for v in curve if _number(v) is not None], []))
     return runs
 
 

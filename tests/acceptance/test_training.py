@@ -114,6 +114,13 @@ def _finetune(cluster: Any, settings: Any, rootdir: Path, strategy: str, scale: 
     return replace(launch, records=records)
 
 
+def _curve(losses: list[float], points: int = 400) -> list[float]:
+    """The loss curve on the check itself (every step, or every k-th of a long run), so the summary page
+    can draw it from the run record alone."""
+    step = max(1, -(-len(losses) // points))
+    return [round(v, 5) for v in losses[::step]]
+
+
 def _label(record: RankRecord) -> str:
     return record.gpu_label or f"cpu rank {record.rank}"
 
@@ -170,7 +177,9 @@ def _check_solo(scale: Scale, ctx: Ctx) -> None:
             judge.check("train_gpu_util_pct", data["util_pct"], **where, samples=data["util_samples"])
         losses = [float(v) for v in data["losses"]]
         judge.check("train_nonfinite_steps", data["nonfinite_steps"], **where)
-        judge.check("train_loss_final", data["train_loss_final"], **where, steps=data["steps_done"])
+        judge.check(
+            "train_loss_final", data["train_loss_final"], **where, steps=data["steps_done"], curve=_curve(losses)
+        )
         judge.check("train_eval_loss", data["eval_loss_final"], **where)
         if target is not None:
             reached = steps_to_target(losses, target)
@@ -234,7 +243,9 @@ def _check_run(strategy: str, scale: Scale, ctx: Ctx) -> None:
     target = declared.max if declared is not None else None
     losses = [float(v) for v in data0["losses"]]
     judge.check("train_nonfinite_steps", data0["nonfinite_steps"], node=node0)
-    judge.check("train_loss_final", data0["train_loss_final"], node=node0, steps=data0["steps_done"])
+    judge.check(
+        "train_loss_final", data0["train_loss_final"], node=node0, steps=data0["steps_done"], curve=_curve(losses)
+    )
     judge.check("train_eval_loss", data0["eval_loss_final"], node=node0)
     if target is not None:
         reached = steps_to_target(losses, target)
