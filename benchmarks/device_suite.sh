@@ -19,7 +19,7 @@
 #      min / median / max, and every figure's spread (runs and timed batches) with the host links
 #      alone and all at once;
 #   4. the fleet re-measure (benchmarks/fleet_bench.py, 1 / 4 / 8 loopback nodes), with the per-node
-#      xdist groups applied first, unpinned and with every slurmd on CPUs of its own, as long as the
+#      unpinned and with every slurmd on CPUs of its own, as long as the
 #      time budget (GPUACCEPT_BATCH_BUDGET_S, default 540 s) leaves room for it.
 # Everything lands in $OUT as summary.txt plus one batch.tar.gz (the run records, logs, JSON); the
 # summary table is printed last.
@@ -99,7 +99,7 @@ python3 benchmarks/suite_sections.py "${records[@]}" >"$out/spread.txt" 2>&1
 
 # 4. the fleet re-measure, as far as the budget goes (each variant ~60-90 s on the 32-core host)
 [[ -x /usr/sbin/slurmctld ]] || export GPUACCEPT_UP_ARGS="--prefix /opt/sl" # unpacked by the first suite run
-for variant in "--groups-first" "--groups-first --pin"; do
+for variant in "" "--pin"; do
   if (($(left) < 100)); then note "fleet $variant skipped: $(left) s of the budget left"; continue; fi
   name=fleet${variant// /}
   # shellcheck disable=SC2086

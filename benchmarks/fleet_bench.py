@@ -190,7 +190,7 @@ def slurmd_step_lives(log_dir: Path) -> list[float]:
     return lives
 
 
-def node_scaling(counts: list[int], pin: bool, groups_first: bool = False) -> list[dict[str, Any]]:
+def node_scaling(counts: list[int], pin: bool) -> list[dict[str, Any]]:
     rows = []
     for nodes in counts:
         cluster = Cluster(nodes, pin_plan(max(counts), nodes) if pin else None)
@@ -213,7 +213,6 @@ def node_scaling(counts: list[int], pin: bool, groups_first: bool = False) -> li
                 "no:cacheprovider",
                 "-p",
                 "step_timing",
-                *(["-p", "xdist_groups"] if groups_first else []),
                 "-m",
                 NODE_LOCAL,
                 "tests/acceptance",
@@ -296,17 +295,11 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--pin", action="store_true", help="give every slurmd (and pytest) CPUs of its own")
     parser.add_argument("--skip", default="", help="parts to skip: dispatch,concurrent,scaling")
-    parser.add_argument(
-        "--groups-first",
-        action="store_true",
-        help="load benchmarks/xdist_groups.py: the per-node xdist groups applied before xdist reads them",
-    )
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
     skip = set(args.skip.split(","))
-    figures: dict[str, Any] = {"pin": args.pin, "groups_first": args.groups_first, "cpus": len(os.sched_getaffinity(0))}
+    figures: dict[str, Any] = {"pin": args.pin, "cpus": len(os.sched_getaffinity(0))}
     mode = "pinned: each slurmd on CPUs of its own" if args.pin else "unpinned"
-    mode += ", xdist groups applied first" if args.groups_first else ", the plugin's xdist groups as they are"
     print(f"fleet bench ({mode}; {figures['cpus']} CPUs)")
     if "dispatch" not in skip:
         print("(a) dispatch overhead, median of", args.repeats)
@@ -325,7 +318,7 @@ def main() -> None:
             )
     if "scaling" not in skip:
         print("(c) node-local acceptance tests, pytest-xdist --dist loadgroup")
-        scaling = node_scaling(args.nodes, args.pin, args.groups_first)
+        scaling = node_scaling(args.nodes, args.pin)
         base = scaling[0]["wall_s"]
         for row in scaling:
             ratio = row["wall_s"] / base

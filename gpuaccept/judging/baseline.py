@@ -13,7 +13,6 @@ GPU model) says what changed in between, so the report reads as cause and effect
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -24,6 +23,7 @@ import pytest
 
 from gpuaccept.judging.fields import FINGERPRINT_FIELDS, field_value
 from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.record import RecordError, read_record
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -175,13 +175,9 @@ class Baseline:
     def load(cls, path: Path, thresholds: Thresholds | None = None, source: str = "--baseline") -> Baseline:
         """Read a run record; a missing file or a file that is not a gpuaccept record is a usage error."""
         try:
-            record = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise BaselineError(f"{source}: baseline run record {path} not found") from None
-        except (OSError, ValueError) as exc:
-            raise BaselineError(f"{source}: {path} is not a readable run record: {exc}") from None
-        if not isinstance(record, dict) or not str(record.get("schema", "")).startswith("gpuaccept.run/"):
-            raise BaselineError(f"{source}: {path} is not a gpuaccept run record (no 'schema: gpuaccept.run/...')")
+            record = read_record(path)
+        except RecordError as exc:
+            raise BaselineError(f"{source}: baseline {exc}") from None
         if not record.get("metrics"):
             raise BaselineError(
                 f"{source}: baseline run record {path} holds no metrics (a session that measured nothing, such as "

@@ -15,7 +15,6 @@ truth: this page is a view of them and can be rebuilt from them at any time.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from gpuaccept.report import summary_charts as charts
 from gpuaccept.report.render import data_uri, fmt, render
 from gpuaccept.report.summary_model import overview
 from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.record import RecordError, read_record
 
 if TYPE_CHECKING:
     from gpuaccept.thresholds.loader import Thresholds
@@ -54,14 +54,9 @@ class SummaryError(Exception):
 def load_record(path: Path) -> dict[str, Any]:
     """A gpuaccept run record, or ``SummaryError`` saying why this file is not one."""
     try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise SummaryError(f"run record {path} not found") from None
-    except (OSError, ValueError) as exc:
-        raise SummaryError(f"{path} is not a readable run record: {exc}") from None
-    if not isinstance(record, dict) or not str(record.get("schema", "")).startswith("gpuaccept.run/"):
-        raise SummaryError(f"{path} is not a gpuaccept run record (no 'schema: gpuaccept.run/...')")
-    return record
+        return read_record(path)
+    except RecordError as exc:
+        raise SummaryError(str(exc)) from None
 
 
 def _started(record: dict[str, Any]) -> _dt.datetime | None:

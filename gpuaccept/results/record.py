@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuaccept.results.metrics import MetricResult
 
-__all__ = ["RunRecord", "TestEntry"]
+__all__ = ["RecordError", "RunRecord", "TestEntry", "read_record"]
 
 
 def _utc_stamp(moment: _dt.datetime) -> str:
@@ -101,3 +101,20 @@ class RunRecord:
                 handle.write(text)
             os.replace(tmp, target)
         return path
+
+
+class RecordError(ValueError):
+    """A file that is not a readable gpuaccept run record; the message names the file and why."""
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """A run record as JSON, checked to be one (the baseline and the summary page both read them)."""
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RecordError(f"run record {path} not found") from None
+    except (OSError, ValueError) as exc:
+        raise RecordError(f"{path} is not a readable run record: {exc}") from None
+    if not isinstance(record, dict) or not str(record.get("schema", "")).startswith("gpuaccept.run/"):
+        raise RecordError(f"{path} is not a gpuaccept run record (no 'schema: gpuaccept.run/...')")
+    return record
