@@ -26,6 +26,7 @@ from gpuaccept.judging.categories import category
 from gpuaccept.judging.judge import Judge
 from gpuaccept.markers import MARKERS
 from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.record import record_id
 from gpuaccept.results.summary import node_summary_lines
 from gpuaccept.settings import Settings, SettingsError, add_options, resolve
 from gpuaccept.state import STATE_KEY, SessionState
@@ -169,7 +170,7 @@ def pytest_runtest_makereport(
     nodes = [callspec.params[k] for k in ("node", "suspect") if callspec is not None and callspec.params.get(k)]
     if not nodes and state.started:  # a multi-node test: the nodes its checks were about
         nodes = sorted({c.node for c in checks} & set(state.cluster.nodes))
-    entry = state.record.tests.get(item.nodeid)
+    entry = state.record.tests.get(record_id(item.nodeid))
     fault_of = _fault_of(state)
     report.gpuaccept = {  # type: ignore[attr-defined]  # travels from xdist workers with the report
         "verdict": verdict,
@@ -235,7 +236,7 @@ class _RecordKeeper:
             return
         verdict = data["verdict"]
         record = self.state.record
-        entry = record.test(report.nodeid)
+        entry = record.test(record_id(report.nodeid))
         if entry.verdict in ("failed", "error") and verdict in ("passed", "skipped"):
             return  # a teardown success never hides a failed call
         entry.verdict = verdict
@@ -245,8 +246,8 @@ class _RecordKeeper:
         entry.commands = data.get("commands") or entry.commands
         if report.longrepr is not None and verdict != "passed":
             entry.message = _short(report)
-        if report.nodeid not in self._merged:  # a failing teardown reports the same metrics again
-            self._merged.add(report.nodeid)
+        if entry.nodeid not in self._merged:  # a failing teardown reports the same metrics again
+            self._merged.add(entry.nodeid)
             checks = [MetricResult.from_dict(raw) for raw in data.get("metrics") or []]
             record.metrics.extend(checks)
             entry.checks = [c.check_entry() for c in checks]
@@ -345,4 +346,5 @@ def judge(request: pytest.FixtureRequest, gpuaccept_state: SessionState) -> Judg
         item.config.hook.pytest_gpuaccept_metric(item=item, result=result)
 
     baseline = item.config.stash.get(BASELINE_KEY, None)
-    return Judge(gpuaccept_state.thresholds, gpuaccept_state.fingerprints.sku_of, sink, item.nodeid, baseline)
+    test = record_id(item.nodeid)
+    return Judge(gpuaccept_state.thresholds, gpuaccept_state.fingerprints.sku_of, sink, test, baseline)

@@ -20,7 +20,7 @@ from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.dispatch.slurm_cli import SlurmError, cluster_name
 from gpuaccept.dispatch.step import Step, shell_join
 from gpuaccept.fingerprints import Fingerprints
-from gpuaccept.results.record import RunRecord
+from gpuaccept.results.record import RunRecord, record_id
 from gpuaccept.settings import Settings
 from gpuaccept.thresholds.loader import Thresholds
 
@@ -107,7 +107,7 @@ class SessionState:
     def _on_step(self, step: Step, command: list[str], result: ProbeResult | None) -> None:
         item = self.current_item
         if item is not None:
-            entry = self.record.test(item.nodeid)
+            entry = self.record.test(record_id(item.nodeid))
             entry.commands.append(shell_join(command))
         self.config.hook.pytest_gpuaccept_step_finished(item=item, step=step, command=command, result=result)
 

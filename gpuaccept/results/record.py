@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import statistics
 import tempfile
 from dataclasses import dataclass, field
@@ -18,7 +19,17 @@ from typing import Any
 
 from gpuaccept.results.metrics import MetricResult
 
-__all__ = ["RecordError", "RunRecord", "TestEntry", "read_record"]
+__all__ = ["RecordError", "RunRecord", "TestEntry", "read_record", "record_id"]
+
+
+_XDIST_GROUP = re.compile(r"@(?:node-[^@\s]+|all-nodes)$")
+
+
+def record_id(nodeid: str) -> str:
+    """A test's id in the run record: without the ``@<group>`` pytest-xdist appends under ``--dist
+    loadgroup`` for the groups gpuaccept sets, so records, baselines and reports name a test the same
+    way with and without xdist."""
+    return _XDIST_GROUP.sub("", nodeid)
 
 
 def _utc_stamp(moment: _dt.datetime) -> str:
