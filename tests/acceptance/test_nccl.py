@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.nccl]
 
 CPU_RANKS = 2  # gloo ranks per CPU node for the intra-node sweep (one collective needs two)
 CPU_MIN_BYTES, CPU_MAX_BYTES = 64 << 10, 1 << 20  # gloo over loopback: CI's whole NCCL section in seconds
-FIDELITY_BYTES = 4 << 30  # the size of the nccl-tests reference figures (DESIGN.md)
+FIDELITY_BYTES = 4 << 30  # the size of our nccl-tests reference figures (docs/measurements.md)
 
 _NODE_SWEEPS: dict[str, tuple[GroupTable, dict[str, Any]]] = {}
 _SCALES: dict[int, list[GroupTable] | MeasurementError] = {}
