@@ -31,8 +31,6 @@ PHASES = Phases()  # from the process start: the interpreter and every import be
 import argparse  # noqa: E402
 import datetime  # noqa: E402
 import os  # noqa: E402
-import shutil  # noqa: E402
-import statistics  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -40,9 +38,6 @@ from typing import Any  # noqa: E402
 from gpuaccept.probes._protocol import emit, gpu_identity, node_name, rank_info  # noqa: E402
 
 __all__ = ["main", "parse_args"]
-
-#: The base model written by this launch (path -> file fingerprint before any training), rank 0 only.
-_ORIGINALS: dict[str, dict[str, str]] = {}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -165,6 +160,7 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     from gpuaccept.training.config import profile_for
     from gpuaccept.training.data import encode, load_splits, load_tokenizer
     from gpuaccept.training.loop import Runtime
+    from gpuaccept.training.strategy import release, train_one
 
     PHASES.mark("imports")
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
@@ -210,7 +206,7 @@ def _run(args: argparse.Namespace, info: Any) -> None:
         out = args.out / strategy if several else args.out
         cfg = profile_for("gpu" if use_cuda else "cpu", **{**overrides, "strategy": strategy, "out": out})
         started = time.monotonic()
-        data, job = _train_one(cfg, rt, tokenizer, train_ex, test_ex, data_desc, use_cuda, gpu, info.rank, args.out)
+        data, job = train_one(cfg, rt, tokenizer, train_ex, test_ex, data_desc, use_cuda, gpu, info.rank, args.out)
         data.update(shared)
         # What this strategy would take launched alone: the shared start-up plus its own run.
         data["run_s"] = round(time.monotonic() - started, 3)
@@ -218,7 +214,7 @@ def _run(args: argparse.Namespace, info: Any) -> None:
         runs[strategy] = data
         if job is not None:
             pending[strategy] = job
-        _release(torch, use_cuda)
+        release(torch, use_cuda)
     PHASES.mark("strategies")
     for strategy, extra in _lifecycles(dist, rt, pending, tokenizer, test_ex).items():
         runs[strategy].update(extra)
@@ -265,9 +261,11 @@ def _lifecycles(
     runs on the k-th rank of rank 0's node (its own GPU, reading the same local files), so DDP's and
     FSDP's take the time of one. Returns, on rank 0, each strategy's lifecycle results.
     """
+    from gpuaccept.training.strategy import lifecycle
+
     local = {"rt": rt, "tokenizer": tokenizer, "test_ex": test_ex}
     if rt.world == 1:
-        return {strategy: _lifecycle(**job, **local) for strategy, job in pending.items()}
+        return {strategy: lifecycle(**job, **local) for strategy, job in pending.items()}
     nodes: list[Any] = [None] * rt.world
     dist.all_gather_object(nodes, rt.node)
     helpers = [rank for rank, name in enumerate(nodes) if name == nodes[0]]
@@ -276,191 +274,13 @@ def _lifecycles(
     mine: dict[str, dict[str, Any]] = {}
     for index, (strategy, job) in enumerate(sorted((jobs[0] or {}).items())):
         if helpers[index % len(helpers)] == rt.rank:
-            mine[strategy] = _lifecycle(**job, **local)
+            mine[strategy] = lifecycle(**job, **local)
     gathered: list[Any] = [None] * rt.world
     dist.all_gather_object(gathered, mine)
     merged: dict[str, dict[str, Any]] = {}
     for part in gathered:
         merged.update(part or {})
     return merged if rt.rank == 0 else {}
-
-
-def _release(torch: Any, use_cuda: bool) -> None:
-    """Free the finished strategy's model and optimizer before the next one is measured."""
-    import gc
-
-    gc.collect()
-    if use_cuda:
-        torch.cuda.empty_cache()
-
-
-def _train_one(
-    cfg: Any,
-    rt: Any,
-    tokenizer: Any,
-    train_ex: list[Any],
-    test_ex: list[Any],
-    data_desc: str,
-    use_cuda: bool,
-    gpu: dict[str, Any] | None,
-    rank: int,
-    root: Path,
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """One strategy: build the seeded model, save the original, train, measure; the lifecycle to run.
-
-    ``solo`` trains this rank's GPU alone (a world of one: its own data order, no collective, nothing
-    saved), so every GPU of the node is fine-tuned and judged on its own at the same time. Returns the
-    rank's figures and, on rank 0 of a DDP/FSDP run, the lifecycle job (run later, ``_lifecycles``).
-    """
-    import dataclasses
-
-    import torch
-
-    from gpuaccept.training.lifecycle import file_fingerprint
-    from gpuaccept.training.loop import train
-    from gpuaccept.training.model import apply_lora, build_base, param_bytes, trainable_checksum, wrap
-    from gpuaccept.training.monitor import UtilSampler, peak_memory_gib
-
-    solo = cfg.strategy == "solo"
-    setup_started = time.monotonic()
-    if solo:
-        rt = dataclasses.replace(rt, rank=0, world=1)
-        cfg = dataclasses.replace(cfg, ckpt_every=cfg.steps)  # one eval at the end; nothing written
-    device = rt.device
-    pad_id = int(tokenizer.pad_token_id)
-    base = build_base(cfg, cfg.seed)
-    # one original per launch: every strategy builds the same seeded base, so DDP and FSDP share it (and
-    # both lifecycles check it was kept); written once instead of 200 MB per strategy
-    base_path = cfg.model_path or root / "original"
-    before: dict[str, str] = {}
-    main_rank = rt.rank == 0 and not solo
-    if main_rank:
-        for sub in ("checkpoints", "final"):
-            shutil.rmtree(cfg.out / sub, ignore_errors=True)
-        if str(base_path) not in _ORIGINALS:
-            if cfg.model_path is None:
-                shutil.rmtree(base_path, ignore_errors=True)
-                base.save_pretrained(str(base_path))  # type: ignore[operator]  # a transformers PreTrainedModel
-                tokenizer.save_pretrained(str(base_path))
-            _ORIGINALS[str(base_path)] = file_fingerprint(base_path)
-        before = _ORIGINALS[str(base_path)]
-    peft_model = apply_lora(base, cfg)
-    trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
-    total = sum(p.numel() for p in peft_model.parameters())
-    model = wrap(peft_model, cfg.strategy, device, rt.world)
-    local_bytes, total_bytes = param_bytes(model)
-    sampler = UtilSampler(gpu.get("uuid") if gpu else None) if use_cuda else None
-    if use_cuda:
-        torch.cuda.reset_peak_memory_stats(device)
-    setup_s = time.monotonic() - setup_started
-    result = train(cfg, rt, model, peft_model, train_ex, test_ex, pad_id, sampler, save=not solo, fault_rank=rank)
-    memory = peak_memory_gib(device)
-    util = sampler.summary() if sampler else {"util_pct": None, "util_samples": 0, "util_error": "CPU run"}
-    losses = result.losses
-    data: dict[str, Any] = {
-        "strategy": cfg.strategy,
-        "device": device.type,
-        "world_size": rt.world,
-        "steps_planned": cfg.steps,
-        "steps_done": result.steps_done,
-        "losses": [round(v, 5) for v in losses],
-        "evals": result.evals,
-        "train_loss_final": statistics.fmean(losses[-10:]) if losses else None,
-        "eval_loss_final": result.evals[-1][1] if result.evals else None,
-        "nonfinite_steps": result.nonfinite_steps,
-        "tokens_per_s": result.timed_tokens / result.timed_s if result.timed_s else None,
-        "timed_tokens": result.timed_tokens,
-        "timed_s": round(result.timed_s, 3),
-        "train_s": round(result.train_s, 3),
-        "setup_s": round(setup_s, 3),
-        "warmup_s": round(result.warmup_s, 3),
-        "pause_s": round(result.pause_s, 3),
-        "param_bytes_local": local_bytes,
-        "param_bytes_total": total_bytes,
-        "trainable_params": trainable,
-        "total_params": total,
-        "checksum": trainable_checksum(model),
-        "torch": torch.__version__,
-        **memory,
-        **util,
-    }
-    if not main_rank:
-        return data, None
-    job = {
-        "cfg": cfg,
-        "result": result,
-        "pad_id": pad_id,
-        "base_path": base_path,
-        "before": before,
-        "data_desc": data_desc,
-        "data": {k: data[k] for k in ("strategy", "world_size", "steps_done", "train_loss_final", "eval_loss_final")},
-    }
-    return data, job
-
-
-def _lifecycle(
-    *,
-    cfg: Any,
-    rt: Any,
-    result: Any,
-    tokenizer: Any,
-    test_ex: list[Any],
-    pad_id: int,
-    base_path: Path,
-    before: dict[str, str],
-    data_desc: str,
-    data: dict[str, Any],
-) -> dict[str, Any]:
-    """After training: reload from disk, compare base vs fine-tuned, write the JSON artefacts.
-
-    Runs on whichever rank of rank 0's node ``_lifecycles`` gives it, on that rank's own GPU, from the
-    files rank 0 wrote; ``rt`` is that rank's runtime (the comparison itself runs as a world of one).
-    """
-    from gpuaccept.training.lifecycle import compare, file_fingerprint, write_json
-
-    started = time.monotonic()
-    out: dict[str, Any] = {"checkpoints": result.checkpoints, "dataset": data_desc, "config": cfg.to_json()}
-    history = {"losses": result.losses, "evals": result.evals, "strategy": cfg.strategy, "world_size": rt.world}
-    out["history_json"] = str(write_json(cfg.out / "history.json", history))
-    final = cfg.out / "final"
-    if result.nonfinite_steps or not final.is_dir():
-        out["lifecycle_error"] = "training stopped early: no final adapter to reload"
-        out["lifecycle_s"] = round(time.monotonic() - started, 3)
-        return out
-    report = compare(
-        base_path,
-        final,
-        tokenizer,
-        test_ex,
-        rt,
-        batch=cfg.batch_size,
-        pad=pad_id,
-        new_tokens=cfg.gen_tokens,
-        samples=cfg.samples,
-    )
-    after = file_fingerprint(base_path)
-    report["original"] = {"path": str(base_path), "files": len(before), "unchanged": before == after}
-    report["training"] = {k: data[k] for k in ("strategy", "world_size", "steps_done", "train_loss_final")}
-    report["training"]["eval_loss_final"] = data["eval_loss_final"]
-    out["comparison_json"] = str(write_json(cfg.out / "comparison.json", report))
-    tuned, base = report["finetuned_model"], report["base_model"]
-    out.update(
-        original_kept=bool(before) and before == after,
-        reload_eval_loss=tuned["eval_loss"],
-        reload_eval_delta=abs(tuned["eval_loss"] - data["eval_loss_final"]),
-        base_perplexity=base["perplexity"],
-        finetuned_perplexity=tuned["perplexity"],
-        perplexity_reduction_pct=report["comparison"]["perplexity_reduction_pct"],
-        base_gen_tokens_per_s=base["gen_tokens_per_s"],
-        finetuned_gen_tokens_per_s=tuned["gen_tokens_per_s"],
-        merged_gen_tokens_per_s=tuned["merged"]["gen_tokens_per_s"],
-        base_ttft_ms=base["ttft_ms"],
-        finetuned_ttft_ms=tuned["ttft_ms"],
-        compare_s=report["seconds"],
-        lifecycle_rank=rt.rank,
-        lifecycle_s=round(time.monotonic() - started, 3),
-    )
-    return out
 
 
 if __name__ == "__main__":

@@ -1,0 +1,197 @@
+"""One strategy's run inside the fine-tune probe: train it, measure it, and its lifecycle afterwards.
+
+Split out of ``gpuaccept.probes.finetune`` (which keeps the launch: arguments, start-up, rendezvous,
+the order of strategies and the result line) so each module stays readable. Imported by the probe
+after its start-up clock runs, so torch, transformers and peft still count as the probe's start-up.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["lifecycle", "release", "train_one"]
+
+#: The base model written by this launch (path -> file fingerprint before any training), rank 0 only.
+_ORIGINALS: dict[str, dict[str, str]] = {}
+
+
+def release(torch: Any, use_cuda: bool) -> None:
+    """Free the finished strategy's model and optimizer before the next one is measured."""
+    import gc
+
+    gc.collect()
+    if use_cuda:
+        torch.cuda.empty_cache()
+
+
+def train_one(
+    cfg: Any,
+    rt: Any,
+    tokenizer: Any,
+    train_ex: list[Any],
+    test_ex: list[Any],
+    data_desc: str,
+    use_cuda: bool,
+    gpu: dict[str, Any] | None,
+    rank: int,
+    root: Path,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """One strategy: build the seeded model, save the original, train, measure; the lifecycle to run.
+
+    ``solo`` trains this rank's GPU alone (a world of one: its own data order, no collective, nothing
+    saved), so every GPU of the node is fine-tuned and judged on its own at the same time. Returns the
+    rank's figures and, on rank 0 of a DDP/FSDP run, the lifecycle job (run later, ``_lifecycles``).
+    """
+    import dataclasses
+
+    import torch
+
+    from gpuaccept.training.lifecycle import file_fingerprint
+    from gpuaccept.training.loop import train
+    from gpuaccept.training.model import apply_lora, build_base, param_bytes, trainable_checksum, wrap
+    from gpuaccept.training.monitor import UtilSampler, peak_memory_gib
+
+    solo = cfg.strategy == "solo"
+    setup_started = time.monotonic()
+    if solo:
+        rt = dataclasses.replace(rt, rank=0, world=1)
+        cfg = dataclasses.replace(cfg, ckpt_every=cfg.steps)  # one eval at the end; nothing written
+    device = rt.device
+    pad_id = int(tokenizer.pad_token_id)
+    base = build_base(cfg, cfg.seed)
+    # one original per launch: every strategy builds the same seeded base, so DDP and FSDP share it (and
+    # both lifecycles check it was kept); written once instead of 200 MB per strategy
+    base_path = cfg.model_path or root / "original"
+    before: dict[str, str] = {}
+    main_rank = rt.rank == 0 and not solo
+    if main_rank:
+        for sub in ("checkpoints", "final"):
+            shutil.rmtree(cfg.out / sub, ignore_errors=True)
+        if str(base_path) not in _ORIGINALS:
+            if cfg.model_path is None:
+                shutil.rmtree(base_path, ignore_errors=True)
+                base.save_pretrained(str(base_path))  # type: ignore[operator]  # a transformers PreTrainedModel
+                tokenizer.save_pretrained(str(base_path))
+            _ORIGINALS[str(base_path)] = file_fingerprint(base_path)
+        before = _ORIGINALS[str(base_path)]
+    peft_model = apply_lora(base, cfg)
+    trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in peft_model.parameters())
+    model = wrap(peft_model, cfg.strategy, device, rt.world)
+    local_bytes, total_bytes = param_bytes(model)
+    sampler = UtilSampler(gpu.get("uuid") if gpu else None) if use_cuda else None
+    if use_cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    setup_s = time.monotonic() - setup_started
+    result = train(cfg, rt, model, peft_model, train_ex, test_ex, pad_id, sampler, save=not solo, fault_rank=rank)
+    memory = peak_memory_gib(device)
+    util = sampler.summary() if sampler else {"util_pct": None, "util_samples": 0, "util_error": "CPU run"}
+    losses = result.losses
+    data: dict[str, Any] = {
+        "strategy": cfg.strategy,
+        "device": device.type,
+        "world_size": rt.world,
+        "steps_planned": cfg.steps,
+        "steps_done": result.steps_done,
+        "losses": [round(v, 5) for v in losses],
+        "evals": result.evals,
+        "train_loss_final": statistics.fmean(losses[-10:]) if losses else None,
+        "eval_loss_final": result.evals[-1][1] if result.evals else None,
+        "nonfinite_steps": result.nonfinite_steps,
+        "tokens_per_s": result.timed_tokens / result.timed_s if result.timed_s else None,
+        "timed_tokens": result.timed_tokens,
+        "timed_s": round(result.timed_s, 3),
+        "train_s": round(result.train_s, 3),
+        "setup_s": round(setup_s, 3),
+        "warmup_s": round(result.warmup_s, 3),
+        "pause_s": round(result.pause_s, 3),
+        "param_bytes_local": local_bytes,
+        "param_bytes_total": total_bytes,
+        "trainable_params": trainable,
+        "total_params": total,
+        "checksum": trainable_checksum(model),
+        "torch": torch.__version__,
+        **memory,
+        **util,
+    }
+    if not main_rank:
+        return data, None
+    job = {
+        "cfg": cfg,
+        "result": result,
+        "pad_id": pad_id,
+        "base_path": base_path,
+        "before": before,
+        "data_desc": data_desc,
+        "data": {k: data[k] for k in ("strategy", "world_size", "steps_done", "train_loss_final", "eval_loss_final")},
+    }
+    return data, job
+
+
+def lifecycle(
+    *,
+    cfg: Any,
+    rt: Any,
+    result: Any,
+    tokenizer: Any,
+    test_ex: list[Any],
+    pad_id: int,
+    base_path: Path,
+    before: dict[str, str],
+    data_desc: str,
+    data: dict[str, Any],
+) -> dict[str, Any]:
+    """After training: reload from disk, compare base vs fine-tuned, write the JSON artefacts.
+
+    Runs on whichever rank of rank 0's node ``_lifecycles`` gives it, on that rank's own GPU, from the
+    files rank 0 wrote; ``rt`` is that rank's runtime (the comparison itself runs as a world of one).
+    """
+    from gpuaccept.training.lifecycle import compare, file_fingerprint, write_json
+
+    started = time.monotonic()
+    out: dict[str, Any] = {"checkpoints": result.checkpoints, "dataset": data_desc, "config": cfg.to_json()}
+    history = {"losses": result.losses, "evals": result.evals, "strategy": cfg.strategy, "world_size": rt.world}
+    out["history_json"] = str(write_json(cfg.out / "history.json", history))
+    final = cfg.out / "final"
+    if result.nonfinite_steps or not final.is_dir():
+        out["lifecycle_error"] = "training stopped early: no final adapter to reload"
+        out["lifecycle_s"] = round(time.monotonic() - started, 3)
+        return out
+    report = compare(
+        base_path,
+        final,
+        tokenizer,
+        test_ex,
+        rt,
+        batch=cfg.batch_size,
+        pad=pad_id,
+        new_tokens=cfg.gen_tokens,
+        samples=cfg.samples,
+    )
+    after = file_fingerprint(base_path)
+    report["original"] = {"path": str(base_path), "files": len(before), "unchanged": before == after}
+    report["training"] = {k: data[k] for k in ("strategy", "world_size", "steps_done", "train_loss_final")}
+    report["training"]["eval_loss_final"] = data["eval_loss_final"]
+    out["comparison_json"] = str(write_json(cfg.out / "comparison.json", report))
+    tuned, base = report["finetuned_model"], report["base_model"]
+    out.update(
+        original_kept=bool(before) and before == after,
+        reload_eval_loss=tuned["eval_loss"],
+        reload_eval_delta=abs(tuned["eval_loss"] - data["eval_loss_final"]),
+        base_perplexity=base["perplexity"],
+        finetuned_perplexity=tuned["perplexity"],
+        perplexity_reduction_pct=report["comparison"]["perplexity_reduction_pct"],
+        base_gen_tokens_per_s=base["gen_tokens_per_s"],
+        finetuned_gen_tokens_per_s=tuned["gen_tokens_per_s"],
+        merged_gen_tokens_per_s=tuned["merged"]["gen_tokens_per_s"],
+        base_ttft_ms=base["ttft_ms"],
+        finetuned_ttft_ms=tuned["ttft_ms"],
+        compare_s=report["seconds"],
+        lifecycle_rank=rt.rank,
+        lifecycle_s=round(time.monotonic() - started, 3),
+    )
+    return out
