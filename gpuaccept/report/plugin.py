@@ -245,7 +245,7 @@ class ReportSession:
         from gpuaccept.report import attach, plots
         from gpuaccept.report.checks import checks_html
 
-        gpus = sorted({f"{m.node} GPU {m.gpu}" for m in metrics if m.gpu is not None})
+        gpus = sorted({f"{m.node} GPU {m.gpu}" for m in metrics if m.on_gpu})
         if gpus:
             allure.dynamic.parameter("GPUs", ", ".join(gpus), excluded=True)
             for gpu in gpus:

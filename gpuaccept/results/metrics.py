@@ -47,6 +47,11 @@ class MetricResult:
         return f"{self.node}" + (f" {kind} {self.gpu}" if self.gpu is not None else "")
 
     @property
+    def on_gpu(self) -> bool:
+        """The check is about one GPU (not a GPU pair, an HCA, a task or a fingerprint field)."""
+        return self.gpu is not None and "->" not in self.gpu and self.extra.get("component", "GPU") == "GPU"
+
+    @property
     def judged(self) -> bool:
         return self.verdict in JUDGED
 

@@ -198,7 +198,8 @@ def test_nccl_node(node, cluster, judge, settings, request):
     labels = _rank_labels(result)
     for record in result.records:
         wrong = sum(int(r.get("wrong", 0)) for r in record.data.get("results", []))
-        judge.check("nccl_wrong_elements", wrong, node=node, gpu=record.gpu_label or f"rank {record.rank}")
+        rank = {"gpu": record.gpu_label} if record.gpu_label else {"gpu": record.rank, "component": "rank"}
+        judge.check("nccl_wrong_elements", wrong, node=node, **rank)
     _plot(request, f"node-{node}", [table], judge, multinode=False)
     _finish(judge, wrong_lines(table, labels))
 

@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from gpuaccept.dispatch.slurm_cli import node_info, partition_info, slurm_cmd
+from gpuaccept.errors import MeasurementError
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slurm]
 
@@ -56,7 +57,7 @@ def test_gpu_isolation(node, cluster, fingerprints, judge):
         for uuid in record.data["visible_uuids"]:
             holders.setdefault(uuid, []).append(record.rank)
     for record in result.records:
-        where = {"node": node, "gpu": record.gpu_label or f"rank {record.rank}"}
+        where = {"node": node, "gpu": record.rank, "component": "rank"}
         uuids = record.data["visible_uuids"]
         judge.expect(
             "gpu_task_visible_gpus", len(uuids), 1, **where, cuda_visible_devices=record.data["cuda_visible_devices"]
@@ -65,7 +66,7 @@ def test_gpu_isolation(node, cluster, fingerprints, judge):
         judge.expect("gpu_task_shares_gpu", ", ".join(f"rank {r}" for r in others) or "none", "none", **where)
         openable = record.data.get("devices_openable")
         if openable is None:
-            judge.check("gpu_foreign_devices_openable", None, **where)  # could not read: an error, never a pass
+            raise MeasurementError(f"{node} rank {record.rank}: the probe could not list the device files it can open")
         foreign = sorted(set(openable) - set(record.data.get("own_minors") or []))
         judge.check("gpu_foreign_devices_openable", len(foreign), **where, foreign=[f"/dev/nvidia{m}" for m in foreign])
     judge.expect(
