@@ -213,7 +213,12 @@ def add_options(parser: pytest.Parser) -> None:
             dest=f"gpuaccept_{opt.name}",
             help=opt.help + env_note,
         )
-        parser.addini(opt.ini, opt.help, type="linelist" if opt.repeatable else "string", default=None)
+        # two literal calls, not one conditional expression: pytest >= 9.2 types ``addini(type=...)`` as a
+        # type form, and mypy cannot read a conditional string there ([maybe-unrecognized-str-typeform])
+        if opt.repeatable:
+            parser.addini(opt.ini, opt.help, type="linelist", default=None)
+        else:
+            parser.addini(opt.ini, opt.help, type="string", default=None)
 
 
 def _parse(opt: Option, raw: str, source: str) -> Any:

@@ -6,7 +6,7 @@ library and what the measurement itself needs (torch, pynvml).
 
 Each rank prints exactly one line ``GPUACCEPT_RESULT {json}`` on stdout. The JSON carries the rank's
 identity (node, rank, world size, local rank, GPU index/UUID/PCI bus when it has one) and the
-measurements under ``"data"``. The dispatcher (``gpuaccept.dispatch.parse``) turns those lines back
+measurements under ``"data"``. The dispatcher (``gpuaccept.dispatch.result``) turns those lines back
 into records and treats a missing, duplicated or malformed line as "could not measure".
 
 Rank variables come from the launcher: Slurm's ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``

@@ -13,29 +13,27 @@ allocating a GPU's pinned buffer the thread binds itself to the CPUs NVML names 
 (``nvmlDeviceGetCpuAffinity``, intersected with what the job step allows), so the buffer is
 first-touched on the GPU's NUMA node, as nvbandwidth does (``setOptimalCpuAffinity`` before
 ``cuMemHostAlloc``): a remote-socket buffer would measure the CPU interconnect, not the PCIe link.
-``--no-bind`` skips the binding (to see what an unbound job gets).
+gpubench's ``--no-bind`` skips the binding (to see what an unbound job gets).
 
-H2D is ``dev.copy_(host, non_blocking=True)``, D2H the reverse, ``--size`` bytes each (default 256 MiB,
+H2D is ``dev.copy_(host, non_blocking=True)``, D2H the reverse, ``--hostbw-size`` bytes each (default 256 MiB,
 four per timed batch), timed with CUDA events after a warm-up; the median batch is reported with the
 batches' min and max. While the copies run the probe reads the PCIe link's *current* generation and
 width from NVML: under load a healthy link is at its maximum, so this is where a link that trained down
 (Gen4 instead of Gen5, x8 instead of x16) shows, unlike an idle reading, which power management lowers.
+
+The measurement runs inside ``python -m gpuaccept.probes.gpubench`` (``--parts hostbw`` to run it alone).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Callable
 from typing import Any
 
-from gpuaccept.probes._bench import Lane, Preflight, preflight, spread, time_lanes, torch_device_bus, visible_count
+from gpuaccept.probes._bench import Lane, Preflight, spread, time_lanes
 from gpuaccept.probes._gpu import cpu_affinity, numa_node
-from gpuaccept.probes._protocol import emit
-from gpuaccept.probes._timing import Phases
-from gpuaccept.probes.membw import parse_size
 
-__all__ = ["bind_local", "main", "measure_node"]
+__all__ = ["bind_local", "measure_node"]
 
 DIRECTIONS = ("h2d", "d2h")
 
@@ -176,40 +174,3 @@ def measure_node(
     if len(devices) > 1:
         out["concurrent"] = _concurrent(torch, devices, buffers, size, repeats, warmup_s, timer)
     return out
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=parse_size, default=256 << 20, help="bytes per copy (e.g. 256M, 1G)")
-    parser.add_argument("--repeats", type=int, default=6, help="timed batches per direction (median reported)")
-    parser.add_argument("--warmup", type=float, default=0.05, help="seconds of warm-up per direction")
-    parser.add_argument("--no-bind", action="store_true", help="do not bind to the GPU's NUMA-local CPUs")
-    parser.add_argument("--measure-busy", action="store_true", help="measure even if other processes use the GPU")
-    args = parser.parse_args(argv)
-    phases = Phases()
-
-    pre = preflight(visible_count())
-    data: dict[str, Any] = {"busy": pre.busy, "size": args.size, "gpus": pre.gpus}
-    if pre.busy and not args.measure_busy:
-        data["skipped"] = "GPU busy: other processes were running on it before the benchmark"
-        emit(data, gpu=pre.gpus[0] if len(pre.gpus) == 1 else None, probe="hostbw")
-        return
-    import torch
-
-    data["torch_bus"] = [torch_device_bus(torch, i) for i in range(len(pre.gpus))]
-    phases.mark("startup")
-    ordinals = list(range(len(pre.gpus)))
-    data.update(
-        measure_node(
-            torch, pre, ordinals, size=args.size, repeats=args.repeats, warmup_s=args.warmup, bind=not args.no_bind
-        )
-    )
-    phases.mark("measure")
-    if len(pre.gpus) == 1:  # one rank per GPU (srun --gpus-per-task=1): the flat fields of earlier versions
-        data.update(data["per_gpu"][0])
-    data["phases"] = phases.as_dict()
-    emit(data, gpu=pre.gpus[0] if len(pre.gpus) == 1 else None, probe="hostbw")
-
-
-if __name__ == "__main__":
-    main()

@@ -2,22 +2,20 @@
 
 One rank per GPU, all GPUs of a node at once. ``dst.copy_(src)`` of a buffer far larger than L2 (the
 default 2 GiB against H100's 50 MB) moves every byte from and back to HBM, so 2·size per copy is the
-memory traffic. Warm-up, then ``--repeats`` batches timed with CUDA events; the median batch is
-reported. ``--sizes`` takes several sizes (``256M,1G,4G``) and reports the best, for tuning.
-A GPU with other processes on it is reported busy and not measured (``--measure-busy`` overrides).
+memory traffic. Warm-up, then repeated batches timed with CUDA events; the median batch is
+reported; ``measure_sizes`` takes several sizes and reports the best, for tuning.
+The measurement runs inside ``python -m gpuaccept.probes.gpubench`` (``--membw-size``, ``--membw-repeats``,
+``--parts membw`` to run it alone), which checks first that no other process uses the GPU.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 from typing import Any
 
-from gpuaccept.probes._bench import Lane, preflight, spread, time_lanes, torch_device_bus
-from gpuaccept.probes._protocol import emit
-from gpuaccept.probes._timing import Phases
+from gpuaccept.probes._bench import Lane, spread, time_lanes
 
-__all__ = ["main", "measure", "measure_sizes", "parse_size"]
+__all__ = ["measure", "measure_sizes", "parse_size"]
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -28,10 +26,6 @@ def parse_size(text: str) -> int:
     if text and text[-1] in _UNITS:
         return int(float(text[:-1]) * _UNITS[text[-1]])
     return int(text)
-
-
-def _sizes(text: str) -> list[int]:
-    return [parse_size(part) for part in text.split(",") if part.strip()]
 
 
 def _batch(size: int) -> int:
@@ -105,33 +99,3 @@ def measure_sizes(
         best = max(figures, key=lambda k: figures[k]["tbps"])
         out.append({"tbps": figures[best]["tbps"], "best_size": int(best), "by_size": figures})
     return out
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=_sizes, default=[2 << 30], help="copy sizes (e.g. 256M,2G); best reported")
-    parser.add_argument("--repeats", type=int, default=20, help="timed batches (median reported)")
-    parser.add_argument("--warmup", type=float, default=0.5, help="seconds of warm-up per size")
-    parser.add_argument("--measure-busy", action="store_true", help="measure even if other processes use the GPU")
-    args = parser.parse_args(argv)
-    phases = Phases()
-
-    pre = preflight(1)
-    data: dict[str, Any] = {"busy": pre.busy}
-    gpu = pre.gpus[0] if pre.gpus else None
-    if pre.busy and not args.measure_busy:
-        data["skipped"] = "GPU busy: other processes were running on it before the benchmark"
-        emit(data, gpu=gpu, probe="membw")
-        return
-    import torch
-
-    data["torch_bus"] = torch_device_bus(torch)
-    phases.mark("startup")
-    data.update(measure_sizes(torch, pre, args.sizes, args.repeats, args.warmup)[0])
-    phases.mark("measure")
-    data["phases"] = phases.as_dict()
-    emit(data, gpu=gpu, probe="membw")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,11 +1,11 @@
 """GPU-to-GPU copy bandwidth for every ordered pair of GPUs on the node (GB/s, one direction).
 
 One process drives all GPUs of the node (simplest way to reach every pair without a rendezvous). For
-each pair src->dst: ``dst.copy_(src)`` of ``--size`` bytes (default 1 GiB), which torch runs as a
+each pair src->dst: ``dst.copy_(src)`` of ``--p2p-size`` bytes (default 1 GiB), which torch runs as a
 peer-to-peer copy on the source GPU's stream when peer access is possible (NVLink on HGX boards); a
 pair without peer access is copied through the host and shows as very slow, which is the point.
 Pairs run in rounds of disjoint pairs (``pair_rounds``: no GPU in two pairs at once, so 2(n-1)
-rounds instead of n(n-1) pairs one by one). Warm-up, then ``--repeats`` batches timed with CUDA
+rounds instead of n(n-1) pairs one by one). Warm-up, then ``--p2p-repeats`` batches timed with CUDA
 events on the source GPU; median reported with the batches' min, max and spread.
 
 The copies are also the NVLink load test: each GPU's NVLink CRC, replay and recovery counters are read
@@ -15,23 +15,20 @@ says little without a time base (a healthy link collects CRC errors that replays
 
 The result carries every pair and the node's matrix (rows = source, columns = destination) so the
 report can draw it. Before touching CUDA the probe lists processes already on each GPU; if any GPU is
-busy nothing is measured (``--measure-busy`` overrides) and the busy GPUs are named.
+busy nothing is measured (``--measure-busy`` overrides) and the busy GPUs are named. The measurement
+runs inside ``python -m gpuaccept.probes.gpubench`` (``--parts p2p`` to run it alone).
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable
 from typing import Any
 
-from gpuaccept.probes._bench import Lane, Preflight, preflight, spread, time_lanes, visible_count
+from gpuaccept.probes._bench import Lane, Preflight, spread, time_lanes
 from gpuaccept.probes._gpu import active_nvlinks, nvlink_error_counters
-from gpuaccept.probes._protocol import emit
-from gpuaccept.probes._timing import Phases
-from gpuaccept.probes.membw import parse_size
 
-__all__ = ["main", "measure", "measure_with_errors", "nvlink_deltas", "pair_rounds"]
+__all__ = ["measure", "measure_with_errors", "nvlink_deltas", "pair_rounds"]
 
 
 def pair_rounds(count: int) -> list[list[tuple[int, int]]]:
@@ -160,36 +157,3 @@ def nvlink_deltas(
         entry["links"] = len((new.get("per_link") or {}).get("crc_data") or {})
         out.append(entry)
     return out
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=parse_size, default=1 << 30, help="bytes per copy (e.g. 256M, 1G)")
-    parser.add_argument("--repeats", type=int, default=10, help="timed batches per pair (median reported)")
-    parser.add_argument("--warmup", type=float, default=0.2, help="seconds of warm-up per pair")
-    parser.add_argument("--measure-busy", action="store_true", help="measure even if other processes use a GPU")
-    parser.add_argument("--serial", action="store_true", help="one pair at a time instead of rounds of disjoint pairs")
-    args = parser.parse_args(argv)
-    phases = Phases()
-
-    pre = preflight(visible_count())
-    data: dict[str, Any] = {"busy": pre.busy, "gpus": pre.gpus, "size": args.size}
-    if pre.busy and not args.measure_busy:
-        data["skipped"] = "GPU busy: other processes were running on some GPUs before the benchmark"
-        emit(data, probe="p2p")
-        return
-    if len(pre.gpus) < 2:
-        data.update(pairs=[], matrix={"gpus": [g["index"] for g in pre.gpus], "gbps": []})
-        emit(data, probe="p2p")
-        return
-    import torch
-
-    phases.mark("startup")
-    data.update(measure_with_errors(torch, pre, args.size, args.repeats, args.warmup, serial=args.serial))
-    phases.mark("measure")
-    data["phases"] = phases.as_dict()
-    emit(data, probe="p2p")
-
-
-if __name__ == "__main__":
-    main()
