@@ -13,7 +13,22 @@ from gpuaccept.cluster import Cluster
 from gpuaccept.errors import MeasurementError
 from gpuaccept.thresholds.loader import CPU_SKU, Thresholds
 
-__all__ = ["Fingerprints"]
+__all__ = ["Fingerprints", "unknown_gpu_message"]
+
+#: the command that measures known-good nodes and writes a site file for a GPU the defaults do not list
+CALIBRATE_COMMAND = "gpuaccept-calibrate"
+
+
+def unknown_gpu_message(node: str, names: list[str], thresholds: Thresholds) -> str:
+    """Why a node cannot be judged, and the two ways forward: a SKU in a site file, or calibration."""
+    files = ", ".join(str(f) for f in thresholds.files)
+    quoted = ", ".join(repr(n) for n in names)
+    return (
+        f"{node}: GPU model {quoted} (NVML name) matches no SKU in {files}; its limits would be guesses. "
+        f"Either add a SKU for it in a site file (skus: <NAME>: {{match: [{names[0]!r}], inherits: gpu-node, "
+        "limits: ... each with its source}) and pass it with --thresholds, or measure nodes you know are "
+        f"good with `{CALIBRATE_COMMAND}`, which writes such a site file from the run"
+    )
 
 
 class Fingerprints:
@@ -53,6 +68,23 @@ class Fingerprints:
         """Everything gathered so far, errors as strings (for the run record)."""
         return {n: ({"error": str(v)} if isinstance(v, Exception) else v) for n, v in self._seen.items()}
 
+    def unknown_models(self, nodes: list[str]) -> list[str]:
+        """One message per node whose GPUs no SKU matches (nodes whose fingerprint failed are left to
+        their tests, which error naming the cause)."""
+        if self._forced:
+            return []
+        self.prefetch(nodes)
+        problems = []
+        for node in nodes:
+            value = self._seen.get(node)
+            if not isinstance(value, dict):
+                continue
+            names = sorted({d["name"] for d in value["gpus"]["devices"]})
+            unknown = [n for n in names if self._thresholds.sku_for_gpu(n) is None]
+            if unknown:
+                problems.append(unknown_gpu_message(node, unknown, self._thresholds))
+        return problems
+
     def sku_of(self, node: str) -> str:
         """``--sku`` if forced; ``cpu`` for a node without GPUs; else the SKU matching its GPU name."""
         if self._forced:
@@ -63,12 +95,8 @@ class Fingerprints:
         names = sorted({d["name"] for d in gpus["devices"]})
         skus = {self._thresholds.sku_for_gpu(name) for name in names}
         if None in skus:
-            raise MeasurementError(
-                f"{node}: GPU model {', '.join(names)} matches no SKU in "
-                f"{', '.join(str(f) for f in self._thresholds.files)}; add one in a site file (--thresholds) "
-                "or force one with --sku",
-                nodes=(node,),
-            )
+            unknown = [n for n in names if self._thresholds.sku_for_gpu(n) is None]
+            raise MeasurementError(unknown_gpu_message(node, unknown, self._thresholds), nodes=(node,))
         if len(skus) > 1:
             raise MeasurementError(f"{node}: mixed GPU models on one node: {', '.join(names)}", nodes=(node,))
         return skus.pop()  # type: ignore[return-value]

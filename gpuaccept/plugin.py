@@ -117,6 +117,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("all-nodes"))
 
 
+class UnknownGpu(pytest.UsageError):  # type: ignore[misc]  # final in typing; pytest maps it to exit 4
+    """A node's GPU model matches no SKU: exit code 4 before any test, naming the model and the way forward."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """Before any test runs: every allocated node's GPU model must be a SKU the thresholds list.
+
+    Judging an unlisted GPU against another product's limits (a GB200 as a B200) or against none (every
+    performance test an ERROR) is worse than not starting; the fingerprints taken here are the ones the
+    tests use. ``--sku`` forces a SKU and skips this; a dry run measures nothing.
+    """
+    state = session.config.stash.get(STATE_KEY, None)
+    if (
+        state is None
+        or hasattr(session.config, "workerinput")
+        or not state.started
+        or state.settings.dry_run
+        or session.config.option.collectonly
+    ):
+        return
+    problems = state.fingerprints.unknown_models(list(state.cluster.nodes))
+    if problems:
+        state.record.errors.extend(problems)
+        raise UnknownGpu("\n".join(problems))
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
     state = _state(item.config)

@@ -85,11 +85,23 @@ class Thresholds:
     file_digests: dict[str, str] = field(default_factory=dict)
 
     def sku_for_gpu(self, nvml_name: str) -> str | None:
-        """The SKU whose ``match`` patterns fit an NVML device name, or None."""
-        for name, sku in self.skus.items():
-            if any(re.search(pattern, nvml_name, re.IGNORECASE) for pattern in sku.match):
-                return name
-        return None
+        """The SKU one of whose ``match`` patterns fits the whole NVML device name, or None.
+
+        Whole-name matching, because NVIDIA's names nest: "NVIDIA GB200" contains "B200", "NVIDIA GH200
+        480GB" contains "H200" and "NVIDIA A100 80GB PCIe" contains "A100 80GB", and each is another
+        product with other limits. A name two SKUs claim is a usage error naming both.
+        """
+        found = [
+            name
+            for name, sku in self.skus.items()
+            if any(re.fullmatch(pattern, nvml_name.strip(), re.IGNORECASE) for pattern in sku.match)
+        ]
+        if len(found) > 1:
+            raise ThresholdsError(
+                f"{', '.join(str(f) for f in self.files)}: GPU model {nvml_name!r} matches SKUs "
+                f"{' and '.join(found)}: make their 'match' patterns exclusive"
+            )
+        return found[0] if found else None
 
     def limits_for(self, sku: str) -> dict[str, Limit]:
         """Defaults, then each inherited SKU, then the SKU's own limits (later wins)."""
@@ -125,6 +137,11 @@ def _check_references(path: Path, data: ThresholdsFile, metrics: dict[str, Metri
                     "it takes no limit"
                 )
     for sku, spec in data.skus.items():
+        for i, pattern in enumerate(spec.match):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ThresholdsError(f"{path}: skus.{sku}.match.{i}: not a regular expression: {exc}") from None
         if spec.inherits is not None and spec.inherits not in skus:
             raise ThresholdsError(f"{path}: skus.{sku}.inherits: unknown SKU {spec.inherits!r}")
     for name in data.settings:

@@ -77,7 +77,11 @@ class Setting(_Strict):
 class SkuSpec(_Strict):
     """A GPU model: how NVML names it, what a node of it has, and its limits."""
 
-    match: list[str] = Field(default_factory=list, description="regular expressions on the NVML device name")
+    match: list[str] = Field(
+        default_factory=list,
+        description="regular expressions each matched against the WHOLE NVML device name, case-insensitive "
+        "('NVIDIA H200' matches 'NVIDIA H200', not 'NVIDIA GH200 480GB' nor 'NVIDIA H200 NVL')",
+    )
     description: str = ""
     inherits: str | None = None
     limits: dict[str, Limit] = Field(default_factory=dict)

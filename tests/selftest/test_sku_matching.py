@@ -1,0 +1,108 @@
+"""SKU detection: the NVML names of real boards map to their own SKU or to none, never to a neighbour's.
+
+NVIDIA's names nest ("NVIDIA GB200" contains "B200"), so a substring match hands one product another's
+limits. The names below are what NVML (``nvidia-smi --query-gpu=name``) prints on each board.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuaccept.thresholds.loader import ThresholdsError, load_thresholds
+
+from .conftest import run_inner, write_suite
+
+LISTED = {
+    "NVIDIA H100 80GB HBM3": "H100-SXM-80GB",
+    "NVIDIA H200": "H200",
+    "NVIDIA A100-SXM4-80GB": "A100-SXM4-80GB",
+    "NVIDIA L40S": "L40S",
+    "NVIDIA B200": "B200",
+    "A100-SXM4-80GB": "A100-SXM4-80GB",  # drivers before R510 print no "NVIDIA " prefix
+}
+
+#: other products whose names contain a listed one's: each must match nothing
+UNLISTED = [
+    "NVIDIA GB200",  # Grace Blackwell superchip, not HGX B200
+    "NVIDIA GH200 480GB",  # Grace Hopper, not H200
+    "NVIDIA GH200 144G HBM3e",
+    "NVIDIA H200 NVL",  # PCIe card
+    "NVIDIA A100 80GB PCIe",
+    "NVIDIA A100-SXM4-40GB",
+    "NVIDIA A100-PCIE-40GB",
+    "NVIDIA H100 PCIe",
+    "NVIDIA H100 NVL",
+    "NVIDIA H800",
+    "NVIDIA H20",
+    "NVIDIA L40",
+    "NVIDIA L4",
+    "NVIDIA RTX 6000 Ada Generation",
+]
+
+
+@pytest.mark.parametrize("name", sorted(LISTED))
+def test_listed_board_gets_its_sku(name):
+    assert load_thresholds().sku_for_gpu(name) == LISTED[name]
+
+
+@pytest.mark.parametrize("name", UNLISTED)
+def test_other_product_matches_no_sku(name):
+    assert load_thresholds().sku_for_gpu(name) is None
+
+
+def test_a_name_two_skus_claim_is_a_usage_error(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text('skus:\n  H200-twin:\n    match: ["NVIDIA H200"]\n    inherits: gpu-node\n')
+    with pytest.raises(ThresholdsError, match="matches SKUs H200 and H200-twin"):
+        load_thresholds(site).sku_for_gpu("NVIDIA H200")
+
+
+def test_a_bad_pattern_names_file_and_key(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text('skus:\n  X:\n    match: ["NVIDIA (L4"]\n    inherits: gpu-node\n')
+    with pytest.raises(ThresholdsError, match=r"skus\.X\.match\.0: not a regular expression"):
+        load_thresholds(site)
+
+
+# the inner session sees a node whose fingerprint shows a GB200; the probe is faked at the one place a
+# fingerprint enters the suite, so everything after it (SKU detection, the usage error) is the real code
+CONFTEST = """
+from gpuaccept.fingerprints import Fingerprints
+
+def _fake(self, node):
+    return {"node": node, "gpus": {"count": 1, "devices": [{"name": "NVIDIA GB200", "index": 0}]}}
+
+def _prefetch(self, nodes):
+    for node in nodes:
+        self._seen[node] = _fake(self, node)
+
+Fingerprints.get = _fake
+Fingerprints.prefetch = _prefetch
+"""
+
+SUITE = """
+import pytest
+pytestmark = pytest.mark.acceptance
+
+def test_x(node, cluster, judge):
+    cluster.run("hygiene", nodes=[node])
+    judge.check("nofile", 65536, node=node)
+"""
+
+
+def test_unknown_gpu_stops_before_any_test(tmp_path):
+    suite = write_suite(tmp_path, SUITE)
+    (suite / "conftest.py").write_text(CONFTEST)
+    run = run_inner(suite, "-m", "acceptance", "--launcher", "local")
+    assert run.returncode == 4, run.output[-3000:]
+    assert "'NVIDIA GB200' (NVML name) matches no SKU" in run.output, run.output[-3000:]
+    assert "site file" in run.output and "gpuaccept-calibrate" in run.output, run.output[-3000:]
+    assert "test_x" not in run.verdicts(), "a test ran on a GPU no SKU lists"
+    assert run.record["status"] == "usage error" and "NVIDIA GB200" in " ".join(run.record["errors"])
+
+
+def test_forced_sku_runs_anyway(tmp_path):
+    suite = write_suite(tmp_path, SUITE)
+    (suite / "conftest.py").write_text(CONFTEST)
+    run = run_inner(suite, "-m", "acceptance", "--launcher", "local", "--sku", "cpu")
+    assert run.returncode == 0, run.output[-3000:]
