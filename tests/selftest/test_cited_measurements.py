@@ -1,0 +1,93 @@
+"""Every figure a limit's source cites as our own measurement is in docs/measurements.md.
+
+A source that says "docs/measurements.md: ... 296.9 GB/s" is only followable if the reader finds 296.9
+there. The sentences of a source that name docs/measurements.md or "our measurement" are its measured
+part; every number in them must be a number of docs/measurements.md (as written there, to its last
+digit). Percentages ("floor 90%", "94-99% busy") and factors ("x 0.87") are the source's own reasoning
+about those figures and are not looked up. Public figures go in sentences of their own.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+MEASUREMENTS = REPO / "docs" / "measurements.md"
+FILES = [REPO / "thresholds.yaml", *sorted((REPO / "fixtures" / "site").glob("*.yaml"))]
+
+_PERCENT_RANGE = re.compile(r"\d+(?:\.\d+)?\s*[-–/]\s*\d+(?:\.\d+)?\s*%")
+_MEASURED = re.compile(r"docs/measurements\.md|our measurement", re.IGNORECASE)
+
+
+def numbers(text: str) -> set[str]:
+    """Number tokens as written: '295,884' -> '295884'; percentages, ranges of them and 'x 0.87' factors
+    dropped; a word with digits in it (2xH200, NV18, H100) is a name, not a number."""
+    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)
+    text = _PERCENT_RANGE.sub(" ", text)
+    found = set()
+    for m in re.finditer(r"(?<![\w.])\d+(?:\.\d+)*", text):
+        after = text[m.end() : m.end() + 1]
+        before = text[max(0, m.start() - 2) : m.start()]
+        if after.isalpha() or after in ("%", "_") or before == "x ":
+            continue  # 2xH200, 512x, 90%, x 0.87
+        found.add(m.group())
+    return found
+
+
+def _known() -> set[str]:
+    """Every number of docs/measurements.md, and each leading part of a version (2.11.0 -> 2.11)."""
+    known = set()
+    for token in re.findall(r"\d+(?:\.\d+)*", re.sub(r"(?<=\d),(?=\d{3}\b)", "", MEASUREMENTS.read_text())):
+        parts = token.split(".")
+        known.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return known
+
+
+def measured_sentences(source: str) -> Iterator[str]:
+    for sentence in re.split(r";|\.\s", source):
+        if _MEASURED.search(sentence):
+            yield sentence.strip()
+
+
+def sources(data: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    if isinstance(data, dict):
+        if isinstance(data.get("source"), str):
+            yield path, data["source"]
+        for key, value in data.items():
+            yield from sources(value, f"{path}.{key}" if path else str(key))
+
+
+def _cases() -> list[tuple[str, str, str]]:
+    return [
+        (f"{f.relative_to(REPO)}:{path}", sentence, f.name)
+        for f in FILES
+        for path, source in sources(yaml.safe_load(f.read_text()))
+        for sentence in measured_sentences(source)
+    ]
+
+
+def test_the_rule_reads_numbers_as_a_reader_would():
+    assert numbers("all_reduce 343.16 / 345.9 GB/s on 2xH200 NV18, floor 90% of 345") == {"343.16", "345.9", "345"}
+    assert numbers("295,884 tokens/s, GPUs 94-99% busy, x 0.87, torch 2.11") == {"295884", "2.11"}
+
+
+def test_measured_figures_are_in_measurements_md():
+    known = _known()
+    missing = [
+        f"{where}: {', '.join(sorted(absent))} not in docs/measurements.md ({sentence[:140]})"
+        for where, sentence, _ in _cases()
+        if (absent := numbers(sentence) - known)
+    ]
+    assert not missing, "\n".join(missing)
+
+
+@pytest.mark.parametrize("planted", ["296.9", "682.4"])
+def test_a_figure_not_recorded_is_found(planted):
+    sentence = f"docs/measurements.md: reduce_scatter {planted} GB/s on 2xH200"
+    assert planted in numbers(sentence) - _known()
