@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 MEASUREMENTS = REPO / "docs" / "measurements.md"
 FILES = [REPO / "thresholds.yaml", *sorted((REPO / "fixtures" / "site").glob("*.yaml"))]
 
-_PERCENT_RANGE = re.compile(r"\d+(?:\.\d+)?\s*[-–/]\s*\d+(?:\.\d+)?\s*%")
+_PERCENT_RANGE = re.compile(r"\d+(?:\.\d+)?\s*[-\u2013/]\s*\d+(?:\.\d+)?\s*%")
 _MEASURED = re.compile(r"docs/measurements\.md|our measurement", re.IGNORECASE)
 
 
@@ -91,7 +91,7 @@ def test_measured_figures_are_in_measurements_md():
     assert not missing, "\n".join(missing)
 
 
-@pytest.mark.xfail(reason="the train_* limits' sources are being rewritten with the fine-tune measurements", strict=False)
+@pytest.mark.xfail(reason="the train_* sources are being rewritten with the fine-tune figures", strict=False)
 def test_training_figures_are_in_measurements_md():
     missing = _missing(training=True)
     assert not missing, "\n".join(missing)
