@@ -5,9 +5,12 @@ sysfs spellings (``/sys/class/infiniband/<hca>/ports/<n>/``): ``state`` ``4: ACT
 ``counters/*`` plain integers since the last reset (usually boot).
 
 Which HCAs are the compute fabric: where the SKU sets ``ib_link_layer``, only HCAs with a port of
-that link layer count toward ``ib_hca_count`` and are judged; others (a storage or management NIC
-driven by mlx5, so also under /sys/class/infiniband) are reported. A compute HCA misconfigured to
-the other link layer therefore shows as a missing HCA, which is what it is for NCCL.
+that link layer count toward ``ib_hca_count`` and are judged port by port; others (a storage or
+management NIC driven by mlx5, so also under /sys/class/infiniband) are reported. The link layer of
+every port is recorded *before* that filter, so the record shows what each HCA runs; it is judged
+through the count: a compute HCA misconfigured to the other link layer is a missing compute HCA (which
+is what it is for NCCL), and ``ib_hca_count`` below the SKU's fails. A per-port link-layer check after
+the filter could not fail (it would compare the filter's own key with itself), so there is none.
 """
 
 from __future__ import annotations
@@ -61,6 +64,16 @@ def judge_ib(data: dict[str, Any], judge: JudgeLike, node: str, link_layer: str 
     ``<hca> port <n>`` in the GPU column of the results.
     """
     hcas: dict[str, Any] = data.get("hcas") or {}
+    for name, hca in sorted(hcas.items()):  # every port, before the filter below (reported, see the docstring)
+        for port_name, port in sorted((hca.get("ports") or {}).items()):
+            judge.info(
+                "ib_link_layer",
+                (port or {}).get("link_layer") or "unreadable",
+                node=node,
+                gpu=_port_label(name, port_name),
+                component="HCA",
+                compute=link_layer is None or (port or {}).get("link_layer") == link_layer,
+            )
     compute = {
         name: hca
         for name, hca in hcas.items()
@@ -109,7 +122,6 @@ def judge_ib(data: dict[str, Any], judge: JudgeLike, node: str, link_layer: str 
                 missing.append(f"{node} {where}: rate {port.get('rate')!r} is not a rate")
             else:
                 judge.check("ib_port_rate_gbps", rate, node=node, gpu=where, component="HCA", raw=port.get("rate"))
-            judge.check("ib_link_layer", port.get("link_layer") or "unreadable", node=node, gpu=where)
             counters = port.get("counters") or {}
             if not counters:
                 missing.append(f"{node} {where}: no error counters under counters/")

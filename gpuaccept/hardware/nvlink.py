@@ -13,7 +13,7 @@ from typing import Any
 
 from gpuaccept.hardware.verdict import JudgeLike, conclude, gpu_label
 
-__all__ = ["judge_affinity", "judge_nvlink", "judge_topology", "pair_matrix"]
+__all__ = ["judge_affinity", "judge_nvlink", "judge_topology", "pair_matrix", "unread_text"]
 
 
 def judge_nvlink(data: dict[str, Any], judge: JudgeLike, node: str, declared_gpus: int) -> None:
@@ -55,10 +55,21 @@ def judge_nvlink(data: dict[str, Any], judge: JudgeLike, node: str, declared_gpu
                 ("nvlink_recovery_errors", errors.get("recovery")),
             ):
                 if value is None:
-                    missing.append(f"{node} GPU {label}: {metric} (NVML gave no counter)")
+                    missing.append(f"{node} GPU {label}: {metric} ({unread_text(errors)})")
                 else:
                     judge.check(metric, value, node=node, gpu=label, counted_by=errors.get("source"))
     conclude(judge, node, problems=problems, missing=missing)
+
+
+def unread_text(errors: dict[str, Any]) -> str:
+    """Which NVLink counters NVML did not read, and on which links: what an operator checks by hand
+    with ``nvidia-smi nvlink -e -i <gpu>``."""
+    unread = errors.get("unread_links") or {}
+    if not unread:
+        return "NVML gave no counter"
+    return "could not read " + "; ".join(
+        f"{name} on link(s) {', '.join(str(link) for link in links)}" for name, links in sorted(unread.items())
+    )
 
 
 def pair_matrix(data: dict[str, Any]) -> dict[str, Any]:

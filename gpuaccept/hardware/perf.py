@@ -22,6 +22,7 @@ from typing import Any
 
 from gpuaccept.errors import MeasurementError
 from gpuaccept.hardware.health import decode_reasons
+from gpuaccept.hardware.nvlink import unread_text
 from gpuaccept.hardware.verdict import JudgeLike, conclude, gpu_label
 
 __all__ = [
@@ -299,7 +300,7 @@ def judge_nvlink_under_load(record: Any, judge: JudgeLike, node: str) -> None:
         counts = {k: entry.get(k) for k in ("crc_flit", "crc_data", "replay", "recovery")}
         if any(v is None for v in counts.values()):
             # A node whose SKU has no NVLink never gets here (the test skips it): unreadable is not clean.
-            missing.append(f"{node} GPU {label}: NVLink counters {sorted(k for k, v in counts.items() if v is None)}")
+            missing.append(f"{node} GPU {label}: NVLink counters while the copies ran ({unread_text(entry)})")
             continue
         seconds = max(float(entry.get("seconds") or 0), 1e-3)
         for kind in ("flit", "data"):

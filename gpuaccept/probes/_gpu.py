@@ -180,22 +180,13 @@ def _sysfs_bus(pci_bus_id: str) -> str:
 def nvlink_error_counters(lib: Any, handle: Any, active_links: list[int]) -> dict[str, Any]:
     """NVLink CRC (flit, data), replay, recovery and ECC-data counts since the driver loaded, summed over links.
 
-    The per-link ``nvmlDeviceGetNvLinkErrorCounter`` values (the API ``nvidia-smi nvlink -e`` reads) are
-    summed when every active link answers; the per-GPU ``*_TOTAL`` field values are only the fallback,
-    because on Hopper those legacy fields answer N/A (NVIDIA/DCGM#173) or success with zero
-    (DataDog/datadog-agent#55966). A counter neither way gives reads as None. ``per_link`` holds each
-    link's counts as well, so a rate can be pinned on a link (one bad cable/port) or seen spread over all.
+    Only the per-link ``nvmlDeviceGetNvLinkErrorCounter`` values count (the API ``nvidia-smi nvlink -e``
+    reads), summed when every active link answered. A counter some active link did not answer is None
+    ("could not measure"), and ``unread_links`` names those links: the per-GPU ``*_TOTAL`` field values
+    are never a stand-in, because on Hopper those legacy fields answer N/A (NVIDIA/DCGM#173) or success
+    with zero (DataDog/datadog-agent#55966), a false zero. ``per_link`` holds each link's counts as
+    well, so a rate can be pinned on a link (one bad cable/port) or seen spread over all.
     """
-    totals = field_values(
-        lib,
-        handle,
-        {
-            "crc_flit": lib.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
-            "crc_data": lib.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL,
-            "replay": lib.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL,
-            "recovery": lib.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL,
-        },
-    )
     counters = {
         "crc_flit": lib.NVML_NVLINK_ERROR_DL_CRC_FLIT,
         "crc_data": lib.NVML_NVLINK_ERROR_DL_CRC_DATA,
@@ -205,23 +196,17 @@ def nvlink_error_counters(lib: Any, handle: Any, active_links: list[int]) -> dic
         "ecc_data": lib.NVML_NVLINK_ERROR_DL_ECC_DATA,
     }
     per_link: dict[str, dict[int, int]] = {}
+    unread: dict[str, list[int]] = {}
     for name, counter in counters.items():
         per_link[name] = {}
         for link in active_links:
             try:
                 per_link[name][link] = int(lib.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter))
             except Exception:
-                continue
-    out: dict[str, Any] = {"per_link": per_link}
+                unread.setdefault(name, []).append(link)
+    out: dict[str, Any] = {"per_link": per_link, "unread_links": unread, "source": "per_link"}
     for name, links in per_link.items():
-        if links and len(links) == len(active_links):
-            out[name] = sum(links.values())  # what nvidia-smi nvlink -e reads: every active link answered
-        elif totals.get(name) is not None:
-            out[name] = int(totals[name])  # type: ignore[arg-type]
-        else:
-            out[name] = None
-    per_link_ok = all(len(per_link[n]) == len(active_links) for n in ("crc_flit", "crc_data", "replay", "recovery"))
-    out["source"] = "per_link" if per_link_ok else "field_totals"
+        out[name] = sum(links.values()) if name not in unread else None
     return out
 
 

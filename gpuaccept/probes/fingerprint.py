@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.probes._cpus import granted_cpus
 from gpuaccept.probes._nvml import nvml, safe, text
 from gpuaccept.probes._protocol import emit, node_name
 
@@ -56,6 +57,7 @@ def _cpu() -> dict[str, Any]:
         "threads": os.cpu_count(),
         "numa_nodes": len(numa) or 1,
         "usable_cpus": len(os.sched_getaffinity(0)),
+        "granted_cpus": granted_cpus(),
     }
 
 

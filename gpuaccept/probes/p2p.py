@@ -155,5 +155,10 @@ def nvlink_deltas(
             for name in ("crc_flit", "crc_data")
         }
         entry["links"] = len((new.get("per_link") or {}).get("crc_data") or {})
+        unread: dict[str, list[int]] = {}
+        for reading in (old, new):
+            for name, links in (reading.get("unread_links") or {}).items():
+                unread[name] = sorted(set(unread.get(name, [])) | set(links))
+        entry["unread_links"] = unread
         out.append(entry)
     return out

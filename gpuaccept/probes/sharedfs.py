@@ -1,7 +1,8 @@
 """Shared-filesystem probe: write a file on one node, read it back byte for byte on the others.
 
-Modes (``--mode``): ``write`` creates ``--path`` with ``--size`` bytes from ``--seed`` and reports its
-SHA-256; ``read`` reports the SHA-256 of what this node sees (or that the file is missing);
+Modes (``--mode``): ``write`` creates ``--path`` with ``--size`` bytes from ``--seed``, then reads the
+file back (its cached pages dropped first) and reports the SHA-256 of what it read; ``read``
+reports the SHA-256 of what this node sees (or that the file is missing);
 ``rename`` moves ``--path`` to ``--to`` (the test then reads the new name everywhere, catching caches
 that serve a stale directory entry); ``remove`` deletes test files. Reads bypass the page cache of
 the writer because they run on another node, which is the point.
@@ -28,6 +29,20 @@ def _digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def _drop_cache(path: Path) -> None:
+    """Ask the kernel to forget the file's cached pages (POSIX_FADV_DONTNEED; a hint, best effort)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except (AttributeError, OSError):
+        pass
+    finally:
+        os.close(fd)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--mode", choices=("write", "read", "rename", "remove"), required=True)
@@ -44,7 +59,10 @@ def main(argv: list[str] | None = None) -> None:
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
-        data.update(sha256=hashlib.sha256(payload).hexdigest(), bytes=len(payload))
+        # the writer's verdict is on what the filesystem gives back, not on the payload in memory:
+        # drop the written pages from this node's cache first, so the read goes to the filesystem
+        _drop_cache(args.path)
+        data.update(sha256=_digest(args.path), bytes=args.path.stat().st_size, exists=True, read_back=True)
     elif args.mode == "read":
         if args.path.exists():
             data.update(sha256=_digest(args.path), bytes=args.path.stat().st_size, exists=True)

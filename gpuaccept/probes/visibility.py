@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.probes._cpus import granted_cpus
 from gpuaccept.probes._nvml import nvml, text
 from gpuaccept.probes._protocol import emit
 
@@ -48,6 +49,7 @@ def collect() -> dict[str, Any]:
         "own_minors": minors,
         "devices_openable": openable_devices(),
         "cpus": sorted(os.sched_getaffinity(0)),
+        "granted_cpus": granted_cpus(),
         "slurm_cpu_bind": os.environ.get("SLURM_CPU_BIND"),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "slurm_step_id": os.environ.get("SLURM_STEP_ID"),

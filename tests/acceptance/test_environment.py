@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuaccept.hardware.cpus import GRANTED, cpus_granted_observed
 from gpuaccept.judging.fields import drift
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.environment]
@@ -24,7 +25,10 @@ def test_fingerprint(node, cluster, fingerprints, judge):
     judge.expect("gpu_count", shown, declared, node=node, pci_bus_ids=[d["pci_bus_id"] for d in fp["gpus"]["devices"]])
     judge.info("memory_gib", fp["memory_gib"], node=node)
     judge.info("cpu_cores", fp["cpu"]["cores"], node=node)
-    judge.check("usable_cpus", fp["cpu"]["usable_cpus"], node=node)
+    usable, granted = fp["cpu"]["usable_cpus"], fp["cpu"].get("granted_cpus")
+    if granted is not None:  # under Slurm: the mask against the grant (">= 1 CPU" holds for any process)
+        judge.expect("usable_cpus_granted", cpus_granted_observed(usable, granted), GRANTED, node=node,
+                     usable_cpus=usable, granted_cpus=granted)  # fmt: skip
     judge.verify()
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from gpuaccept.dispatch.slurm_cli import node_info, partition_info, slurm_cmd
 from gpuaccept.errors import MeasurementError
+from gpuaccept.hardware.cpus import GRANTED, cpus_granted_observed
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slurm]
 
@@ -39,10 +40,13 @@ def test_node_usable(node, slurm_only, judge):
 
 
 def test_step_runs(node, cluster, judge):
-    """A step lands on the node it was sent to, and its task may run on at least one CPU."""
+    """A step lands on the node it was sent to, and its task may run on every CPU the allocation granted it."""
     record = cluster.run("visibility", nodes=[node]).one()
     judge.expect("slurm_step_node", record.node, node, node=node)
-    judge.check("usable_cpus", len(record.data["cpus"]), node=node, cpu_bind=record.data["slurm_cpu_bind"])
+    usable, granted = len(record.data["cpus"]), record.data.get("granted_cpus")
+    if granted is not None:  # under Slurm: the mask against the grant (">= 1 CPU" holds for any process)
+        judge.expect("usable_cpus_granted", cpus_granted_observed(usable, granted), GRANTED, node=node,
+                     usable_cpus=usable, granted_cpus=granted, cpu_bind=record.data["slurm_cpu_bind"])  # fmt: skip
     judge.verify()
 
 

@@ -44,7 +44,9 @@ def test_shared_filesystem(cluster, settings, request, judge):
         wrote = cluster.run(
             "sharedfs", nodes=[writer], args=["--mode", "write", "--path", first, "--size", SIZE, "--seed", seed]
         ).one().data  # fmt: skip
-        judge.expect("sharedfs_sha256", wrote["sha256"], expected, node=writer, step="write", path=str(first))
+        judge.expect(
+            "sharedfs_sha256", _as_read(wrote), expected, node=writer, step="read back by the writer", path=str(first)
+        )
         for node, data in _read_everywhere(cluster, nodes[1:], first).items():
             judge.expect("sharedfs_sha256", _as_read(data), expected, node=node, step=f"read after {writer} wrote")
         cluster.run("sharedfs", nodes=[renamer], args=["--mode", "rename", "--path", first, "--to", renamed])

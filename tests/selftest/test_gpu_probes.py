@@ -322,9 +322,10 @@ def test_bus_key_spellings() -> None:
     assert _gpu.bus_key("00000001:9A:00.0") == "0001:9a:00"
 
 
-def test_nvlink_error_counters_totals_fallback_and_per_link() -> None:
-    """The per-link sum (what nvidia-smi nvlink -e reads) when every active link answered; else the
-    driver's legacy total, which Hopper answers N/A or as a success with zero."""
+def test_nvlink_error_counters_per_link_only_never_the_legacy_total() -> None:
+    """The per-link sum (what nvidia-smi nvlink -e reads) when every active link answered; a counter a
+    link did not answer is None naming the link, never the driver's legacy total (0 on Hopper)."""
+    from gpuaccept.hardware.nvlink import unread_text
     from gpuaccept.probes._gpu import nvlink_error_counters
 
     class Lib:
@@ -335,9 +336,8 @@ def test_nvlink_error_counters_totals_fallback_and_per_link() -> None:
         NVML_NVLINK_ERROR_DL_ECC_DATA = 4
 
         def nvmlDeviceGetFieldValues(self, handle: Any, ids: list[int]) -> list[Any]:
-            ok = types.SimpleNamespace(nvmlReturn=0, valueType=3, value=types.SimpleNamespace(ullVal=7))
-            bad = types.SimpleNamespace(nvmlReturn=3, valueType=3, value=None)
-            return [ok if i in (2, 4) else bad for i in ids]  # only the CRC data and recovery totals are given
+            zero = types.SimpleNamespace(nvmlReturn=0, valueType=3, value=types.SimpleNamespace(ullVal=0))
+            return [zero for _ in ids]  # what Hopper's legacy totals answer: success with zero
 
         def nvmlDeviceGetNvLinkErrorCounter(self, handle: Any, link: int, counter: int) -> int:
             if counter == self.NVML_NVLINK_ERROR_DL_RECOVERY and link == 1:
@@ -345,11 +345,11 @@ def test_nvlink_error_counters_totals_fallback_and_per_link() -> None:
             return 10 * link + counter
 
     out = nvlink_error_counters(Lib(), None, [0, 1])
-    assert out["crc_data"] == 3 + 13  # every link answered: the per-link sum, not the legacy total
+    assert out["crc_data"] == 3 + 13  # every link answered: the per-link sum
     assert out["crc_flit"] == 2 + 12
     assert out["replay"] == 0 + 10
     assert out["ecc_data"] == 4 + 14
-    assert out["recovery"] == 7  # link 1 did not answer: no partial sum, the driver's total instead
-    assert out["per_link"]["crc_flit"] == {0: 2, 1: 12} and out["per_link"]["crc_data"] == {0: 3, 1: 13}
-    assert out["per_link"]["recovery"] == {0: 1}
-    assert out["source"] == "field_totals"
+    assert out["recovery"] is None  # link 1 did not answer: could not measure, not the legacy 0
+    assert out["unread_links"] == {"recovery": [1]}
+    assert out["per_link"]["crc_flit"] == {0: 2, 1: 12} and out["per_link"]["recovery"] == {0: 1}
+    assert unread_text(out) == "could not read recovery on link(s) 1"
