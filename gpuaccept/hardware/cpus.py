@@ -8,10 +8,14 @@ __all__ = ["GRANTED", "cpus_granted_observed"]
 GRANTED = "all granted"
 
 
-def cpus_granted_observed(usable: int, granted: int) -> str:
+def cpus_granted_observed(usable: int, granted: int, host_cpus: int | None = None) -> str:
     """``all granted`` when the task may run on at least the CPUs it was granted, else how many.
 
     A mask wider than the grant passes: without task binding (``TaskPlugin=task/none``) a task sees
-    every CPU of the host; tasks sharing CPUs are ``task_cpu_overlap_pairs``' business.
+    every CPU of the host; tasks sharing CPUs are ``task_cpu_overlap_pairs``' business. The grant is
+    counted up to the CPUs the host has (``host_cpus``): slurmd refuses a node that declares more
+    unless told to trust slurm.conf (``SlurmdParameters=config_overrides``, as the loopback cluster's
+    nodes sharing one host do), and that is the node's declaration, not its tasks' masks.
     """
-    return GRANTED if usable >= granted else f"{usable} of {granted} granted CPUs usable"
+    due = min(granted, host_cpus) if host_cpus else granted
+    return GRANTED if usable >= due else f"{usable} of {due} granted CPUs usable"

@@ -50,6 +50,7 @@ def collect() -> dict[str, Any]:
         "devices_openable": openable_devices(),
         "cpus": sorted(os.sched_getaffinity(0)),
         "granted_cpus": granted_cpus(),
+        "host_cpus": os.cpu_count(),
         "slurm_cpu_bind": os.environ.get("SLURM_CPU_BIND"),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "slurm_step_id": os.environ.get("SLURM_STEP_ID"),

@@ -25,10 +25,10 @@ def test_fingerprint(node, cluster, fingerprints, judge):
     judge.expect("gpu_count", shown, declared, node=node, pci_bus_ids=[d["pci_bus_id"] for d in fp["gpus"]["devices"]])
     judge.info("memory_gib", fp["memory_gib"], node=node)
     judge.info("cpu_cores", fp["cpu"]["cores"], node=node)
-    usable, granted = fp["cpu"]["usable_cpus"], fp["cpu"].get("granted_cpus")
+    usable, granted, host = fp["cpu"]["usable_cpus"], fp["cpu"].get("granted_cpus"), fp["cpu"]["threads"]
     if granted is not None:  # under Slurm: the mask against the grant (">= 1 CPU" holds for any process)
-        judge.expect("usable_cpus_granted", cpus_granted_observed(usable, granted), GRANTED, node=node,
-                     usable_cpus=usable, granted_cpus=granted)  # fmt: skip
+        judge.expect("usable_cpus_granted", cpus_granted_observed(usable, granted, host), GRANTED, node=node,
+                     usable_cpus=usable, granted_cpus=granted, host_cpus=host)  # fmt: skip
     judge.verify()
 
 

@@ -67,7 +67,8 @@ def test_cpu_mask_narrower_than_the_grant_fails() -> None:
     thresholds = load_thresholds()
     judge = Judge(thresholds, lambda node: "cpu", lambda result: None, "selftest")
     judge.expect("usable_cpus_granted", cpus_granted_observed(2, 1), GRANTED, node="n1")  # task/none: wider
-    judge.expect("usable_cpus_granted", cpus_granted_observed(1, 8), GRANTED, node="n2")  # confined to 1 of 8
+    judge.expect("usable_cpus_granted", cpus_granted_observed(2, 4, 2), GRANTED, node="n3")  # 4 declared, 2 exist
+    judge.expect("usable_cpus_granted", cpus_granted_observed(1, 8, 64), GRANTED, node="n2")  # confined to 1 of 8
     with pytest.raises(AssertionError, match="n2: usable_cpus_granted = 1 of 8 granted CPUs usable"):
         judge.verify()
 
