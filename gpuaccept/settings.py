@@ -146,7 +146,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("nccl_tests_dir", "folder holding nccl-tests binaries (all_reduce_perf, ...) to run beside ours", Path),
     Option("nccl_min_bytes", "smallest message of the NCCL sweep (bytes)", _size, 1 << 20),
     Option("nccl_max_bytes", "largest message of the NCCL sweep (bytes; capped by free memory)", _size, 8 << 30),
-    Option("nccl_ring", "force NCCL_ALGO=Ring so inter-node busbw measures the network", _bool, False),
+    Option(
+        "nccl_ring",
+        "force NCCL_ALGO=Ring on the intra-node sweep too (multi-node passes always run Ring)",
+        _bool,
+        False,
+    ),
     # training
     Option("model_path", "local Hugging Face checkpoint to fine-tune instead of the tiny built-in Qwen2", Path),
     Option("dataset", "JSONL of chat messages to fine-tune on instead of the built-in dataset", Path),

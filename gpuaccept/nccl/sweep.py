@@ -18,6 +18,7 @@ from gpuaccept.nccl.formulas import COLLECTIVES, algbw_gbs, bus_factor, effectiv
 __all__ = [
     "GroupTable",
     "Row",
+    "algo_args",
     "cap_sizes",
     "format_bytes",
     "group_tables",
@@ -29,6 +30,19 @@ __all__ = [
 ]
 
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+def algo_args(*, gpu: bool, multinode: bool, forced_ring: bool) -> list[str]:
+    """``["--ring"]`` (NCCL_ALGO=Ring) wherever the floor being judged is a Ring figure, else ``[]``.
+
+    The multi-node floors (busbw per node and per rail) come from NVIDIA's "46-48 GB/s per NIC" for
+    NDR 400, measured with ``NCCL_ALGO=RING`` at 2 nodes (nccl-tests issue #290); with NCCL's own
+    choice at 2 nodes, Tree's busbw can exceed the per-NIC bound (nccl-tests #196), so one degraded NIC
+    could still clear the floor. Multi-node GPU passes therefore always run Ring: measured the way the
+    floor was. ``forced_ring`` (``--nccl-ring``) forces it on the intra-node sweep too. gloo (CPU
+    nodes) has no algorithm to choose and ignores the variable.
+    """
+    return ["--ring"] if forced_ring or (gpu and multinode) else []
 
 
 def format_bytes(size: int) -> str:

@@ -33,7 +33,7 @@ from gpuaccept.fabric.transport import hca_usage, observe_rank
 from gpuaccept.hardware.verdict import conclude
 from gpuaccept.judging.groups import attribute
 from gpuaccept.nccl.lines import wrong_lines
-from gpuaccept.nccl.sweep import group_tables
+from gpuaccept.nccl.sweep import algo_args, group_tables
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect]
 
@@ -107,9 +107,9 @@ def _layout(cluster, node) -> tuple[int, int]:
 def _sweep(settings, gpu: bool) -> list[str]:
     if not gpu:
         return CPU_SWEEP
-    return [f"--min-bytes={settings.nccl_min_bytes}", f"--max-bytes={settings.nccl_max_bytes}"] + (
-        ["--ring"] if settings.nccl_ring else []
-    )
+    # the rail floors are Ring figures (nccl-tests #290): measured the way they were (algo_args)
+    ring = algo_args(gpu=True, multinode=True, forced_ring=settings.nccl_ring)
+    return [f"--min-bytes={settings.nccl_min_bytes}", f"--max-bytes={settings.nccl_max_bytes}", *ring]
 
 
 # ---- GPUDirect ---------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from gpuaccept.nccl.bisect import plan_rounds, suspects_and_good
 from gpuaccept.nccl.formulas import COLLECTIVES
 from gpuaccept.nccl.lines import median_busbw, metric_name, sweep_lines, wrong_lines
 from gpuaccept.nccl.plots import plot_busbw
-from gpuaccept.nccl.sweep import GroupTable, format_bytes, group_tables, scale_groups, scales_for
+from gpuaccept.nccl.sweep import GroupTable, algo_args, format_bytes, group_tables, scale_groups, scales_for
 from gpuaccept.state import STATE_KEY
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.nccl]
@@ -65,8 +65,9 @@ def _layout(cluster: Any, node: str, multinode: bool) -> tuple[int, int]:
     return (1 if multinode else CPU_RANKS), 0
 
 
-def _sweep_args(settings: Any, gpu: bool, **override: Any) -> list[str]:
-    """Probe arguments from the settings; CPU nodes get small sizes unless the operator chose sizes."""
+def _sweep_args(settings: Any, gpu: bool, multinode: bool = False, **override: Any) -> list[str]:
+    """Probe arguments from the settings; CPU nodes get small sizes unless the operator chose sizes;
+    multi-node GPU passes run Ring, the algorithm their floors were measured with (``algo_args``)."""
     lo, hi = settings.nccl_min_bytes, settings.nccl_max_bytes
     if not gpu:
         lo = lo if settings.sources.get("nccl_min_bytes", "default") != "default" else CPU_MIN_BYTES
@@ -80,7 +81,7 @@ def _sweep_args(settings: Any, gpu: bool, **override: Any) -> list[str]:
         opts.update({"iters": 5, "warmup": 2})
     opts.update({k.replace("_", "-"): v for k, v in override.items() if v is not None})
     args = [f"--{k}={v}" for k, v in opts.items()]
-    return args + (["--ring"] if settings.nccl_ring else [])
+    return args + algo_args(gpu=gpu, multinode=multinode, forced_ring=settings.nccl_ring)
 
 
 def _curve(table: GroupTable, collective: str) -> list[list[float]]:
@@ -138,12 +139,13 @@ def _finish(judge: Any, problems: list[str]) -> None:
 def _run_groups(cluster: Any, settings: Any, groups: list[tuple[str, ...]], **override: Any) -> list[GroupTable]:
     nodes = [n for g in groups for n in g]
     tasks, gpt = _layout(cluster, nodes[0], multinode=True)
-    args = [*_sweep_args(settings, bool(gpt), **override), "--groups=" + ";".join(",".join(g) for g in groups)]
+    args = [*_sweep_args(settings, bool(gpt), True, **override), "--groups=" + ";".join(",".join(g) for g in groups)]
     result = cluster.run("nccl", nodes=nodes, tasks_per_node=tasks, gpus_per_task=gpt, args=args)
     tables = group_tables(result.records)
     for table in tables:
         table.info["facts"] = _facts(result)
         table.info["labels"] = _rank_labels(result)
+        table.info["algo"] = "Ring (NCCL_ALGO=Ring)" if "--ring" in args else "NCCL's choice"
     return tables
 
 
@@ -210,9 +212,8 @@ def test_nccl_tests_fidelity(node, cluster, judge, settings):
     if gpus < 2:
         pytest.skip(f"{node} declares {gpus} GPU: no intra-node collective")
     size = min(FIDELITY_BYTES, settings.nccl_max_bytes)
-    args = [f"--ngpus={gpus}", f"--min-bytes={size}", f"--max-bytes={size}"] + (
-        ["--ring"] if settings.nccl_ring else []
-    )
+    ring = algo_args(gpu=True, multinode=False, forced_ring=settings.nccl_ring)
+    args = [f"--ngpus={gpus}", f"--min-bytes={size}", f"--max-bytes={size}", *ring]
     if settings.nccl_tests_dir:
         args.append(f"--dir={settings.nccl_tests_dir}")
     theirs = cluster.run("nccl_tests", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, args=args).one().data
@@ -273,7 +274,8 @@ def test_nccl_scale(scale, cluster, judge, settings, request):
             row = table.largest(collective)
             for node in table.nodes if row is not None else ():
                 judge.check(metric_name(collective, True), round(row.busbw, 2), node=node, scale=scale,
-                             group=table.label, size=row.size, curve=_curve(table, collective))  # fmt: skip
+                             group=table.label, size=row.size, curve=_curve(table, collective),
+                             nccl_algo=table.info["algo"])  # fmt: skip
         ar = table.largest("all_reduce")
         if base and ar is not None:
             for node in table.nodes:
