@@ -2,12 +2,16 @@
 
 ``MeasurementError`` means "we could not measure" (launch failure, node down, timeout, malformed probe
 output): the plugin reports such a test as an *error*, never as a hardware failure and never as a pass.
-A hardware miss is a plain ``AssertionError`` raised by ``Judge.verify``.
+A hardware miss is a plain ``AssertionError`` raised by ``Judge.verify``. ``ToolMissing`` means "not
+run": a check that needs a tool the node lacks (nccl-tests) is neither a property of the cluster (a
+skip) nor a measurement gone wrong; the plugin records it as ``not run`` and the cluster verdict lists it.
 """
 
 from __future__ import annotations
 
-__all__ = ["MeasurementError", "ProbeError", "ProbeTimeout"]
+import pytest
+
+__all__ = ["MeasurementError", "ProbeError", "ProbeTimeout", "ToolMissing"]
 
 
 class MeasurementError(Exception):
@@ -24,3 +28,16 @@ class ProbeError(MeasurementError):
 
 class ProbeTimeout(ProbeError):
     """A probe step ran past its timeout and was cancelled."""
+
+
+class ToolMissing(pytest.skip.Exception):  # type: ignore[misc,name-defined]  # pytest counts it skipped
+    """A check could not run because a tool is not installed: recorded ``not run``, never ``skipped``.
+
+    Raised through ``Judge.tool_missing``; pytest sees a skip (the session still exits 0), the plugin's
+    outcome turns it into the verdict ``not run`` with ``check`` and ``tool`` on the record.
+    """
+
+    def __init__(self, check: str, tool: str, detail: str = "", *, nodes: tuple[str, ...] = ()) -> None:
+        self.check, self.tool, self.detail, self.nodes = check, tool, detail, nodes
+        where = f" on {', '.join(nodes)}" if nodes else ""
+        super().__init__(f"not run: {check}: {tool} not installed{where}" + (f" ({detail})" if detail else ""))

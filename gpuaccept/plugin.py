@@ -18,7 +18,7 @@ import pytest
 
 from gpuaccept import hookspecs
 from gpuaccept.cluster import Cluster
-from gpuaccept.errors import MeasurementError
+from gpuaccept.errors import MeasurementError, ToolMissing
 from gpuaccept.fingerprints import Fingerprints
 from gpuaccept.fleet.drain import run_drain
 from gpuaccept.judging.baseline import BASELINE_KEY, load_session_baseline
@@ -27,7 +27,7 @@ from gpuaccept.judging.judge import Judge
 from gpuaccept.markers import MARKERS
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import record_id
-from gpuaccept.results.summary import node_summary_lines
+from gpuaccept.results.summary import node_summary_lines, not_run_notes
 from gpuaccept.settings import Settings, SettingsError, add_options, resolve
 from gpuaccept.state import STATE_KEY, SessionState
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
@@ -182,10 +182,16 @@ def pytest_runtest_makereport(
         and (item.get_closest_marker("acceptance") or item.stash.get(_JUDGED, False))
     ):
         _unearned(report, checks)
-    if report.passed:
+    if report.passed and report.when == "call" and any(c.verdict == "measured" for c in checks):
+        _measured(report, item, checks)  # a calibration run: figures without a limit pass nothing
+    raised = call.excinfo.value if call.excinfo is not None else None
+    missing_tool = raised if isinstance(raised, ToolMissing) else None
+    if getattr(report, "_gpuaccept_measured", False):
+        verdict = "measured"
+    elif report.passed:
         verdict = "passed"
     elif report.skipped:
-        verdict = "skipped"
+        verdict = "not run" if missing_tool is not None else "skipped"
     elif getattr(report, "_gpuaccept_error", False) or (
         call.excinfo is not None and call.excinfo.errisinstance(MeasurementError)
     ):
@@ -205,6 +211,11 @@ def pytest_runtest_makereport(
         "nodes": nodes,
         "commands": list(entry.commands) if entry else [],
         "metrics": [m.to_dict() for m in checks],
+        "not_run": (
+            {"check": missing_tool.check, "tool": missing_tool.tool, "detail": missing_tool.detail}
+            if missing_tool is not None
+            else None
+        ),
         "fingerprints": state._fingerprints.collected() if state._fingerprints is not None else {},
     }
     return report
@@ -231,7 +242,7 @@ def _unearned(report: pytest.TestReport, checks: list[MetricResult]) -> None:
         message, error = f"the test returned, but {len(failed)} check(s) failed:\n  {lines}", False
     elif unjudged:
         message, error = "; ".join(unjudged), True
-    elif not any(c.judged for c in checks):
+    elif not any(c.judged or c.verdict == "measured" for c in checks):
         shown = ", ".join(sorted({c.metric for c in checks}))
         message = "passed with no judged check on the record" + (
             f" (only informational figures: {shown})" if shown else " (nothing was measured)"
@@ -242,6 +253,16 @@ def _unearned(report: pytest.TestReport, checks: list[MetricResult]) -> None:
     report.outcome = "failed"
     report.longrepr = message
     report._gpuaccept_error = error  # type: ignore[attr-defined]
+
+
+def _measured(report: pytest.TestReport, item: pytest.Item, checks: list[MetricResult]) -> None:
+    """A calibration run's test that measured figures without a limit: not passed (nothing judged them)
+    and not an error; pytest counts it skipped, the record says ``measured``."""
+    names = sorted({c.metric for c in checks if c.verdict == "measured"})
+    path, line, _ = item.location
+    report.outcome = "skipped"
+    report.longrepr = (str(path), (line or 0) + 1, f"Skipped: calibration: measured {', '.join(names)} (no limit yet)")
+    report._gpuaccept_measured = True  # type: ignore[attr-defined]
 
 
 def _data(report: pytest.TestReport) -> dict[str, Any] | None:
@@ -264,10 +285,11 @@ class _RecordKeeper:
         verdict = data["verdict"]
         record = self.state.record
         entry = record.test(record_id(report.nodeid))
-        if entry.verdict in ("failed", "error") and verdict in ("passed", "skipped"):
+        if entry.verdict in ("failed", "error") and verdict in ("passed", "skipped", "not run", "measured"):
             return  # a teardown success never hides a failed call
         entry.verdict = verdict
         entry.category = data.get("category")
+        entry.not_run = data.get("not_run") or entry.not_run
         entry.duration_s = round(entry.duration_s + report.duration, 3)
         entry.nodes = data.get("nodes") or entry.nodes
         entry.commands = data.get("commands") or entry.commands
@@ -322,6 +344,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.section("gpuaccept verdict per node")
     for line in node_summary_lines(state.record):
         terminalreporter.write_line(line)
+    for note in not_run_notes(vars(entry) for entry in state.record.tests.values()):
+        terminalreporter.write_line(f"not run: {note}", yellow=True)
     for line in state.drain_lines:
         terminalreporter.write_line(line)
     path = getattr(config, "_gpuaccept_record_path", None)
@@ -374,4 +398,13 @@ def judge(request: pytest.FixtureRequest, gpuaccept_state: SessionState) -> Judg
 
     baseline = item.config.stash.get(BASELINE_KEY, None)
     test = record_id(item.nodeid)
-    return Judge(gpuaccept_state.thresholds, gpuaccept_state.fingerprints.sku_of, sink, test, baseline)
+    settings = gpuaccept_state.settings
+    return Judge(
+        gpuaccept_state.thresholds,
+        gpuaccept_state.fingerprints.sku_of,
+        sink,
+        test,
+        baseline,
+        calibrating=settings.calibrate,
+        recalibrate=settings.calibrate_metric,
+    )

@@ -140,6 +140,22 @@ OPTIONS: tuple[Option, ...] = (
     Option("run_record", "path of the run record JSON (default reports/runs/<UTC>.json)", Path),
     Option("sharedfs_path", "folder on the shared filesystem to test (default: <rootdir>/reports/.sharedfs)", Path),
     Option("dry_run", "print every test's exact srun command instead of running it", _bool, False, flag_only=True),
+    Option(
+        "calibrate",
+        "calibration run (what gpuaccept-calibrate runs): a figure the SKU has no limit for is measured and "
+        "recorded, neither an error nor a pass",
+        _bool,
+        False,
+        flag_only=True,
+    ),
+    Option(
+        "calibrate_metric",
+        "with --calibrate: also set aside the limits of metrics matching this glob, to measure a site's own "
+        "floor (a site fabric; repeatable)",
+        str,
+        (),
+        repeatable=True,
+    ),
     # GPU hardware
     Option("burn_in", "seconds of sustained matmul per GPU (0 = no burn-in test)", _non_negative_float, 0.0),
     # NCCL
@@ -185,6 +201,8 @@ class Settings:
     run_record: Path | None = None
     sharedfs_path: Path | None = None
     dry_run: bool = False
+    calibrate: bool = False
+    calibrate_metric: tuple[str, ...] = ()
     burn_in: float = 0.0
     nccl_tests_dir: Path | None = None
     nccl_min_bytes: int = 1 << 20

@@ -7,6 +7,7 @@ session that never asks for nodes (the selftests' outer pytest) never touches Sl
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import sys
 from collections.abc import Generator
 from contextlib import nullcontext
@@ -35,6 +36,7 @@ class SessionState:
         self.settings = settings
         self.thresholds = thresholds
         self.record = RunRecord()
+        self.record.command = shlex.join(["pytest", *config.invocation_params.args])
         self.record.settings = {
             k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(settings).items() if k != "sources"
         } | {"sources": settings.sources}

@@ -300,7 +300,8 @@ def judge_nvlink_under_load(record: Any, judge: JudgeLike, node: str) -> None:
         counts = {k: entry.get(k) for k in ("crc_flit", "crc_data", "replay", "recovery")}
         if any(v is None for v in counts.values()):
             # A node whose SKU has no NVLink never gets here (the test skips it): unreadable is not clean.
-            missing.append(f"{node} GPU {label}: NVLink counters while the copies ran ({unread_text(entry)})")
+            unread = sorted(k for k, v in counts.items() if v is None)
+            missing.append(f"{node} GPU {label}: NVLink counters {unread} while the copies ran ({unread_text(entry)})")
             continue
         seconds = max(float(entry.get("seconds") or 0), 1e-3)
         for kind in ("flit", "data"):

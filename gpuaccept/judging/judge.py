@@ -13,18 +13,21 @@ Rules that hold everywhere because they live only here:
 * a metric the test needs but the SKU has no limit for is recorded ``unjudged`` and the test ends
   as an ERROR "cannot judge X on SKU Y: no limit (add one in a site file)";
 * a test passes on at least one judged check and no failed one; informational figures never count;
+* in a calibration run (``--calibrate``) a figure without a limit is ``measured``: recorded for
+  ``gpuaccept-calibrate``, no error and no pass (the plugin ends such a test ``measured``);
 * a baseline run (``--baseline``) fails a figure that got worse beyond tolerance, even above its floor;
 * every miss is collected before failing, so one message names every bad node, GPU and metric.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import statistics
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpuaccept.errors import MeasurementError
+from gpuaccept.errors import MeasurementError, ToolMissing
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.schema import Limit, MetricSpec
@@ -71,8 +74,13 @@ class Judge:
         sink: Callable[[MetricResult], None],
         test: str,
         baseline: Baseline | None = None,
+        *,
+        calibrating: bool = False,
+        recalibrate: tuple[str, ...] = (),
     ) -> None:
         self._thresholds = thresholds
+        self._calibrating = calibrating
+        self._recalibrate = recalibrate
         self._sku_of = sku_of
         self._sink = sink
         self.test = test
@@ -145,9 +153,18 @@ class Judge:
         sku = self._sku_of(node)
         result = self._make(metric, value, node, gpu, extra if scale is None else {**extra, "scale": scale}, sku)
         limit = self._limit(metric, sku, scale)
+        if limit is not None and self._calibrating and any(fnmatch.fnmatchcase(metric, g) for g in self._recalibrate):
+            limit = None  # --calibrate-metric: this limit is being measured anew (a site fabric)
         if limit is None:
-            result.verdict = "info" if spec.informational else "unjudged"
-            result.reason = "" if spec.informational else no_limit_message(metric, sku, scale)
+            if spec.informational:
+                result.verdict, result.reason = "info", ""
+            elif self._calibrating:
+                result.verdict, result.reason = (
+                    "measured",
+                    "calibration: no limit yet; measured for gpuaccept-calibrate",
+                )
+            else:
+                result.verdict, result.reason = "unjudged", no_limit_message(metric, sku, scale)
             return self._record(result)
         ok, why = judge_value(value, limit)
         result.min, result.max, result.equal, result.source = limit.min, limit.max, limit.equal, limit.source
@@ -183,6 +200,12 @@ class Judge:
             raise TypeError(f"{metric} is not declared informational in the catalogue: judge it with check()")
         sku = self._sku_of(node) if spec.kind == "metric" and value is not None else ""
         return self._record(self._make(metric, value, node, gpu, extra, sku))
+
+    def tool_missing(self, check: str, tool: str, *, node: str, detail: str = "") -> None:
+        """End the test as ``not run``: ``check`` needs ``tool``, which ``node`` lacks. Not a skip (the
+        cluster declares nothing absent) and not an error (nothing was mis-measured); the cluster
+        verdict lists it ("ACCEPTED (not run: ...)"), so a missing tool never reads as a passed check."""
+        raise ToolMissing(check, tool, detail, nodes=(node,))
 
     # ---- relative rule -------------------------------------------------------------------------------
 
@@ -250,7 +273,7 @@ class Judge:
             raise AssertionError("\n".join(parts))
         if unjudged:
             raise MeasurementError("; ".join(unjudged))
-        if not any(r.judged for r in self.results):
+        if not any(r.judged for r in self.results) and not any(r.verdict == "measured" for r in self.results):
             shown = f" (only informational figures: {', '.join(sorted({r.metric for r in self.results}))})"
             raise MeasurementError(
                 f"{self.test}: nothing was judged, so nothing can pass" + (shown if self.results else "")

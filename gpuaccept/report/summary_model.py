@@ -26,7 +26,7 @@ from gpuaccept.report.allure_files import CATEGORY_TITLES, environment
 from gpuaccept.report.checks import check_line, worst_failure
 from gpuaccept.report.labels import AREAS
 from gpuaccept.results.metrics import MetricResult
-from gpuaccept.results.summary import margin
+from gpuaccept.results.summary import margin, not_run_notes
 
 __all__ = [
     "CLUSTER_ROW",
@@ -38,15 +38,16 @@ __all__ = [
     "area_of",
     "cluster_verdict",
     "overview",
+    "verdict_text",
 ]
 
 #: The matrix row of tests that ran on several nodes at once (NCCL scales, multi-node training).
 CLUSTER_ROW = "all nodes together"
 #: Worst first: what a node's (or a cell's) verdict is when its tests disagree. Same order as the
 #: terminal's per-node summary (``gpuaccept.results.summary``).
-RANK = {"error": 4, "failed": 3, "not run": 2, "passed": 1, "skipped": 0}
+RANK = {"error": 4, "failed": 3, "not run": 2, "measured": 2, "passed": 1, "skipped": 0}
 WORDS = {"passed": "passed", "failed": "failed", "error": "could not measure", "skipped": "skipped",
-         "not run": "not run"}  # fmt: skip
+         "not run": "not run", "measured": "measured (calibration)"}  # fmt: skip
 _AREA_ORDER = [line.split(":")[0] for line in AREA_MARKERS]
 
 
@@ -146,7 +147,8 @@ class Overview:
 
 
 def cluster_verdict(record: Mapping[str, Any]) -> tuple[bool, str]:
-    """ACCEPTED only when the session ran to its end, something passed, and nothing failed or errored."""
+    """ACCEPTED only when the session ran to its end, something passed, and nothing failed or errored;
+    checks that could not run (a tool missing) are listed in the reason, never counted as passed."""
     counts = {k: int(v) for k, v in (record.get("counts") or {}).items()}
     status = str(record.get("status") or "unknown")
     bad = [f"{counts[k]} {WORDS[k]}" for k in ("failed", "error") if counts.get(k)]
@@ -154,11 +156,24 @@ def cluster_verdict(record: Mapping[str, Any]) -> tuple[bool, str]:
         return False, f"the run did not finish ({status})" + (": " + ", ".join(bad) if bad else "")
     if bad:
         return False, ", ".join(bad)
+    if counts.get("measured"):
+        return False, f"a calibration run: {counts['measured']} tests measured figures no limit judged yet"
     if not counts.get("passed"):
         return False, "no test passed"
     if status != "passed":
         return False, f"the session ended {status}"
-    return True, f"all {counts['passed']} tests that apply to this cluster passed"
+    ran = f"all {counts['passed']} tests that apply to this cluster passed"
+    missing = not_run_notes(t for t in record.get("tests") or [] if isinstance(t, Mapping))
+    return True, ran + (f"; not run: {'; '.join(missing)}" if missing else "")
+
+
+def verdict_text(record: Mapping[str, Any], accepted: bool) -> str:
+    """``ACCEPTED``, ``NOT ACCEPTED``, or ``ACCEPTED (not run: nccl-tests fidelity \u2014 nccl-tests not
+    installed (node1))``: an acceptance never hides a check that could not run."""
+    if not accepted:
+        return "NOT ACCEPTED"
+    missing = not_run_notes(t for t in record.get("tests") or [] if isinstance(t, Mapping))
+    return "ACCEPTED" + (f" (not run: {'; '.join(missing)})" if missing else "")
 
 
 def _checks(entry: Mapping[str, Any], by_test: Mapping[str, list[MetricResult]]) -> list[MetricResult]:
@@ -288,7 +303,7 @@ def overview(record: Mapping[str, Any], *, cluster_name: str | None = None) -> O
         categories[problem.category] = categories.get(problem.category, 0) + 1
     return Overview(
         accepted=accepted,
-        verdict="ACCEPTED" if accepted else "NOT ACCEPTED",
+        verdict=verdict_text(record, accepted),
         reason=reason,
         counts={k: int(v) for k, v in (record.get("counts") or {}).items()},
         identity=identity,

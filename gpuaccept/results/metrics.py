@@ -5,7 +5,9 @@ It is the unit of the run record, the report and the terminal summary. Verdicts:
 * ``pass`` / ``fail``: judged against a limit from thresholds.yaml (or, for an expectation, against
   the value its test expected), with the limit's ``source``;
 * ``info``: a figure the catalogue declares informational (shown, never passes a test);
-* ``unjudged``: the test needed a limit the node's SKU does not define; the test is an ERROR.
+* ``unjudged``: the test needed a limit the node's SKU does not define; the test is an ERROR;
+* ``measured``: the same, in a calibration run (``--calibrate``): recorded for ``gpuaccept-calibrate``
+  to set a floor from, never a pass; the test ends ``measured``, not passed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, Literal
 
 __all__ = ["JUDGED", "MetricResult", "Verdict"]
 
-Verdict = Literal["pass", "fail", "info", "unjudged"]
+Verdict = Literal["pass", "fail", "info", "unjudged", "measured"]
 #: The verdicts a test may pass on (at least one ``pass``, no ``fail``).
 JUDGED = frozenset({"pass", "fail"})
 
@@ -66,7 +68,7 @@ class MetricResult:
             parts.append(f"== {self.equal}")
         if parts:
             return " and ".join(parts)
-        return "informational" if self.verdict == "info" else "no limit"
+        return {"info": "informational", "measured": "no limit yet (calibration)"}.get(self.verdict, "no limit")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -50,6 +50,8 @@ class TestEntry:
     category: str | None = None
     #: every check the test made: what was observed, what was expected, the source and the verdict
     checks: list[dict[str, Any]] = field(default_factory=list)
+    #: verdict "not run" because a tool is missing: ``{"check", "tool", "detail"}`` (``Judge.tool_missing``)
+    not_run: dict[str, str] | None = None
 
 
 @dataclass
@@ -65,6 +67,8 @@ class RunRecord:
     metrics: list[MetricResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     status: str = "running"
+    #: the pytest command line of the session (what a calibrated limit's source cites)
+    command: str = ""
 
     def test(self, nodeid: str) -> TestEntry:
         return self.tests.setdefault(nodeid, TestEntry(nodeid))
@@ -88,6 +92,7 @@ class RunRecord:
             "finished": finished.isoformat(),
             "duration_s": round((finished - self.started).total_seconds(), 3),
             "status": self.status,
+            "command": self.command,
             "counts": counts,
             "settings": self.settings,
             "cluster": self.cluster,

@@ -4,8 +4,8 @@ regressed against the baseline and what changed on the nodes since then."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import RunRecord
@@ -13,7 +13,7 @@ from gpuaccept.results.record import RunRecord
 if TYPE_CHECKING:
     from gpuaccept.judging.baseline import Regression
 
-__all__ = ["margin", "node_summary_lines", "regression_lines"]
+__all__ = ["margin", "node_summary_lines", "not_run_notes", "regression_lines"]
 
 _RANK = {"error": 3, "failed": 2, "passed": 1, "skipped": 0, "not run": 0}
 
@@ -29,6 +29,21 @@ def margin(m: MetricResult) -> float | None:
     if m.max is not None and m.max != 0:
         candidates.append((m.max - value) / abs(m.max))
     return min(candidates) if candidates else None
+
+
+def not_run_notes(tests: Iterable[Mapping[str, Any]]) -> list[str]:
+    """What did not run, one note per check and missing tool with its nodes: ``nccl-tests fidelity --
+    nccl-tests not installed (node1, node2)``. Entries are run-record test entries (dicts); a test left
+    ``not run`` for another reason (the session ended first) is named by its id."""
+    notes: dict[str, list[str]] = {}
+    for entry in tests:
+        if entry.get("verdict") != "not run":
+            continue
+        why = entry.get("not_run") or {}
+        key = f"{why['check']} \u2014 {why['tool']} not installed" if why else str(entry.get("nodeid"))
+        nodes = notes.setdefault(key, [])
+        nodes += [str(n) for n in entry.get("nodes") or [] if str(n) not in nodes]
+    return [f"{key} ({', '.join(nodes)})" if nodes else key for key, nodes in notes.items()]
 
 
 def node_summary_lines(record: RunRecord) -> list[str]:

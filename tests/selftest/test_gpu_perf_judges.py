@@ -222,6 +222,15 @@ def test_nvlink_errors_unreadable_is_an_error(judge: Judge) -> None:
         judge_nvlink_under_load(record, judge, "vm")
 
 
+def test_nvlink_error_unread_link_named(judge: Judge) -> None:
+    """One link NVML would not read: could not measure, naming the GPU and the link (never a legacy 0)."""
+    record = p2p()
+    record.data["nvlink_errors"][1].update(replay=None, unread_links={"replay": [11]})
+    with pytest.raises(MeasurementError, match=r"GPU 1 \(00000000:00:07.0\): NVLink counters \['replay'\] .*"
+                       r"could not read replay on link\(s\) 11"):  # fmt: skip
+        judge_nvlink_under_load(record, judge, "vm")
+
+
 def test_nvlink_errors_name_the_links() -> None:
     """Errors on one link say so (a port or cable to look at); spread over all links say that."""
     record = p2p(crc=400)

@@ -1,0 +1,70 @@
+"""Not run is not absent: a check that needs a missing tool is ``not run`` on the record and the summary,
+and the cluster verdict is ACCEPTED only with what did not run listed."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuaccept.report.summary_model import cluster_verdict, overview
+
+from .conftest import run_inner, write_suite
+
+pytestmark = pytest.mark.selftest
+
+INNER = """
+import pytest
+
+pytestmark = pytest.mark.acceptance
+
+
+def test_judged_pass(node, judge):
+    judge.check("dev_shm_gib", 64.0, node=node)
+    judge.verify()
+
+
+def test_needs_a_tool(node, judge):
+    judge.check("dev_shm_gib", 64.0, node=node)
+    judge.tool_missing("nccl-tests fidelity", "nccl-tests", node=node, detail="looked in /opt/nccl-tests")
+
+
+def test_absent_on_this_cluster(node):
+    pytest.skip("the partition declares no GPUs")
+"""
+
+
+@pytest.fixture(scope="module")
+def inner(tmp_path_factory: pytest.TempPathFactory):
+    return run_inner(write_suite(tmp_path_factory.mktemp("notrun"), INNER), "-m", "acceptance", "--launcher", "local")
+
+
+def _entry(inner, name: str) -> dict:
+    return next(t for t in inner.record["tests"] if t["nodeid"].split("::")[-1].startswith(name))
+
+
+def test_missing_tool_is_not_run_on_the_record(inner) -> None:
+    assert inner.returncode == 0, inner.output  # nothing failed: the session itself passes
+    entry = _entry(inner, "test_needs_a_tool")
+    assert entry["verdict"] == "not run"
+    assert entry["not_run"] == {
+        "check": "nccl-tests fidelity",
+        "tool": "nccl-tests",
+        "detail": "looked in /opt/nccl-tests",
+    }
+    assert "nccl-tests not installed" in entry["message"]
+    assert _entry(inner, "test_absent_on_this_cluster")["verdict"] == "skipped"  # a declared absence stays a skip
+    assert inner.record["counts"] == {"passed": 1, "not run": 1, "skipped": 1}
+    assert "not run: nccl-tests fidelity \u2014 nccl-tests not installed" in inner.output  # the terminal says it
+
+
+def test_verdict_lists_what_did_not_run(inner) -> None:
+    accepted, reason = cluster_verdict(inner.record)
+    view = overview(inner.record)
+    node = _entry(inner, "test_needs_a_tool")["nodes"][0]
+    assert accepted and view.accepted
+    assert view.verdict == f"ACCEPTED (not run: nccl-tests fidelity \u2014 nccl-tests not installed ({node}))"
+    assert reason.endswith(f"; not run: nccl-tests fidelity \u2014 nccl-tests not installed ({node})")
+
+
+def test_plain_acceptance_reads_as_before() -> None:
+    record = {"status": "passed", "counts": {"passed": 2}, "tests": [{"nodeid": "a", "verdict": "passed"}]}
+    assert overview(record).verdict == "ACCEPTED"
