@@ -1,9 +1,11 @@
 """Interconnect: NVLink per GPU, the topology between every GPU pair, GPU/NIC/NUMA affinity, InfiniBand.
 
 NVLink and topology come from NVML (probe ``nvlink``), InfiniBand from sysfs (probe ``infiniband``).
-Whether a node must have InfiniBand is the SKU's declaration in thresholds.yaml (``ib_hca_count``,
-overridable per site): a node of a SKU that expects HCAs and shows none fails; a node whose SKU
-declares no InfiniBand expectation (e.g. ``cpu``, ``L40S``) and has no HCA is skipped as such.
+Whether a node must have NVLink or InfiniBand is the SKU's declaration in thresholds.yaml
+(``nvlink_links_active``, ``ib_hca_count``, overridable per site): a node of a SKU that expects them and
+shows none fails; a node whose SKU declares them absent (no limit, or ``equal: 0``: ``L40S`` has no
+NVLink, ``cpu`` no HCA) and shows none is skipped naming that absence, by the one rule
+``declares_absent`` that the coverage selftest also applies (gpuaccept/thresholds/coverage.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import pytest
 from gpuaccept.hardware.ib import judge_ib
 from gpuaccept.hardware.nvlink import judge_affinity, judge_nvlink, judge_topology
 from gpuaccept.hardware.perf import judge_nvlink_under_load, p2p_record
+from gpuaccept.thresholds.coverage import declares_absent
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect]
 
@@ -22,10 +25,19 @@ def _nvlink(cluster, node: str, gpus: int) -> dict:
     return cluster.run_shared("nvlink", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=120).one().data
 
 
+def _no_nvlink(judge, node: str, data: dict) -> bool:
+    """The SKU declares no NVLink and no GPU of the node has an active link (a link that is up is judged)."""
+    shown = any((g.get("nvlink") or {}).get("active") for g in data.get("gpus") or [])
+    return declares_absent(judge.declared("nvlink_links_active", node)) and not shown
+
+
 def test_nvlink(node, cluster, judge):
     """Links active per GPU as the SKU has them, common link speed, CRC/replay/recovery counters bounded."""
     gpus = cluster.require_gpus(node)
-    judge_nvlink(_nvlink(cluster, node, gpus), judge, node, declared_gpus=gpus)
+    data = _nvlink(cluster, node, gpus)
+    if _no_nvlink(judge, node, data):
+        pytest.skip(f"SKU {judge.sku(node)} declares no NVLink (nvlink_links_active) and {node} has none active")
+    judge_nvlink(data, judge, node, declared_gpus=gpus)
 
 
 def test_nvlink_errors_under_load(node, cluster, judge):
@@ -37,17 +49,21 @@ def test_nvlink_errors_under_load(node, cluster, judge):
     """
     if cluster.require_gpus(node) < 2:
         pytest.skip(f"{node} declares one GPU: no GPU pair to load the NVLinks")
-    if judge.declared("nvlink_links_active", node) is None:
-        pytest.skip(f"SKU {judge.sku(node)} declares no NVLink (no nvlink_links_active limit)")
+    if declares_absent(judge.declared("nvlink_links_active", node)):
+        pytest.skip(f"SKU {judge.sku(node)} declares no NVLink (nvlink_links_active)")
     judge_nvlink_under_load(p2p_record(cluster, node), judge, node)
 
 
 def test_gpu_topology(node, cluster, judge):
-    """Every GPU pair joined by the SKU's NVLinks (NV18 on HGX H100/H200) with NVLink P2P OK."""
+    """Every GPU pair joined by the SKU's NVLinks (NV18 on HGX H100/H200) with NVLink P2P OK. A PCIe-only SKU
+    (L40S) has no NVLink topology to judge; its pairs' bandwidth is test_p2p's."""
     gpus = cluster.require_gpus(node)
     if gpus < 2:
         pytest.skip(f"{node} declares one GPU: there is no GPU pair")
-    judge_topology(_nvlink(cluster, node, gpus), judge, node)
+    data = _nvlink(cluster, node, gpus)
+    if _no_nvlink(judge, node, data):
+        pytest.skip(f"SKU {judge.sku(node)} declares no NVLink (nvlink_links_active) and {node} has none active")
+    judge_topology(data, judge, node)
 
 
 def test_gpu_nic_affinity(node, cluster, judge):
@@ -55,9 +71,8 @@ def test_gpu_nic_affinity(node, cluster, judge):
     NUMA node and local CPUs shown beside it. A node without HCAs whose SKU expects none is skipped."""
     gpus = cluster.require_gpus(node)
     data = _nvlink(cluster, node, gpus)
-    hcas = judge.declared("ib_hca_count", node)
-    expects_hca = hcas is not None and max(hcas.min or 0, float(hcas.equal or 0)) >= 1
-    if not any(g.get("nics") for g in data.get("gpus") or []) and not expects_hca:
+    no_hca = not any(g.get("nics") for g in data.get("gpus") or [])
+    if no_hca and declares_absent(judge.declared("ib_hca_count", node)):
         pytest.skip(f"SKU {judge.sku(node)} expects no InfiniBand HCA and {node} has none")
     judge_affinity(data, judge, node)
 
@@ -65,7 +80,7 @@ def test_gpu_nic_affinity(node, cluster, judge):
 def test_infiniband(node, cluster, judge):
     """HCA count per the SKU; every compute port ACTIVE/LinkUp at the SKU's rate and link layer; counters bounded."""
     data = cluster.run("infiniband", nodes=[node], timeout_s=60).one().data
-    if judge.declared("ib_hca_count", node) is None and not data.get("hcas"):
-        pytest.skip(f"SKU {judge.sku(node)} declares no InfiniBand expectation and {node} has no HCA")
+    if declares_absent(judge.declared("ib_hca_count", node)) and not data.get("hcas"):
+        pytest.skip(f"SKU {judge.sku(node)} declares no InfiniBand (ib_hca_count) and {node} has no HCA")
     layer = judge.declared("ib_link_layer", node)
     judge_ib(data, judge, node, link_layer=None if layer is None else str(layer.equal))
