@@ -1,0 +1,180 @@
+"""What the node check reads, each a function run in its own watchdog child (``watchdog.run_readers``).
+
+Every reading goes through the probes' own code (``gpu_health.read_gpu``, ``_gpu.active_nvlinks`` and
+``nvlink_error_counters``, ``xid.read_log``, ``infiniband.collect``, ``hygiene.collect``, the
+fingerprint's stack versions), so the gate and the suite read a node the same way. Each reader
+announces its next blocking call with ``progress`` so a hang is named.
+
+Recorded readings stand in for the live ones where the probes already accept them (``--nvml-load``: a
+``gpu_health --dump`` file, ``--nvlink-load``: an ``nvlink --dump`` file, ``--sysfs-root``: a recorded
+sysfs tree, ``--kernel-log``: a saved kernel log): the selftests inject faults by editing those, and
+a FIFO in their place is a read that never returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuaccept.nodecheck.watchdog import progress
+from gpuaccept.probes import hygiene, infiniband, xid
+from gpuaccept.probes._gpu import active_nvlinks, nvlink_error_counters
+from gpuaccept.probes._nvml import nvml, text
+from gpuaccept.probes.fingerprint import _python_stack
+from gpuaccept.probes.gpu_health import read_gpu
+
+__all__ = [
+    "Sources",
+    "boot_id",
+    "read_gpus",
+    "read_hygiene",
+    "read_ib",
+    "read_kernel_log",
+    "read_versions",
+    "slurm_job_of",
+]
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where the readings come from: the live node, or recorded files standing in for parts of it."""
+
+    nvml_load: Path | None = None
+    nvlink_load: Path | None = None
+    sysfs_root: Path = Path("/sys")
+    kernel_log: Path | None = None
+    shm: str = "/dev/shm"
+    proc_root: Path = Path("/proc")
+
+
+def boot_id(proc_root: Path = Path("/proc")) -> str:
+    """This boot's id: counters and log positions kept from an earlier boot mean nothing now."""
+    try:
+        return (proc_root / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def slurm_job_of(pid: int, proc_root: Path = Path("/proc")) -> str | None:
+    """The Slurm job a process belongs to: the ``[JOB.STEP]`` of the ``slurmstepd`` it descends from.
+
+    A process no slurmstepd is an ancestor of (started outside Slurm, or left behind by a job whose
+    step has ended and reparented to init) belongs to no job.
+    """
+    current = pid
+    for _ in range(64):
+        try:
+            stat = (proc_root / str(current) / "stat").read_text()
+        except OSError:
+            return None
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        if comm.startswith("slurmstepd"):
+            try:
+                cmdline = (proc_root / str(current) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                return "?"
+            inside = cmdline.split("[", 1)[-1].split("]", 1)[0]
+            return inside.split(".", 1)[0] or "?"
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        if parent <= 1:
+            return None
+        current = parent
+    return None
+
+
+def _live_gpus() -> dict[str, Any]:
+    progress("nvmlInit")
+    lib = nvml()
+    if lib is None:
+        return {"nvml": False, "driver": None, "cuda_driver": None, "gpus": []}
+    progress("nvmlDeviceGetCount")
+    count = lib.nvmlDeviceGetCount()
+    progress("nvmlSystemGetDriverVersion")
+    cuda = lib.nvmlSystemGetCudaDriverVersion()
+    data: dict[str, Any] = {
+        "nvml": True,
+        "driver": text(lib.nvmlSystemGetDriverVersion()),
+        "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}",
+        "gpus": [],
+    }
+    for index in range(count):
+        progress(f"GPU {index}: nvmlDeviceGetHandleByIndex")
+        handle = lib.nvmlDeviceGetHandleByIndex(index)
+        progress(f"GPU {index}: health readings (ECC, row remaps, processes)")
+        gpu = read_gpu(lib, handle)
+        progress(f"GPU {index}: nvmlDeviceGetNvLinkState")
+        active = active_nvlinks(lib, handle)
+        progress(f"GPU {index}: NVLink error counters")
+        gpu["nvlink"] = {"active": len(active), "errors": nvlink_error_counters(lib, handle, active) if active else {}}
+        data["gpus"].append(gpu)
+    return data
+
+
+def _loaded_gpus(nvml_load: Path, nvlink_load: Path | None) -> dict[str, Any]:
+    progress(f"reading {nvml_load}")
+    data: dict[str, Any] = json.loads(nvml_load.read_text())
+    if nvlink_load is not None:
+        progress(f"reading {nvlink_load}")
+        links = {g["index"]: g.get("nvlink") for g in json.loads(nvlink_load.read_text()).get("gpus") or []}
+        for gpu in data.get("gpus") or []:
+            gpu["nvlink"] = links.get(gpu["index"])
+    return data
+
+
+def read_gpus(sources: Sources) -> dict[str, Any]:
+    """Driver, CUDA, and per GPU: identity, ECC, row remaps, processes (with their Slurm job), NVLinks."""
+    data = _loaded_gpus(sources.nvml_load, sources.nvlink_load) if sources.nvml_load else _live_gpus()
+    for gpu in data.get("gpus") or []:
+        for proc in gpu.get("processes") or []:
+            progress(f"GPU {gpu.get('index')}: Slurm job of pid {proc['pid']}")
+            proc["job"] = slurm_job_of(int(proc["pid"]), sources.proc_root)
+    return data
+
+
+def read_kernel_log(sources: Sources) -> dict[str, Any]:
+    """The kernel log's Xid lines, with this boot's id and uptime (the window is cut by the caller)."""
+    if sources.kernel_log is not None:
+        progress(f"reading {sources.kernel_log}")
+        source: str | None = f"file:{sources.kernel_log}"
+        log: str | None = sources.kernel_log.read_text(errors="replace")
+        errors: dict[str, str] = {}
+    else:
+        progress("kernel log (dmesg, then journalctl -k, then /dev/kmsg)")
+        source, log, errors = xid.read_log(["dmesg", "journalctl", "kmsg"])
+    lines = log.splitlines() if log else []
+    progress("/proc/uptime")
+    return {
+        "readable": log is not None,
+        "source": source,
+        "errors": errors,
+        "xid_lines": [line for line in lines if any(marker in line for marker in xid.MARKERS)],
+        "uptime_s": xid._uptime(),
+        "boot_id": boot_id(sources.proc_root),
+    }
+
+
+def read_ib(sources: Sources) -> dict[str, Any]:
+    """HCAs, ports (state, rate, link layer) and error counters from sysfs."""
+    progress(f"sysfs {sources.sysfs_root / 'class' / 'infiniband'}")
+    return infiniband.collect(sources.sysfs_root)
+
+
+def read_hygiene(sources: Sources) -> dict[str, Any]:
+    """/dev/shm size and free space, and this process's ulimits (slurmd's, which jobs inherit)."""
+    progress(f"statvfs {sources.shm}")
+    data = hygiene.collect(sources.shm)
+    try:
+        stat = os.statvfs(sources.shm)
+        data["dev_shm_free_gib"] = round(stat.f_bavail * stat.f_frsize / 2**30, 3)
+    except OSError:
+        data["dev_shm_free_gib"] = None
+    return data
+
+
+def read_versions(sources: Sources) -> dict[str, Any]:
+    """The training stack's versions (torch, NCCL) as the fingerprint probe reads them, without torch."""
+    progress("NCCL version (ncclGetVersion in the libnccl torch loads)")
+    return _python_stack(True)

@@ -1,0 +1,240 @@
+"""Judge the node check's readings with the suite's judging core, against the node SKU's limits.
+
+Every figure goes through ``Judge.check`` / ``Judge.expect`` (the same metrics, limits and sources as
+the acceptance tests; Xids and InfiniBand through the very functions those tests call), so the gate
+has no rules of its own. What it adds is only what a gate needs: a check the node's SKU sets no limit
+for is not part of that SKU's contract and is left out (the suite would call it unjudged); a reading
+that hung past the watchdog is a finding that drains (a hung driver or filesystem is a node fault);
+a reading that could not be taken for another reason is reported and does not drain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuaccept.errors import MeasurementError
+from gpuaccept.hardware.ib import judge_ib
+from gpuaccept.hardware.verdict import gpu_label
+from gpuaccept.hardware.xid import hardware_codes, judge_xid, parse_log
+from gpuaccept.judging.judge import Judge
+from gpuaccept.nodecheck.expected import GATED_FIELDS
+from gpuaccept.nodecheck.watchdog import Outcome
+from gpuaccept.results.metrics import MetricResult
+
+__all__ = ["Finding", "Verdicts", "judge_node"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong with the node: what, where, the value and what was expected."""
+
+    check: str
+    where: str
+    value: str
+    limit: str
+    drains: bool
+
+    def text(self) -> str:
+        where = f" {self.where}" if self.where else ""
+        return f"{self.check}{where} {self.value} (limit {self.limit})"
+
+
+@dataclass
+class Verdicts:
+    """The judged checks and what they found."""
+
+    results: list[MetricResult] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    state: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list[Finding]:
+        return [f for f in self.findings if f.drains]
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if not f.drains]
+
+
+def _short(result: MetricResult) -> str:
+    """``GPU1`` for a GPU check (the index only: reasons are truncated), the component otherwise."""
+    if result.gpu is None:
+        return ""
+    if result.on_gpu:
+        return f"GPU{result.gpu.split(' ', 1)[0]}"
+    return result.gpu.replace(" port ", ":")
+
+
+class _Node:
+    """The judging of one node's readings (a helper holding the judge, the node and the verdicts)."""
+
+    def __init__(self, judge: Judge, node: str, verdicts: Verdicts) -> None:
+        self.judge, self.node, self.verdicts = judge, node, verdicts
+
+    def declared(self, metric: str) -> bool:
+        return self.judge.declared(metric, self.node) is not None
+
+    def missing(self, check: str, where: str, why: str) -> None:
+        self.verdicts.findings.append(Finding(check, where, "not read", why, drains=False))
+
+    def check(self, metric: str, value: Any, gpu: str | None = None, **extra: Any) -> None:
+        """``judge.check`` where the SKU sets a limit; an unreadable value is reported, not judged."""
+        if not self.declared(metric):
+            return
+        if value is None:
+            self.missing(metric, gpu or "", "the reading gave no value")
+            return
+        self.judge.check(metric, value, node=self.node, gpu=gpu, **extra)
+
+    def quietly(self, call: Any, *args: Any) -> None:
+        """Run one of the suite's hardware judges; its checks are on the judge, its verdict is ours."""
+        try:
+            call(*args)
+        except AssertionError:
+            pass
+        except MeasurementError as exc:
+            self.missing(getattr(call, "__name__", "judge"), "", str(exc).splitlines()[0][:200])
+
+
+def _gpus(n: _Node, gpus: dict[str, Any], declared: int | None, context: str, job: str | None) -> None:
+    rows = gpus.get("gpus") or []
+    if declared is None:
+        n.missing("gpu_count", "", "the node's declared GPUs (gres) are unknown")
+    else:
+        n.judge.expect("gpu_count", len(rows), declared, node=n.node, nvml=gpus.get("nvml", True))
+    for gpu in rows:
+        label = gpu_label(gpu)
+        n.check("gpu_ecc_uncorrected_volatile", gpu.get("ecc_uncorrected_volatile"), label)
+        remaps = gpu.get("remapped_rows")
+        n.check("gpu_remapped_rows_pending", None if remaps is None else int(remaps["pending"]), label)
+        n.check("gpu_remapped_rows_failed", None if remaps is None else int(remaps["failure"]), label)
+        foreign = [
+            p for p in gpu.get("processes") or [] if p.get("job") is None or (context == "epilog" and p["job"] == job)
+        ]
+        n.judge.expect(
+            "gpu_foreign_processes",
+            ", ".join(f"{p['pid']} {p.get('name')}" for p in foreign) or "none",
+            "none",
+            node=n.node,
+            gpu=label,
+            processes=gpu.get("processes") or [],
+        )
+
+
+def _nvlink(n: _Node, gpus: dict[str, Any], boot: str, before: dict[str, Any]) -> dict[str, Any]:
+    """Links up and replay/recovery counts per GPU (the suite's limits); the deltas since the last check
+    ride along. Returns the counters to keep."""
+    if not n.declared("nvlink_links_active"):
+        return {}
+    keep: dict[str, Any] = {}
+    for gpu in gpus.get("gpus") or []:
+        label, link = gpu_label(gpu), gpu.get("nvlink")
+        if link is None:
+            n.missing("nvlink_links_active", label or "", "no NVLink reading")
+            continue
+        n.check("nvlink_links_active", link.get("active", 0), label)
+        if not link.get("active"):
+            continue
+        errors = link.get("errors") or {}
+        last = before.get(str(gpu.get("uuid"))) or {}
+        for metric, key in (("nvlink_replay_errors", "replay"), ("nvlink_recovery_errors", "recovery")):
+            value = errors.get(key)
+            delta = None if value is None or last.get(key) is None else value - last[key]
+            n.check(metric, value, label, since_last_check=delta, crc_flit=errors.get("crc_flit"))
+        keep[str(gpu.get("uuid"))] = {k: v for k, v in errors.items() if isinstance(v, int)}
+    return {"boot_id": boot, "counters": keep}
+
+
+def _xid(n: _Node, log: dict[str, Any], gpus: dict[str, Any], since: float | None) -> dict[str, Any] | None:
+    """Hardware Xids in the window since the last passing check (or since boot), judged by ``judge_xid``.
+
+    Returns the new position, or None to keep the old one: a window with a hardware Xid is judged again
+    until an operator acknowledges it (``--acknowledge-xids``) or the node reboots, so the node stays
+    drained rather than coming back once the line has scrolled out of the window.
+    """
+    if not n.declared("xid_hardware_codes"):
+        return None
+    hardware = hardware_codes(n.judge.declared("xid_hardware_codes", n.node))
+    events = parse_log(log.get("xid_lines") or [])
+    window = [e.raw for e in events if since is None or e.uptime_s is None or e.uptime_s > since]
+    data = {**log, "xid_lines": window, "gpus": gpus.get("gpus") or []}
+    before = len(n.judge.results)
+    n.quietly(judge_xid, data, n.judge, n.node, hardware)
+    mine = n.judge.results[before:]
+    for result in mine:
+        result.extra["window"] = "since boot" if since is None else f"since uptime {since:.0f} s"
+    if not log.get("readable") or any(r.verdict == "fail" for r in mine):
+        return None
+    return {"boot_id": log.get("boot_id"), "uptime_s": log.get("uptime_s")}
+
+
+def _ib(n: _Node, ib: dict[str, Any]) -> None:
+    limit = n.judge.declared("ib_hca_count", n.node)
+    expects = limit is not None and bool(limit.min or limit.equal not in (None, 0, 0.0, "0"))
+    if not expects and not ib.get("hcas"):
+        return
+    layer = n.judge.declared("ib_link_layer", n.node)
+    n.quietly(judge_ib, ib, n.judge, n.node, None if layer is None else str(layer.equal))
+
+
+def _hygiene(n: _Node, data: dict[str, Any]) -> None:
+    for metric in ("dev_shm_gib", "dev_shm_free_gib", "nofile", "memlock_kib"):
+        n.check(metric, data.get(metric))
+
+
+def _versions(n: _Node, expected: dict[str, Any], gpus: dict[str, Any], stack: dict[str, Any]) -> None:
+    observed = {"driver": gpus.get("driver"), "CUDA": gpus.get("cuda_driver"), "NCCL": stack.get("nccl")}
+    for label in GATED_FIELDS:
+        if label in expected:
+            n.judge.expect("versions_consistent", observed[label], expected[label], node=n.node, field=label)
+
+
+def judge_node(
+    judge: Judge,
+    node: str,
+    outcomes: dict[str, Outcome],
+    *,
+    declared_gpus: int | None,
+    context: str,
+    job: str | None,
+    saved: dict[str, dict[str, Any]],
+) -> Verdicts:
+    """Every check on the readings that came back; timeouts and reader failures become findings."""
+    verdicts = Verdicts()
+    n = _Node(judge, node, verdicts)
+    for outcome in outcomes.values():
+        if outcome.timed_out:
+            verdicts.findings.append(Finding("timeout", outcome.name, outcome.step, f"{outcome.seconds:g} s", True))
+        elif outcome.error:
+            n.missing(outcome.name, "", outcome.error[:200])
+
+    def data(name: str) -> dict[str, Any] | None:
+        outcome = outcomes.get(name)
+        return outcome.data if outcome is not None and outcome.ok and isinstance(outcome.data, dict) else None
+
+    gpus = data("gpus")
+    if gpus is not None:
+        _gpus(n, gpus, declared_gpus, context, job)
+        boot = (data("kernel_log") or {}).get("boot_id", "unknown")
+        verdicts.state["nvlink"] = _nvlink(n, gpus, boot, (saved.get("nvlink") or {}).get("counters") or {})
+        log = data("kernel_log")
+        if log is not None:
+            position = _xid(n, log, gpus, (saved.get("xid") or {}).get("uptime_s"))
+            if position is not None:
+                verdicts.state["xid"] = position
+    if (ib := data("ib")) is not None:
+        _ib(n, ib)
+    if (hygiene := data("hygiene")) is not None:
+        _hygiene(n, hygiene)
+    expected = data("expected")
+    if expected is None or expected.get("fields") is None:
+        verdicts.skipped.append("versions: " + ((expected or {}).get("error") or "no expected fingerprint"))
+    elif gpus is not None:
+        _versions(n, expected["fields"], gpus, data("versions") or {})
+    verdicts.results = list(judge.results)
+    verdicts.findings += [
+        Finding(r.metric, _short(r), str(r.value), r.limit_text(), True) for r in judge.results if r.verdict == "fail"
+    ]
+    return verdicts

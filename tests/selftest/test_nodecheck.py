@@ -1,0 +1,218 @@
+"""The node check on recorded readings: the lent 2 x H200 (fixtures/nvml/), the HGX H100 NDR sysfs tree
+and saved kernel logs. Healthy passes; each fault is one edited reading and must be named (check, GPU,
+value, limit); a reading that hangs is a timeout naming it, well inside the watchdog.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuaccept.fleet.node import REASON_MAX, ours, reason_text
+from gpuaccept.nodecheck.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+NVML = REPO / "fixtures" / "nvml"
+NDR = REPO / "fixtures" / "sysfs" / "hgx-h100-ndr"
+CLEAN_LOG = REPO / "fixtures" / "kernel-log" / "dmesg-h100-clean.txt"
+
+
+@pytest.fixture()
+def rec(tmp_path: Path) -> dict[str, Any]:
+    """A recorded node in tmp_path: files the test edits, and the arguments that point the check at them."""
+    health = tmp_path / "gpu_health.json"
+    health.write_text((NVML / "h200-x2-lent.gpu_health.json").read_text())
+    links = tmp_path / "nvlink.json"
+    links.write_text((NVML / "h200-x2-lent.nvlink.json").read_text())
+    log = tmp_path / "dmesg.txt"
+    log.write_text(CLEAN_LOG.read_text())
+    sysfs = tmp_path / "sysfs"
+    shutil.copytree(NDR, sysfs)
+    args = [
+        "--node", "nodeA", "--gpus", "2", "--state-dir", str(tmp_path / "state"),
+        "--nvml-load", str(health), "--nvlink-load", str(links), "--sysfs-root", str(sysfs),
+        "--kernel-log", str(log), "--expected", str(tmp_path / "expected.json"),
+        "--thresholds", str(host_site(tmp_path / "site.yaml")),
+    ]  # fmt: skip
+    return {"dir": tmp_path, "health": health, "links": links, "log": log, "sysfs": sysfs, "args": args}
+
+
+def memlock_kib() -> int:
+    soft = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    return -1 if soft == resource.RLIM_INFINITY else soft // 1024
+
+
+def host_site(path: Path) -> Path:
+    """This host's locked-memory limit, declared: the GPU SKUs ask for unlimited (RDMA pins memory) and
+    the check reads its own limit, which a CI container without CAP_SYS_RESOURCE cannot raise."""
+    path.write_text(
+        "schema_version: 1\nskus:\n  H200:\n    limits:\n      memlock_kib:\n"
+        f'        equal: {memlock_kib()}\n        source: "the selftest host\'s own RLIMIT_MEMLOCK"\n'
+    )
+    return path
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, Any]]:
+    code = main([*args, *extra, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def edit(path: Path, change: Any) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def test_recorded_h200_is_healthy(rec, capsys):
+    code, out = run(rec["args"], capsys)
+    assert code == 0, out["failed"] + out["errors"]
+    judged = {(r["metric"], r["gpu"]): r["verdict"] for r in out["results"]}
+    gpu1 = "1 (00000000:00:07.0)"
+    for metric in ("gpu_ecc_uncorrected_volatile", "gpu_remapped_rows_pending", "nvlink_links_active"):
+        assert judged[(metric, gpu1)] == "pass", metric
+    assert judged[("gpu_foreign_processes", gpu1)] == "pass"
+    assert judged[("gpu_count", None)] == "pass"
+    assert judged[("xid_hardware_events", gpu1)] == "pass"
+    assert judged[("ib_port_state", "mlx5_0 port 1")] == "pass"
+    assert judged[("dev_shm_free_gib", None)] == "pass"
+    assert out["sku"] == "H200" and out["verdict"] == "PASSED"
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [
+        (lambda n: edit(n["health"], lambda d: d["gpus"][1].update(ecc_uncorrected_volatile=2)),
+         "gpu_ecc_uncorrected_volatile GPU1 2 (limit <= 0)"),
+        (lambda n: edit(n["health"], lambda d: d["gpus"][0]["remapped_rows"].update(pending=True)),
+         "gpu_remapped_rows_pending GPU0 1 (limit <= 0)"),
+        (lambda n: edit(n["health"], lambda d: d["gpus"].pop()), "gpu_count 1 (limit == 2)"),
+        (lambda n: edit(n["links"], lambda d: d["gpus"][1]["nvlink"].update(active=17)),
+         "nvlink_links_active GPU1 17 (limit >= 18)"),
+        (lambda n: edit(n["links"], lambda d: d["gpus"][0]["nvlink"]["errors"].update(replay=3)),
+         "nvlink_replay_errors GPU0 3 (limit <= 0)"),
+        (lambda n: (n["sysfs"] / "class/infiniband/mlx5_3/ports/1/state").write_text("1: DOWN\n"),
+         "ib_port_state mlx5_3:1 DOWN (limit == ACTIVE)"),
+        (lambda n: (n["sysfs"] / "class/infiniband/mlx5_2/ports/1/rate").write_text("200 Gb/sec (4X HDR)\n"),
+         "ib_port_rate_gbps mlx5_2:1 200.0 (limit >= 400)"),
+        (lambda n: (n["dir"] / "expected.json").write_text(json.dumps(
+            {"schema": "gpuaccept.expected-fingerprint/1", "fields": {"driver": "570.86.15", "CUDA": "13.0"}})),
+         "versions_consistent 580.159.04 (limit == 570.86.15)"),
+    ],
+)  # fmt: skip
+def test_each_fault_is_named(rec, capsys, fault, expected):
+    fault(rec)
+    code, out = run(rec["args"], capsys)
+    assert code == 1
+    assert expected in out["failed"], out["failed"]
+
+
+def test_failure_lines_and_reason(rec, capsys):
+    edit(rec["health"], lambda d: d["gpus"][1].update(ecc_uncorrected_volatile=2))
+    assert main(rec["args"]) == 1
+    out = capsys.readouterr().out
+    assert "gpuaccept: nodeA FAIL gpu_ecc_uncorrected_volatile GPU1 2 (limit <= 0)" in out
+    assert "nodeA healthcheck FAILED" in out
+    reason = reason_text(["gpu_ecc_uncorrected_volatile GPU1 2 (limit <= 0)", "x", "y"])
+    assert reason == "gpuaccept: gpu_ecc_uncorrected_volatile GPU1 2 (limit <= 0) (+2 more)" and ours(reason)
+    assert len(reason_text(["z" * 300])) == REASON_MAX
+    assert not ours("NHC: check_fs_mount failed")
+
+
+def test_memlock_is_judged_against_the_sku(rec, capsys):
+    """Without the host's declaration the packaged H200 limit (unlimited, for RDMA) applies."""
+    if memlock_kib() == -1:
+        pytest.skip("RLIMIT_MEMLOCK is unlimited here: nothing to miss")
+    args = rec["args"][: rec["args"].index("--thresholds")]
+    code, out = run(args, capsys)
+    assert code == 1 and f"memlock_kib {memlock_kib()} (limit == -1.0)" in out["failed"]
+
+
+def test_foreign_process_is_named_job_process_is_not(rec, capsys):
+    """A process outside every Slurm job on a GPU fails; the classification walks /proc for slurmstepd."""
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        edit(rec["health"], lambda d: d["gpus"][0].update(processes=[{"pid": stray.pid, "name": "python3"}]))
+        code, out = run(rec["args"], capsys)
+        assert code == 1
+        assert f"gpu_foreign_processes GPU0 {stray.pid} python3 (limit == none)" in out["failed"]
+    finally:
+        stray.kill()
+        stray.wait()
+
+
+def _stamp(seconds: float) -> str:
+    return f"[{seconds:12.6f}] NVRM: Xid (PCI:0000:00:07): 79, pid='<unknown>', GPU has fallen off the bus.\n"
+
+
+def test_xid_window_holds_until_acknowledged(rec, capsys):
+    assert run(rec["args"], capsys)[0] == 0  # clean log: the window now starts at this run's uptime
+    position = json.loads((rec["dir"] / "state" / "nodeA" / "xid.json").read_text())["uptime_s"]
+    with rec["log"].open("a") as log:
+        log.write(_stamp(position + 0.001))
+    code, out = run(rec["args"], capsys)
+    assert code == 1 and "xid_hardware_events GPU1 1 (limit <= 0)" in out["failed"], out["failed"]
+    assert run(rec["args"], capsys)[0] == 1, "a hardware Xid stays in the window until acknowledged"
+    code, out = run(rec["args"], capsys, "--acknowledge-xids")
+    assert code == 0, out["failed"]  # the operator repaired the GPU: the window starts now
+    assert run(rec["args"], capsys)[0] == 0
+    with rec["log"].open("a") as log:
+        log.write(_stamp(position + 10**6))  # a new Xid after the acknowledged position
+    assert run(rec["args"], capsys)[0] == 1
+
+
+def test_hung_read_is_a_timeout_that_names_it(rec, capsys):
+    """A FIFO nobody writes is a read that never returns: the check ends at its per-check watchdog."""
+    fifo = rec["dir"] / "hung.json"
+    os.mkfifo(fifo)
+    args = [a if a != str(rec["health"]) else str(fifo) for a in rec["args"]]
+    start = time.monotonic()
+    code, out = run(args, capsys, "--check-timeout", "2")
+    took = time.monotonic() - start
+    assert code == 1
+    assert any(f.startswith(f"timeout gpus reading {fifo} (limit 2") for f in out["failed"]), out["failed"]
+    assert took < 10, f"{took:.1f} s: the watchdog did not cut the hung read"
+
+
+def test_prolog_error_does_not_drain_but_healthcheck_says_so(rec, capsys, monkeypatch):
+    """A reading that could not be taken (not a timeout): exit 0 in a prolog, 2 in the health check."""
+    rec["health"].unlink()
+    monkeypatch.setenv("SLURM_SCRIPT_CONTEXT", "prolog_slurmd")
+    code, out = run(rec["args"], capsys)
+    assert (code, out["context"], out["verdict"]) == (0, "prolog", "could not check")
+    monkeypatch.delenv("SLURM_SCRIPT_CONTEXT")
+    code, out = run(rec["args"], capsys)
+    assert (code, out["context"]) == (2, "healthcheck")
+
+
+def test_epilog_counts_the_ending_jobs_leftovers(rec, capsys, monkeypatch):
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        edit(rec["health"], lambda d: d["gpus"][1].update(processes=[{"pid": stray.pid, "name": "python3"}]))
+        monkeypatch.setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmd")
+        monkeypatch.setenv("SLURM_JOB_ID", "7")
+        code, out = run(rec["args"], capsys)
+        assert code == 1 and out["context"] == "epilog"
+    finally:
+        stray.kill()
+        stray.wait()
+
+
+def test_console_script_runs_without_pytest_collection(rec):
+    """``python -m gpuaccept.nodecheck`` as slurmd runs it: a bare environment, no pytest session."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "SLURMD_NODENAME": "nodeA"}
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuaccept.nodecheck", *rec["args"]],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "nodeA healthcheck" in done.stdout, done.stdout + done.stderr
+    assert time.monotonic() - start < 30
