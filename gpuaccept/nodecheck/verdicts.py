@@ -206,7 +206,7 @@ def judge_node(
     n = _Node(judge, node, verdicts)
     for outcome in outcomes.values():
         if outcome.timed_out:
-            verdicts.findings.append(Finding("timeout", outcome.name, outcome.step, f"{outcome.seconds:g} s", True))
+            verdicts.findings.append(Finding("timeout", outcome.name, outcome.step, f"{outcome.seconds:.1f} s", True))
         elif outcome.error:
             n.missing(outcome.name, "", outcome.error[:200])
 
