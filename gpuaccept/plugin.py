@@ -25,6 +25,7 @@ from gpuaccept.judging.baseline import BASELINE_KEY, load_session_baseline
 from gpuaccept.judging.categories import category
 from gpuaccept.judging.judge import Judge
 from gpuaccept.markers import MARKERS
+from gpuaccept.nodecheck.expected import write_expected
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import record_id
 from gpuaccept.results.summary import node_summary_lines, not_run_notes
@@ -330,7 +331,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     )
     try:
         if state.started or state.record.errors:
-            state.config._gpuaccept_record_path = state.write_record(status)  # type: ignore[attr-defined]
+            state.config._gpuaccept_record_path = path = state.write_record(status)  # type: ignore[attr-defined]
+            # what the node check (gpuaccept-node-check) compares each node's driver, CUDA and NCCL with
+            write_expected(state.record.fingerprints, state.reports_dir / "expected-fingerprint.json", path, status)
         if state.settings.drain_on_fail != "off" and state.started and state.cluster.kind == "slurm":
             state.drain_lines = run_drain(state.record, state.settings.drain_on_fail)
     finally:

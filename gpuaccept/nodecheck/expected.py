@@ -49,9 +49,11 @@ def expected_fingerprint(fingerprints: dict[str, Any], run: dict[str, Any]) -> d
     return {"schema": SCHEMA, "fields": fields, "nodes": sorted(prints), "run": run}
 
 
-def write_expected(fingerprints: dict[str, Any], path: Path, run: dict[str, Any]) -> Path | None:
-    """Write the expected fingerprint atomically (nothing when no node was fingerprinted)."""
-    data = expected_fingerprint(fingerprints, {**run, "written": _dt.datetime.now(_dt.timezone.utc).isoformat()})
+def write_expected(fingerprints: dict[str, Any], path: Path, record: Path, status: str) -> Path | None:
+    """Write the expected fingerprint atomically, naming the run record it came from and that run's
+    status (an operator installs the file of an accepted run); nothing when no node was fingerprinted."""
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat()
+    data = expected_fingerprint(fingerprints, {"record": str(record), "status": status, "written": now})
     if data is None:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)

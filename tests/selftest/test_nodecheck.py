@@ -216,3 +216,18 @@ def test_console_script_runs_without_pytest_collection(rec):
     )  # fmt: skip
     assert "nodeA healthcheck" in done.stdout, done.stdout + done.stderr
     assert time.monotonic() - start < 30
+
+
+def test_expected_fingerprint_is_the_majority_of_the_run(tmp_path):
+    """The acceptance run writes what most nodes had; one odd node does not become the expectation."""
+    from gpuaccept.nodecheck.expected import read_expected, write_expected
+
+    def fp(driver: str) -> dict[str, Any]:
+        return {"gpus": {"driver": driver, "cuda_driver": "13.0"}, "stack": {"nccl": "2.28.9"}, "kernel": "6.8"}
+
+    prints = {"n1": fp("580.159.04"), "n2": fp("580.159.04"), "n3": fp("570.86.15"), "n4": {"error": "down"}}
+    path = write_expected(prints, tmp_path / "expected-fingerprint.json", tmp_path / "run.json", "failed")
+    fields = read_expected(path)
+    assert (fields["driver"], fields["CUDA"], fields["NCCL"]) == ("580.159.04", "13.0", "2.28.9")
+    assert json.loads(path.read_text())["nodes"] == ["n1", "n2", "n3"]
+    assert write_expected({"n4": {"error": "down"}}, tmp_path / "none.json", tmp_path / "run.json", "failed") is None
