@@ -2,8 +2,10 @@
 
 Like LBNL NHC (which resumes only nodes whose reason starts with ``NHC:``), the node check never
 touches a drain another tool or a person set: ``resume_if_ours`` reads the node's reason first and
-leaves any reason that does not start with ``gpuaccept:`` alone. Reasons are kept short because
-``sinfo -R`` shows the first 20 characters by default and Slurm stores them whole but tools cut them.
+leaves any reason that does not start with ``gpuaccept:`` alone. Nor does it resume a drain of the
+acceptance suite or the idle re-validation (``gpuaccept: test_<name> ...``, from ``fleet.drain``): its
+seconds of reading cannot clear what a benchmark or a fine-tune found; a passing run and
+``gpuaccept-undrain`` do. Reasons are kept short: ``sinfo -R`` shows 20 characters by default.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 
 from gpuaccept.dispatch.slurm_cli import NodeInfo, SlurmError, node_info, state_is_usable
 
-__all__ = ["PREFIX", "REASON_MAX", "NodeAction", "drain", "ours", "reason_text", "resume_if_ours"]
+__all__ = ["PREFIX", "REASON_MAX", "NodeAction", "drain", "from_node_check", "ours", "reason_text", "resume_if_ours"]
 
 PREFIX = "gpuaccept:"
 REASON_MAX = 120
@@ -27,7 +29,13 @@ def reason_text(findings: list[str]) -> str:
 
 
 def ours(reason: str) -> bool:
+    """Any drain gpuaccept wrote (the node check's or the suite's)."""
     return reason.strip().startswith(PREFIX)
+
+
+def from_node_check(reason: str) -> bool:
+    """A drain the node check wrote and may lift: ours, and not the suite's ``gpuaccept: test_...``."""
+    return ours(reason) and not reason.strip()[len(PREFIX) :].lstrip().startswith("test_")
 
 
 @dataclass(frozen=True)
@@ -72,15 +80,16 @@ def _drained(info: NodeInfo) -> bool:
 
 
 def resume_if_ours(node: str, info: NodeInfo | None = None, timeout_s: float = 10.0) -> NodeAction:
-    """Resume the node if it is drained with a ``gpuaccept:`` reason; any other state is left alone."""
+    """Resume the node if the node check drained it; any other drain or state is left alone."""
     try:
         info = info or node_info(node)
     except SlurmError as exc:
         return NodeAction("resume skipped", str(exc))
     if "DRAIN" not in info.state.upper():
         return NodeAction("nothing to resume")
-    if not ours(info.reason):
-        return NodeAction("left alone", f"drained by someone else: {info.reason}")
+    if not from_node_check(info.reason):
+        whose = "a slow check of gpuaccept's" if ours(info.reason) else "someone else"
+        return NodeAction("left alone", f"drained by {whose}: {info.reason}")
     try:
         done = _scontrol(["update", f"nodename={node}", "state=resume"], timeout_s)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuaccept.fleet.history import history
 from gpuaccept.judging.baseline import Baseline, fingerprint_diff, summarize_changes
 from gpuaccept.report import summary_charts as charts
 from gpuaccept.report.render import data_uri, fmt, render
@@ -242,6 +243,7 @@ def build_summary(
         tests=tests,
         checks=by_test,
         duration_s=record.get("duration_s"),
+        history=history(record_path.parent) if record_path is not None else [],
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.fleet.node import REASON_MAX, ours, reason_text
+from gpuaccept.fleet.node import REASON_MAX, from_node_check, ours, reason_text
 from gpuaccept.nodecheck.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,6 +125,7 @@ def test_failure_lines_and_reason(rec, capsys):
     assert reason == "gpuaccept: gpu_ecc_uncorrected_volatile GPU1 2 (limit <= 0) (+2 more)" and ours(reason)
     assert len(reason_text(["z" * 300])) == REASON_MAX
     assert not ours("NHC: check_fs_mount failed")
+    assert from_node_check(reason) and not from_node_check("gpuaccept: test_matmul matmul_bf16_tflops")
 
 
 def test_memlock_is_judged_against_the_sku(rec, capsys):
@@ -231,3 +232,27 @@ def test_expected_fingerprint_is_the_majority_of_the_run(tmp_path):
     assert (fields["driver"], fields["CUDA"], fields["NCCL"]) == ("580.159.04", "13.0", "2.28.9")
     assert json.loads(path.read_text())["nodes"] == ["n1", "n2", "n3"]
     assert write_expected({"n4": {"error": "down"}}, tmp_path / "none.json", tmp_path / "run.json", "failed") is None
+
+
+def test_history_of_a_nodes_folder_in_the_summary(tmp_path):
+    """Re-validation runs of one node, one record each in its folder: the summary lists them over time."""
+    from gpuaccept.fleet.history import history
+    from gpuaccept.report.summary import build_summary
+
+    from .report_records import gpu_record
+
+    folder = tmp_path / "history" / "gpu-a01"
+    folder.mkdir(parents=True)
+    for day, status in ((1, "passed"), (2, "failed"), (3, "passed")):
+        record = gpu_record()
+        record["started"] = f"2026-11-0{day}T03:00:00+00:00"
+        record["status"] = status
+        path = folder / f"2026110{day}T030000Z.json"
+        path.write_text(json.dumps(record))
+        os.utime(path, (day * 1000, day * 1000))
+    rows = history(folder)
+    assert [r.started for r in rows] == ["2026-11-01 03:00:00", "2026-11-02 03:00:00", "2026-11-03 03:00:00"]
+    assert [r.status for r in rows] == ["passed", "failed", "passed"]
+    html = build_summary(record, record_path=path)
+    assert "History of the runs recorded beside this one" in html
+    assert html.count("2026110") >= 3
