@@ -187,8 +187,12 @@ def _hygiene(n: _Node, data: dict[str, Any]) -> None:
 def _versions(n: _Node, expected: dict[str, Any], gpus: dict[str, Any], stack: dict[str, Any]) -> None:
     observed = {"driver": gpus.get("driver"), "CUDA": gpus.get("cuda_driver"), "NCCL": stack.get("nccl")}
     for label in GATED_FIELDS:
-        if label in expected:
-            n.judge.expect("versions_consistent", observed[label], expected[label], node=n.node, field=label)
+        if expected.get(label) is None:
+            continue  # the accepted run had none (a CPU node has no driver): nothing to hold this node to
+        if observed[label] is None:
+            n.missing("versions_consistent", label, f"{label} unreadable here (expected {expected[label]})")
+            continue
+        n.judge.expect("versions_consistent", observed[label], expected[label], node=n.node, field=label)
 
 
 def judge_node(

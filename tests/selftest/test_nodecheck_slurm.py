@@ -108,7 +108,7 @@ def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             handle.write(
                 "# gate selftest (tests/selftest/test_nodecheck_slurm.py)\n"
                 f"HealthCheckProgram={wrapper}\nHealthCheckInterval=0\nHealthCheckNodeState=ANY\n"
-                f"Prolog={wrapper}\nEpilog={wrapper}\n"
+                f"Prolog={wrapper}\nEpilog={wrapper}\nPrologFlags=Alloc\n"
                 # a failed prolog requeues the job without holding it; the requeue waits cred_expire s
                 "SchedulerParameters=nohold_on_prolog_fail,bf_interval=1,sched_interval=1\n"
                 "AuthInfo=cred_expire=5\n"
