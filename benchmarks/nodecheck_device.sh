@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-reports/nodecheck-device}
 mkdir -p "$out"
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 python=${GPUACCEPT_PYTHON:-python3}
 # a host without a GPU (a CPU check of the script): no hog, and the fault goes into the lent H200 dump
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
