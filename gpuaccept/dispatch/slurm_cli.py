@@ -134,9 +134,9 @@ def key_values(text: str) -> dict[str, str]:
     return out
 
 
-def node_info(node: str) -> NodeInfo:
+def node_info(node: str, timeout_s: float = 30.0) -> NodeInfo:
     """``scontrol show node`` parsed: state, declared GPUs, CPUs, drain reason, partitions."""
-    fields = key_values(slurm_cmd(["scontrol", "show", "node", node]))
+    fields = key_values(slurm_cmd(["scontrol", "show", "node", node], timeout_s))
     if "NodeName" not in fields:
         raise SlurmError(f"scontrol show node {node}: no such node")
     return NodeInfo(

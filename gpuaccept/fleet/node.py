@@ -59,7 +59,7 @@ def drain(node: str, reason: str, timeout_s: float = 10.0) -> NodeAction:
     """``scontrol update nodename=NODE state=drain reason=REASON``; a node already drained by another
     tool keeps that reason (we do not overwrite someone else's diagnosis)."""
     try:
-        current = node_info(node)
+        current = node_info(node, timeout_s)
     except SlurmError as exc:
         current = None
         lookup = str(exc)
@@ -82,7 +82,7 @@ def _drained(info: NodeInfo) -> bool:
 def resume_if_ours(node: str, info: NodeInfo | None = None, timeout_s: float = 10.0) -> NodeAction:
     """Resume the node if the node check drained it; any other drain or state is left alone."""
     try:
-        info = info or node_info(node)
+        info = info or node_info(node, timeout_s)
     except SlurmError as exc:
         return NodeAction("resume skipped", str(exc))
     if "DRAIN" not in info.state.upper():

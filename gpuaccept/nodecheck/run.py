@@ -52,17 +52,21 @@ def exit_code(context: str, verdicts: Verdicts) -> int:
     return EXIT_OK
 
 
-def _act(args: argparse.Namespace, node: str, context: str, verdicts: Verdicts, slurm: dict[str, Any]) -> NodeAction:
+def _act(
+    args: argparse.Namespace, node: str, context: str, verdicts: Verdicts, slurm: dict[str, Any], start: float
+) -> NodeAction:
+    """Drain or resume within what is left of the watchdog (each scontrol call gets at most that)."""
     if not args.drain:
         return NodeAction("no action (without --drain)")
+    left = max(2.0, min(10.0, (args.timeout - 1.0 - (time.monotonic() - start)) / 2))
     if verdicts.failed:
-        return drain(node, reason_text([f.text() for f in verdicts.failed]))
+        return drain(node, reason_text([f.text() for f in verdicts.failed]), left)
     if verdicts.errors or context != "healthcheck":
         return NodeAction("no action")
     info = None
     if "state" in slurm:
         info = NodeInfo(node, slurm["state"], int(slurm["gpus"]), 0, slurm.get("reason", ""), ())
-    return resume_if_ours(node, info)
+    return resume_if_ours(node, info, left)
 
 
 def _save(state: NodeState, verdicts: Verdicts, slurm: dict[str, Any], summary: dict[str, Any]) -> None:
@@ -109,7 +113,7 @@ def conclude(
     except Exception as exc:  # a bug of ours, or readings of a shape we did not foresee: never a drain
         print(f"gpuaccept: {node}: cannot judge: {type(exc).__name__}: {exc}")
         return EXIT_ERROR if context == "healthcheck" else EXIT_OK
-    action = _act(args, node, context, verdicts, slurm)
+    action = _act(args, node, context, verdicts, slurm, start)
     code = exit_code(context, verdicts)
     seconds = round(time.monotonic() - start, 2)
     word = "FAILED" if verdicts.failed else "could not check" if verdicts.errors else "PASSED"

@@ -256,3 +256,19 @@ def test_history_of_a_nodes_folder_in_the_summary(tmp_path):
     html = build_summary(record, record_path=path)
     assert "History of the runs recorded beside this one" in html
     assert html.count("2026110") >= 3
+
+
+def test_overall_watchdog_ends_a_check_that_hangs_outside_the_readers(rec):
+    """The last resort: the check's own state file behind a FIFO hangs the main process; --timeout ends it."""
+    state = rec["dir"] / "state" / "nodeA"
+    state.mkdir(parents=True)
+    os.mkfifo(state / "xid.json")
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuaccept.nodecheck", *rec["args"], "--timeout", "4", "--check-timeout", "2"],
+        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    took = time.monotonic() - start
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "node check watchdog: no verdict after 4 s" in done.stderr
+    assert took < 10, f"{took:.1f} s"
