@@ -57,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     recorded.add_argument("--sysfs-root", type=Path, default=Path("/sys"), help="sysfs root for InfiniBand")
     recorded.add_argument("--kernel-log", type=Path, help="a saved kernel log instead of dmesg")
     recorded.add_argument("--shm", default="/dev/shm", help="the shared-memory mount to check")
+    recorded.add_argument("--proc-root", type=Path, default=Path("/proc"), help="where processes and jobs are read")
     return p
 
 
@@ -95,7 +96,9 @@ def _read_expected(path: Path) -> dict[str, Any]:
 def _readers(args: argparse.Namespace, node: str, context: str, state: NodeState) -> dict[str, Any]:
     from gpuaccept.nodecheck.expected import DEFAULT_EXPECTED
 
-    sources = readers.Sources(args.nvml_load, args.nvlink_load, args.sysfs_root, args.kernel_log, args.shm)
+    sources = readers.Sources(
+        args.nvml_load, args.nvlink_load, args.sysfs_root, args.kernel_log, args.shm, args.proc_root
+    )
     expected = args.expected or DEFAULT_EXPECTED
     return {
         "gpus": lambda: readers.read_gpus(sources),

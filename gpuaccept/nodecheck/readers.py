@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from gpuaccept.probes.gpu_health import read_gpu
 __all__ = [
     "Sources",
     "boot_id",
+    "jobs_on_node",
     "read_gpus",
     "read_hygiene",
     "read_ib",
@@ -58,31 +60,61 @@ def boot_id(proc_root: Path = Path("/proc")) -> str:
         return "unknown"
 
 
-def slurm_job_of(pid: int, proc_root: Path = Path("/proc")) -> str | None:
-    """The Slurm job a process belongs to: the ``[JOB.STEP]`` of the ``slurmstepd`` it descends from.
+_CGROUP_JOB = re.compile(r"/job_(\d+)(?:/|$)")
 
-    A process no slurmstepd is an ancestor of (started outside Slurm, or left behind by a job whose
-    step has ended and reparented to init) belongs to no job.
+
+def slurm_job_of(pid: int, proc_root: Path = Path("/proc")) -> str | None:
+    """The Slurm job a process belongs to: the ``[JOB.STEP]`` of the ``slurmstepd`` it descends from,
+    else the ``job_<id>`` of its cgroup (a process pam_slurm_adopt put into a job from an ssh login).
+
+    A process that is in no job either way (started outside Slurm, or left behind by a job whose step
+    has ended and reparented to init) belongs to no job.
     """
     current = pid
     for _ in range(64):
         try:
             stat = (proc_root / str(current) / "stat").read_text()
         except OSError:
-            return None
+            break
         comm = stat[stat.index("(") + 1 : stat.rindex(")")]
         if comm.startswith("slurmstepd"):
-            try:
-                cmdline = (proc_root / str(current) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                return "?"
-            inside = cmdline.split("[", 1)[-1].split("]", 1)[0]
-            return inside.split(".", 1)[0] or "?"
+            return _stepd_job(proc_root / str(current)) or "?"
         parent = int(stat[stat.rindex(")") + 2 :].split()[1])
         if parent <= 1:
-            return None
+            break
         current = parent
-    return None
+    try:
+        match = _CGROUP_JOB.search((proc_root / str(pid) / "cgroup").read_text())
+    except OSError:
+        return None
+    return match.group(1) if match else None
+
+
+def _stepd_job(proc: Path) -> str | None:
+    """``slurmstepd: [42.batch]`` -> ``42``."""
+    try:
+        cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return None
+    inside = cmdline.split("[", 1)[-1].split("]", 1)[0] if "[" in cmdline else ""
+    return inside.split(".", 1)[0] or None
+
+
+def jobs_on_node(proc_root: Path = Path("/proc")) -> list[str]:
+    """Jobs with a ``slurmstepd`` on this host (their steps are running here)."""
+    jobs: set[str] = set()
+    for proc in proc_root.iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if not (proc / "comm").read_text().startswith("slurmstepd"):
+                continue
+        except OSError:
+            continue
+        job = _stepd_job(proc)
+        if job:
+            jobs.add(job)
+    return sorted(jobs)
 
 
 def _live_gpus() -> dict[str, Any]:
@@ -152,7 +184,7 @@ def read_kernel_log(sources: Sources) -> dict[str, Any]:
         "errors": errors,
         "xid_lines": [line for line in lines if any(marker in line for marker in xid.MARKERS)],
         "uptime_s": xid._uptime(),
-        "boot_id": boot_id(sources.proc_root),
+        "boot_id": boot_id(),
     }
 
 
@@ -171,6 +203,8 @@ def read_hygiene(sources: Sources) -> dict[str, Any]:
         data["dev_shm_free_gib"] = round(stat.f_bavail * stat.f_frsize / 2**30, 3)
     except OSError:
         data["dev_shm_free_gib"] = None
+    progress("jobs running here (slurmstepd in /proc)")
+    data["jobs"] = jobs_on_node(sources.proc_root)
     return data
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Any
 
@@ -127,6 +128,7 @@ def conclude(
         "checks": judged,
         "failed": [f.text() for f in verdicts.failed],
         "errors": [f.text() for f in verdicts.errors],
+        "skipped": verdicts.skipped,
         "action": action.text(),
         "readers": {n: {"seconds": o.seconds, "timed_out": o.timed_out, "error": o.error} for n, o in outcomes.items()},
     }
@@ -143,6 +145,4 @@ def conclude(
 
 
 def _job() -> str | None:
-    import os
-
     return os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")

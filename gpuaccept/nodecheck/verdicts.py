@@ -179,9 +179,16 @@ def _ib(n: _Node, ib: dict[str, Any]) -> None:
     n.quietly(judge_ib, ib, n.judge, n.node, None if layer is None else str(layer.equal))
 
 
-def _hygiene(n: _Node, data: dict[str, Any]) -> None:
-    for metric in ("dev_shm_gib", "dev_shm_free_gib", "nofile", "memlock_kib"):
+def _hygiene(n: _Node, data: dict[str, Any], job: str | None) -> None:
+    """/dev/shm size and ulimits always; /dev/shm free space only on a node no other job runs on (a
+    running job's own files there are its business; what is left when none runs is a leftover)."""
+    for metric in ("dev_shm_gib", "nofile", "memlock_kib"):
         n.check(metric, data.get(metric))
+    others = [j for j in data.get("jobs") or [] if j != job]
+    if others:
+        n.verdicts.skipped.append(f"dev_shm_free_gib: job(s) {', '.join(others)} running here")
+    else:
+        n.check("dev_shm_free_gib", data.get("dev_shm_free_gib"))
 
 
 def _versions(n: _Node, expected: dict[str, Any], gpus: dict[str, Any], stack: dict[str, Any]) -> None:
@@ -231,7 +238,7 @@ def judge_node(
     if (ib := data("ib")) is not None:
         _ib(n, ib)
     if (hygiene := data("hygiene")) is not None:
-        _hygiene(n, hygiene)
+        _hygiene(n, hygiene, job)
     expected = data("expected")
     if expected is None or expected.get("fields") is None:
         verdicts.skipped.append("versions: " + ((expected or {}).get("error") or "no expected fingerprint"))

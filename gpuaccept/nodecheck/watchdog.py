@@ -19,7 +19,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Outcome", "progress", "run_readers"]
@@ -43,7 +43,6 @@ class Outcome:
     timed_out: bool = False
     step: str = "start"
     seconds: float = 0.0
-    steps: list[str] = field(default_factory=list)
     answered: bool = False
 
     @property
@@ -121,7 +120,6 @@ def run_readers(
                 continue
             if "step" in message:
                 outcome.step = message["step"]
-                outcome.steps.append(message["step"])
             elif "result" in message:
                 outcome.data, outcome.answered = message["result"], True
             elif "error" in message:

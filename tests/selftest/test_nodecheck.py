@@ -37,13 +37,15 @@ def rec(tmp_path: Path) -> dict[str, Any]:
     log.write_text(CLEAN_LOG.read_text())
     sysfs = tmp_path / "sysfs"
     shutil.copytree(NDR, sysfs)
+    proc = tmp_path / "proc"  # this host's jobs (other selftests' loopback clusters) are not the node's
+    proc.mkdir()
     args = [
         "--node", "nodeA", "--gpus", "2", "--state-dir", str(tmp_path / "state"),
         "--nvml-load", str(health), "--nvlink-load", str(links), "--sysfs-root", str(sysfs),
         "--kernel-log", str(log), "--expected", str(tmp_path / "expected.json"),
-        "--thresholds", str(host_site(tmp_path / "site.yaml")),
+        "--thresholds", str(host_site(tmp_path / "site.yaml")), "--proc-root", str(proc),
     ]  # fmt: skip
-    return {"dir": tmp_path, "health": health, "links": links, "log": log, "sysfs": sysfs, "args": args}
+    return {"proc": proc, "dir": tmp_path, "health": health, "links": links, "log": log, "sysfs": sysfs, "args": args}
 
 
 def memlock_kib() -> int:
@@ -137,17 +139,25 @@ def test_memlock_is_judged_against_the_sku(rec, capsys):
     assert code == 1 and f"memlock_kib {memlock_kib()} (limit == -1.0)" in out["failed"]
 
 
+def fake_process(proc: Path, pid: int, comm: str, parent: int, cmdline: str = "") -> None:
+    """One process as /proc shows it: comm, stat (with its parent) and cmdline."""
+    (proc / str(pid)).mkdir()
+    (proc / str(pid) / "comm").write_text(comm + "\n")
+    (proc / str(pid) / "stat").write_text(f"{pid} ({comm}) S {parent} {pid} {pid} 0 -1\n")
+    (proc / str(pid) / "cmdline").write_text((cmdline or comm).replace(" ", "\0") + "\0")
+
+
 def test_foreign_process_is_named_job_process_is_not(rec, capsys):
-    """A process outside every Slurm job on a GPU fails; the classification walks /proc for slurmstepd."""
-    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        edit(rec["health"], lambda d: d["gpus"][0].update(processes=[{"pid": stray.pid, "name": "python3"}]))
-        code, out = run(rec["args"], capsys)
-        assert code == 1
-        assert f"gpu_foreign_processes GPU0 {stray.pid} python3 (limit == none)" in out["failed"]
-    finally:
-        stray.kill()
-        stray.wait()
+    """A process outside every Slurm job on a GPU fails; one under a job's slurmstepd does not."""
+    fake_process(rec["proc"], 500, "slurmstepd", 1, "slurmstepd: [42.batch]")
+    fake_process(rec["proc"], 501, "python3", 500)  # the job's training process
+    fake_process(rec["proc"], 600, "python3", 1)  # a process of no job
+    procs = [{"pid": 501, "name": "python3"}, {"pid": 600, "name": "python3"}]
+    edit(rec["health"], lambda d: d["gpus"][0].update(processes=procs))
+    code, out = run(rec["args"], capsys)
+    assert code == 1
+    assert out["failed"] == ["gpu_foreign_processes GPU0 600 python3 (limit == none)"], out["failed"]
+    assert "dev_shm_free_gib: job(s) 42 running here" in out["skipped"]
 
 
 def _stamp(seconds: float) -> str:
@@ -195,16 +205,17 @@ def test_prolog_error_does_not_drain_but_healthcheck_says_so(rec, capsys, monkey
 
 
 def test_epilog_counts_the_ending_jobs_leftovers(rec, capsys, monkeypatch):
-    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        edit(rec["health"], lambda d: d["gpus"][1].update(processes=[{"pid": stray.pid, "name": "python3"}]))
-        monkeypatch.setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmd")
-        monkeypatch.setenv("SLURM_JOB_ID", "7")
-        code, out = run(rec["args"], capsys)
-        assert code == 1 and out["context"] == "epilog"
-    finally:
-        stray.kill()
-        stray.wait()
+    """Job 7's process on a GPU is its own business while job 7 runs; in job 7's epilog it is a leftover."""
+    fake_process(rec["proc"], 500, "slurmstepd", 1, "slurmstepd: [7.0]")
+    fake_process(rec["proc"], 501, "python3", 500)
+    edit(rec["health"], lambda d: d["gpus"][1].update(processes=[{"pid": 501, "name": "python3"}]))
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    code, out = run(rec["args"], capsys)
+    assert (code, out["context"]) == (0, "healthcheck"), out["failed"]
+    monkeypatch.setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmd")
+    code, out = run(rec["args"], capsys)
+    assert (code, out["context"]) == (1, "epilog")
+    assert out["failed"] == ["gpu_foreign_processes GPU1 501 python3 (limit == none)"], out["failed"]
 
 
 def test_console_script_runs_without_pytest_collection(rec):
