@@ -3,12 +3,20 @@
 ``cluster.run("matmul", nodes=[node], tasks_per_node=8, gpus_per_task=1)`` builds a ``Step``, hands it
 to the launcher, records the exact command and the raw output on the current test (run record and
 report), and returns the parsed ``ProbeResult``. In a dry run it prints the command and skips.
+
+Fan-out: when a node-parametrized test asks for its own node's probe, the step runs once on every
+node that test has in this session (``FanoutGroup``, from ``state.py``), and each node's case gets its
+own slice of it: ``test_x[node1]`` launches one step on node1..nodeN and ``test_x[node2]`` then takes
+node2's part without a launch. N nodes cost one step time, one step's RPCs, one login-node process.
+A node that did not start or answer gets its own error; the others their results.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import pytest
@@ -20,7 +28,7 @@ from gpuaccept.errors import MeasurementError
 if TYPE_CHECKING:  # typing.Unpack for **kwargs is Python 3.12; annotations are not evaluated at run time
     from typing_extensions import Unpack
 
-__all__ = ["NO_GPU_REASON", "Cluster", "StepOptions"]
+__all__ = ["NO_GPU_REASON", "Cluster", "FanoutGroup", "StepOptions"]
 
 NO_GPU_REASON = "partition declares no GPUs"
 
@@ -36,6 +44,19 @@ class StepOptions(TypedDict, total=False):
     exclusive: bool
 
 
+@dataclass(frozen=True)
+class FanoutGroup:
+    """The cases of one test function this process runs, one per node: who shares a fan-out step.
+
+    ``item``: the test case asking now; ``key``: the test function (module, name, parameters other
+    than the node); ``nodes``: the nodes of its cases, in allocation order, lost ones left out.
+    """
+
+    item: str
+    key: Hashable
+    nodes: tuple[str, ...]
+
+
 class Cluster:
     """Probes on nodes: the only way tests reach the machines."""
 
@@ -46,17 +67,29 @@ class Cluster:
         probe_timeout_s: float,
         dry_run: bool = False,
         on_step: Callable[[Step, list[str], ProbeResult | None], None] | None = None,
+        fanout: Callable[[str], FanoutGroup | None] | None = None,
     ) -> None:
         self.launcher = launcher
         self.probe_timeout_s = probe_timeout_s
         self.dry_run = dry_run
         self._on_step = on_step
-        self._down: dict[str, str] = {}
+        self._fanout = fanout if hasattr(launcher, "run_fanout") else None
         self._shared: dict[tuple[Any, ...], ProbeResult | MeasurementError] = {}
+        self._slices: dict[Hashable, dict[str, tuple[Step, ProbeResult | MeasurementError]]] = {}
+        self._group: Hashable = None
+        self._item = ""
+        self._calls: Counter[tuple[Any, ...]] = Counter()
 
     @property
     def nodes(self) -> list[str]:
-        return self.launcher.nodes()
+        """The nodes under test, less any lost during the run (a cross-node check goes on without them)."""
+        lost = self.lost
+        return [n for n in self.launcher.nodes() if n not in lost]
+
+    @property
+    def lost(self) -> dict[str, str]:
+        """Nodes lost during the run (slurmd gone, taken out of the allocation) and why."""
+        return dict(getattr(self.launcher, "lost", {}))
 
     @property
     def kind(self) -> str:
@@ -76,6 +109,10 @@ class Cluster:
 
     def run(self, probe: str, *, nodes: Iterable[str], **options: Unpack[StepOptions]) -> ProbeResult:
         """Run ``python -m gpuaccept.probes.<probe>`` on ``nodes``; raise ``ProbeError`` if it breaks."""
+        nodes = tuple(nodes)
+        group = self._fanout(nodes[0]) if self._fanout and len(nodes) == 1 and not self.dry_run else None
+        if group is not None and len(group.nodes) > 1:
+            return self._run_fanned(group, probe, nodes[0], options)
         step = self._step(probe, nodes, **options)
         if not step.nodes:
             raise MeasurementError(f"probe {probe}: no nodes to run on")
@@ -95,6 +132,42 @@ class Cluster:
         finally:
             if self._on_step:
                 self._on_step(step, command, result)
+
+    def _run_fanned(self, group: FanoutGroup, probe: str, node: str, options: StepOptions) -> ProbeResult:
+        """This node's slice of the step its test function runs on all its nodes (launched on first ask).
+
+        Keyed by the test function, the probe and options, and the call's position among the test's
+        calls with those: a test that measures twice gets two steps, each node its own slice of each.
+        """
+        if group.item != self._item:
+            self._item = group.item
+            self._calls.clear()
+        if group.key != self._group:  # the previous test function is done: drop what its skipped cases left
+            self._group = group.key
+            self._slices.clear()
+        call = (probe, *sorted((k, repr(v)) for k, v in options.items()))
+        slices = self._slices.setdefault((group.key, call, self._calls[call]), {})
+        self._calls[call] += 1
+        if node not in slices:
+            targets = [n for n in group.nodes if n not in slices and self._same_shape(n, node, options)]
+            step = self._step(probe, targets if node in targets else [node, *targets], **options)
+            slices.update({n: (step, value) for n, value in self.launcher.run_fanout(step).items()})  # type: ignore[attr-defined]
+        step, value = slices.pop(node)
+        if self._on_step:
+            result = value if isinstance(value, ProbeResult) else getattr(value, "result", None)
+            self._on_step(step, self.launcher.command(step, fanout=True), result)  # type: ignore[call-arg]
+        if isinstance(value, MeasurementError):
+            raise value
+        return value
+
+    def _same_shape(self, peer: str, node: str, options: StepOptions) -> bool:
+        """A GPU step fans out only to nodes that declare as many GPUs (one srun step has one shape)."""
+        if peer == node or not options.get("gpus_per_task"):
+            return True
+        try:
+            return self.gpus_on(peer) == self.gpus_on(node)
+        except MeasurementError:
+            return False
 
     def _step(self, probe: str, nodes: Iterable[str], **options: Unpack[StepOptions]) -> Step:
         return Step(
@@ -136,14 +209,25 @@ class Cluster:
     def run_each(
         self, probe: str, nodes: Iterable[str], **options: Unpack[StepOptions]
     ) -> dict[str, ProbeResult | MeasurementError]:
-        """One step per node, all at once; per-node errors are returned, not raised.
+        """The probe on every node at once; per-node errors are returned, not raised.
 
         For checks that must say "node2 is broken, node1 is fine" in one test rather than stopping at
-        the first dead node. The steps run concurrently (one thread waiting on each srun): one after
-        another, a check across 500 nodes would take 500 step times. The record and report hooks are
-        called afterwards from this thread, in node order.
+        the first dead node. Under Slurm it is one fan-out step for all the nodes (``run_fanout``);
+        elsewhere one step per node, run concurrently (one thread waiting on each). The record and
+        report hooks are called afterwards from this thread, in node order.
         """
         nodes = list(nodes)
+        if len(nodes) > 1 and not self.dry_run and hasattr(self.launcher, "run_fanout"):
+            step = self._step(probe, nodes, **options)
+            fanned: dict[str, ProbeResult | MeasurementError] = self.launcher.run_fanout(step)
+            if self._on_step:
+                command = self.launcher.command(step, fanout=True)  # type: ignore[call-arg]
+                for node in nodes:
+                    value = fanned[node]
+                    self._on_step(
+                        step, command, value if isinstance(value, ProbeResult) else getattr(value, "result", None)
+                    )
+            return {node: fanned[node] for node in nodes}
         if len(nodes) <= 1 or self.dry_run:
             out: dict[str, ProbeResult | MeasurementError] = {}
             for node in nodes:

@@ -2,6 +2,10 @@
 
 Kept apart from the hook functions so the plugin module reads as the flow of a session, and so a
 session that never asks for nodes (the selftests' outer pytest) never touches Slurm.
+
+It also knows which cases of a test function this process will run (``fanout_group``: the nodes a
+fan-out step covers) and which nodes were lost during the run (``_NodeLoss``: a lost node's next test
+errors naming it, its later tests skip giving the reason, the record and the summary name it).
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ import sys
 from collections.abc import Generator
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from gpuaccept.cluster import Cluster
+from gpuaccept.cluster import Cluster, FanoutGroup
 from gpuaccept.dispatch import SlurmUnusable, choose_launcher, make_launcher
 from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.dispatch.slurm_cli import SlurmError, cluster_name
@@ -53,7 +58,11 @@ class SessionState:
         self._setup_failure: pytest.UsageError | None = None
         if not config.pluginmanager.has_plugin(_SetupGuard.name):
             config.pluginmanager.register(_SetupGuard(self), _SetupGuard.name)
+        if not config.pluginmanager.has_plugin(_NodeLoss.name):
+            config.pluginmanager.register(_NodeLoss(self), _NodeLoss.name)
         self.drain_lines: list[str] = []
+        #: test function -> the nodes of its cases this process runs (set once collection is final)
+        self.peers: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     @property
     def reports_dir(self) -> Path:
@@ -78,6 +87,7 @@ class SessionState:
                 probe_timeout_s=self.settings.probe_timeout,
                 dry_run=self.settings.dry_run,
                 on_step=self._on_step,
+                fanout=self.fanout_group,
             )
             allocation = getattr(launcher, "allocation", None)
             self.record.cluster = {
@@ -110,8 +120,26 @@ class SessionState:
         item = self.current_item
         if item is not None:
             entry = self.record.test(record_id(item.nodeid))
-            entry.commands.append(shell_join(command))
+            line = shell_join(command)
+            if line not in entry.commands:  # one fan-out step reported once per node of a cross-node check
+                entry.commands.append(line)
         self.config.hook.pytest_gpuaccept_step_finished(item=item, step=step, command=command, result=result)
+
+    def fanout_group(self, node: str) -> FanoutGroup | None:
+        """Who shares the current test case's step for ``node``; None: run it on that node alone.
+
+        Under pytest-xdist every worker runs per node: ``--dist loadgroup`` hands a worker one node's
+        group at a time and it cannot know which nodes it will get next, so a fan-out there would
+        measure nodes that other workers are measuring at the same moment.
+        """
+        item = self.current_item
+        if item is None or hasattr(self.config, "workerinput"):
+            return None
+        key = function_key(item)
+        if key is None or item.callspec.params["node"] != node:  # type: ignore[attr-defined]
+            return None
+        lost = self.cluster.lost
+        return FanoutGroup(item.nodeid, key, tuple(n for n in self.peers.get(key, (node,)) if n not in lost))
 
     def close(self) -> None:
         if self._cluster is not None:
@@ -119,6 +147,9 @@ class SessionState:
 
     def write_record(self, status: str) -> Path:
         self.record.status = status
+        if self._cluster is not None:
+            self.record.cluster["lost_nodes"] = self._cluster.lost
+            self.record.cluster["srun_steps"] = getattr(self._cluster.launcher, "steps_launched", None)
         if self._fingerprints is not None:
             self.record.fingerprints = self._fingerprints.collected()
         path = self.settings.run_record or self.record.default_path(self.reports_dir)
@@ -155,6 +186,55 @@ class _SetupGuard:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed and self.state._setup_failure is not None:
             raise self.state._setup_failure
+
+
+def function_key(item: pytest.Item) -> tuple[str, ...] | None:
+    """A node-parametrized case's test function with its other parameters; None for other tests."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "node" not in callspec.params:
+        return None
+    others = tuple(f"{k}={v!r}" for k, v in sorted(callspec.params.items()) if k != "node")
+    return (str(item.path), getattr(item, "originalname", item.name), *others)
+
+
+class _NodeLoss:
+    """Nodes lost during the run: the fan-out groups, the skips, and the summary line.
+
+    A lost node's first case after the loss runs and errors naming the node (the dispatcher refuses
+    to launch on it, or its slice of a step says it did not start); its later cases skip with the
+    reason, so a dead node costs one error and no timeouts, and the survivors go on.
+    """
+
+    name = "gpuaccept-node-loss"
+
+    def __init__(self, state: SessionState) -> None:
+        self.state = state
+        self.announced: set[str] = set()
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        peers: dict[tuple[str, ...], list[str]] = {}
+        for item in session.items:
+            key = function_key(item)
+            if key is not None:
+                peers.setdefault(key, []).append(item.callspec.params["node"])  # type: ignore[attr-defined]
+        self.state.peers = {key: tuple(nodes) for key, nodes in peers.items()}
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if not self.state.started or function_key(item) is None:
+            return
+        node = item.callspec.params["node"]  # type: ignore[attr-defined]
+        reason = self.state.cluster.lost.get(node)
+        if reason is None:
+            return
+        if node in self.announced:
+            pytest.skip(f"{node} was lost during the run: {reason}")
+        self.announced.add(node)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.state.started:
+            for node, reason in sorted(self.state.cluster.lost.items()):
+                terminalreporter.write_line(f"{node}: lost during the run: {reason}", red=True)
 
 
 STATE_KEY = pytest.StashKey[SessionState]()

@@ -59,7 +59,9 @@ def salloc_argv(settings: Settings, nodes: int, gpus_per_node: int, nodelist: tu
             argv.append(f"{flag}={value}")
     if gpus_per_node:
         argv.append(f"--gres=gpu:{gpus_per_node}")
-    argv.append("--exclusive")
+    # --no-kill: a node that fails is taken out of the allocation instead of ending it, so the other
+    # nodes' tests go on (without it Slurm expires the whole job and every node's later steps fail).
+    argv += ["--exclusive", "--no-kill"]
     return argv
 
 

@@ -2,21 +2,29 @@
 
 Every step is pinned to its nodes (``--nodelist``), named (so a stuck step can be found and
 ``scancel``ed), and launched with ``--kill-on-bad-exit`` so one failing rank ends the whole step at
-once instead of leaving its peers waiting in a collective until the timeout.
+once instead of leaving its peers waiting in a collective until the timeout. A fan-out step (one
+per-node probe on many nodes at once, ``run_fanout``) is the exception: there the nodes are
+independent, and one node's crash must end only that node's part (``dispatch/fanout.py``).
+
+A node whose slurmd does not take a step, or that Slurm has taken out of the allocation (the
+session's allocation is made with ``--no-kill``, so Slurm shrinks it instead of ending it), is
+*lost*: ``lost`` names it with the reason, and no later step is sent to it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
 
 from gpuaccept.dispatch.allocation import Allocation
+from gpuaccept.dispatch.fanout import lost_from_stderr, slice_results
 from gpuaccept.dispatch.proc import run_all
 from gpuaccept.dispatch.result import ProbeResult, check_step, reported_ranks
-from gpuaccept.dispatch.slurm_cli import SlurmError, node_info, slurm_cmd
+from gpuaccept.dispatch.slurm_cli import SlurmError, expand_hostlist, node_info, slurm_cmd
 from gpuaccept.dispatch.step import STEP_ENV_DEFAULTS, Step, probe_argv
-from gpuaccept.errors import MeasurementError, ProbeTimeout
+from gpuaccept.errors import MeasurementError, ProbeError, ProbeTimeout
 
 __all__ = ["SlurmLauncher"]
 
@@ -45,6 +53,10 @@ class SlurmLauncher:
         self._gpus_override = gpus_per_node
         self._python = python
         self._gpus: dict[str, int] = {}
+        #: node -> why it is lost (did not take a step, or left the allocation); no step goes there again
+        self.lost: dict[str, str] = {}
+        #: srun steps started by this process (what the scale figures count)
+        self.steps_launched = 0
 
     def nodes(self) -> list[str]:
         return list(self.allocation.nodes)
@@ -65,7 +77,8 @@ class SlurmLauncher:
                 raise MeasurementError(message, nodes=(node,)) from None
         return self._gpus[node]
 
-    def command(self, step: Step) -> list[str]:
+    def command(self, step: Step, *, fanout: bool = False) -> list[str]:
+        """The srun command; ``fanout``: one independent per-node probe on every node of the step."""
         argv = [
             "srun",
             f"--jobid={self.allocation.job_id}",
@@ -74,8 +87,8 @@ class SlurmLauncher:
             f"--nodelist={','.join(step.nodes)}",
             f"--ntasks={step.ranks}",
             f"--ntasks-per-node={step.tasks_per_node}",
-            "--kill-on-bad-exit=1",
         ]
+        argv += ["--kill-on-bad-exit=0", "--label", "-v"] if fanout else ["--kill-on-bad-exit=1"]
         if step.gpus_per_task:
             argv.append(f"--gpus-per-task={step.gpus_per_task}")
         elif not step.exclusive:
@@ -87,16 +100,21 @@ class SlurmLauncher:
             if self.container_mounts:
                 argv.append(f"--container-mounts={self.container_mounts}")
         argv += list(self.srun_args)
+        if fanout:
+            return argv + probe_argv("_pernode", (step.probe, *step.args), self._python)
         return argv + probe_argv(step.probe, step.args, self._python)
 
-    def run(self, step: Step) -> ProbeResult:
-        argv = self.command(step)
-        env = {**STEP_ENV_DEFAULTS, **os.environ, **step.env}
+    def _env(self, step: Step) -> dict[str, str]:
+        env = {**STEP_ENV_DEFAULTS, **os.environ, **step.env, "GPUACCEPT_TASKS_PER_NODE": str(step.tasks_per_node)}
         if self.container_image:
             env["GPUACCEPT_CONTAINER_IMAGE"] = self.container_image
         for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
             env.pop(var, None)
-        finished = run_all([argv], [env], step.timeout_s, first_signal=signal.SIGTERM)
+        return env
+
+    def _launch(self, step: Step, argv: list[str]) -> tuple[ProbeResult, bool]:
+        self.steps_launched += 1
+        finished = run_all([argv], [self._env(step)], step.timeout_s, first_signal=signal.SIGTERM)
         result = ProbeResult(
             probe=step.probe,
             command=argv,
@@ -106,10 +124,96 @@ class SlurmLauncher:
             stderr=finished.stderr[0],
             duration_s=finished.duration_s,
         )
-        if finished.timed_out:
+        return result, finished.timed_out
+
+    def run(self, step: Step) -> ProbeResult:
+        self._refuse_lost(step)
+        result, timed_out = self._launch(step, self.command(step))
+        if timed_out:
             left = self._cancel_step(step)
             raise ProbeTimeout(self._timeout_message(step, result, left), nodes=step.nodes)
+        if result.returncode != 0:
+            self._find_lost(step, result)
+            if any(n in self.lost for n in step.nodes):
+                error = ProbeError(
+                    f"probe {step.probe} on {', '.join(step.nodes)}: "
+                    + "; ".join(f"{n} lost: {self.lost[n]}" for n in step.nodes if n in self.lost),
+                    nodes=tuple(n for n in step.nodes if n in self.lost),
+                )
+                error.result = result  # type: ignore[attr-defined]  # the report attaches the full output
+                raise error
         return check_step(result, step.ranks)
+
+    def run_fanout(self, step: Step) -> dict[str, ProbeResult | MeasurementError]:
+        """The per-node probe of ``step`` on all its nodes in one srun step: each node's result or error.
+
+        A node lost before the step gets its reason without a launch. When Slurm refuses the whole
+        step (a node left the allocation since the last step), the lost nodes are found and the step
+        runs once more on the others: at most two steps, whatever the node count.
+        """
+        results: dict[str, ProbeResult | MeasurementError] = {
+            n: self._lost_error(step, n) for n in step.nodes if n in self.lost
+        }
+        nodes = tuple(n for n in step.nodes if n not in self.lost)
+        for attempt in range(2):
+            if not nodes:
+                break
+            part = dataclasses.replace(step, nodes=nodes)
+            whole, timed_out = self._launch(part, self.command(part, fanout=True))
+            if timed_out:
+                self._cancel_step(part)
+            sliced = slice_results(whole, nodes, step.tasks_per_node, timed_out=timed_out, timeout_s=step.timeout_s)
+            if timed_out or "launching StepId=" in whole.stderr or attempt:
+                for node, error in sliced.items():
+                    reason = getattr(error, "lost", None)
+                    if isinstance(error, MeasurementError) and reason:
+                        self.lost.setdefault(node, f"its slurmd did not take a step ({reason})")
+                return results | sliced
+            self._find_lost(part, whole)  # srun launched nothing: did Slurm take nodes out of the job?
+            survivors = tuple(n for n in nodes if n not in self.lost)
+            if survivors == nodes:  # refused for another reason: every node gets srun's own words
+                error = ProbeError(
+                    f"probe {step.probe}: srun started no task on {', '.join(nodes)}: {whole.stderr.strip()[-800:]}",
+                    nodes=nodes,
+                )
+                return results | dict.fromkeys(nodes, error)
+            results |= {n: self._lost_error(step, n) for n in nodes if n in self.lost}
+            nodes = survivors
+        return results
+
+    def _lost_error(self, step: Step, node: str) -> MeasurementError:
+        return ProbeError(f"probe {step.probe}: {node} was lost during the run: {self.lost[node]}", nodes=(node,))
+
+    def _refuse_lost(self, step: Step) -> None:
+        gone = [n for n in step.nodes if n in self.lost]
+        if gone:
+            raise ProbeError(
+                f"probe {step.probe}: not launched: "
+                + "; ".join(f"{n} was lost during the run: {self.lost[n]}" for n in gone),
+                nodes=tuple(gone),
+            )
+
+    def _find_lost(self, step: Step, result: ProbeResult) -> None:
+        """After a failed step: the nodes whose slurmd refused it, and the nodes Slurm took out of the job."""
+        for node, why in lost_from_stderr(result.stderr).items():
+            self.lost.setdefault(node, f"its slurmd did not take a step ({why})")
+        if "launching StepId=" in result.stderr or self.allocation.job_id.startswith("$"):
+            return
+        try:
+            held = set(expand_hostlist(slurm_cmd(["squeue", "-h", "-j", self.allocation.job_id, "-o", "%N"]).strip()))
+        except SlurmError:
+            return
+        for node in step.nodes:
+            if held and node not in held:
+                self.lost.setdefault(node, f"Slurm took it out of job {self.allocation.job_id} ({self._state(node)})")
+
+    @staticmethod
+    def _state(node: str) -> str:
+        try:
+            info = node_info(node)
+        except SlurmError as exc:
+            return f"state unreadable: {exc}"
+        return f"state {info.state}" + (f", reason: {info.reason}" if info.reason else "")
 
     def _timeout_message(self, step: Step, result: ProbeResult, left: str) -> str:
         reported = reported_ranks(result.stdout)
