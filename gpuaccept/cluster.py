@@ -76,7 +76,6 @@ class Cluster:
         self._fanout = fanout if hasattr(launcher, "run_fanout") else None
         self._shared: dict[tuple[Any, ...], ProbeResult | MeasurementError] = {}
         self._slices: dict[Hashable, dict[str, tuple[Step, ProbeResult | MeasurementError]]] = {}
-        self._group: Hashable = None
         self._item = ""
         self._calls: Counter[tuple[Any, ...]] = Counter()
 
@@ -142,17 +141,17 @@ class Cluster:
         if group.item != self._item:
             self._item = group.item
             self._calls.clear()
-        if group.key != self._group:  # the previous test function is done: drop what its skipped cases left
-            self._group = group.key
-            self._slices.clear()
         call = (probe, *sorted((k, repr(v)) for k, v in options.items()))
-        slices = self._slices.setdefault((group.key, call, self._calls[call]), {})
+        key = (group.key, call, self._calls[call])
+        slices = self._slices.setdefault(key, {})
         self._calls[call] += 1
         if node not in slices:
             targets = [n for n in group.nodes if n not in slices and self._same_shape(n, node, options)]
             step = self._step(probe, targets if node in targets else [node, *targets], **options)
             slices.update({n: (step, value) for n, value in self.launcher.run_fanout(step).items()})  # type: ignore[attr-defined]
         step, value = slices.pop(node)
+        if not slices:  # every node took its slice (slices of cases that skipped before asking stay, small)
+            self._slices.pop(key, None)
         if self._on_step:
             result = value if isinstance(value, ProbeResult) else getattr(value, "result", None)
             self._on_step(step, self.launcher.command(step, fanout=True), result)  # type: ignore[call-arg]

@@ -2,8 +2,9 @@
 
 ``--fault exit3`` exits with status 3 after printing a valid line; ``hang`` sleeps forever;
 ``garbage`` prints a corrupt sentinel line; ``short`` makes every rank but 0 print nothing;
-``ok`` is a well-behaved probe, ``slow`` one that takes 4 s. They prove the dispatcher turns each
-failure mode into an error.
+``ok`` is a well-behaved probe, ``slow`` one that takes ``--seconds`` (4 s). ``--on NODE`` breaks only
+that node (the others behave as ``ok``): one node's fault in a fan-out step. They prove the dispatcher
+turns each failure mode into an error, on the node where it happened.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import sys
 import time
 
-from gpuaccept.probes._protocol import SENTINEL, emit, rank_info
+from gpuaccept.probes._protocol import SENTINEL, emit, node_name, rank_info
 
 __all__ = ["main"]
 
@@ -23,11 +24,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("gpuaccept.probes._faults is for selftests only (set GPUACCEPT_SELFTEST=1)")
     parser = argparse.ArgumentParser()
     parser.add_argument("--fault", choices=("ok", "exit3", "hang", "garbage", "short", "slow"), required=True)
+    parser.add_argument("--seconds", type=float, default=4.0, help="how long --fault slow takes")
+    parser.add_argument("--on", help="only this node has the fault; the others are ok")
     args = parser.parse_args(argv)
+    if args.on and args.on != node_name():
+        args.fault = "ok"
     if args.fault == "hang":
         time.sleep(3600)
     if args.fault == "slow":  # a healthy probe that takes 4 s: shows whether steps run side by side
-        time.sleep(4)
+        time.sleep(args.seconds)
     if args.fault == "garbage":
         sys.stdout.write(SENTINEL + "{not json\n")
         return

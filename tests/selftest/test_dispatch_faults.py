@@ -65,3 +65,44 @@ def test_dry_run_prints_commands_and_submits_nothing(tmp_path, launcher, request
     if launcher == "slurm":
         assert 'srun --jobid="$SLURM_JOB_ID"' in run.output and "--nodelist=node1" in run.output
         assert request.getfixturevalue("dev_cluster").last_job_id() == before, "a dry run submitted a job"
+
+
+FANOUT = """
+import pytest
+
+STEPS = {}
+
+
+@pytest.mark.parametrize("fault", ["ok", "exit3", "hang", "garbage"])
+def test_fan(node, cluster, fault):
+    result = cluster.run("_faults", nodes=[node], tasks_per_node=2, args=["--fault", fault, "--on", "node2"])
+    assert [(r.node, r.rank, r.world_size) for r in result.records] == [(node, 0, 2), (node, 1, 2)]
+    STEPS.setdefault(fault, set()).add(result.command[2])  # --job-name=gpuaccept-<id>: one step per test
+    assert len(STEPS[fault]) == 1, STEPS
+
+
+def test_each(cluster):
+    results = cluster.run_each("_faults", cluster.nodes, args=["--fault", "exit3", "--on", "node1"])
+    assert isinstance(results["node1"], Exception) and "exit status 3" in str(results["node1"])
+    assert results["node2"].one().node == "node2"
+"""
+
+
+def test_fanout_slices_and_one_node_faults(tmp_path, dev_cluster):
+    """One step per node-parametrized test, each node judging its own slice (node-local ranks 0..1);
+    a node that crashes, hangs or prints garbage errors alone, named; the other node's case passes."""
+    run = run_inner(
+        write_suite(tmp_path, FANOUT), "--launcher", "slurm", "--nodes", "2", "--probe-timeout", "8", env=dev_cluster.env
+    )
+    verdicts, messages = run.verdicts(), run.messages()
+    for fault in ("ok", "exit3", "hang", "garbage"):
+        assert verdicts[f"test_fan[node1-{fault}]"] == "passed", run.output[-3000:]
+    assert verdicts["test_fan[node2-ok]"] == "passed", run.output[-3000:]
+    assert "node2" in messages["test_fan[node2-exit3]"] and "exit status 3" in messages["test_fan[node2-exit3]"]
+    assert "no result within 8 s; ranks [0, 1] on node2" in messages["test_fan[node2-hang]"]
+    assert "malformed result line" in messages["test_fan[node2-garbage]"]
+    assert {verdicts[f"test_fan[node2-{f}]"] for f in ("exit3", "hang", "garbage")} == {"error"}
+    assert verdicts["test_each"] == "passed", run.output[-3000:]
+    assert run.record["cluster"]["srun_steps"] == 5  # 4 fanned-out tests + 1 run_each, for 2 nodes
+    assert run.record["cluster"]["lost_nodes"] == {}
+    assert dev_cluster.jobs() == [] and dev_cluster.steps() == []

@@ -124,7 +124,7 @@ def test_each_side_by_side(cluster):
 
 def test_run_shared_and_run_each(tmp_path, dev_cluster):
     """One measurement judged by two tests is taken once (same pid), and both tests record its command;
-    run_each's per-node steps run side by side on the loopback cluster (2 x 4 s in well under 8 s)."""
+    run_each runs the nodes side by side, in one fan-out step (2 x 4 s in well under 8 s)."""
     suite = write_suite(tmp_path, SHARED_SUITE)
     run = run_inner(suite, "--launcher", "slurm", "--nodes", "2", "-s", env=dev_cluster.env)
     assert run.returncode == 0, run.output[-3000:]
@@ -132,4 +132,5 @@ def test_run_shared_and_run_each(tmp_path, dev_cluster):
     for node in ("node1", "node2"):
         assert any("--fault ok" in c for c in tests[f"test_first[{node}]"]["commands"])
         assert any("--fault ok" in c for c in tests[f"test_second[{node}]"]["commands"])
-    assert len(tests["test_each_side_by_side"]["commands"]) == 2
+    assert len(tests["test_each_side_by_side"]["commands"]) == 1
+    assert "--nodelist=node1,node2" in tests["test_each_side_by_side"]["commands"][0]
