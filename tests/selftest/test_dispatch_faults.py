@@ -92,7 +92,14 @@ def test_fanout_slices_and_one_node_faults(tmp_path, dev_cluster):
     """One step per node-parametrized test, each node judging its own slice (node-local ranks 0..1);
     a node that crashes, hangs or prints garbage errors alone, named; the other node's case passes."""
     run = run_inner(
-        write_suite(tmp_path, FANOUT), "--launcher", "slurm", "--nodes", "2", "--probe-timeout", "8", env=dev_cluster.env
+        write_suite(tmp_path, FANOUT),
+        "--launcher",
+        "slurm",
+        "--nodes",
+        "2",
+        "--probe-timeout",
+        "8",
+        env=dev_cluster.env,
     )
     verdicts, messages = run.verdicts(), run.messages()
     for fault in ("ok", "exit3", "hang", "garbage"):
