@@ -91,5 +91,5 @@ def test_killed_slurmd(tmp_path):
     assert list(record["cluster"]["lost_nodes"]) == ["node3"]
     assert "node3: lost during the run: its slurmd did not take a step" in run.output
     assert re.search(r"node3\s+ERROR", run.output), tail
-    # one step per node-parametrized test whatever the node count (b, the fingerprints for d's SKU, d, e)
+    # one step per node-parametrized test whatever the node count: the fingerprints before any test, b, d, e
     assert record["cluster"]["srun_steps"] == 4
