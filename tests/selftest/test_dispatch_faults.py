@@ -110,6 +110,7 @@ def test_fanout_slices_and_one_node_faults(tmp_path, dev_cluster):
     assert "malformed result line" in messages["test_fan[node2-garbage]"]
     assert {verdicts[f"test_fan[node2-{f}]"] for f in ("exit3", "hang", "garbage")} == {"error"}
     assert verdicts["test_each"] == "passed", run.output[-3000:]
-    assert run.record["cluster"]["srun_steps"] == 5  # 4 fanned-out tests + 1 run_each, for 2 nodes
+    # the fingerprints before any test, 4 fanned-out tests, 1 run_each: one step each for 2 nodes
+    assert run.record["cluster"]["srun_steps"] == 6
     assert run.record["cluster"]["lost_nodes"] == {}
     assert dev_cluster.jobs() == [] and dev_cluster.steps() == []
