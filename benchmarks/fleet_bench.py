@@ -5,7 +5,9 @@
 (b) concurrent dispatch: one ``srun`` per node at the same time (``true`` and a light probe), as
     node-parallel tests issue them; the median and slowest srun wall per node count;
 (c) wall time of the node-local acceptance tests on 1, 4 and 8 loopback nodes with
-    ``pytest -n <nodes> --dist loadgroup`` (target: 8 nodes <= 1.5 x 1 node);
+    ``pytest -n <nodes> --dist loadgroup`` (target: 8 nodes <= 1.5 x 1 node), or with the default
+    command (``--default-command``: no xdist, every node-parametrized test one fan-out step;
+    ``benchmarks/scale_bench.py`` takes that to 256 nodes);
 (d) where that time went, per size: the tests' own time per node, of it the srun steps' wall (from
     ``benchmarks/step_timing.py``) and which probes they ran (fingerprints included), the steps' life
     inside slurmd (launch request to "done with job", from the slurmd logs), and slurmctld's RPC
@@ -190,7 +192,7 @@ def slurmd_step_lives(log_dir: Path) -> list[float]:
     return lives
 
 
-def node_scaling(counts: list[int], pin: bool) -> list[dict[str, Any]]:
+def node_scaling(counts: list[int], pin: bool, xdist: bool = True) -> list[dict[str, Any]]:
     rows = []
     for nodes in counts:
         cluster = Cluster(nodes, pin_plan(max(counts), nodes) if pin else None)
@@ -223,13 +225,10 @@ def node_scaling(counts: list[int], pin: bool) -> list[dict[str, Any]]:
                 "--run-record",
                 f"/tmp/bench-{nodes}.json",
                 "-rf",
-                # Every size through xdist (one worker per node), as the issue's comparison is worded: the
-                # 1-node baseline pays the same worker start-up as the 8-node run.
-                "-n",
-                str(nodes),
-                "--dist",
-                "loadgroup",
             ]
+            # Every size through xdist (one worker per node) unless --default-command: the 1-node baseline
+            # then pays the same worker start-up as the 8-node run.
+            argv += ["-n", str(nodes), "--dist", "loadgroup"] if xdist else []
             t0 = time.perf_counter()
             done = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True)
             wall = time.perf_counter() - t0
@@ -296,6 +295,7 @@ def main() -> None:
     parser.add_argument("--pin", action="store_true", help="give every slurmd (and pytest) CPUs of its own")
     parser.add_argument("--skip", default="", help="parts to skip: dispatch,concurrent,scaling")
     parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument("--default-command", action="store_true", help="(c) without xdist: fan-out steps")
     args = parser.parse_args()
     skip = set(args.skip.split(","))
     figures: dict[str, Any] = {"pin": args.pin, "cpus": len(os.sched_getaffinity(0))}
@@ -317,8 +317,11 @@ def main() -> None:
                 f" round {row['round_median_s']:.3f} s"
             )
     if "scaling" not in skip:
-        print("(c) node-local acceptance tests, pytest-xdist --dist loadgroup")
-        scaling = node_scaling(args.nodes, args.pin)
+        print(
+            "(c) node-local acceptance tests, "
+            + ("default command" if args.default_command else "-n N --dist loadgroup")
+        )
+        scaling = node_scaling(args.nodes, args.pin, xdist=not args.default_command)
         base = scaling[0]["wall_s"]
         for row in scaling:
             ratio = row["wall_s"] / base
