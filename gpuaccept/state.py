@@ -63,6 +63,7 @@ class SessionState:
         self.drain_lines: list[str] = []
         #: test function -> the nodes of its cases this process runs (set once collection is final)
         self.peers: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._groups: dict[tuple[tuple[str, ...], int], tuple[str, ...]] = {}
 
     @property
     def reports_dir(self) -> Path:
@@ -139,7 +140,10 @@ class SessionState:
         if key is None or item.callspec.params["node"] != node:  # type: ignore[attr-defined]
             return None
         lost = self.cluster.lost
-        return FanoutGroup(item.nodeid, key, tuple(n for n in self.peers.get(key, (node,)) if n not in lost))
+        nodes = self._groups.get((key, len(lost)))  # built once per test function, not once per case
+        if nodes is None:
+            nodes = self._groups[(key, len(lost))] = tuple(n for n in self.peers.get(key, (node,)) if n not in lost)
+        return FanoutGroup(item.nodeid, key, nodes)
 
     def close(self) -> None:
         if self._cluster is not None:

@@ -22,7 +22,7 @@ from gpuaccept.dispatch.allocation import Allocation
 from gpuaccept.dispatch.fanout import lost_from_stderr, slice_results
 from gpuaccept.dispatch.proc import run_all
 from gpuaccept.dispatch.result import ProbeResult, check_step, reported_ranks
-from gpuaccept.dispatch.slurm_cli import SlurmError, expand_hostlist, node_info, slurm_cmd
+from gpuaccept.dispatch.slurm_cli import SlurmError, expand_hostlist, gres_gpus, key_values, node_info, slurm_cmd
 from gpuaccept.dispatch.step import STEP_ENV_DEFAULTS, Step, probe_argv
 from gpuaccept.errors import MeasurementError, ProbeError, ProbeTimeout
 
@@ -69,6 +69,8 @@ class SlurmLauncher:
         """
         if self._gpus_override is not None:
             return self._gpus_override
+        if not self._gpus:  # every node of the allocation in one RPC (not one scontrol per node)
+            self._gpus = self._all_declared_gpus()
         if node not in self._gpus:
             try:
                 self._gpus[node] = node_info(node).gpus
@@ -76,6 +78,19 @@ class SlurmLauncher:
                 message = f"{node}: cannot read its declared GPUs from Slurm: {exc}"
                 raise MeasurementError(message, nodes=(node,)) from None
         return self._gpus[node]
+
+    def _all_declared_gpus(self) -> dict[str, int]:
+        try:
+            lines = slurm_cmd(["scontrol", "-o", "show", "node"]).splitlines()
+        except SlurmError:
+            return {}  # each node is then asked alone, and an error names it
+        ours = set(self.allocation.nodes)
+        found = {}
+        for line in lines:
+            fields = key_values(line)
+            if fields.get("NodeName") in ours:
+                found[fields["NodeName"]] = gres_gpus(fields.get("Gres", ""))
+        return found
 
     def command(self, step: Step, *, fanout: bool = False) -> list[str]:
         """The srun command; ``fanout``: one independent per-node probe on every node of the step."""
