@@ -66,7 +66,8 @@ class Shape:
     def label(self) -> str:
         gpus = f"{self.gpus} GPU" if self.gpus else "CPU"
         link = "NVLink" if self.nvlink else ("PCIe" if self.gpus else "-")
-        return f"{self.nodes} node x {gpus}, {link}, {'IB' if self.ib else 'no IB'}"
+        nodes = f"{self.nodes} node" + ("s" if self.nodes > 1 else "")
+        return f"{nodes} x {gpus}, {link}, {'IB' if self.ib else 'no IB'}"
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ TESTS: dict[str, TestSpec] = {
         gpus="gpu",
         optional="--burn-in SECONDS",
     ),
-    "test_environment.py::test_fingerprint": TestSpec(("usable_cpus",)),
+    "test_environment.py::test_fingerprint": TestSpec(()),
     "test_environment.py::test_versions_consistent": TestSpec((), nodes=2),
     "test_fabric.py::test_gdr_enablement": TestSpec(
         ("gdr_kernel_support", "pcie_acs_ctl", "iommu_translation"), gpus="gpu", absent="ib"
@@ -211,7 +212,7 @@ TESTS: dict[str, TestSpec] = {
     "test_slurm.py::test_controller_answers": TestSpec(()),
     "test_slurm.py::test_partition_up": TestSpec(()),
     "test_slurm.py::test_node_usable": TestSpec(()),
-    "test_slurm.py::test_step_runs": TestSpec(("usable_cpus",)),
+    "test_slurm.py::test_step_runs": TestSpec(()),
     "test_slurm.py::test_gpu_isolation": TestSpec(
         ("gpu_foreign_devices_openable", "task_cpu_overlap_pairs"), gpus="gpu"
     ),

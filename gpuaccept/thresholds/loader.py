@@ -83,19 +83,24 @@ class Thresholds:
     files: tuple[Path, ...]
     digest: str = field(default="")
     file_digests: dict[str, str] = field(default_factory=dict)
+    #: SKUs whose ``match`` a site file wrote: more specific than the packaged ones they may overlap
+    site_skus: frozenset[str] = frozenset()
 
     def sku_for_gpu(self, nvml_name: str) -> str | None:
         """The SKU one of whose ``match`` patterns fits the whole NVML device name, or None.
 
         Whole-name matching, because NVIDIA's names nest: "NVIDIA GB200" contains "B200", "NVIDIA GH200
         480GB" contains "H200" and "NVIDIA A100 80GB PCIe" contains "A100 80GB", and each is another
-        product with other limits. A name two SKUs claim is a usage error naming both.
+        product with other limits. A SKU a site file wrote (a calibrated one) wins over a packaged SKU
+        matching the same name; two SKUs of the same standing claiming it is a usage error naming both.
         """
         found = [
             name
             for name, sku in self.skus.items()
             if any(re.fullmatch(pattern, nvml_name.strip(), re.IGNORECASE) for pattern in sku.match)
         ]
+        if len(found) > 1 and len(set(found) & self.site_skus) == 1:
+            return (set(found) & self.site_skus).pop()
         if len(found) > 1:
             raise ThresholdsError(
                 f"{', '.join(str(f) for f in self.files)}: GPU model {nvml_name!r} matches SKUs "
@@ -160,6 +165,7 @@ def load_thresholds(site: Path | None = None, *, defaults: Path | None = None) -
     limits: dict[str, Limit] = {}
     skus: dict[str, SkuSpec] = {}
     file_digests: dict[str, str] = {}
+    site_skus: set[str] = set()
     for path in files:
         data = _read(path)
         file_digests[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -170,6 +176,8 @@ def load_thresholds(site: Path | None = None, *, defaults: Path | None = None) -
             if path is not base_path and sku not in skus and not spec.match and spec.inherits is None:
                 raise ThresholdsError(f"{path}: skus.{sku}: unknown SKU; a new SKU needs 'match' patterns")
         _check_references(path, data, metrics, set(skus) | set(data.skus))
+        if path is not base_path:
+            site_skus.update(sku for sku, spec in data.skus.items() if spec.match)
         settings.update({name: s.value for name, s in data.settings.items()})
         limits.update(data.defaults)
         for sku, spec in data.skus.items():
@@ -193,4 +201,4 @@ def load_thresholds(site: Path | None = None, *, defaults: Path | None = None) -
         "skus": {k: v.model_dump() for k, v in skus.items()},
     }
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
-    return Thresholds(metrics, settings, limits, skus, tuple(files), digest, file_digests)
+    return Thresholds(metrics, settings, limits, skus, tuple(files), digest, file_digests, frozenset(site_skus))

@@ -50,11 +50,22 @@ def test_other_product_matches_no_sku(name):
     assert load_thresholds().sku_for_gpu(name) is None
 
 
-def test_a_name_two_skus_claim_is_a_usage_error(tmp_path):
+def test_a_site_sku_wins_over_the_packaged_one_it_overlaps(tmp_path):
+    """A calibrated SKU for a listed board (the H100 calibrated as if unlisted) is the one the site meant."""
     site = tmp_path / "site.yaml"
-    site.write_text('skus:\n  H200-twin:\n    match: ["NVIDIA H200"]\n    inherits: gpu-node\n')
-    with pytest.raises(ThresholdsError, match="matches SKUs H200 and H200-twin"):
-        load_thresholds(site).sku_for_gpu("NVIDIA H200")
+    pattern = "^NVIDIA\\\\ H100\\\\ 80GB\\\\ HBM3$"  # what gpuaccept-calibrate writes (exact_match)
+    site.write_text(f'skus:\n  H100-calibrated:\n    match: ["{pattern}"]\n    inherits: gpu-node\n')
+    assert load_thresholds(site).sku_for_gpu("NVIDIA H100 80GB HBM3") == "H100-calibrated"
+
+
+def test_a_name_two_skus_of_one_file_claim_is_a_usage_error(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text(
+        'skus:\n  A:\n    match: ["NVIDIA L4"]\n    inherits: gpu-node\n'
+        '  B:\n    match: ["NVIDIA L4.*"]\n    inherits: gpu-node\n'
+    )
+    with pytest.raises(ThresholdsError, match="matches SKUs A and B"):
+        load_thresholds(site).sku_for_gpu("NVIDIA L4")
 
 
 def test_a_bad_pattern_names_file_and_key(tmp_path):
