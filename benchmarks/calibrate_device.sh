@@ -46,10 +46,11 @@ trap 'bash slurm/dev-cluster/down.sh >/dev/null 2>&1' EXIT
 if ((ngpu)); then # the site's declarations for this GPU, under the new SKU's name (it inherits gpu-node)
   python3 - "$site" "$sku" "$out/base.yaml" <<'PY' || exit 1
 import subprocess, sys, yaml
+from pathlib import Path
 from gpuaccept.thresholds.loader import load_thresholds
 site, sku, dest = sys.argv[1:]
 name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.splitlines()[0].strip()
-listed = load_thresholds(site).sku_for_gpu(name)
+listed = load_thresholds(Path(site)).sku_for_gpu(name)
 raw = yaml.safe_load(open(site))
 declared = (raw.get("skus", {}).get(listed) or {}).get("limits", {})
 doc = {"schema_version": 1, "skus": {sku: {"match": [], "inherits": "gpu-node", "limits": declared}}}

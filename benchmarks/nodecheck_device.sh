@@ -7,7 +7,7 @@
 # Runs, each a fresh `python -m gpuaccept.nodecheck` process timed from outside:
 #   cold    the first run (page cache dropped first where this host lets root do it)
 #   warm    5 more runs, median and spread
-#   hog     a torch process named gpuaccept-hog holding GPU 0 (memory + matmul): must be named
+#   hog     a torch process holding GPU 0 (memory + matmul): must be named
 #   fault   this GPU's own NVML readings (gpu_health --dump) with 2 uncorrected ECC errors on GPU 0
 #   hang    the same readings behind a FIFO nobody writes (a hung read): must time out at --check-timeout
 # The site thresholds default by GPU model to the lent machines' files (GPUACCEPT_SITE overrides);
@@ -65,8 +65,8 @@ if echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then cold=cold-cache-dropped; e
 run "$cold"
 for i in 1 2 3 4 5; do run "warm$i"; done
 
-# a GPU hog named gpuaccept-hog: holds memory and keeps GPU 0 busy until killed
-((ngpu)) && bash -c "exec -a gpuaccept-hog $python -c '
+# a GPU hog (exec, so $! is the python itself; not exec -a: a venv python renamed loses its venv): holds memory and keeps GPU 0 busy until killed
+((ngpu)) && bash -c "exec $python -c '
 import torch, time
 x = torch.randn(8192, 8192, device=\"cuda\", dtype=torch.bfloat16)
 print(\"hog ready\", flush=True)
