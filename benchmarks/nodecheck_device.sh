@@ -65,16 +65,17 @@ if echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then cold=cold-cache-dropped; e
 run "$cold"
 for i in 1 2 3 4 5; do run "warm$i"; done
 
-# a GPU hog (exec, so $! is the python itself; not exec -a: a venv python renamed loses its venv): holds memory and keeps GPU 0 busy until killed
-((ngpu)) && bash -c "exec $python -c '
+# a GPU hog: the python itself in the background, so $! is the process holding GPU 0 (memory + matmul)
+# until killed (a `cmd && bash -c ... &` list would put a subshell between them and leave it running)
+if ((ngpu)); then
+  "$python" -c '
 import torch, time
-x = torch.randn(8192, 8192, device=\"cuda\", dtype=torch.bfloat16)
-print(\"hog ready\", flush=True)
+x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+print("hog ready", flush=True)
 while True:
     y = x @ x
     torch.cuda.synchronize()
-'" >"$out/hog.log" 2>&1 &
-if ((ngpu)); then
+' >"$out/hog.log" 2>&1 &
   hog=$!
   for _ in $(seq 1 60); do grep -q "hog ready" "$out/hog.log" && break; sleep 0.5; done
   run hog
