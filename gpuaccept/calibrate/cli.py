@@ -133,7 +133,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if gpu_name is None:
             raise ThresholdsError("the records show no GPU (CPU nodes): name the model to match with --gpu-name")
         limits, pct = calibrate(runs, thresholds_file=args.thresholds, pct=args.straggler_pct, k=args.k)
-        doc = site_file(runs, limits, sku=args.sku, gpu_name=gpu_name, inherits=inherits, base=base, pct=pct, k=args.k)
+        listed = load_thresholds(args.thresholds).sku_for_gpu(gpu_name)
+        if listed is not None and listed != args.sku:  # calibrating a listed GPU "as if unlisted"
+            print(f"note: {gpu_name!r} is listed as SKU {listed}: the file selects {args.sku} only with --sku")
+        match = gpu_name if listed in (None, args.sku) else None  # two SKUs claiming one name is a usage error
+        doc = site_file(runs, limits, sku=args.sku, gpu_name=match, inherits=inherits, base=base, pct=pct, k=args.k)
         header = (
             f"Site thresholds written by gpuaccept-calibrate for SKU {args.sku} ({gpu_name}) from\n"
             f"{', '.join(map(str, runs.paths))} on {', '.join(runs.nodes)}; rule: docs/calibrate.md.\n"
@@ -152,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         bound = f"== {cal.equal}" if cal.equal is not None else f">= {cal.min:g}" if cal.min is not None else ""
         bound = bound or f"<= {cal.max:g}"
         print(f"{key:<48} {bound:>14}  {cal.figures()}")
-    print(f"wrote {out} (SKU {args.sku}, match {gpu_name!r})")
+    print(f"wrote {out} (SKU {args.sku}, " + (f"match {match!r})" if match else "selected with --sku)"))
     print(f"rerun: pytest -m acceptance --thresholds {out} --sku {args.sku}")
     return 0
 
