@@ -7,6 +7,7 @@ instead of retrying the launch.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from gpuaccept.cluster import Cluster
@@ -64,9 +65,10 @@ class Fingerprints:
             except MeasurementError as exc:
                 self._seen[node] = exc
 
-    def collected(self) -> dict[str, Any]:
-        """Everything gathered so far, errors as strings (for the run record)."""
-        return {n: ({"error": str(v)} if isinstance(v, Exception) else v) for n, v in self._seen.items()}
+    def collected(self, nodes: Iterable[str] | None = None) -> dict[str, Any]:
+        """Everything gathered so far (or for ``nodes``), errors as strings (for the run record)."""
+        picked = self._seen.items() if nodes is None else ((n, self._seen[n]) for n in nodes if n in self._seen)
+        return {n: ({"error": str(v)} if isinstance(v, Exception) else v) for n, v in picked}
 
     def unknown_models(self, nodes: list[str]) -> list[str]:
         """One message per node whose GPUs no SKU matches (nodes whose fingerprint failed are left to

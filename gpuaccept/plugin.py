@@ -217,7 +217,8 @@ def pytest_runtest_makereport(
             if missing_tool is not None
             else None
         ),
-        "fingerprints": state._fingerprints.collected() if state._fingerprints is not None else {},
+        # the test's own nodes only: every node's on every report is O(nodes^2) over a run
+        "fingerprints": state._fingerprints.collected(nodes) if state._fingerprints is not None else {},
     }
     return report
 
