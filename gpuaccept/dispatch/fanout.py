@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 
 from gpuaccept.dispatch.result import ProbeResult, check_step, parse_records, reported_ranks
 from gpuaccept.errors import MeasurementError, ProbeError, ProbeTimeout
+from gpuaccept.probes._pernode import TASK_SENTINEL
 
-__all__ = ["FanoutOutput", "lost_from_stderr", "parse_fanout", "slice_results"]
+__all__ = ["FanoutOutput", "launched_any", "lost_from_stderr", "parse_fanout", "slice_results"]
 
 #: ``srun: launching StepId=2.0 on host node1, 2 tasks: [0-1]`` (srun -v, Slurm 22.05 to 26.05)
 _LAUNCHING = re.compile(r"^srun: launching StepId=\S+ on host (?P<host>\S+), \d+ tasks?: \[?(?P<tasks>[\d,\-]+)\]?")
@@ -66,6 +67,11 @@ def parse_fanout(stdout: str, stderr: str) -> FanoutOutput:
     for line in stderr.splitlines():
         if (m := _LAUNCHING.match(line)) is not None:
             out.tasks_of[m["host"]] = _tasks(m["tasks"])
+    for line in stdout.splitlines():  # tasks srun -v did not place: where their slurmd said they run
+        if (m := _LABEL.match(line)) is not None and m["text"].startswith(TASK_SENTINEL):
+            task, node = int(m["task"]), m["text"][len(TASK_SENTINEL) :].strip()
+            if node and not any(task in tasks for tasks in out.tasks_of.values()):
+                out.tasks_of.setdefault(node, []).append(task)
     node_of = {task: node for node, tasks in out.tasks_of.items() for task in tasks}
     for line in stderr.splitlines():
         if (m := _LAUNCH_FAILED.search(line)) is not None:
@@ -79,8 +85,14 @@ def parse_fanout(stdout: str, stderr: str) -> FanoutOutput:
             out.stderr_of.setdefault(node_of[int(m["task"])], []).append(line)
     for line in stdout.splitlines():
         if (m := _LABEL.match(line)) is not None and int(m["task"]) in node_of:
-            out.stdout_of.setdefault(node_of[int(m["task"])], []).append(m["text"])
+            if not m["text"].startswith(TASK_SENTINEL):
+                out.stdout_of.setdefault(node_of[int(m["task"])], []).append(m["text"])
     return out
+
+
+def launched_any(stdout: str, stderr: str) -> bool:
+    """Whether srun started (or tried to start) tasks at all, rather than being refused the step."""
+    return "launching StepId=" in stderr or TASK_SENTINEL in stdout or bool(lost_from_stderr(stderr))
 
 
 def lost_from_stderr(stderr: str) -> dict[str, str]:

@@ -19,7 +19,7 @@ import signal
 import time
 
 from gpuaccept.dispatch.allocation import Allocation
-from gpuaccept.dispatch.fanout import lost_from_stderr, slice_results
+from gpuaccept.dispatch.fanout import launched_any, lost_from_stderr, slice_results
 from gpuaccept.dispatch.proc import run_all
 from gpuaccept.dispatch.result import ProbeResult, check_step, reported_ranks
 from gpuaccept.dispatch.slurm_cli import SlurmError, expand_hostlist, gres_gpus, key_values, node_info, slurm_cmd
@@ -178,7 +178,7 @@ class SlurmLauncher:
             if timed_out:
                 self._cancel_step(part)
             sliced = slice_results(whole, nodes, step.tasks_per_node, timed_out=timed_out, timeout_s=step.timeout_s)
-            if timed_out or "launching StepId=" in whole.stderr or attempt:
+            if timed_out or launched_any(whole.stdout, whole.stderr) or attempt:
                 for node, error in sliced.items():
                     reason = getattr(error, "lost", None)
                     if isinstance(error, MeasurementError) and reason:
@@ -212,7 +212,7 @@ class SlurmLauncher:
         """After a failed step: the nodes whose slurmd refused it, and the nodes Slurm took out of the job."""
         for node, why in lost_from_stderr(result.stderr).items():
             self.lost.setdefault(node, f"its slurmd did not take a step ({why})")
-        if "launching StepId=" in result.stderr or self.allocation.job_id.startswith("$"):
+        if launched_any(result.stdout, result.stderr) or self.allocation.job_id.startswith("$"):
             return
         try:
             held = set(expand_hostlist(slurm_cmd(["squeue", "-h", "-j", self.allocation.job_id, "-o", "%N"]).strip()))

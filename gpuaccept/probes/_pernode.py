@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import sys
 
+TASK_SENTINEL = "GPUACCEPT_TASK "
+
 
 def _int(name: str, default: int = 0) -> int:
     value = os.environ.get(name, "")
@@ -37,6 +39,9 @@ def main() -> None:
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(20000 + (job * 1009 + step * 131 + node_index) % 30000),
     )
+    # Where this task runs, as slurmd set it: the dispatcher's map of tasks to nodes when srun -v does
+    # not print its "launching ... on host" lines (their wording is not an interface).
+    print(f"{TASK_SENTINEL}{os.environ.get('SLURMD_NODENAME', '')}", flush=True)
     os.execv(sys.executable, [sys.executable, "-m", f"gpuaccept.probes.{probe}", *args])
 
 

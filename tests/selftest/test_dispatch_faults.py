@@ -114,3 +114,65 @@ def test_fanout_slices_and_one_node_faults(tmp_path, dev_cluster):
     assert run.record["cluster"]["srun_steps"] == 6
     assert run.record["cluster"]["lost_nodes"] == {}
     assert dev_cluster.jobs() == [] and dev_cluster.steps() == []
+
+
+# srun -v --label of a 4-node fan-out on Slurm 22.05 (loopback cluster, 2026-11-23), trimmed: task 5 on
+# node3 exited 3; a second step where node2's slurmd had been SIGKILLed
+RECORDED_STDERR = """srun: jobid 2: nodes(4):`node[1-4]', cpu counts: 4(x4)
+srun: launching StepId=2.0 on host node1, 2 tasks: [0-1]
+srun: launching StepId=2.0 on host node2, 2 tasks: [2-3]
+srun: launching StepId=2.0 on host node3, 2 tasks: [4-5]
+srun: launching StepId=2.0 on host node4, 2 tasks: [6-7]
+srun: launch/slurm: _task_start: Node node3, 2 tasks started
+5: err
+srun: error: node3: task 5: Exited with exit code 3
+srun: launch/slurm: _task_finish: node4: tasks 6-7: Completed
+"""
+RECORDED_STDOUT = "".join(f"{t}: GPUACCEPT_TASK node{t // 2 + 1}\n{t}: out {t}\n" for t in range(8))
+LAUNCH_FAILED = """srun: launching StepId=2.2 on host node2, 1 tasks: 1
+srun: error: Task launch for StepId=2.2 failed on node node2: Communication connection failure
+srun: error: Application launch failed: Communication connection failure
+srun: Job step aborted
+"""
+
+
+def test_fanout_output_parsed_per_node():
+    from gpuaccept.dispatch.fanout import lost_from_stderr, parse_fanout
+
+    parsed = parse_fanout(RECORDED_STDOUT, RECORDED_STDERR)
+    assert parsed.tasks_of == {"node1": [0, 1], "node2": [2, 3], "node3": [4, 5], "node4": [6, 7]}
+    assert parsed.stdout_of["node3"] == ["out 4", "out 5"]
+    assert parsed.stderr_of == {"node3": ["5: err"]}
+    assert parsed.exit_code == {"node3": 3}
+    # without srun -v's "launching" lines (their wording is not an interface) the tasks' own
+    # GPUACCEPT_TASK lines (SLURMD_NODENAME) place them
+    quiet = parse_fanout(
+        RECORDED_STDOUT, "\n".join(line for line in RECORDED_STDERR.splitlines() if "launching" not in line)
+    )
+    assert quiet.tasks_of == parsed.tasks_of and quiet.exit_code == {"node3": 3}
+    assert lost_from_stderr(LAUNCH_FAILED) == {"node2": "Communication connection failure"}
+
+
+def test_node_taken_out_of_the_job_is_lost_and_the_step_runs_on_the_others(dev_cluster):
+    """A node no longer in the job (Slurm excised it under --no-kill): srun refuses any step naming it,
+    so the fan-out finds it gone (squeue), names it, and runs once more on the others."""
+    import os
+
+    from gpuaccept.dispatch.allocation import Allocation
+    from gpuaccept.dispatch.slurm import SlurmLauncher
+    from gpuaccept.dispatch.step import Step
+
+    out = dev_cluster.cmd("salloc", "--no-shell", "-N1", "-w", "node1", "--exclusive", "--no-kill", "-J", "excised")
+    job = dev_cluster.cmd("squeue", "-h", "-n", "excised", "-o", "%i").split()[0]
+    saved = dict(os.environ)
+    os.environ.update(dev_cluster.env)
+    try:
+        launcher = SlurmLauncher(Allocation(job, ["node1", "node2"], owned=False))
+        results = launcher.run_fanout(Step("visibility", ("node1", "node2"), timeout_s=60))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        dev_cluster.cmd("scancel", job, check=False)
+    assert results["node1"].one().node == "node1", (out, results)
+    assert f"node2 was lost during the run: Slurm took it out of job {job}" in str(results["node2"])
+    assert launcher.steps_launched == 2 and list(launcher.lost) == ["node2"]
