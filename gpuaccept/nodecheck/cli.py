@@ -62,10 +62,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _context(arg: str) -> str:
+    """``auto``: Slurm's ``SLURM_SCRIPT_CONTEXT``; without it (a Slurm before 21.08) a job id means a
+    prolog or epilog (they get one, the health check does not), judged with the prolog's exit codes."""
     if arg != "auto":
         return arg
     script = os.environ.get("SLURM_SCRIPT_CONTEXT", "")
-    return "prolog" if script.startswith("prolog") else "epilog" if script.startswith("epilog") else "healthcheck"
+    if script.startswith(("prolog", "epilog")):
+        return script[:6]
+    return "prolog" if not script and os.environ.get("SLURM_JOB_ID") else "healthcheck"
 
 
 def _declared(args: argparse.Namespace, node: str, context: str, state: NodeState) -> dict[str, Any]:

@@ -210,7 +210,7 @@ def test_epilog_counts_the_ending_jobs_leftovers(rec, capsys, monkeypatch):
     fake_process(rec["proc"], 501, "python3", 500)
     edit(rec["health"], lambda d: d["gpus"][1].update(processes=[{"pid": 501, "name": "python3"}]))
     monkeypatch.setenv("SLURM_JOB_ID", "7")
-    code, out = run(rec["args"], capsys)
+    code, out = run(rec["args"], capsys, "--context", "healthcheck")
     assert (code, out["context"]) == (0, "healthcheck"), out["failed"]
     monkeypatch.setenv("SLURM_SCRIPT_CONTEXT", "epilog_slurmd")
     code, out = run(rec["args"], capsys)
@@ -283,3 +283,23 @@ def test_overall_watchdog_ends_a_check_that_hangs_outside_the_readers(rec):
     assert done.returncode == 2, done.stdout + done.stderr
     assert "node check watchdog: no verdict after 4 s" in done.stderr
     assert took < 10, f"{took:.1f} s"
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"SLURM_SCRIPT_CONTEXT": "prolog_slurmd", "SLURM_JOB_ID": "3"}, "prolog"),
+        ({"SLURM_SCRIPT_CONTEXT": "epilog_slurmd", "SLURM_JOB_ID": "3"}, "epilog"),
+        ({"SLURMD_NODENAME": "node1"}, "healthcheck"),
+        ({"SLURM_JOB_ID": "3"}, "prolog"),  # a Slurm without SLURM_SCRIPT_CONTEXT: a job script's exit codes
+    ],
+)
+def test_context_from_slurms_environment(monkeypatch, env, expected):
+    from gpuaccept.nodecheck.cli import _context
+
+    for name in ("SLURM_SCRIPT_CONTEXT", "SLURM_JOB_ID", "SLURMD_NODENAME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert _context("auto") == expected
+    assert _context("epilog") == "epilog"
