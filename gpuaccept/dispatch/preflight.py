@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pytest
 
 from gpuaccept.dispatch.slurm_cli import SlurmError, gres_gpus, key_values, slurm_cmd, state_is_usable
+from gpuaccept.dispatch.versions import detect, removed_srun_options
 from gpuaccept.settings import Settings
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "Plan",
     "SlurmUnusable",
     "check_controller",
+    "check_srun_args",
     "describe_partition",
     "describe_rows",
     "plan_allocation",
@@ -101,6 +103,19 @@ def check_controller() -> None:
         raise SlurmUnusable(f"the Slurm controller does not answer{where}: scontrol ping: {_clean(out)}")
 
 
+def check_srun_args(args: tuple[str, ...]) -> None:
+    """Refuse an ``--srun-arg`` this cluster's Slurm version removed: it would fail every step."""
+    if not args:
+        return
+    try:
+        version = detect()
+    except SlurmError as exc:
+        raise SlurmUnusable(f"cannot tell this cluster's Slurm version: {_clean(str(exc))}") from None
+    problems = removed_srun_options(args, version)
+    if problems:
+        raise SlurmUnusable("; ".join(problems))
+
+
 def read_partition(partition: str | None, source: str = "default") -> tuple[str, str, dict[str, str]]:
     """(name, State, all fields) of the named partition, or of the cluster's default one."""
     argv = ["scontrol", "-a", "-o", "show", "partition"] + ([partition] if partition else [])  # -a: hidden too
@@ -155,6 +170,7 @@ def plan_allocation(settings: Settings) -> Plan:
     """Check controller, partition and node states; the allocation to request, or ``SlurmUnusable``."""
     source = settings.sources.get
     check_controller()
+    check_srun_args(settings.srun_arg)
     name, state, _ = read_partition(settings.partition, source("partition", "default"))
     if state != "UP":
         raise SlurmUnusable(f"partition {name} is {state} (scontrol show partition {name}): it runs no new jobs")

@@ -4,6 +4,7 @@
 #
 #   eval "$(slurm/dev-cluster/up.sh --nodes 2)"        # CPU-only nodes (what CI uses)
 #   eval "$(slurm/dev-cluster/up.sh --nodes 2 --gpus)" # one GPU per node on a multi-GPU host
+#   eval "$(slurm/dev-cluster/up.sh --nodes 2 --slurm 26.05)"  # Debian sid's Slurm (chroot.sh builds it)
 #
 # Only `export` lines go to stdout (so eval works); progress and errors go to stderr.
 # Stop it with slurm/dev-cluster/down.sh. Not a production configuration: no auth, no cgroups.
@@ -14,13 +15,17 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 usage() {
   cat >&2 <<'EOF'
 usage: up.sh --nodes N [--gpus] [--gpus-per-node G] [--cpus-per-node C] [--dir DIR]
-             [--prefix PREFIX [--debs DEBDIR]]
+             [--slurm 22.05|24.11|26.05 | --prefix PREFIX [--debs DEBDIR]]
 
   --nodes N           number of slurmd "nodes" (node1..nodeN), all on this host
   --gpus              give each node GPUs as gres (node K gets /dev/nvidia{(K-1)*G .. K*G-1})
   --gpus-per-node G   GPUs per node (implies --gpus; default 1)
   --cpus-per-node C   CPUs each node declares (default 4; Slurm does not check the real count)
   --dir DIR           folder for config, state, logs, pids (default: mktemp -d /tmp/gpuaccept-slurm.XXXX)
+  --slurm VERSION     22.05: the host's Slurm (Debian bookworm; the default). 24.11 or 26.05: Debian
+                      trixie's or sid's, from the root that chroot.sh builds and caches; its daemons
+                      and client commands run on this host through that root's own loader and
+                      libraries (wrappers in DIR/bin, put first on PATH by the printed exports)
   --prefix PREFIX     use Slurm unpacked under PREFIX (dpkg -x) instead of the system's binaries
   --debs DEBDIR       first unpack DEBDIR/*.deb into PREFIX (see debs.txt)
 
@@ -34,7 +39,7 @@ EOF
 log() { printf 'up.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-nodes="" gpus=0 gpus_per_node=1 cpus=4 dir="" prefix="" debs=""
+nodes="" gpus=0 gpus_per_node=1 cpus=4 dir="" prefix="" debs="" slurm=""
 while (($#)); do
   case $1 in
     --nodes) nodes=${2:?}; shift 2 ;;
@@ -44,6 +49,7 @@ while (($#)); do
     --dir) dir=${2:?}; shift 2 ;;
     --prefix) prefix=${2:?}; shift 2 ;;
     --debs) debs=${2:?}; shift 2 ;;
+    --slurm) slurm=${2:?}; shift 2 ;;
     -h | --help) usage ;;
     *) log "unknown argument: $1"; usage ;;
   esac
@@ -53,6 +59,11 @@ done
 [[ $gpus_per_node =~ ^[1-9][0-9]*$ ]] || die "--gpus-per-node must be a positive integer"
 [[ $cpus =~ ^[1-9][0-9]*$ ]] || die "--cpus-per-node must be a positive integer"
 [[ -z $debs || -n $prefix ]] || die "--debs needs --prefix"
+case $slurm in
+  "" | 22.05 | 24.11 | 26.05) ;;
+  *) die "--slurm must be 22.05 (the host's), 24.11 or 26.05, not '$slurm'" ;;
+esac
+[[ -z $prefix || -z $slurm ]] || die "--slurm and --prefix exclude each other"
 # slurmd switches to the job's user and the prefix mode links into /usr/lib: both need root.
 ((EUID == 0)) || die "must run as root"
 # Paths go unquoted into slurm.conf and the printed export lines: keep them plain.
@@ -118,9 +129,10 @@ if [[ -n $prefix ]]; then
   done)
   [[ -z $missing ]] || die "libraries missing (add their .debs to $debs):"$'\n'"$missing"
 fi
-for b in "$sbin"/slurmctld "$sbin"/slurmd "$sbin"/slurmstepd "$bin"/sinfo "$bin"/scontrol; do
-  [[ -x $b ]] || die "$b not found (install slurm-wlm, or use --prefix)"
-done
+root=""
+if [[ -n $slurm && $slurm != 22.05 ]]; then
+  root=$("$here/chroot.sh" "$slurm") || die "no Slurm $slurm root (chroot.sh $slurm failed)"
+fi
 
 # --- cluster folder ---------------------------------------------------------------------------
 if [[ -z $dir ]]; then
@@ -129,6 +141,45 @@ else
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
 fi
+
+plugin_line=""
+if [[ -n $root ]]; then
+  # Trixie's and sid's Slurm need a newer glibc than the host's. Each command runs through the
+  # root's own dynamic loader with the root's libraries first (--library-path is the loader's, not
+  # an environment variable, so nothing leaks into the tasks): the daemons see the host's
+  # filesystem, and slurmstepd starts the tasks on the host, with the host's python and the
+  # project installed there. No chroot, no mount: nothing to unmount on teardown.
+  # The /usr/sbin/slurmd etc. of the root are links to /etc/alternatives (the host's, 22.05):
+  # call the -wlm binaries by path and give them their plain names as argv[0].
+  rlib=$root/usr/lib/$multiarch
+  mkdir -p "$dir/bin"
+  wrap() { # wrap NAME BINARY
+    printf '#!/bin/bash\n# Slurm %s from %s (written by up.sh)\nexec %s --inhibit-cache --library-path %s --argv0 %s %s "$@"\n' \
+      "$(cat "$root/.gpuaccept-slurm-version")" "$root" "$rlib/ld-linux-x86-64.so.2" "$rlib/slurm-wlm:$rlib" "$1" "$2" \
+      >"$dir/bin/$1"
+    chmod 755 "$dir/bin/$1"
+  }
+  for b in slurmd slurmstepd; do wrap "$b" "$root/usr/sbin/$b-wlm"; done
+  # slurmctld re-executes itself through /proc/self/exe (its slurmscriptd), which through ld.so
+  # would be the loader: chroot.sh gave a copy the root's loader as ELF interpreter. Its library
+  # path is an environment variable then, seen only by slurmctld (it starts no job's process).
+  printf '#!/bin/bash\n# Slurm %s from %s (written by up.sh)\nLD_LIBRARY_PATH=%s exec -a slurmctld %s "$@"\n' \
+    "$(cat "$root/.gpuaccept-slurm-version")" "$root" "$rlib/slurm-wlm:$rlib" "$root/usr/sbin/slurmctld-gpuaccept" \
+    >"$dir/bin/slurmctld"
+  chmod 755 "$dir/bin/slurmctld"
+  for b in srun salloc sbatch sinfo squeue scontrol scancel sdiag sacct; do
+    if [[ -x $root/usr/bin/$b ]]; then wrap "$b" "$root/usr/bin/$b"; fi
+  done
+  plugin_line="PluginDir=$rlib/slurm-wlm"
+  export PATH=$dir/bin:$PATH
+  sbin=$dir/bin bin=$dir/bin
+elif [[ $slurm == 22.05 ]]; then
+  have=$("$sbin/slurmd" -V 2>/dev/null | awk '{print $2}') || true
+  [[ $have == 22.05.* ]] || die "--slurm 22.05 asks for the host's Slurm, but $sbin/slurmd is '${have:-absent}'"
+fi
+for b in "$sbin"/slurmctld "$sbin"/slurmd "$sbin"/slurmstepd "$bin"/sinfo "$bin"/scontrol; do
+  [[ -x $b ]] || die "$b not found (install slurm-wlm, or use --prefix or --slurm)"
+done
 # ours PID: that process is a daemon of this folder's cluster. Not `kill -0`: a dead daemon can stay
 # a zombie for a while where PID 1 reaps lazily (containers, VMs), and pids get reused.
 ours() { [[ $(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") == *"$dir/slurm.conf"* ]]; }
@@ -218,6 +269,7 @@ SlurmctldDebug=info
 SlurmdDebug=info
 $gres_line
 $prolog_line
+$plugin_line
 EOF
 for ((k = 1; k <= nodes; k++)); do
   gres=""
@@ -228,9 +280,14 @@ for ((k = 1; k <= nodes; k++)); do
 done
 echo "PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >>"$conf"
 
-# cgroup v2 without systemd makes the cgroup/v2 plugin fail and slurmd exit; v1 initialises and,
-# with proctrack/linuxproc + task/none, constrains nothing.
-echo "CgroupPlugin=cgroup/v1" >"$dir/cgroup.conf"
+# cgroup v2 without systemd makes the cgroup/v2 plugin fail and slurmd exit; on 22.05 v1 initialises
+# and, with proctrack/linuxproc + task/none, constrains nothing. From 24.05 on, slurmd exits "cgroup
+# filesystem not mounted" with v1 too, and "disabled" (new in 24.05) says what is meant.
+if [[ -n $root ]]; then
+  echo "CgroupPlugin=disabled" >"$dir/cgroup.conf"
+else
+  echo "CgroupPlugin=cgroup/v1" >"$dir/cgroup.conf"
+fi
 
 : >"$dir/gres.conf"
 if ((gpus)); then
@@ -329,6 +386,9 @@ log "$nodes nodes IDLE after $(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN 
 # --- environment for the caller ------------------------------------------------------------------
 {
   echo "export SLURM_CONF=$conf"
+  if [[ -n $root ]]; then
+    echo "export PATH=\"$dir/bin:\$PATH\""
+  fi
   if [[ -n $prefix ]]; then
     echo "export PATH=\"$prefix/usr/bin:$prefix/usr/sbin:\$PATH\""
     echo "export LD_LIBRARY_PATH=\"$lib_path\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\""

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Build (or reuse) a root filesystem holding a newer Slurm than the host's, from Debian's own
+# packages, for `up.sh --slurm VERSION`. Prints the root's path on stdout; progress goes to stderr.
+#
+#   slurm/dev-cluster/chroot.sh 24.11     # Debian trixie's slurm-wlm (24.11.x)
+#   slurm/dev-cluster/chroot.sh 26.05     # Debian sid's slurm-wlm (26.05.x)
+#
+# Why a separate root: trixie's and sid's Slurm need glibc >= 2.38 and the CI machine is bookworm
+# (2.36). The root is made by debootstrap (fetched with apt-get download, not installed), then kept
+# under $GPUACCEPT_SLURM_CACHE (default /var/cache/gpuaccept-slurm) and reused while it holds the
+# version asked for. Needs debootstrap's own needs and patchelf. Nothing is mounted here: up.sh runs the daemons with this root's loader and
+# libraries (see up.sh), so no mount can be left behind by this script.
+set -euo pipefail
+
+log() { printf 'chroot.sh: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+version=${1:-}
+case $version in
+  24.11) suite=trixie ;;
+  26.05) suite=sid ;;
+  *) die "usage: chroot.sh 24.11|26.05 (the Slurm version; Debian trixie and sid ship them)" ;;
+esac
+((EUID == 0)) || die "must run as root (debootstrap)"
+cache=${GPUACCEPT_SLURM_CACHE:-/var/cache/gpuaccept-slurm}
+root=$cache/slurm-$version
+marker=$root/.gpuaccept-slurm-version
+
+# slurmctld re-executes itself (its slurmscriptd) through /proc/self/exe, which is the loader when
+# up.sh starts it as `ld.so --library-path ... slurmctld`: that copy gets the root's loader as its
+# ELF interpreter instead (patchelf), so it can be started directly and re-executed as itself.
+patch_ctld() { # patch_ctld ROOT FINAL_ROOT
+  command -v patchelf >/dev/null || die "patchelf is needed (apt-get install patchelf)"
+  cp "$1/usr/sbin/slurmctld-wlm" "$1/usr/sbin/slurmctld-gpuaccept"
+  patchelf --set-interpreter "$2/usr/lib/$(uname -m)-linux-gnu/ld-linux-x86-64.so.2" "$1/usr/sbin/slurmctld-gpuaccept"
+}
+
+if [[ -f $marker ]] && [[ $(cat "$marker") == "$version".* ]]; then
+  [[ -x $root/usr/sbin/slurmctld-gpuaccept ]] || patch_ctld "$root" "$root"
+  log "reusing $root (Slurm $(cat "$marker"))"
+  echo "$root"
+  exit 0
+fi
+
+# The mirror apt already uses on this machine (deb822 or one-line sources), else Debian's CDN.
+mirror=$(awk '/^URIs:/ && $2 ~ /debian\/?$/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+[[ -n $mirror ]] || mirror=$(awk '$1 == "deb" && $2 ~ /debian\/?$/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+mirror=${mirror:-http://deb.debian.org/debian}
+
+mkdir -p "$cache"
+work=$(mktemp -d "$cache/build.XXXX")
+# debootstrap mounts proc and sys inside the root while it installs: whatever happens, unmount
+# anything still mounted under the build folder before removing it (deepest first).
+unmount_under() {
+  awk -v r="$1/" 'index($2 "/", r) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m" || log "warning: could not unmount $m"
+  done
+}
+cleanup() {
+  unmount_under "$work"
+  rm -rf --one-file-system "$work"
+}
+trap cleanup EXIT
+started=$SECONDS
+
+log "fetching debootstrap (not installed: unpacked under $work)"
+(cd "$work" && apt-get download -q debootstrap >/dev/null 2>&1) || die "apt-get download debootstrap failed"
+dpkg -x "$work"/debootstrap_*.deb "$work/dbs"
+
+log "debootstrap $suite from $mirror into $work/root (about 300 MB, a few minutes)"
+DEBOOTSTRAP_DIR=$work/dbs/usr/share/debootstrap "$work/dbs/usr/sbin/debootstrap" \
+  --variant=minbase --include=slurm-wlm,slurm-client,munge \
+  "$suite" "$work/root" "$mirror" >"$work/debootstrap.log" 2>&1 || {
+  tail -n 20 "$work/debootstrap.log" >&2
+  die "debootstrap $suite failed (log above)"
+}
+unmount_under "$work"
+rm -rf "$work/root/var/cache/apt/archives/"*.deb
+
+# (not `sinfo --version`: from 24.11 on it reads slurm.conf first and fails without one)
+got=$(chroot "$work/root" dpkg-query -W -f '${Version}' slurm-client)
+got=${got%%-*}
+[[ $got == "$version".* ]] || die "Debian $suite now ships Slurm $got, not $version.x: update chroot.sh's table"
+patch_ctld "$work/root" "$root"
+echo "$got" >"$work/root/.gpuaccept-slurm-version"
+rm -rf "$root"
+mv "$work/root" "$root"
+log "built $root (Slurm $got) in $((SECONDS - started)) s"
+echo "$root"
