@@ -11,13 +11,14 @@ release notes:
   after ``:`` instead of replacing it, so readers of the Reason field match substrings, not whole
   values (``preflight.NodeRow.describe``, ``gpuaccept-undrain``);
 - 23.11: ``srun --uid/--gid`` removed;
-- 24.11: ``srun --cpu-bind=rank`` removed; ``--gpus-per-task`` implies ``--tres-bind=gres/gpu:per_task:N``
-  (before, the same binding as ``--gpu-bind=per_task:N``: every task sees its own GPUs on both);
+- 24.11: ``srun --cpu-bind=rank`` is ignored ("Rank binding is obsolete") and the step runs unbound;
+  ``--gpus-per-task`` implies ``--tres-bind=gres/gpu:per_task:N`` (before, ``--gpu-bind=per_task:N``:
+  every task is given its own GPUs on both, seen on 22.05, 24.11 and 26.05);
 - 24.05: ``CgroupPlugin=disabled`` (the loopback cluster's cgroup.conf, in ``slurm/dev-cluster/up.sh``).
 
 The one check that needs the version at run time is an ``--srun-arg`` the cluster's srun no longer
-takes: it fails every step with srun's usage message, so it is refused before the allocation, naming
-the option, the version and what to use instead.
+honours: it would fail every step, or run every step without the binding asked for, so it is refused
+before the allocation, naming the option, the version and what to use instead.
 """
 
 from __future__ import annotations
@@ -62,16 +63,17 @@ def detect() -> SlurmVersion:
 
 @dataclass(frozen=True)
 class RemovedOption:
-    """An srun option a release removed: ``pattern`` matches the argument as given."""
+    """An srun option a release stopped honouring: ``pattern`` matches the argument as given."""
 
     pattern: re.Pattern[str]
     since: SlurmVersion
+    effect: str  # what srun of that release does with it
     instead: str
 
     def message(self, argument: str, version: SlurmVersion) -> str:
         return (
-            f"--srun-arg {argument}: this cluster's srun is Slurm {version}, and Slurm {self.since.major}."
-            f"{self.since.minor:02d} removed that option ({self.instead})"
+            f"--srun-arg {argument}: this cluster's srun is Slurm {version}, and from Slurm {self.since.major}."
+            f"{self.since.minor:02d} on {self.effect}; {self.instead}"
         )
 
 
@@ -79,9 +81,15 @@ REMOVED_SRUN_OPTIONS = (
     RemovedOption(
         re.compile(r"^--cpu-bind=(.*,)?rank(,.*)?$"),
         SlurmVersion(24, 11),
+        "srun ignores it ('Rank binding is obsolete') and the steps would run unbound",
         "bind with --cpu-bind=cores, or map_cpu:<list> for a fixed order",
     ),
-    RemovedOption(re.compile(r"^--(uid|gid)(=.*)?$"), SlurmVersion(23, 11), "run the suite as that user instead"),
+    RemovedOption(
+        re.compile(r"^--(uid|gid)(=.*)?$"),
+        SlurmVersion(23, 11),
+        "srun has no such option and every step would fail",
+        "run the suite as that user instead",
+    ),
 )
 
 

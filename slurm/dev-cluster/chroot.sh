@@ -8,8 +8,7 @@
 # Why a separate root: trixie's and sid's Slurm need glibc >= 2.38 and the CI machine is bookworm
 # (2.36). The root is made by debootstrap (fetched with apt-get download, not installed), then kept
 # under $GPUACCEPT_SLURM_CACHE (default /var/cache/gpuaccept-slurm) and reused while it holds the
-# version asked for. Needs debootstrap's own needs and patchelf. Nothing is mounted here: up.sh runs the daemons with this root's loader and
-# libraries (see up.sh), so no mount can be left behind by this script.
+# version asked for. Needs patchelf. Nothing of the root is mounted at run time (see host-bin below).
 set -euo pipefail
 
 log() { printf 'chroot.sh: %s\n' "$*" >&2; }
@@ -26,17 +25,32 @@ cache=${GPUACCEPT_SLURM_CACHE:-/var/cache/gpuaccept-slurm}
 root=$cache/slurm-$version
 marker=$root/.gpuaccept-slurm-version
 
-# slurmctld re-executes itself (its slurmscriptd) through /proc/self/exe, which is the loader when
-# up.sh starts it as `ld.so --library-path ... slurmctld`: that copy gets the root's loader as its
-# ELF interpreter instead (patchelf), so it can be started directly and re-executed as itself.
-patch_ctld() { # patch_ctld ROOT FINAL_ROOT
+# The root's Slurm runs on the host, not in a chroot: copies of its commands in ROOT/host-bin get the
+# root's dynamic loader as ELF interpreter and the root's library folders as DT_RPATH (patchelf).
+# DT_RPATH (not RUNPATH) of an executable also governs its libraries' own dependencies and the
+# plugins it dlopens, and comes before LD_LIBRARY_PATH; nothing is put in the environment, so
+# nothing of the root leaks into the tasks srun starts (they run on the host, with its python). Not
+# `ld.so --library-path BINARY` wrappers: the daemons re-execute themselves through /proc/self/exe
+# (slurmctld's slurmscriptd, 24.11's slurmstepd running a TaskProlog), which would be the loader.
+COMMANDS_SBIN="slurmctld slurmd slurmstepd"
+COMMANDS_BIN="srun salloc sbatch sinfo squeue scontrol scancel sdiag sacct"
+make_host_bin() { # make_host_bin ROOT FINAL_ROOT
   command -v patchelf >/dev/null || die "patchelf is needed (apt-get install patchelf)"
-  cp "$1/usr/sbin/slurmctld-wlm" "$1/usr/sbin/slurmctld-gpuaccept"
-  patchelf --set-interpreter "$2/usr/lib/$(uname -m)-linux-gnu/ld-linux-x86-64.so.2" "$1/usr/sbin/slurmctld-gpuaccept"
+  local rlib="$2/usr/lib/$(uname -m)-linux-gnu" b src
+  rm -rf "$1/host-bin"
+  mkdir -p "$1/host-bin"
+  for b in $COMMANDS_SBIN $COMMANDS_BIN; do
+    src=$1/usr/bin/$b
+    [[ $COMMANDS_SBIN == *"$b"* ]] && src=$1/usr/sbin/$b-wlm  # usr/sbin/slurmd links to /etc/alternatives
+    [[ -f $src ]] || die "$src missing from the root"
+    cp "$src" "$1/host-bin/$b"
+    patchelf --set-interpreter "$rlib/ld-linux-x86-64.so.2" --force-rpath --set-rpath "$rlib/slurm-wlm:$rlib" \
+      "$1/host-bin/$b"
+  done
 }
 
 if [[ -f $marker ]] && [[ $(cat "$marker") == "$version".* ]]; then
-  [[ -x $root/usr/sbin/slurmctld-gpuaccept ]] || patch_ctld "$root" "$root"
+  [[ -x $root/host-bin/sacct ]] || make_host_bin "$root" "$root"
   log "reusing $root (Slurm $(cat "$marker"))"
   echo "$root"
   exit 0
@@ -81,7 +95,7 @@ rm -rf "$work/root/var/cache/apt/archives/"*.deb
 got=$(chroot "$work/root" dpkg-query -W -f '${Version}' slurm-client)
 got=${got%%-*}
 [[ $got == "$version".* ]] || die "Debian $suite now ships Slurm $got, not $version.x: update chroot.sh's table"
-patch_ctld "$work/root" "$root"
+make_host_bin "$work/root" "$root"
 echo "$got" >"$work/root/.gpuaccept-slurm-version"
 rm -rf "$root"
 mv "$work/root" "$root"

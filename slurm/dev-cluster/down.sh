@@ -78,9 +78,7 @@ done
 # their tasks are found as their descendants (collected before anything is killed).
 strays=()
 for p in /proc/[0-9]*; do
-  # (a --slurm 24.11/26.05 stepd runs through its root's loader: comm is ld-linux-*, argv names it)
-  [[ $(cat "$p/comm" 2>/dev/null) == slurmstepd* || $(tr '\0' ' ' 2>/dev/null <"$p/cmdline") == *"/usr/sbin/slurmstepd-wlm"* ]] ||
-    continue
+  [[ $(cat "$p/comm" 2>/dev/null) == slurmstepd* ]] || continue
   grep -qzxF "GPUACCEPT_DEV_CLUSTER=$dir" "$p/environ" 2>/dev/null || continue
   strays+=("${p#/proc/}")
 done

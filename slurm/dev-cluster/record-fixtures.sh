@@ -36,8 +36,9 @@ rec squeue-steps.txt squeue -h -s -j "$job" -o '%i|%j'
 rec sinfo-nodes-busy.txt sinfo -h -N -p main -o '%N|%T|%G|%E'
 scancel "$job"
 wait "$sleeper" || true
-# a removed option, as srun says it
+# options later versions dropped, as srun says it
 rec srun-cpu-bind-rank.txt srun -N1 -w node1 --cpu-bind=rank true
+rec srun-uid.txt srun -N1 -w node1 --uid=0 true
 
 # node2 drained by gpuaccept, then dead: the reason as Slurm keeps it
 scontrol update nodename=node2 state=drain reason="gpuaccept: hbm_bandwidth below limit"
@@ -55,4 +56,17 @@ rec sinfo-R.txt sinfo -R -h -o '%N|%E'
 rec sinfo.json sinfo --json
 rec sinfo-filtered.json sinfo --json -n node1
 rec scontrol-show-node.json scontrol show node node1 --json
+"$here/down.sh" --clean "$GPUACCEPT_DEV_CLUSTER"
+
+# --gpus-per-task: how each version binds a task to its GPU (22.05: an implied --gpu-bind=per_task;
+# 24.11 on: an implied --tres-bind=gres/gpu:per_task). One node with two GPUs on fake device files
+# (slurmd only stats them): what each task of `srun -n2 --gpus-per-task=1` is given.
+fake=$(mktemp -d /tmp/gpuaccept-fakegpu.XXXX)
+mknod "$fake/nvidia0" c 195 0
+mknod "$fake/nvidia1" c 195 1
+trap '"$here/down.sh" --clean "$GPUACCEPT_DEV_CLUSTER" || true; rm -rf "$fake"' EXIT
+eval "$(GPUACCEPT_DEV_GPU_FILE=$fake/nvidia "$here/up.sh" --nodes 1 --gpus-per-node 2 --slurm "$version")"
+# shellcheck disable=SC2016 # expanded by each task
+rec srun-gpus-per-task.txt srun -N1 -n2 --gpus-per-task=1 --label bash -c \
+  'env | grep -E "^(CUDA_VISIBLE_DEVICES|SLURM_STEP_GPUS|SLURM_GPUS_PER_TASK|SLURM_[A-Z_]*BIND[A-Z_]*)=" | sort'
 echo "recorded Slurm $version outputs in $out" >&2

@@ -24,8 +24,8 @@ usage: up.sh --nodes N [--gpus] [--gpus-per-node G] [--cpus-per-node C] [--dir D
   --dir DIR           folder for config, state, logs, pids (default: mktemp -d /tmp/gpuaccept-slurm.XXXX)
   --slurm VERSION     22.05: the host's Slurm (Debian bookworm; the default). 24.11 or 26.05: Debian
                       trixie's or sid's, from the root that chroot.sh builds and caches; its daemons
-                      and client commands run on this host through that root's own loader and
-                      libraries (wrappers in DIR/bin, put first on PATH by the printed exports)
+                      and client commands run on this host with that root's own loader and libraries
+                      (ROOT/host-bin, put first on PATH by the printed exports)
   --prefix PREFIX     use Slurm unpacked under PREFIX (dpkg -x) instead of the system's binaries
   --debs DEBDIR       first unpack DEBDIR/*.deb into PREFIX (see debs.txt)
 
@@ -144,35 +144,14 @@ fi
 
 plugin_line=""
 if [[ -n $root ]]; then
-  # Trixie's and sid's Slurm need a newer glibc than the host's. Each command runs through the
-  # root's own dynamic loader with the root's libraries first (--library-path is the loader's, not
-  # an environment variable, so nothing leaks into the tasks): the daemons see the host's
-  # filesystem, and slurmstepd starts the tasks on the host, with the host's python and the
-  # project installed there. No chroot, no mount: nothing to unmount on teardown.
-  # The /usr/sbin/slurmd etc. of the root are links to /etc/alternatives (the host's, 22.05):
-  # call the -wlm binaries by path and give them their plain names as argv[0].
-  rlib=$root/usr/lib/$multiarch
-  mkdir -p "$dir/bin"
-  wrap() { # wrap NAME BINARY
-    printf '#!/bin/bash\n# Slurm %s from %s (written by up.sh)\nexec %s --inhibit-cache --library-path %s --argv0 %s %s "$@"\n' \
-      "$(cat "$root/.gpuaccept-slurm-version")" "$root" "$rlib/ld-linux-x86-64.so.2" "$rlib/slurm-wlm:$rlib" "$1" "$2" \
-      >"$dir/bin/$1"
-    chmod 755 "$dir/bin/$1"
-  }
-  for b in slurmd slurmstepd; do wrap "$b" "$root/usr/sbin/$b-wlm"; done
-  # slurmctld re-executes itself through /proc/self/exe (its slurmscriptd), which through ld.so
-  # would be the loader: chroot.sh gave a copy the root's loader as ELF interpreter. Its library
-  # path is an environment variable then, seen only by slurmctld (it starts no job's process).
-  printf '#!/bin/bash\n# Slurm %s from %s (written by up.sh)\nLD_LIBRARY_PATH=%s exec -a slurmctld %s "$@"\n' \
-    "$(cat "$root/.gpuaccept-slurm-version")" "$root" "$rlib/slurm-wlm:$rlib" "$root/usr/sbin/slurmctld-gpuaccept" \
-    >"$dir/bin/slurmctld"
-  chmod 755 "$dir/bin/slurmctld"
-  for b in srun salloc sbatch sinfo squeue scontrol scancel sdiag sacct; do
-    if [[ -x $root/usr/bin/$b ]]; then wrap "$b" "$root/usr/bin/$b"; fi
-  done
-  plugin_line="PluginDir=$rlib/slurm-wlm"
-  export PATH=$dir/bin:$PATH
-  sbin=$dir/bin bin=$dir/bin
+  # Trixie's and sid's Slurm need a newer glibc than the host's. chroot.sh made copies of the
+  # commands (ROOT/host-bin) whose ELF interpreter is the root's loader and whose DT_RPATH is the
+  # root's libraries: they run on the host, no chroot and no mount (nothing to unmount on teardown),
+  # and put nothing in the environment, so slurmstepd starts the tasks on the host with the host's
+  # python and the project installed there. PluginDir: the compiled-in one holds the host's plugins.
+  sbin=$root/host-bin bin=$root/host-bin
+  plugin_line="PluginDir=$root/usr/lib/$multiarch/slurm-wlm"
+  export PATH=$bin:$PATH
 elif [[ $slurm == 22.05 ]]; then
   have=$("$sbin/slurmd" -V 2>/dev/null | awk '{print $2}') || true
   [[ $have == 22.05.* ]] || die "--slurm 22.05 asks for the host's Slurm, but $sbin/slurmd is '${have:-absent}'"
@@ -387,7 +366,7 @@ log "$nodes nodes IDLE after $(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN 
 {
   echo "export SLURM_CONF=$conf"
   if [[ -n $root ]]; then
-    echo "export PATH=\"$dir/bin:\$PATH\""
+    echo "export PATH=\"$bin:\$PATH\""
   fi
   if [[ -n $prefix ]]; then
     echo "export PATH=\"$prefix/usr/bin:$prefix/usr/sbin:\$PATH\""

@@ -122,14 +122,17 @@ def test_step_listing(version: str) -> None:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_removed_cpu_bind_rank_matches_what_srun_did(version: str) -> None:
-    """The table of removed options agrees with the recorded srun: rejected exactly where listed."""
-    srun_refused = (FIXTURES / version / "srun-cpu-bind-rank.txt.rc").is_file()
+def test_removed_options_match_what_srun_did(version: str) -> None:
+    """The table agrees with each version's recorded srun: listed exactly where srun ignored or refused it."""
     found = parse_version(recorded(version, "version.txt"))
-    problems = removed_srun_options(["--cpu-bind=rank"], found)
-    assert bool(problems) == srun_refused, (version, problems)
-    if problems:
-        assert "24.11 removed" in problems[0] and "--cpu-bind=cores" in problems[0]
+    rank_said = recorded(version, "srun-cpu-bind-rank.txt.stderr")
+    ignored = "Ignoring --cpu-bind=rank" in rank_said
+    assert bool(removed_srun_options(["--cpu-bind=rank"], found)) == ignored, (version, rank_said)
+    uid_refused = (FIXTURES / version / "srun-uid.txt.rc").is_file()
+    assert bool(removed_srun_options(["--uid=0"], found)) == uid_refused, version
+    if ignored:
+        message = removed_srun_options(["--cpu-bind=rank"], found)[0]
+        assert "from Slurm 24.11 on srun ignores it" in message and "--cpu-bind=cores" in message, message
 
 
 def test_removed_options_by_version() -> None:
@@ -147,7 +150,9 @@ def test_preflight_refuses_a_removed_srun_arg(monkeypatch: pytest.MonkeyPatch, v
     preflight.check_srun_args(())
     assert calls == []  # no extra argument: the version is not even asked for
     if version >= "24.11":
-        with pytest.raises(preflight.SlurmUnusable, match=rf"Slurm {version}\.\d+, and Slurm 24.11 removed"):
+        with pytest.raises(
+            preflight.SlurmUnusable, match=rf"Slurm {version}\.\d+, and from Slurm 24.11 on srun ignores"
+        ):
             preflight.check_srun_args(("--cpu-bind=rank",))
     else:
         preflight.check_srun_args(("--cpu-bind=rank",))
@@ -169,3 +174,18 @@ def _sinfo_names(doc: dict[str, object]) -> set[str]:
     rows = doc["sinfo"]
     assert isinstance(rows, list)
     return {name for row in rows for name in row["nodes"]["nodes"]}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_gpus_per_task_gives_each_task_its_own_gpu(version: str) -> None:
+    """``srun -n2 --gpus-per-task=1`` on a 2-GPU node: one GPU per task, a different one each, on every
+    version, so ``SlurmLauncher`` asks for ``--gpus-per-task`` alone (22.05 binds through an implied
+    ``--gpu-bind=per_task``, 24.11 on through an implied ``--tres-bind=gres/gpu:per_task``)."""
+    seen: dict[str, str] = {}
+    for line in recorded(version, "srun-gpus-per-task.txt").splitlines():
+        task, _, assignment = line.partition(": ")
+        if assignment.startswith("CUDA_VISIBLE_DEVICES="):
+            seen[task.strip()] = assignment.split("=", 1)[1]
+    assert sorted(seen) == ["0", "1"], seen
+    assert all("," not in gpus for gpus in seen.values()), seen
+    assert len(set(seen.values())) == 2, seen
