@@ -10,6 +10,7 @@ fails here, naming the version.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,21 @@ def test_gpus_per_task_gives_each_task_its_own_gpu(version: str) -> None:
     assert sorted(seen) == ["0", "1"], seen
     assert all("," not in gpus for gpus in seen.values()), seen
     assert len(set(seen.values())) == 2, seen
+
+
+DEV_CLUSTER = Path(__file__).resolve().parents[2] / "slurm" / "dev-cluster"
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["up.sh", "--nodes", "1", "--slurm", "23.02"],
+            "--slurm must be 22.05 (the host's), 24.11 or 26.05, not '23.02'",
+        ),
+        (["chroot.sh", "25.05"], "usage: chroot.sh 24.11|26.05"),
+    ],
+)
+def test_dev_cluster_names_the_versions_it_starts(argv: list[str], said: str) -> None:
+    done = subprocess.run(["bash", str(DEV_CLUSTER / argv[0]), *argv[1:]], capture_output=True, text=True)
+    assert done.returncode != 0 and said in done.stderr, done.stderr
