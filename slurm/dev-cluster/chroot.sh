@@ -81,7 +81,7 @@ log "fetching debootstrap (not installed: unpacked under $work)"
 (cd "$work" && apt-get download -q debootstrap >/dev/null 2>&1) || die "apt-get download debootstrap failed"
 dpkg -x "$work"/debootstrap_*.deb "$work/dbs"
 
-log "debootstrap $suite from $mirror into $work/root (about 300 MB, a few minutes)"
+log "debootstrap $suite from $mirror into $work/root (about 240 MB, a few minutes)"
 DEBOOTSTRAP_DIR=$work/dbs/usr/share/debootstrap "$work/dbs/usr/sbin/debootstrap" \
   --variant=minbase --include=slurm-wlm,slurm-client,munge \
   "$suite" "$work/root" "$mirror" >"$work/debootstrap.log" 2>&1 || {
