@@ -204,6 +204,7 @@ fi
 [[ $base =~ ^[0-9]+$ ]] || die "bad base port '$base'"
 
 # --- configuration ----------------------------------------------------------------------------
+first_job=$((RANDOM % 90000 + 10000))
 gres_line="" prolog_line=""
 if ((gpus)); then
   gres_line="GresTypes=gpu"
@@ -238,6 +239,10 @@ SlurmdTimeout=30
 MessageTimeout=10
 KillWait=5
 InactiveLimit=0
+# Job ids start at a random number: probes derive their rendezvous port from the job and step ids
+# (gpuaccept/probes/_protocol.py), so two clusters on one host that both start at job 1 would have
+# their training steps listen on the same port (seen: EADDRINUSE in a concurrent run).
+FirstJobId=$first_job
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool/%n
 SlurmctldPidFile=$dir/run/slurmctld.pid
