@@ -36,6 +36,10 @@ rec squeue-steps.txt squeue -h -s -j "$job" -o '%i|%j'
 rec sinfo-nodes-busy.txt sinfo -h -N -p main -o '%N|%T|%G|%E'
 scancel "$job"
 wait "$sleeper" || true
+# a fan-out step as gpuaccept/dispatch/fanout.py reads it (--label -v, --kill-on-bad-exit=0), task 3 failing
+# shellcheck disable=SC2016 # expanded by each task
+rec srun-fanout.txt srun -N2 -n4 --ntasks-per-node=2 --kill-on-bad-exit=0 --label -v bash -c \
+  'echo "out of task $SLURM_PROCID on $SLURMD_NODENAME"; if [ "$SLURM_PROCID" = 3 ]; then exit 3; fi'
 # options later versions dropped, as srun says it
 rec srun-cpu-bind-rank.txt srun -N1 -w node1 --cpu-bind=rank true
 rec srun-uid.txt srun -N1 -w node1 --uid=0 true

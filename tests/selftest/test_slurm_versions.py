@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.dispatch import preflight, slurm_cli, versions
+from gpuaccept.dispatch.fanout import parse_fanout
 from gpuaccept.dispatch.versions import SlurmVersion, parse_version, removed_srun_options
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
@@ -208,3 +209,15 @@ DEV_CLUSTER = Path(__file__).resolve().parents[2] / "slurm" / "dev-cluster"
 def test_dev_cluster_names_the_versions_it_starts(argv: list[str], said: str) -> None:
     done = subprocess.run(["bash", str(DEV_CLUSTER / argv[0]), *argv[1:]], capture_output=True, text=True)
     assert done.returncode != 0 and said in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_fanout_step_is_split_by_node(version: str) -> None:
+    """A fan-out step (``--label -v --kill-on-bad-exit=0``, 2 nodes x 2 tasks, task 3 exiting 3) read by
+    ``parse_fanout`` from each version's srun: tasks placed by node, lines by node, node2's exit code."""
+    out = parse_fanout(recorded(version, "srun-fanout.txt"), recorded(version, "srun-fanout.txt.stderr"))
+    assert out.tasks_of == {"node1": [0, 1], "node2": [2, 3]}
+    for node, tasks in out.tasks_of.items():
+        assert sorted(out.stdout_of[node]) == [f"out of task {t} on {node}" for t in tasks]
+    assert out.exit_code == {"node2": 3} and out.task_errors["node2"] == "task(s) 3: Exited with exit code 3"
+    assert out.launch_failed == {}
