@@ -190,7 +190,7 @@ def test_hung_read_is_a_timeout_that_names_it(rec, capsys):
     took = time.monotonic() - start
     assert code == 1
     assert any(f.startswith(f"timeout gpus reading {fifo} (limit 2") for f in out["failed"]), out["failed"]
-    assert took < 10, f"{took:.1f} s: the watchdog did not cut the hung read"
+    assert took < 20, f"{took:.1f} s: the watchdog did not cut the hung read (it hangs forever without it)"
 
 
 def test_prolog_error_does_not_drain_but_healthcheck_says_so(rec, capsys, monkeypatch):
@@ -221,13 +221,11 @@ def test_epilog_counts_the_ending_jobs_leftovers(rec, capsys, monkeypatch):
 def test_console_script_runs_without_pytest_collection(rec):
     """``python -m gpuaccept.nodecheck`` as slurmd runs it: a bare environment, no pytest session."""
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "SLURMD_NODENAME": "nodeA"}
-    start = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "gpuaccept.nodecheck", *rec["args"]],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert "nodeA healthcheck" in done.stdout, done.stdout + done.stderr
-    assert time.monotonic() - start < 30
 
 
 def test_expected_fingerprint_is_the_majority_of_the_run(tmp_path):
@@ -282,7 +280,7 @@ def test_overall_watchdog_ends_a_check_that_hangs_outside_the_readers(rec):
     took = time.monotonic() - start
     assert done.returncode == 2, done.stdout + done.stderr
     assert "node check watchdog: no verdict after 4 s" in done.stderr
-    assert took < 10, f"{took:.1f} s"
+    assert took < 20, f"{took:.1f} s (it hangs forever without the watchdog)"
 
 
 @pytest.mark.parametrize(
