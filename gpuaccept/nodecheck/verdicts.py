@@ -88,14 +88,14 @@ class _Node:
             return
         self.judge.check(metric, value, node=self.node, gpu=gpu, **extra)
 
-    def quietly(self, call: Any, *args: Any) -> None:
+    def quietly(self, check: str, call: Any, *args: Any) -> None:
         """Run one of the suite's hardware judges; its checks are on the judge, its verdict is ours."""
         try:
             call(*args)
         except AssertionError:
             pass
         except MeasurementError as exc:
-            self.missing(getattr(call, "__name__", "judge"), "", str(exc).splitlines()[0][:200])
+            self.missing(check, "", str(exc).splitlines()[0][:200])
 
 
 def _gpus(n: _Node, gpus: dict[str, Any], declared: int | None, context: str, job: str | None) -> None:
@@ -161,7 +161,7 @@ def _xid(n: _Node, log: dict[str, Any], gpus: dict[str, Any], since: float | Non
     window = [e.raw for e in events if since is None or e.uptime_s is None or e.uptime_s > since]
     data = {**log, "xid_lines": window, "gpus": gpus.get("gpus") or []}
     before = len(n.judge.results)
-    n.quietly(judge_xid, data, n.judge, n.node, hardware)
+    n.quietly("xid_hardware_events", judge_xid, data, n.judge, n.node, hardware)
     mine = n.judge.results[before:]
     for result in mine:
         result.extra["window"] = "since boot" if since is None else f"since uptime {since:.0f} s"
@@ -176,7 +176,7 @@ def _ib(n: _Node, ib: dict[str, Any]) -> None:
     if not expects and not ib.get("hcas"):
         return
     layer = n.judge.declared("ib_link_layer", n.node)
-    n.quietly(judge_ib, ib, n.judge, n.node, None if layer is None else str(layer.equal))
+    n.quietly("ib_port_state", judge_ib, ib, n.judge, n.node, None if layer is None else str(layer.equal))
 
 
 def _hygiene(n: _Node, data: dict[str, Any], job: str | None) -> None:
