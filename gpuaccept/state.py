@@ -23,7 +23,7 @@ import pytest
 from gpuaccept.cluster import Cluster, FanoutGroup
 from gpuaccept.dispatch import SlurmUnusable, choose_launcher, make_launcher
 from gpuaccept.dispatch.result import ProbeResult
-from gpuaccept.dispatch.slurm_cli import SlurmError, cluster_name
+from gpuaccept.dispatch.slurm_cli import SlurmError, cluster_name, share_node_reads
 from gpuaccept.dispatch.step import Step, shell_join
 from gpuaccept.fingerprints import Fingerprints
 from gpuaccept.results.record import RunRecord, record_id
@@ -225,7 +225,11 @@ class _NodeLoss:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        if not self.state.started or function_key(item) is None:
+        # one scontrol read of every node per node-parametrized test function (not under xdist, where
+        # a worker's cases change function at every case)
+        key = function_key(item)
+        share_node_reads(key if not hasattr(item.config, "workerinput") else None)
+        if not self.state.started or key is None:
             return
         node = item.callspec.params["node"]  # type: ignore[attr-defined]
         reason = self.state.cluster.lost.get(node)
@@ -234,6 +238,10 @@ class _NodeLoss:
         if node in self.announced:
             pytest.skip(f"{node} was lost during the run: {reason}")
         self.announced.add(node)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self) -> None:
+        share_node_reads(None)  # drains and the record read the nodes as they are now
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.state.started:

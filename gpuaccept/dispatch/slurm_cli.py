@@ -21,6 +21,7 @@ __all__ = [
     "key_values",
     "node_info",
     "partition_info",
+    "share_node_reads",
     "slurm_client_installed",
     "slurm_cmd",
     "state_is_usable",
@@ -134,9 +135,39 @@ def key_values(text: str) -> dict[str, str]:
     return out
 
 
+class _SharedReads:
+    """One ``scontrol -o show node`` for every case of a node-parametrized test function (see below)."""
+
+    key: object = None
+    fields: dict[str, dict[str, str]] | None = None
+
+
+_shared = _SharedReads()
+
+
+def share_node_reads(key: object) -> None:
+    """While ``key`` (a test function) is set, ``node_info`` answers every node from one read of all
+    nodes taken at its first call, as a fan-out step measures every node at once: N cases, one
+    scontrol. ``None`` (between functions, at session end, for drains): every call asks Slurm."""
+    if key != _shared.key:
+        _shared.key, _shared.fields = key, None
+
+
+def _shared_fields(node: str, timeout_s: float) -> dict[str, str] | None:
+    if _shared.key is None:
+        return None
+    if _shared.fields is None:
+        try:
+            lines = slurm_cmd(["scontrol", "-o", "show", "node"], timeout_s).splitlines()
+        except SlurmError:
+            return None  # asked alone, the node's own error names it
+        _shared.fields = {f["NodeName"]: f for f in map(key_values, lines) if "NodeName" in f}
+    return _shared.fields.get(node)
+
+
 def node_info(node: str, timeout_s: float = 30.0) -> NodeInfo:
     """``scontrol show node`` parsed: state, declared GPUs, CPUs, drain reason, partitions."""
-    fields = key_values(slurm_cmd(["scontrol", "show", "node", node], timeout_s))
+    fields = _shared_fields(node, timeout_s) or key_values(slurm_cmd(["scontrol", "show", "node", node], timeout_s))
     if "NodeName" not in fields:
         raise SlurmError(f"scontrol show node {node}: no such node")
     return NodeInfo(
