@@ -176,3 +176,24 @@ def test_node_taken_out_of_the_job_is_lost_and_the_step_runs_on_the_others(dev_c
     assert results["node1"].one().node == "node1", (out, results)
     assert f"node2 was lost during the run: Slurm took it out of job {job}" in str(results["node2"])
     assert launcher.steps_launched == 2 and list(launcher.lost) == ["node2"]
+
+
+def test_node_reads_shared_within_one_test_function(dev_cluster, monkeypatch):
+    """Every case of one node-parametrized test function reads node states from one scontrol call
+    (as a fan-out step measures every node at once); outside a function each call asks Slurm."""
+    from gpuaccept.dispatch import slurm_cli
+
+    for key, value in dev_cluster.env.items():
+        monkeypatch.setenv(key, value)
+    calls: list[list[str]] = []
+    real = slurm_cli.slurm_cmd
+    monkeypatch.setattr(slurm_cli, "slurm_cmd", lambda argv, *a: calls.append(argv) or real(argv, *a))
+    try:
+        slurm_cli.share_node_reads(("test_node_usable",))
+        infos = [slurm_cli.node_info(node) for node in dev_cluster.nodes]
+    finally:
+        slurm_cli.share_node_reads(None)
+    assert [i.name for i in infos] == dev_cluster.nodes and all(i.usable for i in infos)
+    assert calls == [["scontrol", "-o", "show", "node"]]
+    slurm_cli.node_info(dev_cluster.nodes[0])
+    assert calls[-1] == ["scontrol", "show", "node", dev_cluster.nodes[0]]
