@@ -109,6 +109,12 @@ class Judge:
     def sku(self, node: str) -> str:
         return self._sku_of(node)
 
+    @property
+    def baseline(self) -> Baseline | None:
+        """The ``--baseline`` run record this session compares with (None without one), for rules that
+        compare more than one figure with it (``judging.trajectory``)."""
+        return self._baseline
+
     def setting(self, name: str) -> float:
         """A suite-wide setting (``straggler_pct``, ``regression_pct``)."""
         return self._thresholds.setting(name)

@@ -17,7 +17,17 @@ every rank. ``--strategy solo,ddp,fsdp`` runs them in turn after one start-up, e
 ``--out/<strategy>``, and the result line holds ``strategies.<name>`` plus the launch's ``phases``
 (start-up, set-up, warm-up steps, timed steps, checkpoints, lifecycle, teardown). Each rank prints one
 result line; rank 0's also carries every strategy's lifecycle results and the artefact paths
-(``comparison.json``, ``history.json``). The probe measures; the test judges.
+(``comparison.json``, ``history.json``). The probe measures; the test judges. On a world of one (a
+one-GPU node) ``--strategy solo`` alone is the whole launch, and that run saves and gets the lifecycle.
+
+Each run's ``losses`` are the exact float32 step losses: every GPU of one SKU and software stack must
+train the same curve bit for bit (``gpuaccept.judging.trajectory``).
+
+Test hook (off by default; for the suite's own proof that a slightly wrong GPU is caught, never for an
+acceptance run): ``GPUACCEPT_TEST_PERTURB_TRAINING="gpu=1,step=10"`` (selectors ``node``, ``gpu`` = NVML
+index, ``rank`` = rank in this launch; ``step`` default 10) adds one bf16 ulp to one weight of the
+selected rank after that optimizer step (``gpuaccept.training.perturb``). Only this probe reads it; the
+rank prints a warning and its result carries ``test_hook`` saying what was changed.
 """
 
 from __future__ import annotations
@@ -160,6 +170,8 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     from gpuaccept.training.config import profile_for
     from gpuaccept.training.data import encode, load_splits, load_tokenizer
     from gpuaccept.training.loop import Runtime
+    from gpuaccept.training.perturb import PERTURB_ENV
+    from gpuaccept.training.perturb import parse as parse_perturbation
     from gpuaccept.training.strategy import release, train_one
 
     PHASES.mark("imports")
@@ -200,13 +212,18 @@ def _run(args: argparse.Namespace, info: Any) -> None:
         "torch_threads": threads,
     }
     gpu = gpu_identity(0) if use_cuda else None
+    hook = parse_perturbation(os.environ.get(PERTURB_ENV))
+    selected = hook is not None and hook.selects(node=node, gpu=(gpu or {}).get("index"), rank=info.rank)
+    perturb_after = hook.step if hook is not None and selected else None
     runs: dict[str, dict[str, Any]] = {}
     pending: dict[str, dict[str, Any]] = {}
     for strategy in strategies:
         out = args.out / strategy if several else args.out
         cfg = profile_for("gpu" if use_cuda else "cpu", **{**overrides, "strategy": strategy, "out": out})
         started = time.monotonic()
-        data, job = train_one(cfg, rt, tokenizer, train_ex, test_ex, data_desc, use_cuda, gpu, info.rank, args.out)
+        data, job = train_one(
+            cfg, rt, tokenizer, train_ex, test_ex, data_desc, use_cuda, gpu, info.rank, args.out, perturb_after
+        )
         data.update(shared)
         # What this strategy would take launched alone: the shared start-up plus its own run.
         data["run_s"] = round(time.monotonic() - started, 3)

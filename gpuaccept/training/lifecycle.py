@@ -136,13 +136,21 @@ def compare(
         "base_model": {"path": str(base_path), **base_report},
         "finetuned_model": {"adapter": str(adapter_path), **tuned_report},
         "comparison": {
-            "perplexity_reduction_pct": (1 - tuned_ppl / base_ppl) * 100 if math.isfinite(base_ppl) else 100.0,
+            "perplexity_reduction_pct": _reduction_pct(base_ppl, tuned_ppl),
             "speed_change_pct": (tuned_report["gen_tokens_per_s"] / base_report["gen_tokens_per_s"] - 1) * 100,
             "merged_speed_change_pct": (merged_speed["gen_tokens_per_s"] / base_report["gen_tokens_per_s"] - 1) * 100,
             "ttft_change_pct": (tuned_report["ttft_ms"] / base_report["ttft_ms"] - 1) * 100,
         },
         "seconds": round(time.monotonic() - started, 2),
     }
+
+
+def _reduction_pct(base: float, tuned: float) -> float:
+    """How far the fine-tuned perplexity is below the base's, in %; NaN when either is not finite (the
+    test then fails the check naming which one), never a made-up 100%."""
+    if not (math.isfinite(base) and math.isfinite(tuned)) or base <= 0:
+        return float("nan")
+    return (1 - tuned / base) * 100
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> Path:

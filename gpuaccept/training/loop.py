@@ -57,6 +57,8 @@ class TrainResult:
     warmup_s: float = 0.0
     #: evals and checkpoints between timed stretches (the clock is stopped there)
     pause_s: float = 0.0
+    #: what the test hook changed (``gpuaccept.training.perturb``), None when it was off for this rank
+    perturbed: str | None = None
 
 
 def autocast(device: torch.device) -> AbstractContextManager[Any]:
@@ -157,12 +159,14 @@ def train(
     *,
     save: bool = True,
     fault_rank: int | None = None,
+    perturb_after: int | None = None,
 ) -> TrainResult:
     """Run ``cfg.steps`` optimizer steps; evaluate (and with ``save``, checkpoint) every ``cfg.ckpt_every``.
 
     ``save=False`` is the per-GPU solo run: evals only, nothing written. ``fault_rank`` is the rank the
     selftest fault knob names this process by (the launch's global rank; a solo run is rank 0 of its own
-    world of one).
+    world of one). ``perturb_after`` is the step after which the test hook perturbs this rank's weights
+    (``gpuaccept.training.perturb``; None, the default, leaves the run alone).
     """
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
@@ -192,6 +196,15 @@ def train(
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
+        if perturb_after == step:
+            from gpuaccept.training.perturb import PERTURB_ENV, apply
+
+            result.perturbed = f"after step {step}: {apply(model)}"
+            print(
+                f"gpuaccept finetune: TEST HOOK {PERTURB_ENV}: rank {rt.rank} on {rt.node}: {result.perturbed}",
+                file=sys.stderr,
+                flush=True,
+            )
         opt.zero_grad(set_to_none=True)
         pending.append(loss.detach().float())
         if clock is not None:

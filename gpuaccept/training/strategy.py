@@ -39,12 +39,16 @@ def train_one(
     gpu: dict[str, Any] | None,
     rank: int,
     root: Path,
+    perturb_after: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """One strategy: build the seeded model, save the original, train, measure; the lifecycle to run.
 
     ``solo`` trains this rank's GPU alone (a world of one: its own data order, no collective, nothing
-    saved), so every GPU of the node is fine-tuned and judged on its own at the same time. Returns the
-    rank's figures and, on rank 0 of a DDP/FSDP run, the lifecycle job (run later, ``_lifecycles``).
+    saved), so every GPU of the node is fine-tuned and judged on its own at the same time. In a launch
+    of one rank (a one-GPU node, where DDP and FSDP do not apply) the solo run is the only run, so it
+    saves its checkpoints and gets the lifecycle. Returns the rank's figures and, on rank 0 of a run that
+    saves, the lifecycle job (run later, ``_lifecycles``). ``losses`` are the exact float32 step losses
+    (no rounding): the fleet agreement compares them bit for bit. ``perturb_after``: the test hook.
     """
     import dataclasses
 
@@ -56,10 +60,12 @@ def train_one(
     from gpuaccept.training.monitor import UtilSampler, peak_memory_gib
 
     solo = cfg.strategy == "solo"
+    saves = not solo or rt.world == 1  # a launch of one rank: its solo run is the run with the lifecycle
     setup_started = time.monotonic()
     if solo:
         rt = dataclasses.replace(rt, rank=0, world=1)
-        cfg = dataclasses.replace(cfg, ckpt_every=cfg.steps)  # one eval at the end; nothing written
+        if not saves:
+            cfg = dataclasses.replace(cfg, ckpt_every=cfg.steps)  # one eval at the end; nothing written
     device = rt.device
     pad_id = int(tokenizer.pad_token_id)
     base = build_base(cfg, cfg.seed)
@@ -67,7 +73,7 @@ def train_one(
     # both lifecycles check it was kept); written once instead of 200 MB per strategy
     base_path = cfg.model_path or root / "original"
     before: dict[str, str] = {}
-    main_rank = rt.rank == 0 and not solo
+    main_rank = rt.rank == 0 and saves
     if main_rank:
         for sub in ("checkpoints", "final"):
             shutil.rmtree(cfg.out / sub, ignore_errors=True)
@@ -87,7 +93,19 @@ def train_one(
     if use_cuda:
         torch.cuda.reset_peak_memory_stats(device)
     setup_s = time.monotonic() - setup_started
-    result = train(cfg, rt, model, peft_model, train_ex, test_ex, pad_id, sampler, save=not solo, fault_rank=rank)
+    result = train(
+        cfg,
+        rt,
+        model,
+        peft_model,
+        train_ex,
+        test_ex,
+        pad_id,
+        sampler,
+        save=saves,
+        fault_rank=rank,
+        perturb_after=perturb_after,
+    )
     memory = peak_memory_gib(device)
     util = sampler.summary() if sampler else {"util_pct": None, "util_samples": 0, "util_error": "CPU run"}
     losses = result.losses
@@ -97,7 +115,7 @@ def train_one(
         "world_size": rt.world,
         "steps_planned": cfg.steps,
         "steps_done": result.steps_done,
-        "losses": [round(v, 5) for v in losses],
+        "losses": list(losses),
         "evals": result.evals,
         "train_loss_final": statistics.fmean(losses[-10:]) if losses else None,
         "eval_loss_final": result.evals[-1][1] if result.evals else None,
@@ -115,6 +133,7 @@ def train_one(
         "total_params": total,
         "checksum": trainable_checksum(model),
         "torch": torch.__version__,
+        **({"test_hook": result.perturbed} if result.perturbed else {}),
         **memory,
         **util,
     }

@@ -1,0 +1,250 @@
+"""Fleet agreement of fine-tunes: every GPU of one SKU and software stack trains the same loss curve.
+
+The built-in fine-tune is bitwise deterministic on one GPU: run to run, the maximum relative loss
+difference over all 40 steps was 0.0 on the lent H100 and on the lent H200 (docs/measurements.md,
+"Training that tests the GPU"). Loss limits cannot see a GPU that computes slightly wrong (a silent
+data corruption, a marginal SM, a flaky HBM bit still trains to a low loss); its trajectory can. So:
+
+* GPUs are grouped by SKU and software stack (GPU model, driver, CUDA, NCCL, torch, transformers, peft;
+  CPU model and architecture for gloo ranks): only inside a group must curves agree, since another GPU
+  model or another torch legitimately trains another curve (H100 vs H200: 2.8% apart at step 13);
+* each GPU of a group of two or more is held against the group's majority trajectory (the one more
+  than half the members trained exactly, weights' sha256 included); a departure beyond the SKU's
+  ``train_trajectory_rel_diff`` limit FAILS naming the node, the GPU, the first departing step and by
+  how much; with no majority every member fails, since nothing says which one is right;
+* against a ``--baseline`` record, each GPU is held against its own earlier trajectory: on the same
+  stack it must agree (``train_trajectory_baseline_rel_diff``); on a changed stack the change is
+  recorded beside the fingerprint fields that changed, not judged (a new stack trains a new curve);
+* a group of one with no baseline has nothing to agree with: recorded, never a pass.
+
+The groups and their members go on the record (``train_trajectory_group``), and so does every GPU's
+exact trajectory (``train_trajectory``), which is what a later run's ``--baseline`` compares with.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuaccept.judging.baseline import summarize_changes
+from gpuaccept.judging.fields import FINGERPRINT_FIELDS, FingerprintField, field_value
+
+if TYPE_CHECKING:
+    from gpuaccept.judging.judge import Judge
+
+__all__ = ["STACK_FIELDS", "Departure", "Trajectory", "departure", "judge_fleet", "majority", "stack_key"]
+
+_BY_LABEL = {f.label: f for f in FINGERPRINT_FIELDS}
+#: What a trajectory depends on besides the GPU itself (the SKU is added from the node's detection).
+STACK_FIELDS: tuple[FingerprintField, ...] = (
+    *(_BY_LABEL[label] for label in ("GPU model", "driver", "CUDA", "NCCL", "torch", "torch CUDA")),
+    FingerprintField("transformers", ("stack", "transformers")),
+    FingerprintField("peft", ("stack", "peft")),
+    FingerprintField("CPU", ("cpu", "model")),
+    FingerprintField("arch", ("arch",)),
+)
+
+
+def stack_key(sku: str, fingerprint: Mapping[str, Any]) -> dict[str, Any]:
+    """The group a node's GPUs belong to: SKU plus every stack field (None where the node has none)."""
+    return {"SKU": sku, **{spec.label: field_value(dict(fingerprint), spec.path) for spec in STACK_FIELDS}}
+
+
+def key_text(key: Mapping[str, Any]) -> str:
+    return ", ".join(f"{label} {value}" for label, value in key.items() if value is not None)
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One GPU's (or gloo rank's) fine-tune: exact per-step losses and the trained weights' sha256."""
+
+    node: str
+    gpu: str
+    losses: tuple[float, ...]
+    checksum: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.node} {self.gpu}" if self.gpu.startswith("cpu") else f"{self.node} GPU {self.gpu}"
+
+    @property
+    def signature(self) -> tuple[bytes, str | None]:
+        """Bitwise identity: the losses' IEEE bytes (NaN equals NaN here) and the weights' checksum."""
+        return struct.pack(f"<{len(self.losses)}d", *self.losses), self.checksum
+
+
+@dataclass(frozen=True)
+class Departure:
+    """Where and by how much one trajectory leaves another."""
+
+    step: int | None  # first step (1-based) beyond the tolerance; None when every step agrees
+    value: float | None  # this GPU's loss there (None: it has no such step)
+    reference: float | None
+    rel_diff: float  # relative difference at that step
+    max_rel_diff: float  # over every step
+    weights_differ: bool
+
+    def text(self) -> str:
+        if self.step is None:
+            return "every step agrees" + ("; the trained weights' sha256 differs" if self.weights_differ else "")
+        now = "no such step" if self.value is None else repr(self.value)
+        ref = "no such step" if self.reference is None else repr(self.reference)
+        return f"first departs at step {self.step}: loss {now} vs {ref} ({self.rel_diff:.3g} relative)"
+
+
+def _rel(value: float | None, ref: float | None) -> float:
+    if value is None or ref is None:
+        return math.inf
+    if value == ref or (math.isnan(value) and math.isnan(ref)):
+        return 0.0
+    if not (math.isfinite(value) and math.isfinite(ref)) or ref == 0:
+        return math.inf
+    return abs(value - ref) / abs(ref)
+
+
+def departure(now: Trajectory, ref: Trajectory, tolerance: float = 0.0) -> Departure:
+    """Compare ``now`` with ``ref`` step by step; a missing step (a run that stopped) departs."""
+    first: tuple[int, float | None, float | None, float] | None = None
+    worst = 0.0
+    for i in range(max(len(now.losses), len(ref.losses))):
+        a = now.losses[i] if i < len(now.losses) else None
+        b = ref.losses[i] if i < len(ref.losses) else None
+        rel = _rel(a, b)
+        worst = max(worst, rel)
+        if first is None and rel > tolerance:
+            first = (i + 1, a, b, rel)
+    differ = None not in (now.checksum, ref.checksum) and now.checksum != ref.checksum
+    if first is None:
+        return Departure(None, None, None, 0.0, worst, differ)
+    return Departure(first[0], first[1], first[2], first[3], worst, differ)
+
+
+def majority(members: Sequence[Trajectory]) -> tuple[Trajectory | None, int]:
+    """The trajectory more than half the members trained exactly (None if there is none), and how
+    many share the most common one."""
+    counts = Counter(m.signature for m in members)
+    signature, count = counts.most_common(1)[0]
+    if 2 * count <= len(members):
+        return None, count
+    return next(m for m in members if m.signature == signature), count
+
+
+def _number(value: float) -> float | str:
+    """The judged value: a finite relative difference, or a text saying why there is none."""
+    return value if math.isfinite(value) else "inf (a step missing or not finite)"
+
+
+def judge_fleet(judge: Judge, runs: Sequence[Trajectory], prints: Mapping[str, Mapping[str, Any]]) -> int:
+    """Group ``runs`` by SKU and stack, judge each GPU against its group and the baseline; return the
+    number of judged checks (0: nothing could be compared, which the caller reports as not applicable)."""
+    groups: dict[str, list[Trajectory]] = {}
+    keys: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        key = stack_key(judge.sku(run.node), prints[run.node])
+        text = key_text(key)
+        keys[text] = key
+        groups.setdefault(text, []).append(run)
+    judged = 0
+    for number, (text, members) in enumerate(sorted(groups.items()), start=1):
+        label = f"group {number} ({text})"
+        ref, agree = majority(members) if len(members) > 1 else (members[0], 1)
+        judge.info(
+            "train_trajectory_group",
+            len(members),
+            node=members[0].node,
+            group=label,
+            stack=keys[text],
+            members=[m.where for m in members],
+            agreeing=agree,
+            reference=ref.where if ref is not None else None,
+        )
+        for run in members:
+            judge.info(
+                "train_trajectory",
+                len(run.losses),
+                node=run.node,
+                gpu=run.gpu,
+                losses=list(run.losses),
+                checksum=run.checksum,
+                stack=keys[text],
+                group=label,
+            )
+            if len(members) > 1:
+                _against_group(judge, run, members, ref, agree, label)
+                judged += 1
+            judged += _against_baseline(judge, run, keys[text], prints[run.node])
+    return judged
+
+
+def _tolerance(judge: Judge, metric: str, node: str) -> float:
+    limit = judge.declared(metric, node)
+    return float(limit.max) if limit is not None and limit.max is not None else 0.0
+
+
+def _against_group(
+    judge: Judge, run: Trajectory, members: Sequence[Trajectory], ref: Trajectory | None, agree: int, label: str
+) -> None:
+    metric = "train_trajectory_rel_diff"
+    tolerance = _tolerance(judge, metric, run.node)
+    other = ref if ref is not None else next((m for m in members if m.signature != run.signature), run)
+    dep = departure(run, other, tolerance)
+    result = judge.check(
+        metric,
+        _number(dep.max_rel_diff),
+        node=run.node,
+        gpu=run.gpu,
+        group=label,
+        reference=other.where,
+        agreeing=f"{agree} of {len(members)}",
+        first_step=dep.step,
+        checksum=run.checksum,
+        reference_checksum=other.checksum,
+    )
+    if ref is None:
+        result.verdict = "fail"
+        note = (
+            f"no majority in {label}: at most {agree} of {len(members)} trained the same curve; "
+            f"against {other.where}: {dep.text()}"
+        )
+    elif dep.step is not None:
+        note = f"{dep.text()} against the majority of {label} ({agree} of {len(members)}, e.g. {ref.where})"
+    elif dep.weights_differ:
+        result.verdict = "fail"
+        note = (
+            f"losses agree over {len(run.losses)} steps but the trained weights' sha256 {run.checksum} "
+            f"!= {ref.checksum} of the majority of {label}"
+        )
+    else:
+        return
+    result.reason = f"{result.reason}; {note}" if result.reason else note
+
+
+def _against_baseline(judge: Judge, run: Trajectory, key: Mapping[str, Any], fingerprint: Mapping[str, Any]) -> int:
+    """This GPU against its own trajectory in the ``--baseline`` record: judged on the same stack,
+    recorded beside what changed otherwise. Returns 1 when a check was judged."""
+    baseline = judge.baseline
+    earlier = baseline.trajectory(run.node, run.gpu) if baseline is not None else None
+    if baseline is None or earlier is None:
+        return 0
+    before = Trajectory(run.node, run.gpu, tuple(float(v) for v in earlier["losses"]), earlier.get("checksum"))
+    changes = summarize_changes(baseline.fingerprint_changes({run.node: dict(fingerprint)}))
+    changed = "; ".join(changes) if changes else "no fingerprint field changed"
+    same_stack = dict(earlier.get("stack") or {}) == dict(key)
+    metric = "train_trajectory_baseline_rel_diff"
+    dep = departure(run, before, _tolerance(judge, metric, run.node) if same_stack else 0.0)
+    extra: dict[str, Any] = {"baseline": baseline.name, "first_step": dep.step, "changed": changed}
+    value = _number(dep.max_rel_diff)
+    if not same_stack:
+        judge.info("train_trajectory_baseline_change", value, node=run.node, gpu=run.gpu, note=dep.text(), **extra)
+        return 0
+    result = judge.check(metric, value, node=run.node, gpu=run.gpu, **extra)
+    if dep.step is not None or dep.weights_differ:
+        if dep.step is None:
+            result.verdict = "fail"
+        note = f"trajectory changed since {baseline.name}: {dep.text()}; {changed}"
+        result.reason = f"{result.reason}; {note}" if result.reason else note
+    return 1
