@@ -289,12 +289,16 @@ def loss_runs(training_dir: Path, since: float | None = None) -> list[LossRun]:
     return runs
 
 
+#: the final-loss check of the built-in model and of a ``--model-path`` run (both carry the curve)
+_LOSS_FINAL = ("train_loss_final", "train_pretrained_loss_final")
+
+
 def loss_runs_from_checks(metrics: Iterable[MetricResult]) -> list[LossRun]:
     """The curves the fine-tune checks carry (``train_loss_final`` with ``extra.curve``): what a record
     fetched from another machine shows without its ``history.json`` files."""
     runs = []
     for m in metrics:
-        curve = m.extra.get("curve") if m.metric == "train_loss_final" else None
+        curve = m.extra.get("curve") if m.metric in _LOSS_FINAL else None
         if isinstance(curve, list) and curve:
             test = m.test.split("::")[-1]
             runs.append(LossRun(f"{test} {m.where}", [float(v) for v in curve if _number(v) is not None], []))
@@ -326,6 +330,6 @@ def loss_png(runs: Sequence[LossRun], target: float | None) -> bytes:
 def loss_target(metrics: Iterable[MetricResult]) -> float | None:
     """The fine-tune's target: the ``max`` the SKU sets for the final training loss."""
     for m in metrics:
-        if m.metric == "train_loss_final" and _number(m.max) is not None:
+        if m.metric in _LOSS_FINAL and _number(m.max) is not None:
             return float(m.max)  # type: ignore[arg-type]
     return None

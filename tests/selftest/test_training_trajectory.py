@@ -25,7 +25,9 @@ from gpuaccept.training.perturb import Perturbation, parse
 CURVE = (6.8982, 5.1, 3.9, 2.367, 1.2, 0.6, 0.2, 0.09, 0.05, 0.04748)
 
 
-def _print(gpu: str = "NVIDIA H100 80GB HBM3", torch: str = "2.11.0+cu130", driver: str = "580.159.04") -> dict[str, Any]:
+def _print(
+    gpu: str = "NVIDIA H100 80GB HBM3", torch: str = "2.11.0+cu130", driver: str = "580.159.04"
+) -> dict[str, Any]:
     return {
         "gpus": {"count": 1, "driver": driver, "cuda_driver": "13.0", "devices": [{"name": gpu, "vbios": "x"}]},
         "stack": {"torch": torch, "torch_cuda": "13.0", "nccl": "2.28.9", "transformers": "5.23.0", "peft": "0.21.2"},
