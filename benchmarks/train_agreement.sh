@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Fleet agreement of fine-tunes on one GPU host, in one command (what a lent one-GPU machine can show):
-#   1. the training section 3 times, healthy, through a loopback Slurm node holding every GPU;
+#   1. the training section 3 times, healthy, through a loopback Slurm node holding every GPU, runs 2
+#      and 3 with --baseline run 1 (so the suite itself judges each GPU's curve against run 1's);
 #   2. the 3 trajectories of each GPU compared bit for bit (benchmarks/train_agreement_table.py);
-#   3. one more run with the test hook GPUACCEPT_TEST_PERTURB_TRAINING on GPU 0 (one bf16 ulp in one
-#      weight after step 10), with the compute and GPU-health tests beside it, judged with --baseline
+#   3. one more run with the test hook GPUACCEPT_TEST_PERTURB_TRAINING on GPU 0 (GPU 1 on a multi-GPU
+#      host, GPU 0 left clean; one bf16 ulp in one weight after step 10), with the compute and GPU-health tests beside it, judged with --baseline
 #      against run 1: the fine-tune agreement test must FAIL naming GPU 0 and the step; matmul and the
 #      health checks must still pass;
 #   4. a table: run, verdicts, final loss, eval loss, steps to target, tokens/s, wall s, what the
@@ -15,7 +16,7 @@
 # Overrides: OUT (default reports/train-agreement), GPUACCEPT_RUNS (3), GPUACCEPT_SITE (by GPU name:
 # fixtures/site/lent-h100-x1.yaml or lent-h200-no-ib.yaml; none on CPU), GPUACCEPT_MARK ("acceptance and
 # training"), GPUACCEPT_PERTURBED_MARK (adds compute and gpu_health), GPUACCEPT_PERTURB ("gpu=0,step=10";
-# "rank=1,step=10" on a CPU node), GPUACCEPT_NODES (1), GPUACCEPT_LAUNCHER (slurm | local).
+# "gpu=1,step=10" with several GPUs; "rank=1,step=10" on a CPU node), GPUACCEPT_NODES (1), GPUACCEPT_LAUNCHER (slurm | local).
 # Slurm comes from .debs under .cache/slurmdeb unpacked into /opt/sl when the host has none (as in
 # benchmarks/device_suite.sh). Run records and logs go to $OUT; the table is printed last.
 set -uo pipefail
@@ -37,7 +38,9 @@ case "$gpu_name" in
   *) default_site= ;;
 esac
 site=${GPUACCEPT_SITE-$default_site}
-if ((ngpu)); then perturb=${GPUACCEPT_PERTURB:-gpu=0,step=10}; else perturb=${GPUACCEPT_PERTURB:-rank=1,step=10}; fi
+# one GPU: perturb it (judged against run 1); several: GPU 1, GPU 0 left clean; CPU: gloo rank 1
+if ((ngpu >= 2)); then default_perturb=gpu=1,step=10; elif ((ngpu)); then default_perturb=gpu=0,step=10; else default_perturb=rank=1,step=10; fi
+perturb=${GPUACCEPT_PERTURB:-$default_perturb}
 args=(-p no:cacheprovider -rA --launcher "$launcher")
 [[ -n $site ]] && args+=(--thresholds "$site")
 [[ $launcher == slurm ]] && args+=(--nodes "$nodes")
@@ -68,8 +71,11 @@ suite() { # name mark extra-args...
   note "$name: exit $rc, $((SECONDS - t0)) s: $(tail -n 1 "$out/$name.log")"
 }
 
-for i in $(seq 1 "$runs"); do
-  suite "healthy$i" "$mark"
+# run 1 alone (a GPU with no peer of its kind: the agreement test is not applicable), runs 2.. against
+# run 1 (--baseline: each GPU must retrain run 1's curve bit for bit, and no figure may regress)
+suite healthy1 "$mark"
+for i in $(seq 2 "$runs"); do
+  suite "healthy$i" "$mark" --baseline "$out/healthy1.json"
 done
 GPUACCEPT_TEST_PERTURB_TRAINING=$perturb suite perturbed "$perturbed_mark" --baseline "$out/healthy1.json"
 grep -h "TEST HOOK" "$out/perturbed.log" | head -n 4 | tee -a "$out/summary.txt"

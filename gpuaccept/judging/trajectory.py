@@ -11,7 +11,8 @@ data corruption, a marginal SM, a flaky HBM bit still trains to a low loss); its
 * each GPU of a group of two or more is held against the group's majority trajectory (the one more
   than half the members trained exactly, weights' sha256 included); a departure beyond the SKU's
   ``train_trajectory_rel_diff`` limit FAILS naming the node, the GPU, the first departing step and by
-  how much; with no majority every member fails, since nothing says which one is right;
+  how much; with no majority (two GPUs, two curves) the curve that members retrained exactly from the
+  ``--baseline`` run is the reference, and without one every member fails: nothing says which is right;
 * against a ``--baseline`` record, each GPU is held against its own earlier trajectory: on the same
   stack it must agree (``train_trajectory_baseline_rel_diff``); on a changed stack the change is
   recorded beside the fingerprint fields that changed, not judged (a new stack trains a new curve);
@@ -152,6 +153,7 @@ def judge_fleet(judge: Judge, runs: Sequence[Trajectory], prints: Mapping[str, M
     for number, (text, members) in enumerate(sorted(groups.items()), start=1):
         label = f"group {number} ({text})"
         ref, agree = majority(members) if len(members) > 1 else (members[0], 1)
+        settled = ref is None and (ref := _confirmed_by_baseline(judge, members)) is not None
         judge.info(
             "train_trajectory_group",
             len(members),
@@ -161,6 +163,7 @@ def judge_fleet(judge: Judge, runs: Sequence[Trajectory], prints: Mapping[str, M
             members=[m.where for m in members],
             agreeing=agree,
             reference=ref.where if ref is not None else None,
+            reference_from="the baseline run (no majority)" if settled else "majority",
         )
         for run in members:
             judge.info(
@@ -174,7 +177,7 @@ def judge_fleet(judge: Judge, runs: Sequence[Trajectory], prints: Mapping[str, M
                 group=label,
             )
             if len(members) > 1:
-                _against_group(judge, run, members, ref, agree, label)
+                _against_group(judge, run, members, ref, agree, label, settled)
                 judged += 1
             judged += _against_baseline(judge, run, keys[text], prints[run.node])
     return judged
@@ -185,8 +188,33 @@ def _tolerance(judge: Judge, metric: str, node: str) -> float:
     return float(limit.max) if limit is not None and limit.max is not None else 0.0
 
 
+def _confirmed_by_baseline(judge: Judge, members: Sequence[Trajectory]) -> Trajectory | None:
+    """With no majority (two GPUs, two curves), the curve members retrained exactly from the
+    ``--baseline`` run, when exactly one curve is so confirmed: the other side departed since."""
+    baseline = judge.baseline
+    if baseline is None:
+        return None
+    confirmed: dict[tuple[bytes, str | None], Trajectory] = {}
+    for member in members:
+        earlier = baseline.trajectory(member.node, member.gpu)
+        if earlier is None:
+            continue
+        before = Trajectory(
+            member.node, member.gpu, tuple(float(v) for v in earlier["losses"]), earlier.get("checksum")
+        )
+        if before.signature == member.signature:
+            confirmed[member.signature] = member
+    return next(iter(confirmed.values())) if len(confirmed) == 1 else None
+
+
 def _against_group(
-    judge: Judge, run: Trajectory, members: Sequence[Trajectory], ref: Trajectory | None, agree: int, label: str
+    judge: Judge,
+    run: Trajectory,
+    members: Sequence[Trajectory],
+    ref: Trajectory | None,
+    agree: int,
+    label: str,
+    settled: bool = False,
 ) -> None:
     metric = "train_trajectory_rel_diff"
     tolerance = _tolerance(judge, metric, run.node)
@@ -210,6 +238,11 @@ def _against_group(
             f"no majority in {label}: at most {agree} of {len(members)} trained the same curve; "
             f"against {other.where}: {dep.text()}"
         )
+    elif dep.step is not None and settled:
+        note = (
+            f"{dep.text()} against {ref.where}, whose curve the baseline run confirms "
+            f"(no majority in {label}: {agree} of {len(members)})"
+        )
     elif dep.step is not None:
         note = f"{dep.text()} against the majority of {label} ({agree} of {len(members)}, e.g. {ref.where})"
     elif dep.weights_differ:
@@ -220,6 +253,7 @@ def _against_group(
         )
     else:
         return
+    result.verdict = "fail"
     result.reason = f"{result.reason}; {note}" if result.reason else note
 
 

@@ -150,6 +150,18 @@ def test_one_gpu_against_its_baseline(tmp_path):
     judge.verify()
 
 
+def test_two_gpus_two_curves_settled_by_the_baseline(tmp_path):
+    """A 2-GPU node with GPU 1 perturbed: no majority, but GPU 0 retrained its baseline curve exactly."""
+    baseline = _baseline(tmp_path, CURVE, _print())
+    judge, sink = _judge(baseline)
+    runs = [Trajectory("node1", "0", CURVE, "aa"), Trajectory("node1", "1", _bent(11 - 4), "bb")]
+    judge_fleet(judge, runs, {"node1": _print()})
+    checks = _checks(sink, "train_trajectory_rel_diff")
+    assert checks["node1/0"].verdict == "pass"
+    bad = checks["node1/1"]
+    assert bad.verdict == "fail" and "whose curve the baseline run confirms" in bad.reason, bad.reason
+
+
 def test_changed_stack_is_shown_beside_what_changed_not_judged(tmp_path):
     baseline = _baseline(tmp_path, CURVE, _print(driver="550.54"))
     judge, sink = _judge(baseline)
