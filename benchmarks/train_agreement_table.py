@@ -57,6 +57,20 @@ def _rel(a: list[float], b: list[float]) -> float:
     return worst
 
 
+def _spread(healthy: list[dict[str, Any]]) -> None:
+    """Each GPU-alone figure over the healthy runs, min-max: what a SKU's limits are written from."""
+    print("\nfigures over the healthy runs (min - max), each GPU alone:")
+    for metric in (*(m for m, _ in FIGURES), "train_wall_s", "train_gpu_util_pct"):
+        values = [
+            float(m["value"])
+            for record in healthy
+            for m in record.get("metrics", [])
+            if m["metric"] == metric and "each_gpu" in str(m.get("test")) and isinstance(m["value"], (int, float))
+        ]
+        if values:
+            print(f"  {metric}: {min(values):.6g} - {max(values):.6g} ({len(values)} values)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("records", nargs="+", type=Path)
@@ -92,6 +106,8 @@ def main() -> None:
                 same = "same weights" if other.get("checksum") == extra.get("checksum") else "OTHER WEIGHTS"
                 cells.append(f"{_rel(other['losses'], extra['losses']):.3g} ({same})")
             print(f"  {gpu}: {len(extra['losses'])} steps: " + "; ".join(cells or ["only one run"]))
+    if healthy:
+        _spread(healthy)
     for name, record in loaded:
         if name != "perturbed":
             continue
