@@ -91,7 +91,6 @@ def test_measured_figures_are_in_measurements_md():
     assert not missing, "\n".join(missing)
 
 
-@pytest.mark.xfail(reason="the train_* sources are being rewritten with the fine-tune figures", strict=False)
 def test_training_figures_are_in_measurements_md():
     missing = _missing(training=True)
     assert not missing, "\n".join(missing)
