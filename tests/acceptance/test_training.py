@@ -431,7 +431,8 @@ def test_finetune_agreement(ctx, fingerprints):
     if not judged and not failed:
         alone = ", ".join(sorted({f"{r.where}" for r in runs}))
         pytest.skip(
-            f"not applicable: no other GPU of the same SKU and stack to agree with ({alone}) and no --baseline run"
+            f"not applicable: no other GPU of the same SKU and stack to agree with ({alone}) and no trajectory "
+            "of it in a --baseline run"
         )
     if judged:
         ctx.judge.verify()
