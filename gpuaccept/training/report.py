@@ -9,11 +9,20 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TARGET_LOSS", "artifacts", "loss_curve_png", "loss_rebound", "rolling_mean", "steps_to_target"]
+__all__ = [
+    "TARGET_LOSS",
+    "artifacts",
+    "curve_points",
+    "loss_curve_png",
+    "loss_rebound",
+    "print_summary",
+    "rolling_mean",
+    "steps_to_target",
+]
 
 WINDOW = 10
 #: The loss a fine-tune must reach (nats, 10-step mean): the seeds' target (Qwen2-7B LoRA, "loss < 0.5
@@ -53,6 +62,27 @@ def loss_rebound(losses: Sequence[float], window: int = WINDOW) -> float | None:
     if not finite or not math.isfinite(means[-1]) or min(finite) <= 0:
         return None
     return means[-1] / min(finite)
+
+
+def curve_points(losses: Sequence[float], points: int = 400) -> list[float]:
+    """The loss curve on the check itself (every step, or every k-th of a long run), so the summary page
+    can draw it from the run record alone."""
+    step = max(1, -(-len(losses) // points))
+    return [round(v, 5) for v in losses[::step]]
+
+
+def print_summary(run: str, duration_s: float, records: Sequence[Any], label: Callable[[Any], str]) -> None:
+    """One line per rank in the test's captured output: what an operator compares between runs."""
+    first = ("train_loss_final", "eval_loss_final", "steps_done", "reload_eval_delta", "perplexity_reduction_pct")
+    print(f"{run}: step {duration_s:.1f} s, " + ", ".join(f"{k}={records[0].data.get(k)}" for k in first))
+    keys = ("tokens_per_s", "util_pct", "peak_mem_gib", "startup_s", "train_s", "wall_s", "param_bytes_local")
+    for record in records:
+        values = ", ".join(f"{k}={_short(record.data.get(k))}" for k in keys)
+        print(f"  rank {record.rank} {record.node} {label(record)}: {values}")
+
+
+def _short(value: Any) -> Any:
+    return round(value, 3) if isinstance(value, float) else value
 
 
 def loss_curve_png(history: dict[str, Any], path: Path, *, title: str, target: float | None = None) -> Path:

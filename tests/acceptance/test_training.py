@@ -30,7 +30,14 @@ import pytest
 from gpuaccept.dispatch.result import ProbeResult, RankRecord
 from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.trajectory import Trajectory, judge_fleet
-from gpuaccept.training.report import TARGET_LOSS, artifacts, loss_rebound, steps_to_target
+from gpuaccept.training.report import (
+    TARGET_LOSS,
+    artifacts,
+    curve_points,
+    loss_rebound,
+    print_summary,
+    steps_to_target,
+)
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.training]
 
@@ -128,13 +135,6 @@ def _finetune(cluster: Any, settings: Any, rootdir: Path, strategy: str, scale: 
     return replace(launch, records=records)
 
 
-def _curve(losses: list[float], points: int = 400) -> list[float]:
-    """The loss curve on the check itself (every step, or every k-th of a long run), so the summary page
-    can draw it from the run record alone."""
-    step = max(1, -(-len(losses) // points))
-    return [round(v, 5) for v in losses[::step]]
-
-
 def _label(record: RankRecord) -> str:
     return record.gpu_label or f"cpu rank {record.rank}"
 
@@ -195,7 +195,7 @@ def _check_solo(scale: Scale, ctx: Ctx) -> None:
         # GPUs against their siblings; gloo ranks of a CPU node share its cores with each other and with
         # whatever else runs there, so their rates say nothing about one another
         judge.stragglers("train_tokens_per_s_per_gpu_solo")
-    _summary(scale.folder("solo"), result)
+    print_summary(scale.folder("solo"), result.duration_s, result.records, _label)
     first = result.records[0]
     if scale.ranks == 1:  # a one-GPU node: its own run is the run with the lifecycle (DDP/FSDP do not apply)
         _check_lifecycle(ctx, first.data, first.node, scale.folder("solo"))
@@ -218,7 +218,7 @@ def _check_losses(ctx: Ctx, data: dict[str, Any], where: dict[str, Any]) -> None
         data["train_loss_final"],
         **where,
         steps=data["steps_done"],
-        curve=_curve(losses),
+        curve=curve_points(losses),
     )
     judge.check(_metric(ctx, "train_eval_loss"), data["eval_loss_final"], **where)
     reached = steps_to_target(losses, TARGET_LOSS)
@@ -329,36 +329,11 @@ def _check_run(strategy: str, scale: Scale, ctx: Ctx) -> None:
                 _memory_saving(records, ddp.records, scale.ranks, judge)
 
     run = scale.folder(strategy)
-    _summary(run, result)
+    print_summary(run, result.duration_s, result.records, _label)
     _check_lifecycle(ctx, data0, node0, f"{run} ({scale.name})")
     judge.verify()
     if reference_error is not None:
         raise MeasurementError(f"FSDP memory could not be compared: the DDP run failed: {reference_error}")
-
-
-def _summary(run: str, result: ProbeResult) -> None:
-    """One line per rank in the captured output: what an operator compares between runs."""
-    keys = ("tokens_per_s", "util_pct", "peak_mem_gib", "startup_s", "train_s", "wall_s", "param_bytes_local")
-    print(
-        f"{run}: step {result.duration_s:.1f} s, "
-        + ", ".join(
-            f"{k}={result.records[0].data.get(k)}"
-            for k in (
-                "train_loss_final",
-                "eval_loss_final",
-                "steps_done",
-                "reload_eval_delta",
-                "perplexity_reduction_pct",
-            )
-        )
-    )
-    for record in result.records:
-        values = ", ".join(f"{k}={_short(record.data.get(k))}" for k in keys)
-        print(f"  rank {record.rank} {record.node} {_label(record)}: {values}")
-
-
-def _short(value: Any) -> Any:
-    return round(value, 3) if isinstance(value, float) else value
 
 
 def _memory_saving(fsdp: list[RankRecord], ddp: list[RankRecord], world: int, judge: Any) -> None:
