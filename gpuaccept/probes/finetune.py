@@ -58,7 +58,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         required=True,
         help="solo, ddp, fsdp, or several as 'solo,ddp,fsdp' (one start-up, then each in turn)",
     )
-    p.add_argument("--out", type=Path, required=True, help="run folder (original/, checkpoints/, final/, JSON)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="run folder (original/, checkpoints/, final/, JSON); '{node}' in it becomes this node's name",
+    )
     p.add_argument("--model-path", type=Path, help="local Hugging Face checkpoint instead of the built-in model")
     p.add_argument("--dataset", type=Path, help="JSONL of chat messages (or a folder with train/test.jsonl)")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
@@ -159,6 +164,8 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     of every strategy runs at the end, side by side on different GPUs of rank 0's node (``_lifecycles``).
     """
     node = node_name()
+    # one set of arguments for every node of a fan-out step, each node's files in its own folder
+    args.out = Path(str(args.out).replace("{node}", node))
     _quiet()
     import torch
     import torch.distributed as dist

@@ -79,6 +79,11 @@ class Scale:
         name = f"{self.ranks}r-{where}"
         return f"{strategy}-{name}" if strategy else name
 
+    def out(self) -> str:
+        """The launch's ``--out``: a node launch names its node as ``{node}`` (the probe fills it in), so
+        every node's launch has the same arguments and one fan-out step serves them all."""
+        return f"{self.ranks}r-{{node}}" if self.name == "node" else self.folder()
+
 
 @dataclass(frozen=True)
 class Ctx:
@@ -102,7 +107,7 @@ def _launch(cluster: Any, settings: Any, rootdir: Path, scale: Scale) -> ProbeRe
         "--strategy",
         ",".join(scale.strategies),
         "--out",
-        str(rootdir / "reports" / "training" / scale.folder()),
+        str(rootdir / "reports" / "training" / scale.out()),
     ]
     if settings.model_path:
         args += ["--model-path", str(settings.model_path)]
