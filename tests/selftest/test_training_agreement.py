@@ -4,7 +4,8 @@ The real acceptance training tests, run by an inner pytest through srun on the 2
 (gloo ranks on CPU), with the test hook ``GPUACCEPT_TEST_PERTURB_TRAINING`` on rank 1 of node2: one
 bf16 ulp in one weight after step 10. The ranks of both nodes form one group (same SKU and stack), the
 three healthy ones agree bit for bit, and ``test_finetune_agreement`` FAILS naming node2 rank 1 and
-step 11, while that rank's own loss figures still meet every limit.
+step 11, while that rank's own loss figures still meet every limit. Both nodes' launches have
+the same arguments, so one fan-out step can train both.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ def test_perturbed_rank_is_named_across_nodes(dev_cluster, tmp_path: Path):
     passed = sorted((m["node"], m["gpu"]) for m in checks if m["verdict"] == "pass" and m["value"] == 0.0)
     assert failed == [("node2", "cpu rank 1")], checks
     assert passed == [("node1", "cpu rank 0"), ("node1", "cpu rank 1"), ("node2", "cpu rank 0")], checks
+    # both nodes' launches had the same arguments (one fan-out step can serve them), each its own folder
+    tests = run.record["tests"].values() if isinstance(run.record["tests"], dict) else run.record["tests"]
+    launches = {c.split(" -m ", 1)[1] for t in tests for c in t.get("commands", []) if "probes.finetune" in c}
+    assert len(launches) == 1 and "2r-{node}" in next(iter(launches)), launches
     (group,) = [m for m in run.record["metrics"] if m["metric"] == "train_trajectory_group"]
     assert group["value"] == 4 and group["extra"]["agreeing"] == 3
     # the perturbed rank's own run still meets the loss limits: only the agreement sees the fault
