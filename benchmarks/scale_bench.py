@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -81,6 +82,8 @@ def _time_v(stderr: str, label: str) -> float:
 
 def timed_pytest(env: dict[str, str], nodes: int, args: list[str], cwd: Path, record: Path) -> dict[str, Any]:
     """One pytest session under ``/usr/bin/time -v``: wall, peak RSS, CPU, RPCs, steps, verdicts."""
+    # the report empties reports/allure-results at start: the previous run's files would be timed too
+    shutil.rmtree(cwd / "reports" / "allure-results", ignore_errors=True)
     sdiag(env, reset=True)
     argv = ["/usr/bin/time", "-v", sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     argv += [*args, "--launcher", "slurm", "--nodes", str(nodes), "--run-record", str(record)]
