@@ -24,6 +24,7 @@ model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
 case $model in
   *H100*) site=${GPUACCEPT_SITE:-fixtures/site/lent-h100-x1.yaml} ;;
+  *H200*) ((ngpu > 1)) && site=${GPUACCEPT_SITE:-fixtures/site/lent-h200-no-ib.yaml} || site=${GPUACCEPT_SITE:-fixtures/site/lent-h200-x1.yaml} ;;
   *) site=${GPUACCEPT_SITE:-fixtures/site/lent-h200-no-ib.yaml} ;;
 esac
 expected=reports/expected-fingerprint.json

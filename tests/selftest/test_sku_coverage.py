@@ -254,6 +254,7 @@ def test_a_record_that_judges_an_undeclared_metric_is_caught(monkeypatch):
 LENT = {
     "lent-h100-x1.yaml": ("H100-SXM-80GB", [Shape(1, False, False, 1)]),
     "lent-h200-no-ib.yaml": ("H200", [Shape(2, True, False, 1), Shape(1, True, False, 2)]),
+    "lent-h200-x1.yaml": ("H200", [Shape(1, False, False, 1)]),
     "lent-h200-socket-net.yaml": ("H200", [Shape(1, True, False, 2)]),
 }
 
