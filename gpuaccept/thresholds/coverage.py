@@ -231,6 +231,12 @@ TESTS: dict[str, TestSpec] = {
             "train_fsdp_mem_saving_ratio",
             "train_gpu_util_pct",
         ),
+        gpus="collective",
+    ),
+    # judged when another GPU of the same SKU and stack, or the --baseline run, has this GPU's curve;
+    # alone and without a baseline it skips "not applicable"
+    "test_training.py::test_finetune_agreement": TestSpec(
+        ("train_trajectory_rel_diff", "train_trajectory_baseline_rel_diff")
     ),
     "test_training.py::test_finetune_multinode": TestSpec(
         _TRAIN

@@ -72,7 +72,6 @@ def test_every_judged_metric_has_a_limit(sku, shape, tmp_path):
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.xfail(reason="the train_* limits of H100, A100, L40S and B200 are being added with the fine-tune work")
 def test_every_training_metric_has_a_limit(tmp_path):
     problems = [p for sku, shape in CASES for p in _problems(sku, shape, tmp_path, training=True)]
     assert not problems, "\n".join(problems)
