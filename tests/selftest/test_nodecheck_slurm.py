@@ -139,6 +139,19 @@ def set_interval(gated: dict[str, Any], seconds: int) -> None:
     gated["cluster"].cmd("scontrol", "reconfigure")
 
 
+def quiet(cluster: DevCluster) -> None:
+    """Wait until no job is queued and no node is still completing one: a fault injected while an earlier
+    test's job runs its epilog on that node would fail the epilog, and Slurm drains it "Epilog error"."""
+    wait_for(
+        "no job left and no node completing",
+        lambda: (
+            not cluster.cmd("squeue", "-h", check=False).strip()
+            and "comp" not in cluster.cmd("sinfo", "-h", "-N", "-o", "%T", check=False)
+        ),
+        timeout_s=90,
+    )
+
+
 def ecc_fault(gated: dict[str, Any], node: str, count: int) -> None:
     path = gated["rec"] / node / "gpu_health.json"
     data = json.loads(path.read_text())
@@ -173,6 +186,7 @@ def test_health_check_resumes_our_drain_once_the_fault_is_gone(gated):
 
 def test_health_check_drains_a_faulty_node_and_sinfo_shows_why(gated):
     cluster = gated["cluster"]
+    quiet(cluster)
     set_interval(gated, HEALTH_INTERVAL_S)
     ecc_fault(gated, "node2", 2)
     assert wait_for("node2 drained", lambda: reasons(cluster).get("node2")) == ECC_REASON
@@ -197,6 +211,7 @@ def test_another_tools_drain_is_left_alone(gated):
 
 def test_hung_read_drains_with_a_timeout_naming_it(gated):
     cluster = gated["cluster"]
+    quiet(cluster)
     set_interval(gated, HEALTH_INTERVAL_S)
     health = gated["rec"] / "node2" / "gpu_health.json"
     saved = health.read_text()
