@@ -63,6 +63,18 @@ def _copy(direction: str, host: Any, dev: Any) -> Callable[[], Any]:
     return lambda: host.copy_(dev, non_blocking=True)
 
 
+#: A timed window whose batches spread wider than this was disturbed, not a measurement of the link: a
+#: healthy Gen5 x16 link's batches spread 0.06-0.7% (docs/measurements.md 'Host links in the whole suite'),
+#: while on the lent H100 VM windows right after the matmul had batches from 27.82 to 54.7 GB/s. Such a
+#: window is measured again (ATTEMPTS in all, stopping at the first steady one) and the attempt with the
+#: highest median reported, every attempt recorded: something else's traffic can only slow a copy down, so
+#: the best window is the nearest to the link (on the lent H100, 10 runs: the steadiest of three disturbed
+#: windows read 47.63 GB/s, the best 54.95). A link that trained down (Gen4, x8) is slow in every batch
+#: and every attempt, so it still misses its floor.
+DISTURBED_SPREAD_PCT = 10.0
+ATTEMPTS = 3
+
+
 def _batch(size: int) -> int:
     """Copies per timed batch: 1 GiB of traffic, about 19 ms at PCIe Gen5 speed."""
     return max(1, round((1 << 30) / size))
@@ -98,16 +110,23 @@ def _link(
         def sample(seen: dict[str, Any] = seen) -> None:
             seen.update(pre.sample(ordinal))
 
-        (times,) = time_lanes(
-            torch,
-            [Lane(device, _copy(name, host, dev))],
-            batch=_batch(size),
-            repeats=repeats,
-            warmup_s=warmup_s,
-            during=sample,
-            timer=timer,
-        )
-        out.update(_figures(size, times, name))
+        attempts: list[dict[str, Any]] = []
+        for _ in range(ATTEMPTS):
+            (times,) = time_lanes(
+                torch,
+                [Lane(device, _copy(name, host, dev))],
+                batch=_batch(size),
+                repeats=repeats,
+                warmup_s=warmup_s,
+                during=sample,
+                timer=timer,
+            )
+            attempts.append(_figures(size, times, name))
+            if (attempts[-1][f"{name}_spread_pct"] or 0) <= DISTURBED_SPREAD_PCT:
+                break
+        best = max(attempts, key=lambda a: a[f"{name}_gbps"])  # interference only ever slows a copy down
+        out.update(best)
+        out[f"{name}_attempts"] = [[a[f"{name}_gbps"], a[f"{name}_spread_pct"]] for a in attempts]
         out[f"{name}_during"] = seen
     for key in ("gen", "width"):
         values = [out[f"{d}_during"].get(f"pcie_{key}") for d in DIRECTIONS]

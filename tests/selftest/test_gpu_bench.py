@@ -287,3 +287,53 @@ def test_cpu_affinity_as_hostbw_reads_it() -> None:
     lib = FakeNVML(8)
     assert _gpu.cpu_affinity(lib, 5)[:2] == [32, 33]
     assert _gpu.cpu_affinity(lib, 1)[-1] == 31
+
+
+class _StubPre:
+    def sample(self, ordinal: int = 0) -> dict[str, Any]:
+        return {"pcie_gen": 5, "pcie_width": 16}
+
+
+def _scripted_windows(monkeypatch: pytest.MonkeyPatch, windows: list[list[float]]) -> list[int]:
+    """hostbw's timed windows replaced by scripted GB/s per batch (1 GiB batches); returns the call count."""
+    calls: list[int] = []
+
+    def fake_time_lanes(torch: Any, lanes: Any, **kwargs: Any) -> list[list[float]]:
+        rates = windows[min(len(calls), len(windows) - 1)]
+        calls.append(1)
+        return [[(1 << 30) / (rate * 1e9) for rate in rates]]
+
+    monkeypatch.setattr(hostbw, "time_lanes", fake_time_lanes)
+    return calls
+
+
+def test_a_disturbed_host_link_window_is_measured_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window whose batches spread like the lent H100's (27.8-54.7 GB/s) is measured again, the steady
+    attempt ends it and the best is reported, each attempt on the record."""
+    calls = _scripted_windows(monkeypatch, [[27.8, 35.0, 40.4, 54.7, 50.1, 30.2], [55.0, 55.1, 55.0, 55.2, 55.1, 55.0]])
+    out = hostbw._link(None, _StubPre(), 0, "cuda:0", (None, None), 1 << 30, 6, 0.0)  # type: ignore[arg-type]
+    assert out["h2d_gbps"] == 55.05 and out["h2d_spread_pct"] < 1
+    assert [a[0] for a in out["h2d_attempts"]] == [37.7, 55.05]
+    assert len(calls) == 2 + 1  # h2d twice, d2h steady at once
+
+
+def test_a_link_slow_in_every_batch_is_reported_slow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link trained down (Gen4 x16: about 26 GB/s in every batch) is steady, measured once, and slow."""
+    calls = _scripted_windows(monkeypatch, [[26.1, 26.2, 26.0, 26.1, 26.2, 26.1]])
+    out = hostbw._link(None, _StubPre(), 0, "cuda:0", (None, None), 1 << 30, 6, 0.0)  # type: ignore[arg-type]
+    assert out["h2d_gbps"] == 26.1 and out["d2h_gbps"] == 26.1
+    assert len(out["h2d_attempts"]) == 1 and len(calls) == 2
+
+
+def test_three_disturbed_windows_report_the_best(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As seen on the lent H100: three disturbed windows (medians 47.63, 54.95, 54.07): the best is the link's."""
+    windows = [
+        [40.0, 47.6, 47.66, 48.0, 44.0, 52.0],
+        [30.0, 54.9, 55.0, 55.1, 55.2, 40.0],
+        [50.0, 54.0, 54.14, 55.0, 53.0, 57.0],
+    ]
+    calls = _scripted_windows(monkeypatch, windows)
+    out = hostbw._link(None, _StubPre(), 0, "cuda:0", (None, None), 1 << 30, 6, 0.0)  # type: ignore[arg-type]
+    assert [a[0] for a in out["h2d_attempts"]] == [47.63, 54.95, 54.07]
+    assert out["h2d_gbps"] == 54.95
+    assert len(calls) == 3 + 3  # every window of the scripted run is disturbed: d2h too takes three
