@@ -33,7 +33,7 @@ from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.schema import Limit, MetricSpec
 
 if TYPE_CHECKING:
-    from gpuaccept.judging.baseline import Baseline, Regression
+    from gpuaccept.judging.baseline import Baseline
 
 __all__ = ["Judge", "judge_value", "no_limit_message"]
 
@@ -86,7 +86,6 @@ class Judge:
         self.test = test
         self.results: list[MetricResult] = []
         self._baseline = baseline
-        self._regressions: dict[int, Regression] = {}
 
     # ---- what the SKU declares (skip decisions and plot lines; never a verdict) ----------------------
 
@@ -178,7 +177,6 @@ class Judge:
         result.reason = why
         regression = self._baseline.compare(result) if self._baseline is not None else None
         if regression is not None:  # worse than the baseline run beyond tolerance: fails even above the floor
-            self._regressions[id(result)] = regression
             result.extra["regressed_only"] = ok
             result.extra["baseline"] = {"value": regression.baseline, "file": regression.baseline_file}
             result.verdict = "fail"
@@ -250,9 +248,6 @@ class Judge:
 
     def failures(self) -> list[MetricResult]:
         return [r for r in self.results if r.verdict == "fail"]
-
-    def regression_of(self, result: MetricResult) -> Regression | None:
-        return self._regressions.get(id(result))
 
     def verify(self) -> None:
         """Raise the one exception the checks call for: AssertionError listing every miss (FAILED),

@@ -13,7 +13,7 @@ the two agree.
 
 from __future__ import annotations
 
-__all__ = ["MAX_RANKS", "ROOT", "UNSET", "expected", "inputs", "output_rows", "simulate"]
+__all__ = ["MAX_RANKS", "ROOT", "UNSET", "expected", "inputs", "simulate"]
 
 MAX_RANKS = 4096
 ROOT = 0
@@ -40,11 +40,6 @@ def inputs(collective: str, rank: int, n: int) -> list[float]:
     if collective == "broadcast":
         return [float(row + 1) for row in range(n)] if rank == ROOT else [UNSET] * n
     raise ValueError(f"unknown collective {collective!r}")
-
-
-def output_rows(collective: str, n: int) -> int:
-    """Rows in the output buffer: one for reduce_scatter (own block), ``n`` for the others."""
-    return 1 if collective == "reduce_scatter" else n
 
 
 def expected(collective: str, rank: int, n: int) -> list[float]:

@@ -1,10 +1,10 @@
 """Attach things to the current test in the Allure report, from a test or a plugin.
 
-For test authors (NCCL sweeps, training curves, P2P matrices)::
+For the plugin and the per-area modules (NCCL sweeps, training curves, P2P matrices)::
 
-    from gpuaccept.report import attach, plots
-    attach.png(plots.line_chart({...}, title="busbw", xlabel="bytes", ylabel="GB/s"), "busbw vs size")
-    attach.json(comparison, "training comparison")
+    from gpuaccept.report import attach
+    attach.png(png_bytes, "busbw vs size")
+    attach.text(log, "srun output")
 
 Every function is a no-op when no Allure results are being written (no ``--alluredir``): allure's
 hooks then have no listener. Names are what the report shows; keep them short and stable.
@@ -12,14 +12,13 @@ hooks then have no listener. Names are what the report shows; keep them short an
 
 from __future__ import annotations
 
-import json as _json
 from html import escape
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["csv", "html", "json", "png", "table", "table_html", "text"]
+__all__ = ["html", "png", "table", "table_html", "text"]
 
 
 def _attach(body: str | bytes, name: str, kind: str) -> None:
@@ -34,20 +33,12 @@ def text(body: str, name: str) -> None:
     _attach(body, name, "TEXT")
 
 
-def json(data: Any, name: str) -> None:
-    _attach(_json.dumps(data, indent=2, sort_keys=True, default=str), name, "JSON")
-
-
 def png(data: bytes, name: str) -> None:
     _attach(data, name, "PNG")
 
 
 def html(body: str, name: str) -> None:
     _attach(body, name, "HTML")
-
-
-def csv(body: str, name: str) -> None:
-    _attach(body, name, "CSV")
 
 
 _TABLE_CSS = (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpuaccept.results.metrics import MetricResult
@@ -18,7 +18,7 @@ from gpuaccept.results.metrics import MetricResult
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["heatmap", "line_chart", "per_gpu_bars", "plottable_metrics"]
+__all__ = ["per_gpu_bars", "plottable_metrics"]
 
 _PASS, _FAIL, _NONE, _LIMIT = "#4c9a2a", "#c0392b", "#7f8c8d", "#2c3e50"
 
@@ -70,56 +70,4 @@ def per_gpu_bars(metric: str, results: Sequence[MetricResult]) -> bytes:
     if first is not None and (first.min is not None or first.max is not None):
         ax.legend(loc="lower right", fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    return _png(fig)
-
-
-def line_chart(
-    series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
-    *,
-    title: str,
-    xlabel: str,
-    ylabel: str,
-    logx: bool = False,
-    hline: float | None = None,
-    hline_label: str = "threshold",
-) -> bytes:
-    """Curves (e.g. busbw vs message size per collective, loss vs step), optional threshold line."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6.4, 3.6))
-    ax = fig.add_subplot()
-    for name, (xs, ys) in series.items():
-        ax.plot(list(xs), list(ys), marker="o", markersize=3, label=name)
-    if logx:
-        ax.set_xscale("log", base=2)
-    if hline is not None:
-        ax.axhline(hline, color=_LIMIT, linestyle="--", linewidth=1.2, label=hline_label)
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    if len(series) > 1 or hline is not None:
-        ax.legend(fontsize=8)
-    return _png(fig)
-
-
-def heatmap(matrix: Sequence[Sequence[float | None]], labels: Sequence[str], *, title: str, unit: str) -> bytes:
-    """A square matrix (e.g. P2P GB/s from GPU row to GPU column) with the values written in the cells."""
-    from matplotlib.figure import Figure
-
-    size = len(labels)
-    data = [[math.nan if v is None else float(v) for v in row] for row in matrix]
-    fig = Figure(figsize=(1.0 + 0.6 * size, 0.8 + 0.55 * size))
-    ax = fig.add_subplot()
-    image = ax.imshow(data, cmap="viridis")
-    ax.set_xticks(range(size), labels, fontsize=8)
-    ax.set_yticks(range(size), labels, fontsize=8)
-    ax.set_xlabel("to")
-    ax.set_ylabel("from")
-    for i, row in enumerate(data):
-        for j, value in enumerate(row):
-            if not math.isnan(value):
-                ax.text(j, i, f"{value:.0f}", ha="center", va="center", fontsize=7, color="white")
-    fig.colorbar(image, ax=ax, label=unit)
-    ax.set_title(title, fontsize=10)
     return _png(fig)
