@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from gpuaccept.dispatch.allocation import Allocation
@@ -47,7 +49,16 @@ def test_drain_on_fail(tmp_path, dev_cluster, mode):
         )
     finally:
         dev_cluster.cmd("scontrol", "update", "nodename=node2", "state=resume", check=False)
+        # a resumed node reads "idle*" (not responding) until slurmd answers the controller's next ping, about
+        # a second later: the next test's preflight would call it unusable (seen once in CI)
+        deadline = time.monotonic() + 60
+        while (
+            "*" in dev_cluster.cmd("sinfo", "-h", "-n", "node2", "-o", "%t", check=False)
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.5)
     assert "DRAIN" not in dev_cluster.cmd("scontrol", "show", "node", "node2")
+    assert "*" not in dev_cluster.cmd("sinfo", "-h", "-n", "node2", "-o", "%t"), "node2 does not respond after resume"
 
 
 XDIST_SUITE = """
