@@ -12,11 +12,11 @@ import argparse
 import shlex
 import subprocess
 
+from gpuaccept.dispatch.slurm_cli import SlurmError, node_info
+from gpuaccept.fleet.node import PREFIX, REASON_MAX, ours
 from gpuaccept.results.record import RunRecord
 
 __all__ = ["drain_commands", "nodes_to_drain", "run_drain", "undrain_main"]
-
-_REASON_MAX = 120  # Slurm keeps the reason in a fixed-size field in sinfo output; keep it readable
 
 
 def nodes_to_drain(record: RunRecord) -> dict[str, str]:
@@ -31,7 +31,7 @@ def nodes_to_drain(record: RunRecord) -> dict[str, str]:
             {m.metric for m in record.metrics if m.test == entry.nodeid and m.node == node and m.verdict == "fail"}
         )
         reasons.setdefault(node, []).append(f"{name} {','.join(metrics)}".strip())
-    return {node: ("gpuaccept: " + "; ".join(parts))[:_REASON_MAX] for node, parts in reasons.items()}
+    return {node: f"{PREFIX} {'; '.join(parts)}"[:REASON_MAX] for node, parts in reasons.items()}
 
 
 def drain_commands(reasons: dict[str, str]) -> list[list[str]]:
@@ -63,8 +63,13 @@ def undrain_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     status = 0
     for node in args.nodes:
-        info = subprocess.run(["scontrol", "show", "node", node], capture_output=True, text=True).stdout
-        if "Reason=gpuaccept:" not in info and not args.force:
+        try:
+            reason = node_info(node).reason
+        except SlurmError as exc:
+            print(f"{node}: {exc}")
+            status = 1
+            continue
+        if not ours(reason) and not args.force:
             print(f"{node}: not drained by gpuaccept; left alone (use --force)")
             status = 1
             continue

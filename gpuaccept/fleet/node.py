@@ -18,7 +18,7 @@ from gpuaccept.dispatch.slurm_cli import NodeInfo, SlurmError, node_info, state_
 __all__ = ["PREFIX", "REASON_MAX", "NodeAction", "drain", "from_node_check", "ours", "reason_text", "resume_if_ours"]
 
 PREFIX = "gpuaccept:"
-REASON_MAX = 120
+REASON_MAX = 120  # Slurm keeps the reason in a fixed-size field in sinfo output; keep it readable
 
 
 def reason_text(findings: list[str]) -> str:
