@@ -139,10 +139,17 @@ tool = os.path.basename(sys.argv[0])
 with open(os.environ["STANDIN_LOG"], "a") as fh:
     fh.write(tool + " " + ("client " if client else "server ") + " ".join(args) + "\\n")
 fix = os.environ["STANDIN_FIX"]
+def refuse_once():
+    # O_EXCL: the two clients run at once, and only the first to get here is refused (exists-then-create
+    # let both through once, and the test counted four client calls instead of three).
+    try:
+        os.close(os.open(os.environ["STANDIN_LOG"] + ".retried", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
 if tool == "ib_write_lat":
     print(open(fix + "/ib_write_lat-client-ndr.txt").read())
-elif client and not os.path.exists(os.environ["STANDIN_LOG"] + ".retried"):
-    open(os.environ["STANDIN_LOG"] + ".retried", "w").close()
+elif client and refuse_once():
     sys.stderr.write("Couldn't connect to 127.0.0.1:18515\\n"); sys.exit(1)
 else:
     print(open(fix + ("/ib_write_bw-client-ndr-cuda.txt" if client else "/ib_write_bw-server-ndr-cuda.txt")).read())
