@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.probes import _inject
 from gpuaccept.probes._cpus import granted_cpus
 from gpuaccept.probes._nvml import nvml, safe, text
 from gpuaccept.probes._protocol import emit, node_name
@@ -75,7 +76,34 @@ def _vbios(lib: Any, handle: Any) -> str:
     return text(lib.nvmlDeviceGetVbiosVersion(handle))
 
 
+def _injected_gpus() -> dict[str, Any] | None:
+    """The GPUs and driver of the injected ``gpu_health`` reading (test hook, off by default: probes/_inject.py)."""
+    data = _inject.reading("gpu_health")
+    if data is None:
+        return None
+    devices = [
+        {
+            "index": g.get("index"),
+            "name": g.get("name"),
+            "uuid": g.get("uuid"),
+            "pci_bus_id": g.get("pci_bus_id"),
+            "vbios": g.get("vbios"),
+            "memory_gib": None if g.get("memory_total_mib") is None else round(g["memory_total_mib"] / 1024, 2),
+        }
+        for g in data.get("gpus") or []
+    ]
+    return {
+        "count": len(devices),
+        "driver": data.get("driver"),
+        "cuda_driver": data.get("cuda_driver"),
+        "devices": devices,
+    }
+
+
 def _gpus() -> dict[str, Any]:
+    injected = _injected_gpus()
+    if injected is not None:
+        return injected
     lib = nvml()
     if lib is None:
         return {"count": 0, "driver": None, "cuda_driver": None, "devices": []}
@@ -172,7 +200,8 @@ def _nccl_version() -> str | None:
     return None
 
 
-def _hcas(root: Path = Path("/sys/class/infiniband")) -> list[str]:
+def _hcas() -> list[str]:
+    root = _inject.sysfs_root(Path("/sys")) / "class" / "infiniband"
     return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
 
 

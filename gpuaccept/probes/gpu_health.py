@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.probes import _inject
 from gpuaccept.probes._gpu import cpu_affinity, field_values, foreign_processes, identity, numa_node, sample
 from gpuaccept.probes._nvml import nvml, text
 from gpuaccept.probes._protocol import emit
@@ -114,6 +115,9 @@ def read_gpu(lib: Any, handle: Any) -> dict[str, Any]:
 
 def collect() -> dict[str, Any]:
     """The node's driver versions and every GPU's readings (``{"gpus": []}`` without a driver)."""
+    injected = _inject.reading("gpu_health")  # test hook, off by default (probes/_inject.py)
+    if injected is not None:
+        return injected
     lib = nvml()
     if lib is None:
         return {"nvml": False, "driver": None, "cuda_driver": None, "gpus": []}

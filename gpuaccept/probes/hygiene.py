@@ -13,6 +13,7 @@ import resource
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.probes import _inject
 from gpuaccept.probes._protocol import emit
 
 __all__ = ["collect"]
@@ -42,12 +43,14 @@ def collect(shm: str = "/dev/shm") -> dict[str, Any]:
     try:
         stat = os.statvfs(shm)
         shm_gib: float | None = round(stat.f_blocks * stat.f_frsize / 2**30, 3)
+        shm_free_gib: float | None = round(stat.f_bavail * stat.f_frsize / 2**30, 3)
     except OSError:
-        shm_gib = None
+        shm_gib = shm_free_gib = None
     info = _meminfo()
     thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-    return {
+    data: dict[str, Any] = {
         "dev_shm_gib": shm_gib,
+        "dev_shm_free_gib": shm_free_gib,
         "memory_gib": round(info.get("MemTotal", 0) / 2**20, 3),
         "nofile": _limit(resource.RLIMIT_NOFILE),
         "memlock_kib": (lambda v: v if v == UNLIMITED else v // 1024)(_limit(resource.RLIMIT_MEMLOCK)),
@@ -56,6 +59,8 @@ def collect(shm: str = "/dev/shm") -> dict[str, Any]:
         "hugepage_size_kib": info.get("Hugepagesize", 0),
         "transparent_hugepages": thp.read_text().strip() if thp.exists() else "unavailable",
     }
+    data.update(_inject.values("hygiene"))  # test hook, off by default (probes/_inject.py)
+    return data
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.probes import _inject
 from gpuaccept.probes._protocol import emit
 
 __all__ = ["collect"]
@@ -61,6 +62,7 @@ def _pci(device: Path) -> str | None:
 
 def collect(sysfs_root: Path = Path("/sys"), counters_only: bool = False) -> dict[str, Any]:
     """Every HCA and port under ``<root>/class/infiniband`` as raw sysfs strings and integer counters."""
+    sysfs_root = _inject.sysfs_root(sysfs_root)  # test hook, off by default (probes/_inject.py)
     base = sysfs_root / "class" / "infiniband"
     if not base.is_dir():
         return {"present": False, "path": str(base), "hcas": {}}

@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.probes import _inject
 from gpuaccept.probes._gpu import bus_key, cpu_affinity, field_values, identity, numa_node, nvlink_error_counters
 from gpuaccept.probes._nvml import nvml, text
 from gpuaccept.probes._protocol import emit
@@ -173,6 +174,10 @@ def _smi_speeds(index: int) -> dict[int, int]:
 
 def collect(sysfs_root: Path = Path("/sys")) -> dict[str, Any]:
     """NVLink, pair topology and affinity readings for every GPU NVML shows."""
+    injected = _inject.reading("nvlink")  # test hook, off by default (probes/_inject.py)
+    if injected is not None:
+        return injected
+    sysfs_root = _inject.sysfs_root(sysfs_root)
     lib = nvml()
     if lib is None:
         return {"nvml": False, "gpus": [], "pairs": [], "hcas": _hcas(sysfs_root)}

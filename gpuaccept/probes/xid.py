@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.probes import _inject
 from gpuaccept.probes._gpu import identity
 from gpuaccept.probes._nvml import nvml
 from gpuaccept.probes._protocol import emit
@@ -111,14 +112,21 @@ def collect(order: list[str], log_file: Path | None = None) -> dict[str, Any]:
     source: str | None
     text: str | None
     errors: dict[str, str]
+    injected = _inject.kernel_log()  # test hook, off by default (probes/_inject.py)
     if log_file is not None:
         source, text, errors = f"file:{log_file}", log_file.read_text(errors="replace"), {}
+    elif injected is not None:
+        (source, text), errors = injected, {}
     else:
         source, text, errors = read_log(order)
-    lib = nvml()
-    gpus = []
-    if lib is not None:
-        gpus = [identity(lib, lib.nvmlDeviceGetHandleByIndex(i)) for i in range(lib.nvmlDeviceGetCount())]
+    gpus = _inject.gpus()
+    if gpus is None:
+        lib = nvml()
+        gpus = (
+            []
+            if lib is None
+            else [identity(lib, lib.nvmlDeviceGetHandleByIndex(i)) for i in range(lib.nvmlDeviceGetCount())]
+        )
     lines = text.splitlines() if text else []
     hits = [line for line in lines if any(marker in line for marker in MARKERS)]
     return {

@@ -1,0 +1,184 @@
+"""TEST HOOK, off by default: recorded or edited hardware readings instead of the hardware.
+
+What DCGM's injection NVML (``dcgmi test --inject``) is to DCGM, this is to the probes: with
+``GPUACCEPT_TEST_INJECT=<file.json>`` in the environment, the probes' reading points (NVML in
+``gpu_health``, ``nvlink``, ``xid`` and ``fingerprint``; the InfiniBand sysfs tree in ``infiniband``,
+``nvlink`` and ``fingerprint``; the kernel log in ``xid``; ``hygiene``'s /dev/shm figures) return the
+readings the file names for *this* node instead of reading the hardware. Nothing else changes: the
+probes emit what they always emit, the tests and the judging core judge it as they judge a live node.
+The selftests use it to prove every row of docs/faults.md end to end on a loopback Slurm cluster
+without GPUs (tests/selftest/test_faults_loopback.py). Never set it on a cluster you are accepting:
+the run then judges the file, not the machine (the plugin does not read it; only the probes do).
+
+The file is read on the node, inside the probe (under srun), and keyed by the node's Slurm name
+(``SLURMD_NODENAME``, else ``GPUACCEPT_NODE``), so one node can carry a fault while the others read the
+healthy recording::
+
+    {"readings": {                                   # every node
+        "gpu_health": "fixtures/nvml/h200-x2-lent.gpu_health.json",   # a `gpu_health --dump` file
+        "nvlink": "fixtures/nvml/h200-x2-lent.nvlink.json",           # a `nvlink --dump` file
+        "kernel_log": "fixtures/kernel-log/dmesg-h100-clean.txt",     # a saved dmesg/journalctl/kmsg log
+        "sysfs_root": "fixtures/sysfs/hgx-h100-ndr"},                 # a recorded /sys tree
+     "nodes": {"node2": {                            # this node only, over the readings above
+        "gpus": {"1": {"ecc_uncorrected_volatile": 2, "nvlink.links.3.active": false}},
+        "remove_gpus": [1],                          # GPUs NVML no longer lists (fallen off the bus)
+        "set": {"gpu_health.driver": "570.124.06", "hygiene.dev_shm_free_gib": 0.01},
+        "kernel_log_append": ["[ 8123.4] NVRM: Xid (PCI:0000:00:07): 79, ..."],
+        "sysfs": {"class/infiniband/mlx5_3/ports/1/rate": "200 Gb/sec (4X HDR)",
+                  "class/infiniband/mlx5_7": null}}}}         # null deletes (a missing HCA)
+
+``gpus`` edits one GPU's entry (by NVML index) in every NVML reading whose entry has the key's first
+part (dotted keys walk dicts and lists); ``set`` edits a whole reading (``<reading>.<key>``);
+``sysfs`` writes files over a private copy of the tree. Removed GPUs leave the others their index.
+Relative paths are relative to the file. A broken file is an error naming the file and the key, never a
+silent fall-back to the hardware.
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import functools
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gpuaccept.probes._protocol import node_name
+
+__all__ = ["ENV", "InjectError", "gpus", "kernel_log", "reading", "sysfs_root", "values"]
+
+ENV = "GPUACCEPT_TEST_INJECT"
+READINGS = ("gpu_health", "nvlink", "kernel_log", "sysfs_root")
+NODE_KEYS = {*READINGS, "gpus", "remove_gpus", "set", "kernel_log_append", "sysfs"}
+
+
+class InjectError(RuntimeError):
+    """The injection file is unreadable or names something that does not exist."""
+
+
+@functools.cache
+def _plan(path: str, node: str) -> dict[str, Any]:
+    """This node's readings: the file's ``readings`` with ``nodes[<node>]`` over them."""
+    where = Path(path)
+    try:
+        spec = json.loads(where.read_text())
+    except (OSError, ValueError) as exc:
+        raise InjectError(f"{ENV}={path}: {exc}") from exc
+    unknown = set(spec) - {"readings", "nodes"}
+    if unknown:
+        raise InjectError(f"{ENV}={path}: unknown key(s) {sorted(unknown)} (readings, nodes)")
+    plan: dict[str, Any] = dict(spec.get("readings") or {})
+    plan.update((spec.get("nodes") or {}).get(node) or {})
+    bad = set(plan) - NODE_KEYS
+    if bad:
+        raise InjectError(f"{ENV}={path}: unknown key(s) {sorted(bad)} for {node} (one of {sorted(NODE_KEYS)})")
+    for key in READINGS:
+        if key in plan:
+            plan[key] = where.parent / plan[key]
+            if not plan[key].exists():
+                raise InjectError(f"{ENV}={path}: {key} of {node}: {plan[key]} does not exist")
+    return plan
+
+
+def _active() -> dict[str, Any] | None:
+    path = os.environ.get(ENV)
+    return _plan(path, node_name()) if path else None
+
+
+def _walk_set(target: Any, dotted: str, value: Any, origin: str) -> None:
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        try:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        except (KeyError, IndexError, ValueError, TypeError) as exc:
+            raise InjectError(f"{ENV}: {origin}: no '{part}' in '{dotted}'") from exc
+    last = parts[-1]
+    if isinstance(target, list):
+        target[int(last)] = value
+    else:
+        target[last] = value
+
+
+def reading(name: str) -> dict[str, Any] | None:
+    """The ``gpu_health`` or ``nvlink`` reading of this node with its edits, or None (read the hardware)."""
+    plan = _active()
+    if plan is None or name not in plan:
+        return None
+    data: dict[str, Any] = json.loads(Path(plan[name]).read_text())
+    for dotted, value in (plan.get("set") or {}).items():
+        head, _, rest = dotted.partition(".")
+        if head == name:
+            _walk_set(data, rest, value, f"set {dotted}")
+    entries = {str(g.get("index")): g for g in data.get("gpus") or []}
+    for index, edits in (plan.get("gpus") or {}).items():
+        if index not in entries:
+            raise InjectError(f"{ENV}: gpus: no GPU {index} in the {name} reading {plan[name]}")
+        for dotted, value in edits.items():
+            if dotted.split(".")[0] in entries[index]:
+                _walk_set(entries[index], dotted, copy.deepcopy(value), f"GPU {index} {dotted}")
+    removed = {int(i) for i in plan.get("remove_gpus") or []}
+    if removed:
+        data["gpus"] = [g for g in data.get("gpus") or [] if g.get("index") not in removed]
+        if "pairs" in data:
+            data["pairs"] = [p for p in data["pairs"] if p.get("a") not in removed and p.get("b") not in removed]
+    return data
+
+
+def gpus() -> list[dict[str, Any]] | None:
+    """The GPUs NVML lists on this node (index, uuid, PCI bus, name) per the injected readings, or None."""
+    data = reading("gpu_health")
+    if data is None:
+        return None
+    return [{k: g.get(k) for k in ("index", "uuid", "pci_bus_id", "name")} for g in data.get("gpus") or []]
+
+
+def kernel_log() -> tuple[str, str] | None:
+    """(source, text) of the injected kernel log with its appended lines, or None (read the live log)."""
+    plan = _active()
+    if plan is None or "kernel_log" not in plan:
+        return None
+    text = Path(plan["kernel_log"]).read_text(errors="replace")
+    extra = plan.get("kernel_log_append") or []
+    if extra:
+        text = text.rstrip("\n") + "\n" + "\n".join(extra) + "\n"
+    return f"injected:{plan['kernel_log']}", text
+
+
+def sysfs_root(default: Path) -> Path:
+    """The injected sysfs tree (a private copy with its edited files) in place of ``/sys``, else ``default``."""
+    plan = _active()
+    if plan is None or "sysfs_root" not in plan or default != Path("/sys"):
+        return default
+    edits: dict[str, str | None] = plan.get("sysfs") or {}
+    if not edits:
+        return Path(plan["sysfs_root"])
+    return _sysfs_copy(Path(plan["sysfs_root"]), tuple(sorted(edits.items())))
+
+
+@functools.cache
+def _sysfs_copy(root: Path, edits: tuple[tuple[str, str | None], ...]) -> Path:
+    """A private copy of ``root`` with ``edits`` written over it (None deletes), removed at exit."""
+    copy_root = Path(tempfile.mkdtemp(prefix="gpuaccept-inject-"))
+    atexit.register(shutil.rmtree, copy_root, True)
+    shutil.copytree(root, copy_root / "sys", symlinks=True)
+    for rel, content in edits:
+        target = copy_root / "sys" / rel
+        if not target.parent.is_dir():
+            raise InjectError(f"{ENV}: sysfs {rel}: {target.parent.relative_to(copy_root / 'sys')} is not in the tree")
+        if content is None:
+            shutil.rmtree(target) if target.is_dir() else target.unlink()
+        else:
+            target.write_text(f"{content}\n")
+    return copy_root / "sys"
+
+
+def values(probe: str) -> dict[str, Any]:
+    """``set`` entries for a probe without a reading file (``hygiene.dev_shm_free_gib``): key -> value."""
+    plan = _active()
+    if plan is None:
+        return {}
+    prefix = probe + "."
+    return {k[len(prefix) :]: v for k, v in (plan.get("set") or {}).items() if k.startswith(prefix)}
