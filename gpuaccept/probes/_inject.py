@@ -27,9 +27,11 @@ healthy recording::
         "sysfs": {"class/infiniband/mlx5_3/ports/1/rate": "200 Gb/sec (4X HDR)",
                   "class/infiniband/mlx5_7": null}}}}         # null deletes (a missing HCA)
 
-``gpus`` edits one GPU's entry (by NVML index) in every NVML reading whose entry has the key's first
-part (dotted keys walk dicts and lists); ``set`` edits a whole reading (``<reading>.<key>``);
-``sysfs`` writes files over a private copy of the tree. Removed GPUs leave the others their index.
+``readings`` may hold edits too (every node gets them); a node's ``gpus``, ``set`` and ``sysfs``
+edits are laid over those key by key. ``gpus`` edits one GPU's entry (by NVML index) in every NVML
+reading whose entry has the key's first part (dotted keys walk dicts and lists); ``set`` edits a whole
+reading (``<reading>.<key>``); ``sysfs`` writes files over a private copy of the tree. Removed GPUs
+leave the others their index.
 Relative paths are relative to the file. A broken file is an error naming the file and the key, never a
 silent fall-back to the hardware.
 """
@@ -70,8 +72,15 @@ def _plan(path: str, node: str) -> dict[str, Any]:
     unknown = set(spec) - {"readings", "nodes"}
     if unknown:
         raise InjectError(f"{ENV}={path}: unknown key(s) {sorted(unknown)} (readings, nodes)")
-    plan: dict[str, Any] = dict(spec.get("readings") or {})
-    plan.update((spec.get("nodes") or {}).get(node) or {})
+    plan: dict[str, Any] = copy.deepcopy(spec.get("readings") or {})
+    for key, value in ((spec.get("nodes") or {}).get(node) or {}).items():
+        if key == "gpus":  # per GPU, the node's edits over the common ones
+            for index, edits in value.items():
+                plan.setdefault("gpus", {}).setdefault(str(index), {}).update(edits)
+        elif key in ("set", "sysfs"):
+            plan.setdefault(key, {}).update(value)
+        else:
+            plan[key] = value
     bad = set(plan) - NODE_KEYS
     if bad:
         raise InjectError(f"{ENV}={path}: unknown key(s) {sorted(bad)} for {node} (one of {sorted(NODE_KEYS)})")
