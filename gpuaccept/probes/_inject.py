@@ -24,6 +24,7 @@ healthy recording::
         "remove_gpus": [1],                          # GPUs NVML no longer lists (fallen off the bus)
         "set": {"gpu_health.driver": "570.124.06", "hygiene.dev_shm_free_gib": 0.01},
         "kernel_log_append": ["[ 8123.4] NVRM: Xid (PCI:0000:00:07): 79, ..."],
+        "clock_offset_s": 600,                       # the node's wall clock runs this far ahead
         "sysfs": {"class/infiniband/mlx5_3/ports/1/rate": "200 Gb/sec (4X HDR)",
                   "class/infiniband/mlx5_7": null}}}}         # null deletes (a missing HCA)
 
@@ -50,11 +51,11 @@ from typing import Any
 
 from gpuaccept.probes._protocol import node_name
 
-__all__ = ["ENV", "InjectError", "gpus", "kernel_log", "reading", "sysfs_root", "values"]
+__all__ = ["ENV", "InjectError", "clock_offset_s", "gpus", "kernel_log", "reading", "sysfs_root", "values"]
 
 ENV = "GPUACCEPT_TEST_INJECT"
 READINGS = ("gpu_health", "nvlink", "kernel_log", "sysfs_root")
-NODE_KEYS = {*READINGS, "gpus", "remove_gpus", "set", "kernel_log_append", "sysfs"}
+NODE_KEYS = {*READINGS, "gpus", "remove_gpus", "set", "kernel_log_append", "sysfs", "clock_offset_s"}
 
 
 class InjectError(RuntimeError):
@@ -191,3 +192,9 @@ def values(probe: str) -> dict[str, Any]:
         return {}
     prefix = probe + "."
     return {k[len(prefix) :]: v for k, v in (plan.get("set") or {}).items() if k.startswith(prefix)}
+
+
+def clock_offset_s() -> float:
+    """Seconds this node's wall clock is set ahead (negative: behind), as ``faketime`` would; 0 when off."""
+    plan = _active()
+    return float((plan or {}).get("clock_offset_s") or 0.0)

@@ -1,15 +1,18 @@
 """Node hygiene: the OS limits that break training jobs long before any GPU does.
 
-/dev/shm too small kills DataLoader workers and NCCL's shared-memory transport; a low ``ulimit -n``
-fails large NCCL jobs; a capped ``ulimit -l`` (locked memory) breaks RDMA registration. Measured
+/dev/shm too small (or filled by files earlier jobs left) kills DataLoader workers and NCCL's
+shared-memory transport; a low ``ulimit -n`` fails large NCCL jobs; a capped ``ulimit -l`` (locked
+memory) breaks RDMA registration. Measured
 inside the step, because under srun the job's limits (propagated from the submit host by default) are
-what a training job really gets.
+what a training job really gets. The node's wall clock (``clock_unix_s``) is read here too: a test
+brackets the step with the login host's clock to bound how far the node's clock is off.
 """
 
 from __future__ import annotations
 
 import os
 import resource
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,7 @@ def collect(shm: str = "/dev/shm") -> dict[str, Any]:
     info = _meminfo()
     thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
     data: dict[str, Any] = {
+        "clock_unix_s": time.time() + _inject.clock_offset_s(),  # the offset: test hook, 0 unless injected
         "dev_shm_gib": shm_gib,
         "dev_shm_free_gib": shm_free_gib,
         "memory_gib": round(info.get("MemTotal", 0) / 2**20, 3),

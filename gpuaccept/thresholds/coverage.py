@@ -175,6 +175,8 @@ TESTS: dict[str, TestSpec] = {
     "test_gpu_health.py::test_gpu_health": TestSpec(_HEALTH, gpus="gpu"),
     "test_gpu_health.py::test_xid": TestSpec(("xid_hardware_events", "xid_hardware_codes"), gpus="gpu"),
     "test_hygiene.py::test_node_limits": TestSpec(("dev_shm_gib", "nofile", "memlock_kib")),
+    "test_node_state.py::test_dev_shm_free": TestSpec(("dev_shm_free_gib",)),
+    "test_node_state.py::test_node_clocks": TestSpec(("node_clock_offset_s",)),
     "test_interconnect.py::test_nvlink": TestSpec(
         ("nvlink_links_active", "nvlink_speed_mbps", "nvlink_replay_errors", "nvlink_recovery_errors"),
         gpus="gpu",

@@ -1,0 +1,46 @@
+"""Node state a job inherits: free space in /dev/shm, and a wall clock that agrees with the login host's.
+
+/dev/shm can be large enough (``test_node_limits``) and still full of files earlier jobs left behind:
+NCCL's shared-memory transport and DataLoader workers then fail on that node only. A node whose clock
+is off breaks time-checked credentials (MUNGE, Kerberos) and every cross-node log timeline.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gpuaccept.errors import MeasurementError
+from gpuaccept.hardware.clock import offset_lower_bound_s
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.hygiene]
+
+
+def test_dev_shm_free(node, cluster, judge):
+    """Free space in /dev/shm inside a job step, not only its size."""
+    data = cluster.run("hygiene", nodes=[node]).one().data
+    judge.check("dev_shm_free_gib", data["dev_shm_free_gib"], node=node)
+
+
+def test_node_clocks(cluster, judge):
+    """Every node's wall clock within the tolerance of this host's: read in one step on all nodes at once,
+    bracketed by this host's clock (gpuaccept.hardware.clock), so each node is judged and named alone."""
+    before = time.time()
+    results = cluster.run_each("hygiene", cluster.nodes)
+    after = time.time()
+    errors = []
+    for node, result in results.items():
+        if isinstance(result, MeasurementError):
+            errors.append(str(result))
+            continue
+        reading = result.one().data["clock_unix_s"]
+        judge.check(
+            "node_clock_offset_s",
+            offset_lower_bound_s(reading, before, after),
+            node=node,
+            node_clock=round(reading, 3),
+            window=[round(before, 3), round(after, 3)],
+        )
+    if errors:
+        raise MeasurementError("; ".join(errors))

@@ -1,0 +1,185 @@
+"""The fault catalogue's declarations: one ``Row`` per fault, the single source of docs/faults.md.
+
+Each row says what the fault is, how it is injected, what the run then says, how that is proven
+(``END_TO_END``: the real acceptance test through srun on the loopback Slurm cluster; ``GPU_RUN``: a
+recorded run on real GPUs cited from docs/measurements.md; ``LOGIC``: the judging code alone) and the
+selftests that prove it. Rows whose fault the test seam (gpuaccept/probes/_inject.py) injects carry
+the node, the injection and the checks the run must name: test_faults_loopback.py injects exactly
+those into one run and asserts them from its run record; faults_page.py writes docs/faults.md from
+these rows (``python -m tests.selftest.faults_page``) and test_faults_page.py fails when they differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["END_TO_END", "GPU_RUN", "LOGIC", "LOOPBACK_ROWS", "Named", "Row"]
+
+END_TO_END, GPU_RUN, LOGIC = "end to end (loopback)", "GPU run", "logic only"
+LOOP = "tests/selftest/test_faults_loopback.py::test_fault_is_named"
+
+
+@dataclass(frozen=True)
+class Named:
+    """What one test of the injected run must end with: its verdict, category, and the failed checks
+    (check name, the record's ``where``) it names. No other check of that test may fail."""
+
+    test: str
+    verdict: str = "failed"
+    category: str = "hardware fault"
+    checks: tuple[tuple[str, str], ...] = ()
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Row:
+    section: str
+    key: str
+    fault: str
+    injected: str
+    says: str
+    proof: str
+    selftests: tuple[str, ...]
+    node: str | None = None
+    inject: dict[str, Any] = field(default_factory=dict)
+    named: tuple[Named, ...] = ()
+
+
+GPU0, GPU1 = "GPU 0 (00000000:00:06.0)", "GPU 1 (00000000:00:07.0)"
+HW = "GPUs, NVLink, InfiniBand and node state (the test seam on a loopback cluster, 6 nodes x 2 declared GPUs)"
+XID48 = ("[ 9012.345678] NVRM: Xid (PCI:0000:00:07): 48, pid=25314, name=python3, An uncorrectable double bit error "
+         "(DBE) has been detected on GPU in the framebuffer at partition 3, subpartition 1.")  # fmt: skip
+XID79 = "[ 8123.456789] NVRM: Xid (PCI:0000:00:07): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+
+
+def _loop(key: str, fault: str, node: str, inject: dict[str, Any], injected: str, says: str, *named: Named) -> Row:
+    return Row(HW, key, fault, injected, says, END_TO_END, (f"{LOOP}[{key}]",), node, inject, named)
+
+
+LOOPBACK_ROWS: tuple[Row, ...] = (
+    _loop("ecc", "uncorrectable ECC errors, with their Xid 48", "node2",
+          {"gpus": {"1": {"ecc_uncorrected_volatile": 2}}, "kernel_log_append": [XID48]},
+          "node2 GPU 1: `ecc_uncorrected_volatile` 2 and an Xid 48 (DBE) line for its PCI bus",
+          "`test_gpu_health[node2]` FAILED `gpu_ecc_uncorrected_volatile` on node2 GPU 1; `test_xid[node2]` FAILED "
+          "`xid_hardware_events` on node2 GPU 1",
+          Named("test_gpu_health[node2]", checks=(("gpu_ecc_uncorrected_volatile", f"node2 {GPU1}"),)),
+          Named("test_xid[node2]", checks=(("xid_hardware_events", f"node2 {GPU1}"),))),
+    _loop("row-remap-pending", "ECC row remap pending (waits for a GPU reset)", "node2",
+          {"gpus": {"0": {"remapped_rows.pending": True}}},
+          "node2 GPU 0: `remapped_rows.pending` true",
+          "`test_gpu_health[node2]` FAILED `gpu_remapped_rows_pending` on node2 GPU 0",
+          Named("test_gpu_health[node2]", checks=(("gpu_remapped_rows_pending", f"node2 {GPU0}"),))),
+    _loop("nvlink-speed-unreadable", "NVLink speed unreadable", "node2",
+          {"gpus": {"0": {"nvlink.speed_mbps_common": None}}},
+          "node2 GPU 0: the common link speed as the driver-580 recording has it (not supported)",
+          "`test_nvlink[node2]` ERROR naming node2 GPU 0 `nvlink_speed_mbps`, never a pass",
+          Named("test_nvlink[node2]", "error", "could not measure", message=f"node2 {GPU0}: nvlink_speed_mbps")),
+    _loop("ib-port-down", "an InfiniBand port down", "node2",
+          {"sysfs": {"class/infiniband/mlx5_1/ports/1/state": "1: DOWN",
+                     "class/infiniband/mlx5_1/ports/1/phys_state": "3: Disabled"}},
+          "node2 sysfs `mlx5_1/ports/1/state` `1: DOWN`, `phys_state` `3: Disabled`",
+          "`test_infiniband[node2]` FAILED `ib_port_state`, `ib_port_phys_state` on node2 HCA mlx5_1 port 1",
+          Named("test_infiniband[node2]", checks=(("ib_port_state", "node2 HCA mlx5_1 port 1"),
+                                                  ("ib_port_phys_state", "node2 HCA mlx5_1 port 1")))),
+    _loop("thermal", "a thermal slowdown", "node3",
+          {"gpus": {"1": {"clock_event_reasons": 0x41}}},
+          "node3 GPU 1: clock-event reasons 0x41 (idle + HW thermal slowdown)",
+          "`test_gpu_health[node3]` FAILED `gpu_clock_events_failing = hw_thermal_slowdown` on node3 GPU 1",
+          Named("test_gpu_health[node3]", checks=(("gpu_clock_events_failing", f"node3 {GPU1}"),))),
+    _loop("nvlink-down", "an NVLink down", "node3",
+          {"gpus": {"0": {"nvlink.links.5.active": False, "nvlink.active": 17}}, "set": {"nvlink.pairs.0.nvlinks": 17}},
+          "node3 GPU 0: link 5 inactive (17 of 18 active), the GPU pair NV17",
+          "`test_nvlink[node3]` FAILED `nvlink_links_active = 17` on node3 GPU 0; `test_gpu_topology[node3]` FAILED "
+          "`nvlink_pair_links` on the pair GPU 0 <-> 1",
+          Named("test_nvlink[node3]", checks=(("nvlink_links_active", f"node3 {GPU0}"),)),
+          Named("test_gpu_topology[node3]", checks=(("nvlink_pair_links", f"node3 {GPU0} <-> 1 (00000000:00:07.0)"),))),
+    _loop("ib-rate", "an InfiniBand port at a lower rate", "node3",
+          {"sysfs": {"class/infiniband/mlx5_3/ports/1/rate": "200 Gb/sec (4X HDR)"}},
+          "node3 sysfs `mlx5_3/ports/1/rate` `200 Gb/sec (4X HDR)`",
+          "`test_infiniband[node3]` FAILED `ib_port_rate_gbps = 200` on node3 HCA mlx5_3 port 1",
+          Named("test_infiniband[node3]", category="threshold miss",
+                checks=(("ib_port_rate_gbps", "node3 HCA mlx5_3 port 1"),))),
+    _loop("shm-full", "a full /dev/shm", "node3",
+          {"set": {"hygiene.dev_shm_free_gib": 0.02}},
+          "node3: /dev/shm free space 0.02 GiB (its size unchanged)",
+          "`test_dev_shm_free[node3]` FAILED `dev_shm_free_gib` on node3",
+          Named("test_dev_shm_free[node3]", category="threshold miss", checks=(("dev_shm_free_gib", "node3"),))),
+    _loop("power-brake", "a hardware power-brake slowdown", "node4",
+          {"gpus": {"0": {"clock_event_reasons": 0x81}}},
+          "node4 GPU 0: clock-event reasons 0x81 (idle + HW power brake)",
+          "`test_gpu_health[node4]` FAILED `gpu_clock_events_failing = hw_power_brake_slowdown` on node4 GPU 0",
+          Named("test_gpu_health[node4]", checks=(("gpu_clock_events_failing", f"node4 {GPU0}"),))),
+    _loop("power-cap", "a low power cap", "node4",
+          {"gpus": {"1": {"power_limit_w": 500.0}}},
+          "node4 GPU 1: enforced power limit 500 W (default 700)",
+          "`test_gpu_health[node4]` FAILED `gpu_power_limit_w = 500` on node4 GPU 1",
+          Named("test_gpu_health[node4]", checks=(("gpu_power_limit_w", f"node4 {GPU1}"),))),
+    _loop("nvlink-replay", "NVLink replay errors", "node4",
+          {"gpus": {"1": {"nvlink.errors.replay": 7}}},
+          "node4 GPU 1: NVLink replay counter 7",
+          "`test_nvlink[node4]` FAILED `nvlink_replay_errors = 7` on node4 GPU 1",
+          Named("test_nvlink[node4]", checks=(("nvlink_replay_errors", f"node4 {GPU1}"),))),
+    _loop("ib-symbol-errors", "InfiniBand symbol errors", "node4",
+          {"sysfs": {"class/infiniband/mlx5_2/ports/1/counters/symbol_error": "50"}},
+          "node4 sysfs `mlx5_2/ports/1/counters/symbol_error` 50",
+          "`test_infiniband[node4]` FAILED `ib_symbol_errors = 50` on node4 mlx5_2 port 1 (the record's where says "
+          "'GPU mlx5_2 port 1': hardware/ib.py passes no component for counters)",
+          Named("test_infiniband[node4]", checks=(("ib_symbol_errors", "node4 GPU mlx5_2 port 1"),))),
+    _loop("driver-drift", "one node's driver differs", "node4",
+          {"set": {"gpu_health.driver": "570.124.06"}},
+          "node4: NVML driver version 570.124.06 (the others 580.159.04)",
+          "`test_versions_consistent` FAILED `versions_consistent` on node4 (driver), category drift; the other "
+          "nodes pass",
+          Named("test_versions_consistent", category="drift", checks=(("versions_consistent", "node4 field driver"),))),
+    _loop("pcie-gen4", "a PCIe link trained at Gen4", "node5",
+          {"gpus": {"0": {"pcie.gen_max": 4, "pcie.gen_current": 4}}},
+          "node5 GPU 0: PCIe maximum generation 4",
+          "`test_gpu_health[node5]` FAILED `gpu_pcie_gen_max = 4` on node5 GPU 0",
+          Named("test_gpu_health[node5]", category="threshold miss", checks=(("gpu_pcie_gen_max", f"node5 {GPU0}"),))),
+    _loop("pcie-x8", "a PCIe link trained at x8", "node5",
+          {"gpus": {"1": {"pcie.width_max": 8, "pcie.width_current": 8}}},
+          "node5 GPU 1: PCIe maximum width 8",
+          "`test_gpu_health[node5]` FAILED `gpu_pcie_width_max = 8` on node5 GPU 1",
+          Named("test_gpu_health[node5]", category="threshold miss",
+                checks=(("gpu_pcie_width_max", f"node5 {GPU1}"),))),
+    _loop("nvlink-slow", "an NVLink trained slow", "node5",
+          {"gpus": {"1": {"nvlink.speed_mbps_common": 13281}}},
+          "node5 GPU 1: common link speed 13281 MB/s (half of 26562)",
+          "`test_nvlink[node5]` FAILED `nvlink_speed_mbps = 13281` on node5 GPU 1",
+          Named("test_nvlink[node5]", checks=(("nvlink_speed_mbps", f"node5 {GPU1}"),))),
+    _loop("far-hca", "a GPU far from its HCA", "node5",
+          {"gpus": {"0": {"nics": [{"name": "mlx5_0", "relation": "SYS"}]}}},
+          "node5 GPU 0: its only HCA across the CPU interconnect (SYS)",
+          "`test_gpu_nic_affinity[node5]` FAILED `gpu_nic_pcie_distance = 4` on node5 GPU 0",
+          Named("test_gpu_nic_affinity[node5]", category="threshold miss",
+                checks=(("gpu_nic_pcie_distance", f"node5 {GPU0}"),))),
+    _loop("hca-missing", "an HCA missing", "node5",
+          {"sysfs": {"class/infiniband/mlx5_7": None}},
+          "node5 sysfs: `class/infiniband/mlx5_7` gone (7 compute HCAs)",
+          "`test_infiniband[node5]` FAILED `ib_hca_count = 7` on node5",
+          Named("test_infiniband[node5]", category="threshold miss", checks=(("ib_hca_count", "node5"),))),
+    _loop("shm-small", "a small /dev/shm (Docker's 64 MB default)", "node5",
+          {"set": {"hygiene.dev_shm_gib": 0.0625, "hygiene.dev_shm_free_gib": 0.0625}},
+          "node5: /dev/shm of 0.0625 GiB, all free",
+          "`test_node_limits[node5]` FAILED `dev_shm_gib`; `test_dev_shm_free[node5]` FAILED `dev_shm_free_gib`",
+          Named("test_node_limits[node5]", category="threshold miss", checks=(("dev_shm_gib", "node5"),)),
+          Named("test_dev_shm_free[node5]", category="threshold miss", checks=(("dev_shm_free_gib", "node5"),))),
+    _loop("fallen-off-the-bus", "a GPU fallen off the bus (in gres, gone from NVML), with its Xid 79", "node6",
+          {"remove_gpus": [1], "kernel_log_append": [XID79]},
+          "node6: GPU 1 removed from every NVML reading (Slurm still declares 2), an Xid 79 line for its PCI bus",
+          "`test_gpu_health[node6]` FAILED `declares 2 GPU(s) but NVML shows 1` (category threshold miss); "
+          "`test_fingerprint[node6]` FAILED "
+          "`gpu_count = 1`; `test_xid[node6]` FAILED `xid_hardware_events` on device 0000:00:07; `test_nvlink[node6]` "
+          "FAILED; `test_gpu_topology[node6]` ERROR (no GPU pair left to judge); GPU 0 passes every check",
+          Named("test_gpu_health[node6]", category="threshold miss", message="declares 2 GPU(s) but NVML shows 1"),
+          Named("test_fingerprint[node6]", checks=(("gpu_count", "node6"),)),
+          Named("test_xid[node6]", checks=(("xid_hardware_events", "node6 GPU unknown device 0000:00:07"),)),
+          Named("test_nvlink[node6]", category="threshold miss", message="declares 2 GPU(s) but NVML shows 1"),
+          Named("test_gpu_topology[node6]", "error", "could not measure", message="nothing was judged")),
+    _loop("clock-skew", "a node whose clock is skewed", "node6",
+          {"clock_offset_s": 600},
+          "node6: wall clock 600 s ahead (what `faketime` would do, inside the hygiene probe)",
+          "`test_node_clocks` FAILED `node_clock_offset_s` about 600 on node6; the other nodes pass",
+          Named("test_node_clocks", category="threshold miss", checks=(("node_clock_offset_s", "node6"),))),
+)  # fmt: skip

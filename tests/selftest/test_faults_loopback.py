@@ -1,0 +1,142 @@
+"""Every hardware fault of docs/faults.md injected through the test seam and named by the real acceptance tests.
+
+One loopback Slurm cluster of 6 nodes, each declaring 2 GPUs as gres (files that stand in for
+/dev/nvidia*), and one inner ``pytest -m acceptance --launcher slurm`` run of the GPU-health, Xid,
+NVLink, topology, affinity, InfiniBand, fingerprint, version, hygiene, /dev/shm and clock tests. The
+probes run under srun on every node and read, through ``GPUACCEPT_TEST_INJECT``
+(gpuaccept/probes/_inject.py), the recorded lent H200 readings (fixtures/nvml), the recorded-shape
+NDR sysfs tree and a clean kernel log; the faults of fault_rows.LOOPBACK_ROWS are laid over the nodes
+they name, several per node on different GPUs, HCAs or tests. Each row is then proven from the run
+record: the test it names ends with the declared verdict and category and names the declared checks
+at the declared node, GPU, link or HCA, and no other check of that test fails; every test case no row
+names (node1 everywhere, and the healthy tests of the faulty nodes) passes.
+
+Common edits every node gets (the healthy baseline; docs/measurements.md): the per-link NVLink speed
+26562 MB/s that NVML's per-link field read on all 18 links of the lent H200 ("NVLink speed and error
+counters on Hopper", session 3) where the recorded common-speed field is unsupported, and each GPU's
+own HCA behind its PCIe switch (PIX), as the HGX reference design places them (the lent host has none).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import REPO, UP, DevCluster, InnerRun, _parse_exports, run_inner, stop_cluster
+from .fault_rows import LOOPBACK_ROWS, Row
+from .test_nodecheck import host_site
+
+NODES, GPUS_PER_NODE = 6, 2
+TESTS = [
+    "tests/acceptance/test_gpu_health.py",
+    "tests/acceptance/test_interconnect.py",
+    "tests/acceptance/test_environment.py",
+    "tests/acceptance/test_hygiene.py",
+    "tests/acceptance/test_node_state.py",
+]
+DESELECT = "not errors_under_load"  # judged from the P2P copies, which need real GPUs
+COMMON = {
+    "gpu_health": str(REPO / "fixtures/nvml/h200-x2-lent.gpu_health.json"),
+    "nvlink": str(REPO / "fixtures/nvml/h200-x2-lent.nvlink.json"),
+    "kernel_log": str(REPO / "fixtures/kernel-log/dmesg-h100-clean.txt"),
+    "sysfs_root": str(REPO / "fixtures/sysfs/hgx-h100-ndr"),
+    "gpus": {
+        str(i): {"nvlink.speed_mbps_common": 26562, "nics": [{"name": f"mlx5_{i}", "relation": "PIX"}]}
+        for i in range(GPUS_PER_NODE)
+    },
+}
+
+
+def injection() -> dict[str, Any]:
+    """The seam's file: the healthy baseline for every node, each row's fault over its node."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for row in LOOPBACK_ROWS:
+        assert row.node, row.key
+        plan = nodes.setdefault(row.node, {})
+        for key, value in row.inject.items():
+            if key == "gpus":
+                for index, edits in value.items():
+                    plan.setdefault("gpus", {}).setdefault(index, {}).update(edits)
+            elif key in ("set", "sysfs"):
+                plan.setdefault(key, {}).update(value)
+            elif key == "kernel_log_append":
+                plan.setdefault(key, []).extend(value)
+            else:
+                plan[key] = value
+    return {"readings": COMMON, "nodes": nodes}
+
+
+@pytest.fixture(scope="module")
+def injected_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InnerRun]:
+    if shutil.which("slurmctld") is None:
+        if os.environ.get("CI"):
+            pytest.fail("Slurm is not installed in CI")
+        pytest.skip("Slurm (slurm-wlm) is not installed on this machine")
+    tmp = tmp_path_factory.mktemp("faults")
+    for i in range(NODES * GPUS_PER_NODE):
+        (tmp / f"nvidia{i}").touch()
+    env = {**os.environ, "GPUACCEPT_DEV_GPU_FILE": str(tmp / "nvidia")}
+    env.pop("SLURM_JOB_ID", None)
+    up = ["bash", str(UP), "--nodes", str(NODES), "--gpus-per-node", str(GPUS_PER_NODE)]
+    done = subprocess.run(up, env=env, capture_output=True, text=True, timeout=180)
+    if done.returncode:
+        raise RuntimeError(f"up.sh failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    exports = _parse_exports(done.stdout)
+    cluster = DevCluster({**env, **exports}, Path(exports["GPUACCEPT_DEV_CLUSTER"]), [])
+    spec = tmp / "inject.json"
+    spec.write_text(json.dumps(injection(), indent=1))
+    site = host_site(tmp / "site.yaml")
+    try:
+        inner = tmp / "inner"
+        inner.mkdir()
+        yield run_inner(
+            inner,
+            "-m", "acceptance", "--launcher", "slurm", "--nodes", str(NODES), "--thresholds", str(site),
+            "--rootdir", str(REPO), "-k", DESELECT, *(str(REPO / t) for t in TESTS),
+            env={**cluster.env, "GPUACCEPT_TEST_INJECT": str(spec)},
+            timeout=400,
+        )  # fmt: skip
+    finally:
+        stop_cluster(cluster)
+
+
+def _tests(run: InnerRun) -> dict[str, dict[str, Any]]:
+    return {t["nodeid"].split("::")[-1]: t for t in run.record["tests"]}
+
+
+def _failed(test: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(c["check"], c["where"]) for c in test.get("checks") or [] if c["verdict"] not in ("pass", "info")}
+
+
+@pytest.mark.parametrize("row", LOOPBACK_ROWS, ids=[r.key for r in LOOPBACK_ROWS])
+def test_fault_is_named(row: Row, injected_run: InnerRun) -> None:
+    tests = _tests(injected_run)
+    for named in row.named:
+        assert named.test in tests, (named.test, sorted(tests), injected_run.output[-3000:])
+        test = tests[named.test]
+        assert (test["verdict"], test.get("category")) == (named.verdict, named.category), (named.test, test["message"])
+        missing = set(named.checks) - _failed(test)
+        assert not missing, (named.test, "not named:", missing, "failed:", _failed(test))
+        assert named.message in test["message"], (named.test, test["message"])
+
+
+def test_nothing_else_fails(injected_run: InnerRun) -> None:
+    """Every check a test fails is one a row declares, and every test no row names passes."""
+    declared: dict[str, set[tuple[str, str]]] = {}
+    for row in LOOPBACK_ROWS:
+        for named in row.named:
+            declared.setdefault(named.test, set()).update(named.checks)
+    tests = _tests(injected_run)
+    assert len(tests) >= 7 * NODES, (sorted(tests), injected_run.output[-3000:])
+    for name, test in tests.items():
+        if name not in declared:
+            assert test["verdict"] == "passed", (name, test["verdict"], test["message"])
+        else:
+            assert _failed(test) == declared[name], (name, _failed(test), declared[name])
