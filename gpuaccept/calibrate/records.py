@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.calibrate.rule import Refusal, Sample
+from gpuaccept.results.metrics import subject_of
 from gpuaccept.results.record import read_record
 
 __all__ = ["Runs", "limit_key", "read_runs"]
@@ -86,7 +87,7 @@ def read_runs(paths: Sequence[Path], *, recalibrate: Sequence[str] = ()) -> Runs
             )
             if not wanted or metric.get("kind") == "expectation" or metric.get("value") is None:
                 continue
-            sample = Sample(metric["value"], str(metric["node"]), metric.get("gpu"), run)
+            sample = Sample(metric["value"], str(metric["node"]), subject_of(metric)[0], run)
             runs.samples.setdefault(limit_key(metric), []).append(sample)
             if metric.get("sku") and metric["sku"] not in runs.skus:
                 runs.skus.append(str(metric["sku"]))

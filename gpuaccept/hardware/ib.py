@@ -60,8 +60,8 @@ def _port_label(hca: str, port: str) -> str:
 def judge_ib(data: dict[str, Any], judge: JudgeLike, node: str, link_layer: str | None) -> None:
     """HCA count, port state, rate, link layer and error counters of every compute HCA port.
 
-    ``link_layer`` is the SKU's ``ib_link_layer`` (None: every HCA counts). Ports are named
-    ``<hca> port <n>`` in the GPU column of the results.
+    ``link_layer`` is the SKU's ``ib_link_layer`` (None: every HCA counts). Ports are the
+    checks' ``hca`` subject, ``<hca> port <n>``.
     """
     hcas: dict[str, Any] = data.get("hcas") or {}
     for name, hca in sorted(hcas.items()):  # every port, before the filter below (reported, see the docstring)
@@ -70,8 +70,7 @@ def judge_ib(data: dict[str, Any], judge: JudgeLike, node: str, link_layer: str 
                 "ib_link_layer",
                 (port or {}).get("link_layer") or "unreadable",
                 node=node,
-                gpu=_port_label(name, port_name),
-                component="HCA",
+                hca=_port_label(name, port_name),
                 compute=link_layer is None or (port or {}).get("link_layer") == link_layer,
             )
     compute = {
@@ -104,8 +103,7 @@ def judge_ib(data: dict[str, Any], judge: JudgeLike, node: str, link_layer: str 
                 "ib_port_state",
                 parse_state(port.get("state")) or "unreadable",
                 node=node,
-                gpu=where,
-                component="HCA",
+                hca=where,
                 raw=port.get("state"),
                 **info,
             )
@@ -113,20 +111,19 @@ def judge_ib(data: dict[str, Any], judge: JudgeLike, node: str, link_layer: str 
                 "ib_port_phys_state",
                 parse_state(port.get("phys_state")) or "unreadable",
                 node=node,
-                gpu=where,
-                component="HCA",
+                hca=where,
                 raw=port.get("phys_state"),
             )
             rate = parse_rate(port.get("rate"))
             if rate is None:
                 missing.append(f"{node} {where}: rate {port.get('rate')!r} is not a rate")
             else:
-                judge.check("ib_port_rate_gbps", rate, node=node, gpu=where, component="HCA", raw=port.get("rate"))
+                judge.check("ib_port_rate_gbps", rate, node=node, hca=where, raw=port.get("rate"))
             counters = port.get("counters") or {}
             if not counters:
                 missing.append(f"{node} {where}: no error counters under counters/")
             for counter, metric in COUNTER_METRICS.items():
                 value = counters.get(counter)
                 if isinstance(value, int):
-                    judge.check(metric, value, node=node, gpu=where)
+                    judge.check(metric, value, node=node, hca=where)
     conclude(judge, node, missing=missing)

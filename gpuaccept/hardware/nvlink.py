@@ -90,12 +90,12 @@ def judge_topology(data: dict[str, Any], judge: JudgeLike, node: str) -> dict[st
             "gpu_pair_topology",
             pair.get("label") or "?",
             node=node,
-            gpu=where,
+            pair=where,
             pcie=pair.get("pcie"),
             via=pair.get("via"),
         )
-        judge.check("nvlink_pair_links", pair.get("nvlinks", 0), node=node, gpu=where)
-        judge.check("p2p_nvlink_status", pair.get("p2p_nvlink_status") or "unknown", node=node, gpu=where)
+        judge.check("nvlink_pair_links", pair.get("nvlinks", 0), node=node, pair=where)
+        judge.check("p2p_nvlink_status", pair.get("p2p_nvlink_status") or "unknown", node=node, pair=where)
     matrix = pair_matrix(data)
     conclude(judge, node)
     return matrix

@@ -344,7 +344,7 @@ def judge_p2p(record: Any, judge: JudgeLike, node: str) -> dict[str, Any]:
             "p2p_gbps",
             pair.get("gbps"),
             node=node,
-            gpu=where,
+            pair=where,
             peer_access=pair.get("peer_access"),
             spread_pct=pair.get("spread_pct"),
         )

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpuaccept.judging.fields import FINGERPRINT_FIELDS, field_value
-from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.metrics import MetricResult, subject_of
 from gpuaccept.results.record import RecordError, read_record
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ __all__ = [
 SIDE_BY_SIDE_COLUMNS = (
     "metric",
     "node",
-    "gpu",
+    "subject",
     "unit",
     "baseline",
     "now",
@@ -104,7 +104,10 @@ class Regression:
 
     metric: str
     node: str
-    gpu: str | None
+    #: ``node GPU 3 (bus)`` / ``node HCA mlx5_0 port 1``: the judged check's own ``where``
+    where: str
+    #: the GPU's index when the check is about one GPU (the summary lists them per node)
+    gpu_index: int | None
     test: str
     baseline: float
     value: float
@@ -113,10 +116,6 @@ class Regression:
     tolerance_pct: float
     better: str
     baseline_file: str
-
-    @property
-    def where(self) -> str:
-        return self.node + (f" GPU {self.gpu}" if self.gpu is not None else "")
 
     @property
     def reason(self) -> str:
@@ -167,8 +166,8 @@ class Baseline:
         self._thresholds = thresholds
         self._index: dict[tuple[str, str, str | None], list[dict[str, Any]]] = {}
         for raw in self.record.get("metrics") or []:
-            gpu = raw.get("gpu")
-            key = (str(raw.get("metric")), str(raw.get("node")), None if gpu is None else str(gpu))
+            subject = subject_of(raw)[0]  # a gpuaccept.run/1 record's ``gpu``, migrated
+            key = (str(raw.get("metric")), str(raw.get("node")), subject)
             self._index.setdefault(key, []).append(raw)
 
     @classmethod
@@ -204,9 +203,10 @@ class Baseline:
     def fingerprints(self) -> dict[str, Any]:
         return dict(self.record.get("fingerprints") or {})
 
-    def find(self, metric: str, node: str, gpu: str | None, test: str | None = None) -> dict[str, Any] | None:
-        """The baseline's entry for this metric on this node/GPU: the same test's if several, else the only one."""
-        candidates = self._index.get((metric, node, gpu), [])
+    def find(self, metric: str, node: str, subject: str | None, test: str | None = None) -> dict[str, Any] | None:
+        """The baseline's entry for this metric on this node and subject (GPU, HCA port, ...): the same
+        test's if several, else the only one."""
+        candidates = self._index.get((metric, node, subject), [])
         if test is not None:
             same = [c for c in candidates if c.get("test") == test]
             if same:
@@ -241,7 +241,7 @@ class Baseline:
         now = _number(result.value)
         if now is None:
             return None
-        entry = self.find(result.metric, result.node, result.gpu, result.test)
+        entry = self.find(result.metric, result.node, result.subject, result.test)
         base = _number(entry.get("value")) if entry is not None else None
         if base is None:
             return None
@@ -253,7 +253,8 @@ class Baseline:
         return Regression(
             metric=result.metric,
             node=result.node,
-            gpu=result.gpu,
+            where=result.where,
+            gpu_index=result.gpu_index,
             test=result.test,
             baseline=base,
             value=now,
@@ -277,9 +278,9 @@ class Baseline:
         rows: list[dict[str, Any]] = []
         seen: set[tuple[str, str, str | None]] = set()
         for result in results:
-            key = (result.metric, result.node, result.gpu)
+            key = (result.metric, result.node, result.subject)
             seen.add(key)
-            entry = self.find(result.metric, result.node, result.gpu, result.test)
+            entry = self.find(result.metric, result.node, result.subject, result.test)
             base = entry.get("value") if entry is not None else None
             regression = self.compare(result)
             now_n, base_n = _number(result.value), _number(base)
@@ -299,7 +300,7 @@ class Baseline:
                 {
                     "metric": result.metric,
                     "node": result.node,
-                    "gpu": result.gpu,
+                    "subject": result.subject,
                     "unit": result.unit,
                     "baseline": base,
                     "now": result.value,
@@ -311,12 +312,12 @@ class Baseline:
                 }
             )
         nodes = {row["node"] for row in rows}
-        for (metric, node, gpu), entries in sorted(self._index.items(), key=lambda kv: tuple(map(str, kv[0]))):
-            if (metric, node, gpu) not in seen and node in nodes:
+        for (metric, node, subject), entries in sorted(self._index.items(), key=lambda kv: tuple(map(str, kv[0]))):
+            if (metric, node, subject) not in seen and node in nodes:
                 old = entries[0]
                 rows.append(
                     dict.fromkeys(SIDE_BY_SIDE_COLUMNS)
-                    | {"metric": metric, "node": node, "gpu": gpu, "unit": old.get("unit")}
+                    | {"metric": metric, "node": node, "subject": subject, "unit": old.get("unit")}
                     | {"baseline": old.get("value"), "status": "not measured now", "test": old.get("test")}
                 )
         return pd.DataFrame(rows, columns=list(SIDE_BY_SIDE_COLUMNS))

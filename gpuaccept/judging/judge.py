@@ -25,10 +25,10 @@ import fnmatch
 import math
 import statistics
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gpuaccept.errors import MeasurementError, ToolMissing
-from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.metrics import MetricResult, SubjectKind
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.schema import Limit, MetricSpec
 
@@ -36,6 +36,20 @@ if TYPE_CHECKING:
     from gpuaccept.judging.baseline import Baseline
 
 __all__ = ["Judge", "judge_value", "no_limit_message"]
+
+#: the subject keywords a test names (``gpu=``, ``pair=``, ``hca=``, ...), at most one of them set
+Subject = dict[str, Any]
+
+
+def _subject(on: Subject) -> tuple[str | None, SubjectKind]:
+    """The one subject a check is about, from the keyword the test used: none of them = the node."""
+    named = [(kind, label) for kind, label in on.items() if label is not None]
+    if len(named) > 1:
+        raise TypeError(f"a check is about one subject, got {', '.join(k + '=' for k, _ in named)}")
+    if not named:
+        return None, "node"
+    kind, label = named[0]
+    return str(label), cast(SubjectKind, kind)
 
 
 def _is_number(value: Any) -> bool:
@@ -120,22 +134,24 @@ class Judge:
 
     # ---- recording -----------------------------------------------------------------------------------
 
-    def _make(self, metric: str, value: Any, node: str, gpu: Any, extra: dict[str, Any], sku: str) -> MetricResult:
+    def _make(self, metric: str, value: Any, node: str, on: Subject, extra: dict[str, Any], sku: str) -> MetricResult:
         spec = self._spec(metric)
-        if value is None:
-            where = node + (f" {extra.get('component', 'GPU')} {gpu}" if gpu is not None else "")
-            raise MeasurementError(f"{metric}: no value was measured on {where}", nodes=(node,))
-        return MetricResult(
+        subject, subject_kind = _subject(on)
+        result = MetricResult(
             test=self.test,
             metric=metric,
             value=value,
             unit=spec.unit,
             node=node,
             sku=sku,
-            gpu=None if gpu is None else str(gpu),
+            subject=subject,
+            subject_kind=subject_kind,
             kind=spec.kind,
             extra=extra,
         )
+        if value is None:
+            raise MeasurementError(f"{metric}: no value was measured on {result.where}", nodes=(node,))
+        return result
 
     def _record(self, result: MetricResult) -> MetricResult:
         self.results.append(result)
@@ -145,7 +161,19 @@ class Judge:
     # ---- the three ways to hand over a measurement ---------------------------------------------------
 
     def check(
-        self, metric: str, value: Any, *, node: str, gpu: Any = None, scale: int | None = None, **extra: Any
+        self,
+        metric: str,
+        value: Any,
+        *,
+        node: str,
+        scale: int | None = None,
+        gpu: Any = None,
+        pair: Any = None,
+        hca: Any = None,
+        rail: Any = None,
+        rank: Any = None,
+        field: Any = None,
+        **extra: Any,
     ) -> MetricResult:
         """Judge ``value`` against the node's SKU limit (``<metric>@<scale>`` first when ``scale`` is given).
 
@@ -156,7 +184,8 @@ class Judge:
         if spec.kind == "expectation":
             raise TypeError(f"{metric} is an expectation: use judge.expect(...)")
         sku = self._sku_of(node)
-        result = self._make(metric, value, node, gpu, extra if scale is None else {**extra, "scale": scale}, sku)
+        on = {"gpu": gpu, "pair": pair, "hca": hca, "rail": rail, "rank": rank, "field": field}
+        result = self._make(metric, value, node, on, extra if scale is None else {**extra, "scale": scale}, sku)
         limit = self._limit(metric, sku, scale)
         if limit is not None and self._calibrating and any(fnmatch.fnmatchcase(metric, g) for g in self._recalibrate):
             limit = None  # --calibrate-metric: this limit is being measured anew (a site fabric)
@@ -184,26 +213,39 @@ class Judge:
         return self._record(result)
 
     def expect(
-        self, name: str, observed: Any, expected: Any, *, node: str, gpu: Any = None, **extra: Any
+        self,
+        name: str,
+        observed: Any,
+        expected: Any,
+        *,
+        node: str,
+        gpu: Any = None,
+        rank: Any = None,
+        field: Any = None,
+        partition: Any = None,
+        **extra: Any,
     ) -> MetricResult:
         """A named expectation: ``observed`` must equal ``expected`` (computed by the test), with the
         catalogue's source for why ("node1 state usable", "CUDA_VISIBLE_DEVICES disjoint")."""
         spec = self._spec(name)
         if spec.kind != "expectation":
             raise TypeError(f"{name} is a metric with limits in thresholds.yaml: use judge.check(...)")
-        result = self._make(name, observed, node, gpu, extra, sku="")
+        on = {"gpu": gpu, "rank": rank, "field": field, "partition": partition}
+        result = self._make(name, observed, node, on, extra, sku="")
         result.equal, result.source = expected, spec.source
         result.verdict = "pass" if observed == expected else "fail"
         result.reason = "" if result.verdict == "pass" else f"{observed} != {expected}"
         return self._record(result)
 
-    def info(self, metric: str, value: Any, *, node: str, gpu: Any = None, **extra: Any) -> MetricResult:
+    def info(
+        self, metric: str, value: Any, *, node: str, gpu: Any = None, pair: Any = None, hca: Any = None, **extra: Any
+    ) -> MetricResult:
         """Record a figure the catalogue declares informational (shown in the report, passes nothing)."""
         spec = self._spec(metric)
         if not spec.informational:
             raise TypeError(f"{metric} is not declared informational in the catalogue: judge it with check()")
         sku = self._sku_of(node) if spec.kind == "metric" and value is not None else ""
-        return self._record(self._make(metric, value, node, gpu, extra, sku))
+        return self._record(self._make(metric, value, node, {"gpu": gpu, "pair": pair, "hca": hca}, extra, sku))
 
     def tool_missing(self, check: str, tool: str, *, node: str, detail: str = "") -> None:
         """End the test as ``not run``: ``check`` needs ``tool``, which ``node`` lacks. Not a skip (the

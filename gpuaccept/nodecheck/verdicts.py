@@ -60,11 +60,11 @@ class Verdicts:
 
 def _short(result: MetricResult) -> str:
     """``GPU1`` for a GPU check (the index only: reasons are truncated), the component otherwise."""
-    if result.gpu is None:
+    if result.subject is None:
         return ""
     if result.on_gpu:
-        return f"GPU{result.gpu.split(' ', 1)[0]}"
-    return result.gpu.replace(" port ", ":")
+        return f"GPU{result.subject.split(' ', 1)[0]}"
+    return result.subject.replace(" port ", ":")
 
 
 class _Node:

@@ -117,8 +117,8 @@ def _gpus(checks: Iterable[MetricResult]) -> str:
     """``node1: 0, 1, 2, 3``: the GPUs the checks name, by index (pairs and other components left out)."""
     by_node: dict[str, set[str]] = {}
     for c in checks:
-        if c.on_gpu and c.gpu is not None:
-            by_node.setdefault(c.node, set()).add(c.gpu.split(" ")[0])
+        if c.on_gpu:
+            by_node.setdefault(c.node, set()).add(str(c.subject).split(" ")[0])
     key = lambda index: (not index.isdigit(), int(index) if index.isdigit() else 0, index)  # noqa: E731
     return "; ".join(f"{node}: {', '.join(sorted(ids, key=key))}" for node, ids in sorted(by_node.items()))
 

@@ -42,18 +42,18 @@ def plottable_metrics(results: Sequence[MetricResult]) -> dict[str, list[MetricR
     """Metrics measured on several GPUs with numeric values: the ones a bar per GPU says something about."""
     grouped: dict[str, list[MetricResult]] = {}
     for result in results:
-        if result.gpu is not None and _number(result.value) is not None:
+        if result.subject_kind in ("gpu", "pair") and _number(result.value) is not None:
             grouped.setdefault(result.metric, []).append(result)
-    return {metric: rows for metric, rows in grouped.items() if len({(r.node, r.gpu) for r in rows}) > 1}
+    return {metric: rows for metric, rows in grouped.items() if len({(r.node, r.subject) for r in rows}) > 1}
 
 
 def per_gpu_bars(metric: str, results: Sequence[MetricResult]) -> bytes:
     """One bar per (node, GPU), red where the verdict failed, with the min/max limits as lines."""
     from matplotlib.figure import Figure
 
-    rows = sorted(results, key=lambda r: (r.node, str(r.gpu)))
+    rows = sorted(results, key=lambda r: (r.node, str(r.subject)))
     nodes = {r.node for r in rows}
-    labels = [(f"{r.node}\n" if len(nodes) > 1 else "") + f"GPU {str(r.gpu).split(' ')[0]}" for r in rows]
+    labels = [(f"{r.node}\n" if len(nodes) > 1 else "") + f"GPU {str(r.subject).split(' ')[0]}" for r in rows]
     values = [_number(r.value) or 0.0 for r in rows]
     colors = [_FAIL if r.verdict == "fail" else _PASS if r.verdict == "pass" else _NONE for r in rows]
     fig = Figure(figsize=(max(4.0, 0.55 * len(rows) + 2), 3.4))

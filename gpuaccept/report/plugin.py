@@ -245,7 +245,7 @@ class ReportSession:
         from gpuaccept.report import attach, plots
         from gpuaccept.report.checks import checks_html
 
-        gpus = sorted({f"{m.node} GPU {m.gpu}" for m in metrics if m.on_gpu})
+        gpus = sorted({m.where for m in metrics if m.on_gpu})
         if gpus:
             allure.dynamic.parameter("GPUs", ", ".join(gpus), excluded=True)
             for gpu in gpus:
@@ -360,4 +360,4 @@ class ReportSession:
         state = self.config.stash.get(STATE_KEY, None)
         if state is None or self.baseline is None:
             return []
-        return [m.metric for m in state.record.metrics if self.baseline.find(m.metric, m.node, m.gpu, m.test)]
+        return [m.metric for m in state.record.metrics if self.baseline.find(m.metric, m.node, m.subject, m.test)]

@@ -97,7 +97,7 @@ class HeatPanel:
 
 def heat_panels(metrics: Iterable[MetricResult]) -> list[HeatPanel]:
     """The key figures on the record (empty list when none); per GPU the lowest value (P2P: slowest pair)."""
-    rows = [m for m in metrics if m.gpu is not None and _number(m.value) is not None]
+    rows = [m for m in metrics if m.subject_kind in ("gpu", "pair") and _number(m.value) is not None]
     cells: dict[tuple[str, tuple[str, str]], MetricResult] = {}
     columns = []
     for metric, title in KEY_FIGURES:
@@ -106,7 +106,7 @@ def heat_panels(metrics: Iterable[MetricResult]) -> list[HeatPanel]:
             continue
         columns.append((metric, title, found[0].unit))
         for m in found:
-            key = (metric, (m.node, _gpu_index(str(m.gpu))))
+            key = (metric, (m.node, _gpu_index(str(m.subject))))
             if key not in cells or float(m.value) < float(cells[key].value):  # type: ignore[arg-type]
                 cells[key] = m
     if not columns:

@@ -201,7 +201,7 @@ def _cell(entries: list[Mapping[str, Any]], by_test: Mapping[str, list[MetricRes
 
 def _figure(check: MetricResult) -> str:
     """``matmul_bf16_tflops GPU 3 = 612 TFLOP/s, limit >= 700``: a failure's figure against its limit."""
-    gpu = f" GPU {check.gpu}" if check.gpu is not None else ""
+    gpu = f" {check.what}" if check.what else ""
     unit = f" {check.unit}" if check.unit and check.kind == "metric" else ""
     value = f"{check.value:.4g}" if isinstance(check.value, float) else str(check.value)
     return f"{check.metric}{gpu} = {value}{unit}, limit {check.limit_text()}"

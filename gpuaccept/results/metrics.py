@@ -15,9 +15,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["JUDGED", "MetricResult", "Verdict"]
+__all__ = ["JUDGED", "SUBJECT_KINDS", "MetricResult", "SubjectKind", "Verdict", "subject_of"]
 
 Verdict = Literal["pass", "fail", "info", "unjudged", "measured"]
+#: What a check is about, beside its node: the node itself, one GPU (``3 (0000:9A:00.0)``), a GPU pair
+#: (``0->1``, or a GPU and the HCA it pairs with), an HCA port (``mlx5_0 port 1``), a rail (the same HCA
+#: index across nodes), a task or rank, a fingerprint field (``driver``), a Slurm partition. The kind
+#: travels with the label so no reader has to guess it from the label's shape.
+SubjectKind = Literal["node", "gpu", "pair", "hca", "rail", "rank", "field", "partition"]
+SUBJECT_KINDS: tuple[SubjectKind, ...] = ("node", "gpu", "pair", "hca", "rail", "rank", "field", "partition")
+#: how ``where`` names each kind (the words the suite's messages have always used)
+_SHOWN = {"gpu": "GPU", "pair": "GPU", "hca": "HCA", "rank": "rank", "field": "field", "partition": "partition"}
 #: The verdicts a test may pass on (at least one ``pass``, no ``fail``).
 JUDGED = frozenset({"pass", "fail"})
 
@@ -32,7 +40,8 @@ class MetricResult:
     unit: str
     node: str
     sku: str
-    gpu: str | None = None
+    subject: str | None = None
+    subject_kind: SubjectKind = "node"
     min: float | None = None
     max: float | None = None
     equal: float | str | None = None
@@ -44,14 +53,31 @@ class MetricResult:
 
     @property
     def where(self) -> str:
-        """``node GPU 3 (bus)``, or another component named by the test (``HCA mlx5_2 port 1``)."""
-        kind = self.extra.get("component", "GPU")
-        return f"{self.node}" + (f" {kind} {self.gpu}" if self.gpu is not None else "")
+        """``node GPU 3 (bus)``, or the other subject the test named (``node HCA mlx5_2 port 1``)."""
+        if self.subject is None or self.subject_kind == "node":
+            return self.node
+        shown = _SHOWN.get(self.subject_kind)  # a rail names itself: ``rail 3 (mlx5_3)``
+        return f"{self.node} {shown} {self.subject}" if shown else f"{self.node} {self.subject}"
+
+    @property
+    def what(self) -> str:
+        """``GPU 3 (bus)``, ``HCA mlx5_0 port 1``, ``rail 3 (mlx5_3)``: the subject as ``where`` names it
+        without the node ("" for a check about the node itself)."""
+        return self.where[len(self.node) :].strip()
 
     @property
     def on_gpu(self) -> bool:
         """The check is about one GPU (not a GPU pair, an HCA, a task or a fingerprint field)."""
-        return self.gpu is not None and "->" not in self.gpu and self.extra.get("component", "GPU") == "GPU"
+        return self.subject_kind == "gpu" and self.subject is not None
+
+    @property
+    def gpu_index(self) -> int | None:
+        """The GPU's index for a check about one GPU (``3`` of ``3 (0000:9A:00.0)``): the one place a
+        GPU label is read back, for heat maps and per-GPU tables."""
+        if not self.on_gpu:
+            return None
+        head = str(self.subject).split(" ", 1)[0]
+        return int(head) if head.isdigit() else None
 
     @property
     def judged(self) -> bool:
@@ -89,8 +115,28 @@ class MetricResult:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> MetricResult:
-        """From a run record's JSON (records before the ``kind`` field, or with ``reported``, read as info)."""
+        """From a run record's JSON. Records of schema ``gpuaccept.run/1`` named the subject in ``gpu``
+        and its kind in ``extra.component`` (a GPU pair by an arrow in the label); they are migrated
+        here. Records before the ``kind`` field, or with ``reported``, read as info."""
         data = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
         if data.get("verdict") == "reported":
             data["verdict"] = "info"
+        if "gpu" in raw and "subject" not in raw:
+            data["subject"], data["subject_kind"] = subject_of(raw)
+            data["extra"] = {k: v for k, v in (raw.get("extra") or {}).items() if k != "component"}
         return cls(**data)
+
+
+def subject_of(raw: dict[str, Any]) -> tuple[str | None, SubjectKind]:
+    """The subject and its kind of a recorded metric: its own fields, or for a ``gpuaccept.run/1``
+    record the ``gpu`` label and ``extra.component`` it used instead."""
+    if "subject" in raw:
+        return raw["subject"], raw.get("subject_kind", "node")
+    label = raw.get("gpu")
+    if label is None:
+        return None, "node"
+    component = str((raw.get("extra") or {}).get("component", "GPU"))
+    if component == "GPU":
+        return str(label), "pair" if "->" in str(label) else "gpu"
+    kind = {"HCA": "hca", "rank": "rank", "field": "field", "partition": "partition"}.get(component, "gpu")
+    return str(label), kind  # type: ignore[return-value]

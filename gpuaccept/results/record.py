@@ -87,7 +87,7 @@ class RunRecord:
         for entry in self.tests.values():
             counts[entry.verdict] = counts.get(entry.verdict, 0) + 1
         return {
-            "schema": "gpuaccept.run/1",
+            "schema": "gpuaccept.run/2",  # 2: metrics name subject + subject_kind (1: gpu + extra.component)
             "started": self.started.isoformat(),
             "finished": finished.isoformat(),
             "duration_s": round((finished - self.started).total_seconds(), 3),

@@ -59,7 +59,7 @@ def node_summary_lines(record: RunRecord) -> list[str]:
         judged = [(margin(m), m) for m in record.metrics if m.node == node and margin(m) is not None]
         worst = min(judged, key=lambda pair: pair[0])[1] if judged else None  # type: ignore[arg-type,return-value]
         detail = (
-            f"worst: {worst.metric}{' GPU ' + worst.gpu if worst.gpu else ''} = {worst.value:g} {worst.unit} "
+            f"worst: {worst.metric}{' ' + worst.what if worst.what else ''} = {worst.value:g} {worst.unit} "
             f"(limit {worst.limit_text()})"
             if worst is not None
             else "no judged metric"
@@ -88,8 +88,8 @@ def regression_lines(regressions: Iterable[Regression], changes: Iterable[str] =
         where: dict[str, list[str]] = {}
         for regression in found:
             where.setdefault(regression.node, [])
-            if regression.gpu is not None:
-                where[regression.node].append(str(regression.gpu).split(" ")[0])
+            if regression.gpu_index is not None:
+                where[regression.node].append(str(regression.gpu_index))
         nodes = ", ".join(f"{node} (GPU {', '.join(gpus)})" if gpus else node for node, gpus in sorted(where.items()))
         deltas = [abs(r.delta_pct) for r in found if math.isfinite(r.delta_pct)]
         amount = _span(deltas) if deltas else "from 0"

@@ -49,7 +49,6 @@ def test_versions_consistent(cluster, fingerprints, judge):
                 "absent" if value is None else value,
                 "absent" if reference is None else reference,
                 node=node,
-                component="field",
-                gpu=field,
+                field=field,
             )
     judge.verify()

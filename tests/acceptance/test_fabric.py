@@ -124,7 +124,7 @@ def test_gdr_enablement(node, cluster, judge):
     data = cluster.run("gdr", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=120).one().data
     found, unreadable = observations(data)
     for o in found:
-        judge.check(o.metric, o.value, node=node, gpu=o.gpu, **o.extra)
+        judge.check(o.metric, o.value, node=node, pair=o.gpu, **o.extra)
     problems = [] if data.get("gpus") else [f"{node}: no NVIDIA GPU on the PCI bus under {data.get('sysfs_root')}"]
     conclude(judge, node, problems=problems, missing=unreadable)
 
@@ -164,7 +164,7 @@ def test_nccl_transport(cluster, judge):
             judge.check("nccl_net_hca_affinity", o.affinity, node=r.node, gpu=r.gpu_label, affine=affine)
     for node, used in hca_usage(seen, {n: list(rates[n]) for n in nodes if rates[n]}).items():
         for hca, flag in used.items():
-            judge.check("nccl_net_hca_used", flag, node=node, gpu=hca, component="HCA")
+            judge.check("nccl_net_hca_used", flag, node=node, hca=hca)
     judge.verify()
 
 
@@ -205,12 +205,12 @@ def _judge_rail(judge, table, label, rates, hcas) -> bool:
             raise MeasurementError(f"{label}: no {collective} result", nodes=table.nodes)
         lines = [line_rate_gbs(rates[n], [hcas[n]]) for n in table.nodes if hcas.get(n) and rates.get(n)]
         for node in table.nodes:
-            r = judge.check(f"nccl_rail_{collective}_busbw_gbs", round(row.busbw, 3), node=node, gpu=label,
-                             rail=table.info["rail"], size=row.size, nodes=list(table.nodes))  # fmt: skip
+            r = judge.check(f"nccl_rail_{collective}_busbw_gbs", round(row.busbw, 3), node=node, rail=label,
+                             rail_index=table.info["rail"], size=row.size, nodes=list(table.nodes))  # fmt: skip
             ok &= r.verdict != "fail"
             if lines and len(lines) == len(table.nodes):
                 pct = round(100 * row.busbw / min(lines), 1)
-                r = judge.check("nccl_busbw_fabric_pct", pct, node=node, gpu=label, collective=collective,
+                r = judge.check("nccl_busbw_fabric_pct", pct, node=node, rail=label, collective=collective,
                                  line_rate_gbs=min(lines), scope="rail")  # fmt: skip
                 ok &= r.verdict != "fail"
     return ok and not table.wrong_results()
@@ -286,7 +286,7 @@ def _judge_pairs(judge, results, rates, gpu_memory) -> dict[Any, bool]:
                                   ("rdma_gpu_memory", int(res.memory == "cuda"))):  # fmt: skip
                 if metric == "rdma_gpu_memory" and not gpu_memory:
                     continue
-                ok &= judge.check(metric, value, node=node, gpu=where, component="HCA", **info).verdict != "fail"
+                ok &= judge.check(metric, value, node=node, hca=where, **info).verdict != "fail"
         verdicts[pairing] = ok
     return verdicts
 
@@ -337,13 +337,13 @@ def test_ib_counter_window(cluster, judge):
         for w in port_windows(before[node], after[node], _link_layer(judge, node)):
             missing += [f"{node} {w.where}: {m}" for m in w.missing]
             missing += [f"{node} {w.where}: counters/{c} went down (reset during the window)" for c in w.reset]
-            info = {"window_s": round(w.seconds, 1), "component": "HCA"}
+            info = {"window_s": round(w.seconds, 1)}
             for counter, metric in FLAP_COUNTERS.items():
                 if counter in w.deltas:
-                    judge.check(metric, w.deltas[counter], node=node, gpu=w.where, **info)
+                    judge.check(metric, w.deltas[counter], node=node, hca=w.where, **info)
             for counter, metric in RATE_COUNTERS.items():
                 rate = error_rate(w.deltas[counter], w.bits_received) if counter in w.deltas else None
                 if rate is not None:
-                    judge.check(metric, rate, node=node, gpu=w.where, errors=w.deltas[counter],
+                    judge.check(metric, rate, node=node, hca=w.where, errors=w.deltas[counter],
                                  bits_received=w.bits_received, **info)  # fmt: skip
     conclude(judge, nodes[0], missing=missing)

@@ -200,7 +200,7 @@ def test_nccl_node(node, cluster, judge, settings, request):
     labels = _rank_labels(result)
     for record in result.records:
         wrong = sum(int(r.get("wrong", 0)) for r in record.data.get("results", []))
-        rank = {"gpu": record.gpu_label} if record.gpu_label else {"gpu": record.rank, "component": "rank"}
+        rank = {"gpu": record.gpu_label} if record.gpu_label else {"rank": record.rank}
         judge.check("nccl_wrong_elements", wrong, node=node, **rank)
     _plot(request, f"node-{node}", [table], judge, multinode=False)
     _finish(judge, wrong_lines(table, labels))

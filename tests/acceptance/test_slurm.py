@@ -28,7 +28,7 @@ def test_controller_answers(slurm_only, judge):
 
 def test_partition_up(slurm_only, settings, judge):
     part = partition_info(settings.partition)
-    judge.expect("slurm_partition_state", part.available, "up", node=part.name, component="partition")
+    judge.expect("slurm_partition_state", part.available, "up", node=part.name, partition=part.name)
     judge.verify()
 
 
@@ -62,7 +62,7 @@ def test_gpu_isolation(node, cluster, fingerprints, judge):
         for uuid in record.data["visible_uuids"]:
             holders.setdefault(uuid, []).append(record.rank)
     for record in result.records:
-        where = {"node": node, "gpu": record.rank, "component": "rank"}
+        where = {"node": node, "rank": record.rank}
         uuids = record.data["visible_uuids"]
         judge.expect(
             "gpu_task_visible_gpus", len(uuids), 1, **where, cuda_visible_devices=record.data["cuda_visible_devices"]

@@ -188,9 +188,9 @@ def _check_solo(scale: Scale, ctx: Ctx) -> None:
                 f"{record.node} rank {record.rank}: launched as world size {record.world_size}, not {scale.ranks}",
                 nodes=(record.node,),
             )
-        judge.expect("train_steps_agree", data["steps_done"], data["steps_planned"], **where, rank=record.rank)
+        judge.expect("train_steps_agree", data["steps_done"], data["steps_planned"], **where, task_rank=record.rank)
         if gpu_run:
-            judge.expect("train_device", data["device"], "cuda", **where, rank=record.rank)
+            judge.expect("train_device", data["device"], "cuda", **where, task_rank=record.rank)
             judge.check("train_gpu_util_pct", data["util_pct"], **where, samples=data["util_samples"])
         _check_losses(ctx, data, where)
         judge.check("train_tokens_per_s_per_gpu_solo", data["tokens_per_s"], **where, timed_s=data["timed_s"])
@@ -288,16 +288,18 @@ def _check_run(strategy: str, scale: Scale, ctx: Ctx) -> None:
                 nodes=(record.node,),
             )
         where = {"node": record.node, "gpu": _label(record)}
-        judge.expect("train_steps_agree", record.data["steps_done"], data0["steps_done"], **where, rank=record.rank)
+        judge.expect(
+            "train_steps_agree", record.data["steps_done"], data0["steps_done"], **where, task_rank=record.rank
+        )
         if gpu_run:
-            judge.expect("train_device", record.data["device"], "cuda", **where, rank=record.rank)
+            judge.expect("train_device", record.data["device"], "cuda", **where, task_rank=record.rank)
 
     # per rank: throughput, utilisation, memory
     tps_metric = f"train_tokens_per_s_per_gpu_{strategy}_{scale.name}"
     for record in records:
         where = {"node": record.node, "gpu": _label(record)}
-        judge.check(tps_metric, record.data["tokens_per_s"], **where, rank=record.rank)
-        judge.info("train_peak_mem_gib", record.data["peak_mem_gib"], **where, rank=record.rank)
+        judge.check(tps_metric, record.data["tokens_per_s"], **where, task_rank=record.rank)
+        judge.info("train_peak_mem_gib", record.data["peak_mem_gib"], **where, task_rank=record.rank)
         if gpu_run:
             judge.check("train_gpu_util_pct", record.data["util_pct"], **where, samples=record.data["util_samples"])
     judge.stragglers(tps_metric)

@@ -141,7 +141,9 @@ def test_missing_baseline_is_a_usage_error(tmp_path):
 
 
 def _metric(metric: str, value: float, node: str = "n1", gpu: str | None = "0", sku: str = "cpu") -> MetricResult:
-    return MetricResult(test="t::x", metric=metric, value=value, unit="u", node=node, sku=sku, gpu=gpu)
+    return MetricResult(
+        test="t::x", metric=metric, value=value, unit="u", node=node, sku=sku, subject=gpu, subject_kind="gpu"
+    )
 
 
 def _baseline(tmp_path: Path, metrics: list[MetricResult], fingerprints: dict | None = None, site: str = ""):
@@ -215,7 +217,7 @@ def test_side_by_side_statuses(tmp_path):
     base = _baseline(tmp_path, [_metric("host_memcpy_gbps", 100.0, gpu=g) for g in "012"])
     frame = base.side_by_side([_metric("host_memcpy_gbps", 50.0, gpu="0"), _metric("host_memcpy_gbps", 101.0, gpu="1"),
                                _metric("host_memcpy_gbps", 1.0, gpu="7")])  # fmt: skip
-    assert dict(zip(frame["gpu"], frame["status"], strict=True)) == {
+    assert dict(zip(frame["subject"], frame["status"], strict=True)) == {
         "0": "regressed", "1": "within tolerance", "7": "new", "2": "not measured now"
     }  # fmt: skip
 
@@ -234,3 +236,27 @@ def test_latest_and_bad_files(tmp_path):
     (tmp_path / "broken.json").write_text("{not json")
     with pytest.raises(BaselineError, match="not a readable run record"):
         Baseline.load(tmp_path / "broken.json")
+
+
+def test_run1_record_subjects_are_migrated() -> None:
+    """gpuaccept.run/1 named every subject in ``gpu`` (its kind in ``extra.component``, a pair by its
+    arrow); run/2 records ``subject`` and ``subject_kind``, and reading a run/1 record migrates them."""
+    base = {"test": "t", "metric": "m", "value": 1, "unit": "u", "node": "n1", "sku": "H100-SXM-80GB"}
+    cases = [
+        ({"gpu": "3 (0000:9A:00.0)"}, ("3 (0000:9A:00.0)", "gpu"), "n1 GPU 3 (0000:9A:00.0)", 3),
+        ({"gpu": "0 -> 1"}, ("0 -> 1", "pair"), "n1 GPU 0 -> 1", None),
+        (
+            {"gpu": "mlx5_0 port 1", "extra": {"component": "HCA"}},
+            ("mlx5_0 port 1", "hca"),
+            "n1 HCA mlx5_0 port 1",
+            None,
+        ),
+        ({"gpu": "driver", "extra": {"component": "field"}}, ("driver", "field"), "n1 field driver", None),
+        ({"gpu": 2, "extra": {"component": "rank"}}, ("2", "rank"), "n1 rank 2", None),
+        ({"gpu": None}, (None, "node"), "n1", None),
+    ]
+    for old, subject, where, index in cases:
+        result = MetricResult.from_dict({**base, **old})
+        assert (result.subject, result.subject_kind) == subject and result.where == where, old
+        assert result.gpu_index == index and "component" not in result.extra
+        assert MetricResult.from_dict(result.to_dict()) == result  # run/2 round trip

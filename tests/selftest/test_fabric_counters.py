@@ -43,11 +43,11 @@ def judge(before: dict, after: dict) -> tuple[list[str], list[str]]:
         unreadable += [f"{w.where}: {m}" for m in w.missing] + [f"{w.where}: {c} reset" for c in w.reset]
         for counter, metric in FLAP_COUNTERS.items():
             if counter in w.deltas:
-                limits.check(metric, w.deltas[counter], node="n1", gpu=w.where, component="HCA")
+                limits.check(metric, w.deltas[counter], node="n1", hca=w.where)
         for counter, metric in RATE_COUNTERS.items():
             rate = error_rate(w.deltas[counter], w.bits_received) if counter in w.deltas else None
             if rate is not None:
-                limits.check(metric, rate, node="n1", gpu=w.where, component="HCA")
+                limits.check(metric, rate, node="n1", hca=w.where)
     return [f"{f.where}: {f.metric} = {f.value:g}" for f in limits.failures()], unreadable
 
 

@@ -31,8 +31,8 @@ def judged(data: dict) -> tuple[list[str], list[str]]:
     limits = Judge(thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "selftest")
     found, missing = observations(data)
     for o in found:
-        limits.check(o.metric, o.value, node="gpu-a01", gpu=o.gpu, **o.extra)
-    return [f"{f.gpu}: {f.metric} = {f.value}" for f in limits.failures()], missing
+        limits.check(o.metric, o.value, node="gpu-a01", pair=o.gpu, **o.extra)
+    return [f"{f.subject}: {f.metric} = {f.value}" for f in limits.failures()], missing
 
 
 @pytest.fixture()

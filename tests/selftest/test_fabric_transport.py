@@ -65,7 +65,7 @@ def judge(ranks: list[RankTransport], limits: Judge) -> list[str]:
         limits.check("nccl_net_hca_affinity", r.affinity, node=r.node, gpu=r.gpu)
     for node, used in hca_usage(ranks, {r.node: HCAS for r in ranks}).items():
         for hca, flag in used.items():
-            limits.check("nccl_net_hca_used", flag, node=node, gpu=hca, component="HCA")
+            limits.check("nccl_net_hca_used", flag, node=node, hca=hca)
     return [f"{f.where}: {f.metric} = {f.value}" for f in limits.failures()]
 
 

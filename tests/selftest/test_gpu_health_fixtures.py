@@ -53,7 +53,7 @@ def judge() -> Judge:
 
 def test_recorded_h200_is_healthy(health: dict[str, Any], judge: Judge) -> None:
     judge_health(health, judge, "vm", declared_gpus=2)
-    judged = {(r.metric, r.gpu): r.verdict for r in judge.results}
+    judged = {(r.metric, r.subject): r.verdict for r in judge.results}
     assert judged[("gpu_memory_total_gib", GPU1)] == "pass"
     assert judged[("gpu_retired_pages_pending", GPU1)] == "info"  # Hopper: row remapping instead
     assert judged[("gpu_pcie_gen_max", GPU1)] == "pass"
@@ -110,7 +110,7 @@ def test_unreadable_reading_is_an_error(health: dict[str, Any], judge: Judge) ->
 def test_busy_gpu_processes_are_reported(health: dict[str, Any], judge: Judge) -> None:
     health["gpus"][1]["processes"] = [{"pid": 1516, "name": "python3", "used_mib": 874.0}]
     judge_health(health, judge, "vm", declared_gpus=2)
-    procs = next(r for r in judge.results if r.metric == "gpu_processes" and r.gpu == GPU1)
+    procs = next(r for r in judge.results if r.metric == "gpu_processes" and r.subject == GPU1)
     assert procs.value == 1 and procs.extra["processes"] == ["1516 python3 (874.0 MiB)"]
 
 
@@ -119,7 +119,7 @@ def test_recorded_nvlink_without_speed_is_an_error(links: dict[str, Any], judge:
     common-speed field, and a speed the SKU sets a limit for that cannot be read never passes."""
     with pytest.raises(MeasurementError, match=r"nvlink_speed_mbps \(NVML gave no common link speed\)"):
         judge_nvlink(links, judge, "vm", declared_gpus=2)
-    values = {(r.metric, r.gpu): (r.value, r.verdict) for r in judge.results}
+    values = {(r.metric, r.subject): (r.value, r.verdict) for r in judge.results}
     assert values[("nvlink_links_active", GPU1)] == (18, "pass")
     assert values[("nvlink_crc_errors", GPU1)][1] == "info"  # a count since load has no time base
 
@@ -128,7 +128,7 @@ def test_recorded_nvlink_with_per_link_speed_passes(links: dict[str, Any], judge
     for gpu in links["gpus"]:
         gpu["nvlink"]["speed_mbps_common"] = 26562  # what NVLINK_GET_SPEED / nvidia-smi nvlink -s read
     judge_nvlink(links, judge, "vm", declared_gpus=2)
-    values = {(r.metric, r.gpu): (r.value, r.verdict) for r in judge.results}
+    values = {(r.metric, r.subject): (r.value, r.verdict) for r in judge.results}
     assert values[("nvlink_speed_mbps", GPU1)] == (26562, "pass")
 
 
@@ -168,7 +168,7 @@ def test_affinity_without_hca_fails_on_an_hgx_sku(links: dict[str, Any], judge: 
     """The lent box has no HCA: an HGX H200 (8 NDR HCAs by the SKU) would have one next to each GPU."""
     with pytest.raises(AssertionError, match="gpu_nic_pcie_distance = no HCA"):
         judge_affinity(links, judge, "vm")
-    assert {(r.metric, r.value) for r in judge.results if r.gpu == GPU1} >= {
+    assert {(r.metric, r.value) for r in judge.results if r.subject == GPU1} >= {
         ("gpu_numa_node", -1),
         ("gpu_nearest_nic", "none"),
     }

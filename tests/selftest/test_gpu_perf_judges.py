@@ -102,7 +102,7 @@ def test_busy_gpu_is_an_error_naming_only_it(judge: Judge) -> None:
         judge_matmul([record(0, matmul(670.0)), record(1, busy)], judge, "vm")
     assert "GPU 1 (00000000:00:07.0): pid 1516 python3" in str(caught.value)
     assert "GPU 0" not in str(caught.value)
-    assert [(r.gpu, r.verdict) for r in judge.results if r.metric == "matmul_bf16_tflops"] == [
+    assert [(r.subject, r.verdict) for r in judge.results if r.metric == "matmul_bf16_tflops"] == [
         ("0 (00000000:00:06.0)", "pass")
     ]
 

@@ -65,7 +65,7 @@ def test_healthy_hgx_h100_passes() -> None:
     judge_ib(infiniband.collect(TREE), judge, "n1", link_layer="InfiniBand")
     count = next(r for r in judge.results if r.metric == "ib_hca_count")
     assert count.value == 8 and count.extra["other_devices"] == ["mlx5_8", "mlx5_9"]
-    other = [r for r in judge.results if r.gpu and r.gpu.startswith("mlx5_8")]
+    other = [r for r in judge.results if r.subject and r.subject.startswith("mlx5_8")]
     assert [(r.metric, r.value, r.verdict) for r in other] == [("ib_link_layer", "Ethernet", "info")]  # listed
 
 
@@ -74,7 +74,7 @@ def test_link_layer_recorded_before_the_filter_and_judged_by_the_count() -> None
     kept only that link layer (it could not fail): a wrong layer shows as a short ib_hca_count."""
     judge = checker()
     judge_ib(infiniband.collect(TREE), judge, "n1", link_layer="InfiniBand")
-    layers = {r.gpu: (r.value, r.extra["compute"]) for r in judge.results if r.metric == "ib_link_layer"}
+    layers = {r.subject: (r.value, r.extra["compute"]) for r in judge.results if r.metric == "ib_link_layer"}
     assert len(layers) == 10 and layers["mlx5_9 port 1"] == ("Ethernet", False)
     assert layers["mlx5_0 port 1"] == ("InfiniBand", True)
     assert all(r.verdict == "info" for r in judge.results if r.metric == "ib_link_layer")

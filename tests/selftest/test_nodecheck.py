@@ -77,7 +77,7 @@ def edit(path: Path, change: Any) -> None:
 def test_recorded_h200_is_healthy(rec, capsys):
     code, out = run(rec["args"], capsys)
     assert code == 0, out["failed"] + out["errors"]
-    judged = {(r["metric"], r["gpu"]): r["verdict"] for r in out["results"]}
+    judged = {(r["metric"], r["subject"]): r["verdict"] for r in out["results"]}
     gpu1 = "1 (00000000:00:07.0)"
     for metric in ("gpu_ecc_uncorrected_volatile", "gpu_remapped_rows_pending", "nvlink_links_active"):
         assert judged[(metric, gpu1)] == "pass", metric
@@ -107,7 +107,7 @@ def test_recorded_h200_is_healthy(rec, capsys):
          "ib_port_rate_gbps mlx5_2:1 200.0 (limit >= 400)"),
         (lambda n: (n["dir"] / "expected.json").write_text(json.dumps(
             {"schema": "gpuaccept.expected-fingerprint/1", "fields": {"driver": "570.86.15", "CUDA": "13.0"}})),
-         "versions_consistent 580.159.04 (limit == 570.86.15)"),
+         "versions_consistent driver 580.159.04 (limit == 570.86.15)"),
     ],
 )  # fmt: skip
 def test_each_fault_is_named(rec, capsys, fault, expected):

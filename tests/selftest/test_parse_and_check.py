@@ -87,7 +87,7 @@ def test_straggler_fails_above_floor(checker):
     for gpu, value in enumerate([100.0, 101.0, 99.0, 85.0]):
         check.check("dev_shm_gib", value, node="n1", gpu=gpu)
     flagged = check.stragglers("dev_shm_gib")
-    assert [r.gpu for r in flagged] == ["3"] and "below n1's median" in flagged[0].reason
+    assert [r.subject for r in flagged] == ["3"] and "below n1's median" in flagged[0].reason
 
 
 def test_long_result_travels_in_parts_and_is_rejoined(capsys, monkeypatch):

@@ -39,8 +39,8 @@ def test_perturbed_rank_is_named_across_nodes(dev_cluster, tmp_path: Path):
     assert "node2 GPU cpu rank 1" in message or "node2 cpu rank 1" in message, message
     assert "first departs at step 11" in message, message
     checks = [m for m in run.record["metrics"] if m["metric"] == "train_trajectory_rel_diff"]
-    failed = sorted((m["node"], m["gpu"]) for m in checks if m["verdict"] == "fail")
-    passed = sorted((m["node"], m["gpu"]) for m in checks if m["verdict"] == "pass" and m["value"] == 0.0)
+    failed = sorted((m["node"], m["subject"]) for m in checks if m["verdict"] == "fail")
+    passed = sorted((m["node"], m["subject"]) for m in checks if m["verdict"] == "pass" and m["value"] == 0.0)
     assert failed == [("node2", "cpu rank 1")], checks
     assert passed == [("node1", "cpu rank 0"), ("node1", "cpu rank 1"), ("node2", "cpu rank 0")], checks
     # both nodes' launches had the same arguments (one fan-out step can serve them), each its own folder
@@ -53,6 +53,8 @@ def test_perturbed_rank_is_named_across_nodes(dev_cluster, tmp_path: Path):
     losses = [
         m
         for m in run.record["metrics"]
-        if m["node"] == "node2" and m["gpu"] == "cpu rank 1" and m["metric"] in ("train_loss_final", "train_eval_loss")
+        if m["node"] == "node2"
+        and m["subject"] == "cpu rank 1"
+        and m["metric"] in ("train_loss_final", "train_eval_loss")
     ]
     assert len(losses) == 2 and {m["verdict"] for m in losses} == {"pass"}, losses

@@ -50,7 +50,7 @@ def _bent(step: int, by: float = 1e-6) -> tuple[float, ...]:
 
 
 def _checks(sink: list[MetricResult], metric: str) -> dict[str, MetricResult]:
-    return {f"{r.node}/{r.gpu}": r for r in sink if r.metric == metric}
+    return {f"{r.node}/{r.subject}": r for r in sink if r.metric == metric}
 
 
 def test_departing_gpu_fails_naming_node_gpu_step_and_size():

@@ -93,7 +93,7 @@ def test_clean_log_passes(judge: Judge, codes: set[int]) -> None:
 
 def test_application_xids_are_reported_not_failed(judge: Judge, codes: set[int]) -> None:
     judge_xid(probe_data("kmsg-h100-app-xids.txt"), judge, "n1", codes)
-    events = {r.gpu: r.value for r in judge.results if r.metric == "xid_events" and r.value}
+    events = {r.subject: r.value for r in judge.results if r.metric == "xid_events" and r.value}
     assert events == {"1 (00000000:2A:00.0)": 2, "6 (00000000:BA:00.0)": 1}
 
 
