@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["END_TO_END", "GPU_RUN", "LOGIC", "LOOPBACK_ROWS", "Named", "Row"]
+__all__ = ["END_TO_END", "GPU_RUN", "HW", "LOGIC", "LOOPBACK_ROWS", "Named", "Row"]
 
 END_TO_END, GPU_RUN, LOGIC = "end to end (loopback)", "GPU run", "logic only"
 LOOP = "tests/selftest/test_faults_loopback.py::test_fault_is_named"
