@@ -123,9 +123,8 @@ LOOPBACK_ROWS: tuple[Row, ...] = (
     _loop("ib-symbol-errors", "InfiniBand symbol errors", "node4",
           {"sysfs": {"class/infiniband/mlx5_2/ports/1/counters/symbol_error": "50"}},
           "node4 sysfs `mlx5_2/ports/1/counters/symbol_error` 50",
-          "`test_infiniband[node4]` FAILED `ib_symbol_errors = 50` on node4 mlx5_2 port 1 (the record's where says "
-          "'GPU mlx5_2 port 1': hardware/ib.py passes no component for counters)",
-          Named("test_infiniband[node4]", checks=(("ib_symbol_errors", "node4 GPU mlx5_2 port 1"),))),
+          "`test_infiniband[node4]` FAILED `ib_symbol_errors = 50` on node4 HCA mlx5_2 port 1",
+          Named("test_infiniband[node4]", checks=(("ib_symbol_errors", "node4 HCA mlx5_2 port 1"),))),
     _loop("driver-drift", "one node's driver differs", "node4",
           {"set": {"gpu_health.driver": "570.124.06"}},
           "node4: NVML driver version 570.124.06 (the others 580.159.04)",
