@@ -18,7 +18,8 @@ transports, algorithm/protocol per size, each rank's NET channels); ``--ring`` f
 
 By hand, 8 GPUs of one node: ``torchrun --nproc-per-node 8 -m gpuaccept.probes.nccl --max-bytes 1G``.
 Test-only faults (refused unless GPUACCEPT_SELFTEST=1): GPUACCEPT_FAULT_SLOW_NODE=<node> (+ _SLOW_S,
-sleep per launch), GPUACCEPT_FAULT_HANG_RANK=<rank>, GPUACCEPT_FAULT_CORRUPT_RANK=<rank>.
+sleep per launch), GPUACCEPT_FAULT_HANG_RANK=<rank>, GPUACCEPT_FAULT_CORRUPT_RANK=<rank> (a rank of the step, or
+``<node>:<rank on that node>``: that node alone, in every step it takes part in).
 """
 
 from __future__ import annotations
@@ -74,7 +75,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _faults(node: str, rank: int) -> dict[str, Any]:
+def _chosen(value: str | None, node: str, rank: int, local_rank: int) -> bool:
+    """``<rank>`` (the step's rank) or ``<node>:<rank on that node>`` (one node of a fan-out step alone)."""
+    if not value:
+        return False
+    where, _, which = value.rpartition(":")
+    return which == str(local_rank) and where == node if where else which == str(rank)
+
+
+def _faults(node: str, rank: int, local_rank: int) -> dict[str, Any]:
     """Test-only faults; refused outside selftests so a production run can never be slowed on purpose."""
     env = os.environ
     names = ("GPUACCEPT_FAULT_SLOW_NODE", "GPUACCEPT_FAULT_HANG_RANK", "GPUACCEPT_FAULT_CORRUPT_RANK")
@@ -84,8 +93,8 @@ def _faults(node: str, rank: int) -> dict[str, Any]:
         sys.exit(f"gpuaccept.probes.nccl: {', '.join(n for n in names if env.get(n))} is for selftests only")
     return {
         "slow_s": float(env.get("GPUACCEPT_FAULT_SLOW_S", "0.05")) if env.get(names[0]) == node else 0.0,
-        "hang": env.get(names[1]) == str(rank),
-        "corrupt": env.get(names[2]) == str(rank),
+        "hang": _chosen(env.get(names[1]), node, rank, local_rank),
+        "corrupt": _chosen(env.get(names[2]), node, rank, local_rank),
     }
 
 
@@ -273,7 +282,7 @@ class _Sweep:
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
     info, node = rank_info(), node_name()
-    faults = _faults(node, info.rank)
+    faults = _faults(node, info.rank, info.local_rank)
     import torch
     import torch.distributed as dist
 

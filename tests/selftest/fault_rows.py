@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["END_TO_END", "GPU_RUN", "HW", "LOGIC", "LOOPBACK_ROWS", "Named", "Row"]
+__all__ = ["END_TO_END", "GPU_RUN", "HW", "LOGIC", "LOOPBACK_ROWS", "NCCL", "NCCL_ROWS", "Named", "Row"]
 
 END_TO_END, GPU_RUN, LOGIC = "end to end (loopback)", "GPU run", "logic only"
 LOOP = "tests/selftest/test_faults_loopback.py::test_fault_is_named"
+NCCL_LOOP = "tests/selftest/test_faults_nccl.py::test_fault_is_named"
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Row:
 
 
 GPU0, GPU1 = "GPU 0 (00000000:00:06.0)", "GPU 1 (00000000:00:07.0)"
+NCCL = "NCCL, training and runs"
 HW = "GPUs, NVLink, InfiniBand and node state (the test seam on a loopback cluster, 6 nodes x 2 declared GPUs)"
 XID48 = ("[ 9012.345678] NVRM: Xid (PCI:0000:00:07): 48, pid=25314, name=python3, An uncorrectable double bit error "
          "(DBE) has been detected on GPU in the framebuffer at partition 3, subpartition 1.")  # fmt: skip
@@ -181,4 +183,28 @@ LOOPBACK_ROWS: tuple[Row, ...] = (
           "node6: wall clock 600 s ahead (what `faketime` would do, inside the hygiene probe)",
           "`test_node_clocks` FAILED `node_clock_offset_s` about 600 on node6; the other nodes pass",
           Named("test_node_clocks", category="threshold miss", checks=(("node_clock_offset_s", "node6"),))),
+)  # fmt: skip
+
+#: Faults of the NCCL probe's selftest-only knobs (refused without GPUACCEPT_SELFTEST=1), node-qualified so
+#: one node of a fan-out step carries them: test_faults_nccl.py runs test_nccl_node and
+#: test_nccl_node_at_fault on 4 loopback CPU nodes (2 gloo ranks per node) with these in the environment.
+NCCL_ENV = {"GPUACCEPT_FAULT_CORRUPT_RANK": "node3:0", "GPUACCEPT_FAULT_HANG_RANK": "node2:1"}
+NCCL_ROWS: tuple[Row, ...] = (
+    Row(NCCL, "wrong-result", "wrong collective results",
+        "`GPUACCEPT_FAULT_CORRUPT_RANK=node3:0`: the probe adds 1 to one element of node3's rank 0 result, in "
+        "every step node3 takes part in",
+        "`test_nccl_node[node3]` FAILED `nccl_wrong_elements` on node3 rank 0, `WRONG RESULT all_reduce 64 KiB on "
+        "rank 0 (node3)`; `test_nccl_node_at_fault[node3]` FAILED `nccl_node_verdict = at fault` (its pairs with "
+        "good nodes fail); node1, node2 (past its hang) and node4 `not at fault`",
+        END_TO_END, (f"{NCCL_LOOP}[wrong-result]",), "node3", {},
+        (Named("test_nccl_node[node3]", checks=(("nccl_wrong_elements", "node3 rank 0"),),
+               message="WRONG RESULT all_reduce 64 KiB on rank 0 (node3)"),
+         Named("test_nccl_node_at_fault[node3]", category="threshold miss", checks=(("nccl_node_verdict", "node3"),)))),
+    Row(NCCL, "nccl-hang", "an NCCL hang on one rank",
+        "`GPUACCEPT_FAULT_HANG_RANK=node2:1`: node2's rank 1 never launches its first collective (node2's own "
+        "2-rank step only: in the 1-rank-per-node steps across nodes there is no local rank 1)",
+        "`test_nccl_node[node2]` ERROR `exit status 124 ... did not finish within 10 s; behind: rank 1 (node2)`; "
+        "the other nodes' cases of the same fan-out step pass",
+        END_TO_END, (f"{NCCL_LOOP}[nccl-hang]",), "node2", {},
+        (Named("test_nccl_node[node2]", "error", "could not measure", message="behind: rank 1 (node2)"),)),
 )  # fmt: skip

@@ -6,14 +6,13 @@ docs/faults.md by faults_page.py beside fault_rows.LOOPBACK_ROWS.
 
 from __future__ import annotations
 
-from .fault_rows import END_TO_END, GPU_RUN, HW, LOGIC, Row
+from .fault_rows import END_TO_END, GPU_RUN, HW, LOGIC, NCCL, Row
 
 __all__ = ["OTHER_ROWS", "SECTIONS"]
 
 SCHED = "The scheduler (faults injected with Slurm itself on a loopback cluster)"
 RULES = "Verdicts that are not earned"
 GPU = "Faults only a GPU can show"
-NCCL = "NCCL, training and runs"
 FABRIC = "The fabric"
 SECTIONS = (SCHED, RULES, HW, GPU, NCCL, FABRIC)
 
@@ -119,12 +118,6 @@ OTHER_ROWS: tuple[Row, ...] = (
     Row(NCCL, "slow-node", "one slow node among many", "a simulated node at a fifth of the speed in every group "
         "holding it (4-16 nodes)", "`test_nccl_node_at_fault[<node>]` FAILED `at fault`, every other node `not at "
         "fault`", LOGIC, ("tests/selftest/test_nccl_bisect.py::test_slowed_node_is_named_and_others_cleared",)),
-    Row(NCCL, "wrong-result", "wrong collective results", "the probe's selftest-only knob corrupts one rank's result",
-        "FAILED `WRONG RESULT <collective> <size> on rank r (node GPU)`", LOGIC,
-        ("tests/selftest/test_nccl_probe.py::test_slow_node_and_wrong_result_are_seen",
-         "tests/selftest/test_nccl_bisect.py::test_wrong_results_condemn_like_slowness")),
-    Row(NCCL, "nccl-hang", "an NCCL hang on one rank", "the probe's hang knob", "ERROR naming the rank behind", LOGIC,
-        ("tests/selftest/test_nccl_probe.py::test_hang_ends_every_rank_and_names_the_one_behind",)),
     Row(NCCL, "rank-dies", "a training rank dies", "rank killed at step 3 (local launcher)",
         "the step ends in seconds, ERROR naming the rank", LOGIC,
         ("tests/selftest/test_training_faults.py::test_dead_rank_ends_step_quickly",)),

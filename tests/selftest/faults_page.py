@@ -13,13 +13,13 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from .fault_rows import END_TO_END, GPU_RUN, LOGIC, LOOPBACK_ROWS, Row
+from .fault_rows import END_TO_END, GPU_RUN, LOGIC, LOOPBACK_ROWS, NCCL_ROWS, Row
 from .fault_rows_other import OTHER_ROWS, SECTIONS
 
 __all__ = ["PAGE", "ROWS", "render"]
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "faults.md"
-ROWS: tuple[Row, ...] = (*OTHER_ROWS, *LOOPBACK_ROWS)
+ROWS: tuple[Row, ...] = (*OTHER_ROWS, *LOOPBACK_ROWS, *NCCL_ROWS)
 KINDS = (END_TO_END, GPU_RUN, LOGIC)
 #: The hand-written table this page replaced (main 16fd54a, 46 rows), each row read against the selftest
 #: it cited: only the scheduler's faults and the baseline regression ran through srun on the loopback

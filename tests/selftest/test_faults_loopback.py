@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from .conftest import REPO, UP, DevCluster, InnerRun, _parse_exports, run_inner, stop_cluster
+from .fault_proof import assert_named, assert_nothing_else_fails
 from .fault_rows import LOOPBACK_ROWS, Row
 from .test_nodecheck import host_site
 
@@ -107,36 +108,11 @@ def injected_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InnerRun]
         stop_cluster(cluster)
 
 
-def _tests(run: InnerRun) -> dict[str, dict[str, Any]]:
-    return {t["nodeid"].split("::")[-1]: t for t in run.record["tests"]}
-
-
-def _failed(test: dict[str, Any]) -> set[tuple[str, str]]:
-    return {(c["check"], c["where"]) for c in test.get("checks") or [] if c["verdict"] not in ("pass", "info")}
-
-
 @pytest.mark.parametrize("row", LOOPBACK_ROWS, ids=[r.key for r in LOOPBACK_ROWS])
 def test_fault_is_named(row: Row, injected_run: InnerRun) -> None:
-    tests = _tests(injected_run)
-    for named in row.named:
-        assert named.test in tests, (named.test, sorted(tests), injected_run.output[-3000:])
-        test = tests[named.test]
-        assert (test["verdict"], test.get("category")) == (named.verdict, named.category), (named.test, test["message"])
-        missing = set(named.checks) - _failed(test)
-        assert not missing, (named.test, "not named:", missing, "failed:", _failed(test))
-        assert named.message in test["message"], (named.test, test["message"])
+    assert_named(row, injected_run)
 
 
 def test_nothing_else_fails(injected_run: InnerRun) -> None:
     """Every check a test fails is one a row declares, and every test no row names passes."""
-    declared: dict[str, set[tuple[str, str]]] = {}
-    for row in LOOPBACK_ROWS:
-        for named in row.named:
-            declared.setdefault(named.test, set()).update(named.checks)
-    tests = _tests(injected_run)
-    assert len(tests) >= 7 * NODES, (sorted(tests), injected_run.output[-3000:])
-    for name, test in tests.items():
-        if name not in declared:
-            assert test["verdict"] == "passed", (name, test["verdict"], test["message"])
-        else:
-            assert _failed(test) == declared[name], (name, _failed(test), declared[name])
+    assert_nothing_else_fails(LOOPBACK_ROWS, injected_run, at_least=7 * NODES)

@@ -96,7 +96,7 @@ def test_faults_are_refused_outside_selftests(monkeypatch):
     monkeypatch.setenv("GPUACCEPT_FAULT_SLOW_NODE", "x")
     monkeypatch.delenv("GPUACCEPT_SELFTEST", raising=False)
     with pytest.raises(SystemExit, match="selftests only"):
-        nccl._faults("x", 0)
+        nccl._faults("x", 0, 0)
 
 
 class _DictStore:

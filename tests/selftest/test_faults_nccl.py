@@ -1,0 +1,44 @@
+"""NCCL faults named by the real acceptance tests: one rank's wrong results, one rank's hang.
+
+One 4-node loopback cluster (CPU nodes: 2 gloo ranks per node in ``test_nccl_node``, 1 per node across
+nodes) and one inner ``pytest -m acceptance --launcher slurm`` run of ``test_nccl_node`` and
+``test_nccl_node_at_fault`` with the probe's selftest-only knobs set for one node each
+(fault_rows.NCCL_ENV). Each row is proven from the run record; every other case passes: node1 and
+node4 everywhere, and node2 once past its own hang (the hang knob names a node-local rank 1, which
+only node2's own step has).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from .conftest import REPO, InnerRun, run_inner, start_cluster, stop_cluster
+from .fault_proof import assert_named, assert_nothing_else_fails
+from .fault_rows import NCCL_ENV, NCCL_ROWS, Row
+
+NODES = 4
+
+
+@pytest.fixture(scope="module")
+def nccl_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InnerRun]:
+    cluster = start_cluster(NODES, NCCL_ENV)
+    try:
+        inner = tmp_path_factory.mktemp("nccl-faults")
+        yield run_inner(
+            inner, "-m", "acceptance", "--launcher", "slurm", "--nodes", str(NODES), "--probe-timeout", "30",
+            "--rootdir", str(REPO), "-k", "test_nccl_node", str(REPO / "tests/acceptance/test_nccl.py"),
+            env=cluster.env, timeout=400,
+        )  # fmt: skip
+    finally:
+        stop_cluster(cluster)
+
+
+@pytest.mark.parametrize("row", NCCL_ROWS, ids=[r.key for r in NCCL_ROWS])
+def test_fault_is_named(row: Row, nccl_run: InnerRun) -> None:
+    assert_named(row, nccl_run)
+
+
+def test_nothing_else_fails(nccl_run: InnerRun) -> None:
+    assert_nothing_else_fails(NCCL_ROWS, nccl_run, at_least=2 * NODES)
