@@ -26,14 +26,16 @@ healthy recording::
         "kernel_log_append": ["[ 8123.4] NVRM: Xid (PCI:0000:00:07): 79, ..."],
         "clock_offset_s": 600,                       # the node's wall clock runs this far ahead
         "sysfs": {"class/infiniband/mlx5_3/ports/1/rate": "200 Gb/sec (4X HDR)",
-                  "class/infiniband/mlx5_7": null}}}}         # null deletes (a missing HCA)
+                  "class/infiniband/mlx5_7": null},          # null deletes (a missing HCA)
+        "gdr_sysfs": {"module/nvidia_peermem": null}}}}   # over gdr_sysfs_root (and gdr_proc_root)
 
-``readings`` may hold edits too (every node gets them); a node's ``gpus``, ``set`` and ``sysfs``
-edits are laid over those key by key. ``gpus`` edits one GPU's entry (by NVML index) in every NVML
-reading whose entry has the key's first part (dotted keys walk dicts and lists); ``set`` edits a whole
-reading (``<reading>.<key>``); ``sysfs`` writes files over a private copy of the tree. Removed GPUs
-leave the others their index.
-Relative paths are relative to the file. A broken file is an error naming the file and the key, never a
+``readings`` may hold edits too (every node gets them); a node's ``gpus``, ``set``, ``sysfs`` and
+``gdr_sysfs`` edits are laid over those key by key. ``gpus`` edits one GPU's entry (by NVML index) in
+every NVML reading whose entry has the key's first part (dotted keys walk dicts and lists); ``set``
+edits a whole reading (``<reading>.<key>``: gpu_health, nvlink, gdr, hygiene); ``sysfs`` and
+``gdr_sysfs`` write files over a private copy of their tree (``_sysfs_copy`` lists the forms). Removed
+GPUs leave the others their index. Relative paths are relative to the file. A broken file is an error
+naming the file and the key, never a
 silent fall-back to the hardware.
 """
 
@@ -51,11 +53,22 @@ from typing import Any
 
 from gpuaccept.probes._protocol import node_name
 
-__all__ = ["ENV", "InjectError", "clock_offset_s", "gpus", "kernel_log", "reading", "sysfs_root", "values"]
+__all__ = [
+    "ENV",
+    "InjectError",
+    "clock_offset_s",
+    "edited",
+    "gdr_roots",
+    "gpus",
+    "kernel_log",
+    "reading",
+    "sysfs_root",
+    "values",
+]
 
 ENV = "GPUACCEPT_TEST_INJECT"
-READINGS = ("gpu_health", "nvlink", "kernel_log", "sysfs_root")
-NODE_KEYS = {*READINGS, "gpus", "remove_gpus", "set", "kernel_log_append", "sysfs", "clock_offset_s"}
+READINGS = ("gpu_health", "nvlink", "kernel_log", "sysfs_root", "gdr_sysfs_root", "gdr_proc_root")
+NODE_KEYS = {*READINGS, "gpus", "remove_gpus", "set", "kernel_log_append", "sysfs", "gdr_sysfs", "clock_offset_s"}
 
 
 class InjectError(RuntimeError):
@@ -78,7 +91,7 @@ def _plan(path: str, node: str) -> dict[str, Any]:
         if key == "gpus":  # per GPU, the node's edits over the common ones
             for index, edits in value.items():
                 plan.setdefault("gpus", {}).setdefault(str(index), {}).update(edits)
-        elif key in ("set", "sysfs"):
+        elif key in ("set", "sysfs", "gdr_sysfs"):
             plan.setdefault(key, {}).update(value)
         else:
             plan[key] = value
@@ -117,11 +130,7 @@ def reading(name: str) -> dict[str, Any] | None:
     plan = _active()
     if plan is None or name not in plan:
         return None
-    data: dict[str, Any] = json.loads(Path(plan[name]).read_text())
-    for dotted, value in (plan.get("set") or {}).items():
-        head, _, rest = dotted.partition(".")
-        if head == name:
-            _walk_set(data, rest, value, f"set {dotted}")
+    data = edited(name, json.loads(Path(plan[name]).read_text()))
     entries = {str(g.get("index")): g for g in data.get("gpus") or []}
     for index, edits in (plan.get("gpus") or {}).items():
         if index not in entries:
@@ -134,6 +143,16 @@ def reading(name: str) -> dict[str, Any] | None:
         data["gpus"] = [g for g in data.get("gpus") or [] if g.get("index") not in removed]
         if "pairs" in data:
             data["pairs"] = [p for p in data["pairs"] if p.get("a") not in removed and p.get("b") not in removed]
+    return data
+
+
+def edited(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (a probe's reading) with this node's ``set`` edits ``<name>.<dotted key>`` applied."""
+    plan = _active()
+    for dotted, value in ((plan or {}).get("set") or {}).items():
+        head, _, rest = dotted.partition(".")
+        if head == name:
+            _walk_set(data, rest, copy.deepcopy(value), f"set {dotted}")
     return data
 
 
@@ -162,24 +181,47 @@ def sysfs_root(default: Path) -> Path:
     plan = _active()
     if plan is None or "sysfs_root" not in plan or default != Path("/sys"):
         return default
-    edits: dict[str, str | None] = plan.get("sysfs") or {}
+    return _tree(plan, "sysfs_root", "sysfs")
+
+
+def gdr_roots(root: Path, proc: Path) -> tuple[Path, Path]:
+    """The GPUDirect probe's PCI sysfs tree (with its ``gdr_sysfs`` edits) and /proc, in place of the live ones."""
+    plan = _active()
+    if plan is None or "gdr_sysfs_root" not in plan or root != Path("/sys"):
+        return root, proc
+    return _tree(plan, "gdr_sysfs_root", "gdr_sysfs"), Path(plan.get("gdr_proc_root") or proc)
+
+
+def _tree(plan: dict[str, Any], root_key: str, edits_key: str) -> Path:
+    edits = plan.get(edits_key) or {}
     if not edits:
-        return Path(plan["sysfs_root"])
-    return _sysfs_copy(Path(plan["sysfs_root"]), tuple(sorted(edits.items())))
+        return Path(plan[root_key])
+    frozen = tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in edits.items()))
+    return _sysfs_copy(Path(plan[root_key]), frozen)
 
 
 @functools.cache
-def _sysfs_copy(root: Path, edits: tuple[tuple[str, str | None], ...]) -> Path:
-    """A private copy of ``root`` with ``edits`` written over it (None deletes), removed at exit."""
+def _sysfs_copy(root: Path, edits: tuple[tuple[str, str], ...]) -> Path:
+    """A private copy of ``root`` with ``edits`` (JSON values) written over it, removed at exit: a string is
+    the file's text, null deletes, ``{"truncate": N}`` keeps the first N bytes (a config space read as
+    non-root), ``{"at": OFFSET, "hex": "1d00"}`` overwrites bytes (a register in a binary config space)."""
     copy_root = Path(tempfile.mkdtemp(prefix="gpuaccept-inject-"))
     atexit.register(shutil.rmtree, copy_root, True)
     shutil.copytree(root, copy_root / "sys", symlinks=True)
-    for rel, content in edits:
+    for rel, raw in edits:
+        content = json.loads(raw)
         target = copy_root / "sys" / rel
         if not target.parent.is_dir():
             raise InjectError(f"{ENV}: sysfs {rel}: {target.parent.relative_to(copy_root / 'sys')} is not in the tree")
         if content is None:
             shutil.rmtree(target) if target.is_dir() else target.unlink()
+        elif isinstance(content, dict) and "truncate" in content:
+            target.write_bytes(target.read_bytes()[: int(content["truncate"])])
+        elif isinstance(content, dict) and "at" in content:
+            data = bytearray(target.read_bytes())
+            patch = bytes.fromhex(content["hex"])
+            data[int(content["at"]) : int(content["at"]) + len(patch)] = patch
+            target.write_bytes(bytes(data))
         else:
             target.write_text(f"{content}\n")
     return copy_root / "sys"

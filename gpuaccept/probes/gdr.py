@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.fabric.gdr import ConfigTooShort, acs_control, bridges_between, nearest
+from gpuaccept.probes import _inject
 from gpuaccept.probes._pci import chain, gpus, hca_bdf, iommu_type, read_config
 from gpuaccept.probes._protocol import emit
 
@@ -81,6 +82,7 @@ def _acs(root: Path, bdf: str) -> dict[str, Any]:
 
 def collect(root: Path = Path("/sys"), proc: Path = Path("/proc"), cuda: bool = True) -> dict[str, Any]:
     """Everything the GPUDirect judges need, as read on this node."""
+    root, proc = _inject.gdr_roots(root, proc)  # test hook, off by default (probes/_inject.py)
     ib_dir = root / "class" / "infiniband"
     hcas = {h.name: hca_bdf(root, h.name) for h in sorted(ib_dir.iterdir())} if ib_dir.is_dir() else {}
     hca_chains = {name: chain(root, bdf) for name, bdf in hcas.items() if bdf}
@@ -99,20 +101,23 @@ def collect(root: Path = Path("/sys"), proc: Path = Path("/proc"), cuda: bool = 
             {"bdf": bdf, "chain": gchain, "iommu": iommu_type(root, bdf), "shared_prefix": common, "paths": paths}
         )
     version = _read(proc / "driver" / "nvidia" / "version") or ""
-    return {
-        "sysfs_root": str(root),
-        "peermem": {f: (root / f).exists() for f in PEERMEM_FILES},
-        "kernel": _read(proc / "sys" / "kernel" / "osrelease"),
-        "cmdline_iommu": [t for t in (_read(proc / "cmdline") or "").split() if "iommu" in t],
-        "iommu_devices": sorted(p.name for p in (root / "class" / "iommu").iterdir())
-        if (root / "class" / "iommu").is_dir()
-        else [],
-        "nvidia_open_module": ("Open Kernel Module" in version) if version else None,
-        "hcas": hcas,
-        "gpus": out_gpus,
-        "cuda_dmabuf": cuda_dmabuf() if cuda else {"error": "not asked (--no-cuda)"},
-        "euid": os.geteuid(),
-    }
+    return _inject.edited(
+        "gdr",
+        {
+            "sysfs_root": str(root),
+            "peermem": {f: (root / f).exists() for f in PEERMEM_FILES},
+            "kernel": _read(proc / "sys" / "kernel" / "osrelease"),
+            "cmdline_iommu": [t for t in (_read(proc / "cmdline") or "").split() if "iommu" in t],
+            "iommu_devices": sorted(p.name for p in (root / "class" / "iommu").iterdir())
+            if (root / "class" / "iommu").is_dir()
+            else [],
+            "nvidia_open_module": ("Open Kernel Module" in version) if version else None,
+            "hcas": hcas,
+            "gpus": out_gpus,
+            "cuda_dmabuf": cuda_dmabuf() if cuda else {"error": "not asked (--no-cuda)"},
+            "euid": os.geteuid(),
+        },
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["END_TO_END", "GPU_RUN", "HW", "LOGIC", "LOOPBACK_ROWS", "NCCL", "NCCL_ROWS", "Named", "Row"]
+__all__ = ["END_TO_END", "FABRIC", "GPU_RUN", "HW", "LOGIC", "LOOPBACK_ROWS", "NCCL", "NCCL_ROWS", "Named", "Row"]
 
 END_TO_END, GPU_RUN, LOGIC = "end to end (loopback)", "GPU run", "logic only"
 LOOP = "tests/selftest/test_faults_loopback.py::test_fault_is_named"
@@ -45,10 +45,12 @@ class Row:
     node: str | None = None
     inject: dict[str, Any] = field(default_factory=dict)
     named: tuple[Named, ...] = ()
+    inject_after: dict[str, Any] = field(default_factory=dict)  # laid over ``inject`` when the window test starts
 
 
 GPU0, GPU1 = "GPU 0 (00000000:00:06.0)", "GPU 1 (00000000:00:07.0)"
 NCCL = "NCCL, training and runs"
+FABRIC = "The fabric"
 HW = "GPUs, NVLink, InfiniBand and node state (the test seam on a loopback cluster, 6 nodes x 2 declared GPUs)"
 XID48 = ("[ 9012.345678] NVRM: Xid (PCI:0000:00:07): 48, pid=25314, name=python3, An uncorrectable double bit error "
          "(DBE) has been detected on GPU in the framebuffer at partition 3, subpartition 1.")  # fmt: skip
@@ -57,6 +59,19 @@ XID79 = "[ 8123.456789] NVRM: Xid (PCI:0000:00:07): 79, pid='<unknown>', name=<u
 
 def _loop(key: str, fault: str, node: str, inject: dict[str, Any], injected: str, says: str, *named: Named) -> Row:
     return Row(HW, key, fault, injected, says, END_TO_END, (f"{LOOP}[{key}]",), node, inject, named)
+
+
+def _window(key: str, fault: str, node: str, after: dict[str, Any], injected: str, says: str, *named: Named) -> Row:
+    """A fault that appears between the IB counter window's two readings (tests/selftest/_inject_after.py)."""
+    return Row(FABRIC, key, fault, injected, says, END_TO_END, (f"{LOOP}[{key}]",), node, {}, named, after)
+
+
+def _gdr(key: str, fault: str, node: str, inject: dict[str, Any], injected: str, says: str, *named: Named) -> Row:
+    return Row(FABRIC, key, fault, injected, says, END_TO_END, (f"{LOOP}[{key}]",), node, inject, named)
+
+
+WINDOW = "test_ib_counter_window"
+GDR_BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")  # fixtures/sysfs/hgx-h100-gdr: GPU i behind mlx5_i
 
 
 LOOPBACK_ROWS: tuple[Row, ...] = (
@@ -183,6 +198,62 @@ LOOPBACK_ROWS: tuple[Row, ...] = (
           "node6: wall clock 600 s ahead (what `faketime` would do, inside the hygiene probe)",
           "`test_node_clocks` FAILED `node_clock_offset_s` about 600 on node6; the other nodes pass",
           Named("test_node_clocks", category="threshold miss", checks=(("node_clock_offset_s", "node6"),))),
+    # ---- the fabric: GPUDirect readiness (fixtures/sysfs/hgx-h100-gdr, 8 GPUs each behind a switch) ----------
+    _gdr("gdr-off", "GPUDirect RDMA off (no nvidia_peermem, no DMA-BUF)", "node2",
+         {"gdr_sysfs": {"module/nvidia_peermem": None},
+          "set": {"gdr.cuda_dmabuf": {"devices": {f"0000:{b}:00": 0 for b in GDR_BUSES}}}},
+         "node2: `module/nvidia_peermem` gone from its sysfs, CUDA answering DMA-BUF unsupported on every GPU",
+         "`test_gdr_enablement[node2]` FAILED `gdr_kernel_support = 0` on each GPU -> HCA path of node2",
+         Named("test_gdr_enablement[node2]", category="threshold miss", checks=tuple(
+             ("gdr_kernel_support", f"node2 GPU 0000:{b}:00.0 -> mlx5_{i}") for i, b in enumerate(GDR_BUSES)))),
+    _gdr("acs", "ACS redirect on a PCIe switch port", "node3",
+         {"gdr_sysfs": {"bus/pci/devices/0000:99:01.0/config": {"at": 0x148 + 6, "hex": "1d00"}}},
+         "node3: ACS Control 0x001d (SrcValid ReqRedir CmpltRedir UpstreamFwd) in the config space of the "
+         "downstream port between GPU 9a and mlx5_4",
+         "`test_gdr_enablement[node3]` FAILED `pcie_acs_ctl = 29` on `0000:9a:00.0 -> mlx5_4 via bridge 0000:99:01.0`",
+         Named("test_gdr_enablement[node3]", category="threshold miss", checks=(
+             ("pcie_acs_ctl", "node3 GPU 0000:9a:00.0 -> mlx5_4 via bridge 0000:99:01.0"),))),
+    _gdr("iommu", "IOMMU translating (DMA / DMA-FQ)", "node4",
+         {"gdr_sysfs": {"bus/pci/devices/0000:2a:00.0/iommu_group/type": "DMA-FQ"}},
+         "node4: GPU 2a's IOMMU group of type `DMA-FQ`",
+         "`test_gdr_enablement[node4]` FAILED `iommu_translation = 1` on `0000:2a:00.0 -> mlx5_1`",
+         Named("test_gdr_enablement[node4]", category="threshold miss",
+               checks=(("iommu_translation", "node4 GPU 0000:2a:00.0 -> mlx5_1"),))),
+    _gdr("acs-unreadable", "ACS unreadable (suite not run as root)", "node5",
+         {"gdr_sysfs": {"bus/pci/devices/0000:16:00.0/config": {"truncate": 64}}},
+         "node5: the bridge's config space cut to the 64 bytes a non-root read gets",
+         "`test_gdr_enablement[node5]` ERROR `GPU 0000:18:00.0 -> mlx5_0 via bridge 0000:16:00.0: 64 bytes of "
+         "config space ...: run as root to read ACS`",
+         Named("test_gdr_enablement[node5]", "error", "could not measure", message="run as root to read ACS")),
+    # ---- the fabric: IB counters between the window's two readings ------------------------------------------
+    _window("link-flap", "link flap during the run", "node5",
+            {"sysfs": {"class/infiniband/mlx5_5/ports/1/counters/link_downed": "2"}},
+            "node5: `mlx5_5` `link_downed` 1 at the first reading, 2 when `test_ib_counter_window` starts",
+            "`test_ib_counter_window` FAILED `ib_window_link_downed = 1` on node5 HCA mlx5_5 port 1; every other "
+            "port of every node passes",
+            Named(WINDOW, category="threshold miss",
+                  checks=(("ib_window_link_downed", "node5 HCA mlx5_5 port 1"),))),
+    _window("symbol-rate", "symbol errors under load", "node6",
+            {"sysfs": {"class/infiniband/mlx5_0/ports/1/counters/symbol_error": "5",
+                       "class/infiniband/mlx5_0/ports/1/counters/port_rcv_data": str(55341209 + 10**10)}},
+            "node6: `mlx5_0` 5 symbol errors while 10^10 words (3.2e11 bits) arrived in the window",
+            "`test_ib_counter_window` FAILED `ib_window_symbol_error_rate = 1.5625e-11` (limit 1e-12) on node6 HCA "
+            "mlx5_0 port 1",
+            Named(WINDOW, category="threshold miss",
+                  checks=(("ib_window_symbol_error_rate", "node6 HCA mlx5_0 port 1"),))),
+    _window("counter-reset", "a counter reset during the window", "node4",
+            {"sysfs": {"class/infiniband/mlx5_0/ports/1/counters/port_rcv_data": "1000"}},
+            "node4: `mlx5_0` `port_rcv_data` lower at the second reading than at the first",
+            "`test_ib_counter_window` FAILED, listing under `could not read:` `node4 mlx5_0 port 1: "
+            "counters/port_rcv_data went down (reset during the window)` (a counter saturated at 255 reads the same "
+            "way: judging code only, tests/selftest/test_fabric_counters.py)",
+            Named(WINDOW, category="threshold miss", message="port_rcv_data went down (reset during the window)")),
+    Row(FABRIC, "perftest-missing", "perftest not installed", "nothing: the loopback host has no `ib_write_bw`, "
+        "while every node shows its 8 NDR HCAs", "`test_rdma_perftest` ERROR `perftest cannot run: node1: "
+        "ib_write_bw, ib_write_lat not found (install perftest on every node ...)`, every node named",
+        END_TO_END, (f"{LOOP}[perftest-missing]",), None, {},
+        (Named("test_rdma_perftest", "error", "could not measure",
+               message="perftest cannot run: node1: ib_write_bw, ib_write_lat not found"),)),
 )  # fmt: skip
 
 #: Faults of the NCCL probe's selftest-only knobs (refused without GPUACCEPT_SELFTEST=1), node-qualified so

@@ -6,14 +6,13 @@ docs/faults.md by faults_page.py beside fault_rows.LOOPBACK_ROWS.
 
 from __future__ import annotations
 
-from .fault_rows import END_TO_END, GPU_RUN, HW, LOGIC, NCCL, Row
+from .fault_rows import END_TO_END, FABRIC, GPU_RUN, HW, LOGIC, NCCL, Row
 
 __all__ = ["OTHER_ROWS", "SECTIONS"]
 
 SCHED = "The scheduler (faults injected with Slurm itself on a loopback cluster)"
 RULES = "Verdicts that are not earned"
 GPU = "Faults only a GPU can show"
-FABRIC = "The fabric"
 SECTIONS = (SCHED, RULES, HW, GPU, NCCL, FABRIC)
 
 A = "tests/selftest/test_allocation_faults.py::"
@@ -134,23 +133,10 @@ OTHER_ROWS: tuple[Row, ...] = (
         "compute HCA `nccl_net_hca_used = 0` (synthesised 8-HCA log)", GPU_RUN,
         ("tests/selftest/test_fabric_transport.py::test_recorded_socket_fallback_on_the_lent_h200",
          "tests/selftest/test_fabric_transport.py::test_socket_fallback_fails_naming_the_transport_and_every_idle_hca")),
-    Row(FABRIC, "gdr-off", "GPUDirect RDMA off (no nvidia_peermem, no DMA-BUF)", "synthesised NCCL log without "
-        "`/GDRDMA`; recorded sysfs tree without `module/nvidia_peermem`", "FAILED `nccl_net_gdr = 0` per GPU; "
-        "`gdr_kernel_support = 0`", LOGIC,
-        ("tests/selftest/test_fabric_transport.py::test_ib_without_gdr_fails_naming_each_gpu",
-         "tests/selftest/test_fabric_gdr.py::test_peermem_missing_needs_dmabuf")),
     Row(FABRIC, "wrong-hca", "GPU sends through a NIC across the CPU", "synthesised NCCL log: GPU on mlx5_5 "
         "(affine: mlx5_3)", "FAILED `nccl_net_hca_affinity = mlx5_5 (affine: mlx5_3)`, the unused HCA "
         "`nccl_net_hca_used = 0`", LOGIC,
         ("tests/selftest/test_fabric_transport.py::test_gpu_on_the_wrong_hca_fails_naming_gpu_and_hca",)),
-    Row(FABRIC, "acs", "ACS redirect on a PCIe switch port", "ACS Control edited in the recorded-shape PCIe tree",
-        "FAILED `pcie_acs_ctl = 29` on `GPU -> HCA via bridge <bdf>`", LOGIC,
-        ("tests/selftest/test_fabric_gdr.py::test_acs_redirect_on_a_switch_port_fails_naming_gpu_hca_and_bridge",)),
-    Row(FABRIC, "iommu", "IOMMU translating (DMA / DMA-FQ)", "iommu_group type edited",
-        "FAILED `iommu_translation = 1`", LOGIC, ("tests/selftest/test_fabric_gdr.py::test_iommu_translating_fails",)),
-    Row(FABRIC, "acs-unreadable", "ACS unreadable (suite not run as root)", "64-byte config space, as a non-root "
-        "read gets", "ERROR \"64 bytes of config space ...: run as root to read ACS\"", LOGIC,
-        ("tests/selftest/test_fabric_gdr.py::test_config_space_read_without_root_is_unreadable",)),
     Row(FABRIC, "slow-rail", "slow rail (one HCA, cable or leaf)", "per-rail results edited below the floor",
         "FAILED naming rail (HCA) and node after the second pass (the loopback run judges 2 real gloo rails, "
         "healthy)", LOGIC, ("tests/selftest/test_fabric_rails.py::test_failing_rail_bisected_to_the_node",)),
@@ -160,17 +146,4 @@ OTHER_ROWS: tuple[Row, ...] = (
     Row(FABRIC, "slow-hca", "a slow HCA on one node", "pass/fail per perftest pair given to the second pass",
         "FAILED naming node and HCA; its partners cleared", LOGIC,
         ("tests/selftest/test_fabric_perftest.py::test_second_pass_convicts_the_bad_hca_not_its_partners",)),
-    Row(FABRIC, "perftest-missing", "perftest not installed / no CUDA build where GDR is expected",
-        "perftest results without the tools", "ERROR \"perftest cannot run: node: ib_write_bw ... not found "
-        "(install ...)\"", LOGIC,
-        ("tests/selftest/test_fabric_perftest.py::test_results_from_both_ends_and_missing_tools",)),
-    Row(FABRIC, "link-flap", "link flap during the run", "`link_downed` raised between two counter readings of a "
-        "recorded-shape tree", "FAILED `ib_window_link_downed = 1` on `node HCA mlx5_5 port 1`", LOGIC,
-        ("tests/selftest/test_fabric_counters.py::test_flap_during_the_window_fails_naming_the_port",)),
-    Row(FABRIC, "symbol-rate", "symbol/receive errors under load", "symbol errors added between two readings",
-        "FAILED `ib_window_symbol_error_rate = 5e-11`", LOGIC,
-        ("tests/selftest/test_fabric_counters.py::test_symbol_errors_judged_per_bit_received",)),
-    Row(FABRIC, "counter-reset", "counter reset or saturated during the window", "a counter lower after than before "
-        "/ at 255", "ERROR \"went down (reset during the window)\" / \"saturated at 255\"", LOGIC,
-        ("tests/selftest/test_fabric_counters.py::test_reset_and_saturated_counters_are_unknown_not_zero",)),
 )  # fmt: skip

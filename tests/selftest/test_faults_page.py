@@ -32,5 +32,5 @@ def test_rows_are_unique_and_end_to_end_rows_name_their_proof() -> None:
     keys = [r.key for r in ROWS]
     assert len(keys) == len(set(keys)), keys
     for row in ROWS:
-        if row.inject:
+        if row.inject or row.inject_after:
             assert row.proof == END_TO_END and row.named and row.selftests == (f"{LOOP}[{row.key}]",), row.key
