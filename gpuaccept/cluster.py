@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import pytest
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # typing.Unpack for **kwargs is Python 3.12; annotations are 
 __all__ = ["NO_GPU_REASON", "Cluster", "FanoutGroup", "StepOptions"]
 
 NO_GPU_REASON = "partition declares no GPUs"
+T = TypeVar("T")
 
 
 class StepOptions(TypedDict, total=False):
@@ -67,12 +68,14 @@ class Cluster:
         probe_timeout_s: float,
         dry_run: bool = False,
         on_step: Callable[[Step, list[str], ProbeResult | None], None] | None = None,
+        on_command: Callable[[list[str]], None] | None = None,
         fanout: Callable[[str], FanoutGroup | None] | None = None,
     ) -> None:
         self.launcher = launcher
         self.probe_timeout_s = probe_timeout_s
         self.dry_run = dry_run
         self._on_step = on_step
+        self._on_command = on_command
         self._fanout = fanout if hasattr(launcher, "run_fanout") else None
         self._shared: dict[tuple[Any, ...], ProbeResult | MeasurementError] = {}
         self._slices: dict[Hashable, dict[str, tuple[Step, ProbeResult | MeasurementError]]] = {}
@@ -105,6 +108,20 @@ class Cluster:
         if not any(counts):
             pytest.skip(NO_GPU_REASON)
         return min(counts) if node is None else counts[0]
+
+    def scheduler(self, read: Callable[..., T], *args: Any) -> T:
+        """Ask the scheduler from the login node (``read`` is one of ``dispatch.slurm_cli``'s readers:
+        ``node_info``, ``partition_info``, ``slurm_cmd``); every Slurm command it ran goes on the current
+        test's record, as a probe step's command does."""
+        from gpuaccept.dispatch.slurm_cli import recording
+
+        with recording() as ran:
+            try:
+                return read(*args)
+            finally:
+                for argv in ran:
+                    if self._on_command:
+                        self._on_command(argv)
 
     def run(self, probe: str, *, nodes: Iterable[str], **options: Unpack[StepOptions]) -> ProbeResult:
         """Run ``python -m gpuaccept.probes.<probe>`` on ``nodes``; raise ``ProbeError`` if it breaks."""

@@ -24,6 +24,7 @@ from gpuaccept.fleet.drain import run_drain
 from gpuaccept.judging.baseline import BASELINE_KEY, load_session_baseline
 from gpuaccept.judging.categories import category
 from gpuaccept.judging.judge import Judge
+from gpuaccept.judging.outcome import outcome
 from gpuaccept.markers import MARKERS
 from gpuaccept.nodecheck.expected import write_expected
 from gpuaccept.results.metrics import MetricResult
@@ -182,9 +183,7 @@ def pytest_runtest_makereport(
         and report.when == "call"
         and (item.get_closest_marker("acceptance") or item.stash.get(_JUDGED, False))
     ):
-        _unearned(report, checks)
-    if report.passed and report.when == "call" and any(c.verdict == "measured" for c in checks):
-        _measured(report, item, checks)  # a calibration run: figures without a limit pass nothing
+        _end(report, item, checks)
     raised = call.excinfo.value if call.excinfo is not None else None
     missing_tool = raised if isinstance(raised, ToolMissing) else None
     if getattr(report, "_gpuaccept_measured", False):
@@ -235,36 +234,21 @@ def _fault_of(state: SessionState) -> Any:
     return fault
 
 
-def _unearned(report: pytest.TestReport, checks: list[MetricResult]) -> None:
-    """Turn a pass the checks do not support into the failure or error they call for."""
-    failed = [c for c in checks if c.verdict == "fail"]
-    unjudged = sorted({c.reason for c in checks if c.verdict == "unjudged"})
-    if failed:
-        lines = "\n  ".join(f"{c.where}: {c.metric} = {c.value} {c.unit} ({c.reason})" for c in failed)
-        message, error = f"the test returned, but {len(failed)} check(s) failed:\n  {lines}", False
-    elif unjudged:
-        message, error = "; ".join(unjudged), True
-    elif not any(c.judged or c.verdict == "measured" for c in checks):
-        shown = ", ".join(sorted({c.metric for c in checks}))
-        message = "passed with no judged check on the record" + (
-            f" (only informational figures: {shown})" if shown else " (nothing was measured)"
-        )
-        error = True
-    else:
+def _end(report: pytest.TestReport, item: pytest.Item, checks: list[MetricResult]) -> None:
+    """End a test whose body returned as its checks call for (``judging.outcome``): the one place a
+    test's verdict is decided from what it recorded."""
+    ended = outcome(checks, record_id(item.nodeid))
+    if ended.verdict == "passed":
+        return
+    if ended.verdict == "measured":  # calibration: neither an error nor a pass; pytest counts a skip
+        path, line, _ = item.location
+        report.outcome = "skipped"
+        report.longrepr = (str(path), (line or 0) + 1, f"Skipped: {ended.message}")
+        report._gpuaccept_measured = True  # type: ignore[attr-defined]
         return
     report.outcome = "failed"
-    report.longrepr = message
-    report._gpuaccept_error = error  # type: ignore[attr-defined]
-
-
-def _measured(report: pytest.TestReport, item: pytest.Item, checks: list[MetricResult]) -> None:
-    """A calibration run's test that measured figures without a limit: not passed (nothing judged them)
-    and not an error; pytest counts it skipped, the record says ``measured``."""
-    names = sorted({c.metric for c in checks if c.verdict == "measured"})
-    path, line, _ = item.location
-    report.outcome = "skipped"
-    report.longrepr = (str(path), (line or 0) + 1, f"Skipped: calibration: measured {', '.join(names)} (no limit yet)")
-    report._gpuaccept_measured = True  # type: ignore[attr-defined]
+    report.longrepr = ended.message
+    report._gpuaccept_error = ended.verdict == "error"  # type: ignore[attr-defined]
 
 
 def _data(report: pytest.TestReport) -> dict[str, Any] | None:
@@ -391,7 +375,8 @@ def fingerprints(gpuaccept_state: SessionState) -> Fingerprints:
 
 @pytest.fixture()
 def judge(request: pytest.FixtureRequest, gpuaccept_state: SessionState) -> Judge:
-    """The judging core for this test: ``judge.check/expect/info/stragglers``, then ``judge.verify()``."""
+    """The judging core for this test: ``judge.check/expect/info/stragglers/busy/unreadable``; the test
+    then returns and ``_end`` decides its outcome from the checks."""
     item = request.node
     collected = item.stash.setdefault(_METRICS, [])
     item.stash[_JUDGED] = True

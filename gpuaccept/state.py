@@ -88,6 +88,7 @@ class SessionState:
                 probe_timeout_s=self.settings.probe_timeout,
                 dry_run=self.settings.dry_run,
                 on_step=self._on_step,
+                on_command=self._record_command,
                 fanout=self.fanout_group,
             )
             allocation = getattr(launcher, "allocation", None)
@@ -117,13 +118,18 @@ class SessionState:
             self._fingerprints = Fingerprints(self.cluster, self.thresholds, self.settings.sku)
         return self._fingerprints
 
-    def _on_step(self, step: Step, command: list[str], result: ProbeResult | None) -> None:
+    def _record_command(self, command: list[str]) -> None:
+        """Put a command (a probe step's srun, a scheduler query) on the current test's record."""
         item = self.current_item
         if item is not None:
             entry = self.record.test(record_id(item.nodeid))
             line = shell_join(command)
             if line not in entry.commands:  # one fan-out step reported once per node of a cross-node check
                 entry.commands.append(line)
+
+    def _on_step(self, step: Step, command: list[str], result: ProbeResult | None) -> None:
+        self._record_command(command)
+        item = self.current_item
         self.config.hook.pytest_gpuaccept_step_finished(item=item, step=step, command=command, result=result)
 
     def fanout_group(self, node: str) -> FanoutGroup | None:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 __all__ = [
@@ -74,8 +77,26 @@ def _text(data: str | bytes | None) -> str:
     return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
 
 
+#: the Slurm commands run inside ``recording()`` (what ``Cluster.scheduler`` puts on the test's record)
+_RAN: ContextVar[list[list[str]] | None] = ContextVar("gpuaccept_slurm_ran", default=None)
+
+
+@contextmanager
+def recording() -> Iterator[list[list[str]]]:
+    """Collect the argv of every Slurm command run in the block."""
+    ran: list[list[str]] = []
+    token = _RAN.set(ran)
+    try:
+        yield ran
+    finally:
+        _RAN.reset(token)
+
+
 def slurm_cmd(argv: list[str], timeout_s: float = 30.0) -> str:
     """Run one Slurm client command; its stdout, or ``SlurmError`` quoting what Slurm said."""
+    ran = _RAN.get()
+    if ran is not None:
+        ran.append(list(argv))
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     except FileNotFoundError:

@@ -44,6 +44,8 @@ class PortWindow:
     deltas: dict[str, int] = field(default_factory=dict)
     reset: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    #: (window figure, why): the figures a missing, saturated or reset counter leaves unjudged
+    unread: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def where(self) -> str:
@@ -53,6 +55,21 @@ class PortWindow:
     def bits_received(self) -> int | None:
         words = self.deltas.get("port_rcv_data")
         return None if words is None else words * BITS_PER_WORD
+
+
+def _figures_of(counter: str | None) -> tuple[str, ...]:
+    """The window figures that read ``counter`` (None: the whole port; ``port_rcv_data``: every error
+    rate divides by the bits it counts)."""
+    if counter is None:
+        return (*FLAP_COUNTERS.values(), *RATE_COUNTERS.values())
+    if counter == "port_rcv_data":
+        return tuple(RATE_COUNTERS.values())
+    return (FLAP_COUNTERS.get(counter) or RATE_COUNTERS[counter],)
+
+
+def _unread(window: PortWindow, counter: str | None, why: str, reset: bool = False) -> None:
+    (window.reset if reset else window.missing).append(counter if reset and counter else why)
+    window.unread += [(figure, why) for figure in _figures_of(counter)]
 
 
 def error_rate(errors: int, bits: int | None) -> float | None:
@@ -80,18 +97,18 @@ def port_windows(
             window = PortWindow(name, port_name, seconds)
             old = (((before.get("hcas") or {}).get(name) or {}).get("ports") or {}).get(port_name)
             if old is None:
-                window.missing.append("port absent from the first reading")
+                _unread(window, None, "port absent from the first reading")
                 out.append(window)
                 continue
             new_counts, old_counts = port.get("counters") or {}, old.get("counters") or {}
             for counter in (*FLAP_COUNTERS, *RATE_COUNTERS, "port_rcv_data"):
                 a, b = old_counts.get(counter), new_counts.get(counter)
                 if not isinstance(a, int) or not isinstance(b, int):
-                    window.missing.append(f"counters/{counter} unreadable")
+                    _unread(window, counter, f"counters/{counter} unreadable")
                 elif b < a:
-                    window.reset.append(counter)
+                    _unread(window, counter, f"counters/{counter} went down (reset during the window)", reset=True)
                 elif b == SATURATED.get(counter):
-                    window.missing.append(f"counters/{counter} saturated at {b} (reset it with perfquery -R)")
+                    _unread(window, counter, f"counters/{counter} saturated at {b} (reset it with perfquery -R)")
                 else:
                     window.deltas[counter] = b - a
             out.append(window)

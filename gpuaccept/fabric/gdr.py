@@ -114,12 +114,14 @@ def bridges_between(a: Sequence[str], b: Sequence[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class Observation:
-    """One judged reading: ``metric`` = ``value`` on ``gpu`` (the GPU and the HCA it pairs with)."""
+    """One reading: ``metric`` = ``value`` on ``gpu`` (the GPU and the HCA it pairs with); ``why`` says why
+    it could not be read (then ``value`` is None: "could not measure", never a pass)."""
 
     metric: str
     value: Any
     gpu: str
     extra: dict[str, Any] = field(default_factory=dict)
+    why: str | None = None
 
 
 def _key(bdf: str) -> str:
@@ -127,19 +129,18 @@ def _key(bdf: str) -> str:
     return f"{int(parts[-3], 16):04x}:{int(parts[-2], 16):02x}:{int(parts[-1].split('.')[0], 16):02x}"
 
 
-def observations(data: Mapping[str, Any]) -> tuple[list[Observation], list[str]]:
-    """``(observations, unreadable)`` from the ``gdr`` probe's data, per GPU and its nearest HCA(s).
+def observations(data: Mapping[str, Any]) -> list[Observation]:
+    """The readings of the ``gdr`` probe's data, per GPU and its nearest HCA(s).
 
     * ``gdr_kernel_support`` 1 when nvidia_peermem is loaded or CUDA reports DMA-BUF for the GPU;
     * ``pcie_acs_ctl`` the ACS Control register of each bridge between GPU and HCA (no ACS capability
       reads 0: such a bridge cannot redirect);
     * ``iommu_translation`` 1 when the GPU's or the HCA's IOMMU group translates (DMA, DMA-FQ).
 
-    ``unreadable`` names what could not be read (config space without root, libcuda missing while
-    peermem is absent too): the caller reports it as "could not measure", never as a pass.
+    A reading that could not be taken (config space without root, libcuda missing while peermem is
+    absent too) comes with its ``why``: the caller records it unreadable, never as a pass.
     """
     out: list[Observation] = []
-    missing: list[str] = []
     peermem = sorted(f for f, present in (data.get("peermem") or {}).items() if present)
     cuda = data.get("cuda_dmabuf") or {}
     dmabuf = cuda.get("devices") or {}
@@ -150,12 +151,13 @@ def observations(data: Mapping[str, Any]) -> tuple[list[Observation], list[str]]
         if peermem or flag == 1:
             out.append(Observation("gdr_kernel_support", 1, label, {"peermem": peermem, "dmabuf": flag}))
         elif "error" in cuda:
-            missing.append(f"GPU {label}: no nvidia_peermem, and DMA-BUF support unknown ({cuda['error']})")
+            why = f"no nvidia_peermem, and DMA-BUF support unknown ({cuda['error']})"
+            out.append(Observation("gdr_kernel_support", None, label, why=why))
         else:
             out.append(Observation("gdr_kernel_support", 0, label, {"peermem": "not loaded", "dmabuf": flag}))
         types = {"gpu": gpu.get("iommu")} | {f"hca {p['hca']}": p.get("iommu_hca") for p in gpu.get("paths") or []}
         if any(t in (None, "unreadable") for t in types.values()):
-            missing.append(f"GPU {label}: IOMMU group type unreadable ({types})")
+            out.append(Observation("iommu_translation", None, label, why=f"IOMMU group type unreadable ({types})"))
         else:
             translating = int(any(t in TRANSLATING for t in types.values()))
             out.append(Observation("iommu_translation", translating, label, {"groups": types}))
@@ -163,10 +165,24 @@ def observations(data: Mapping[str, Any]) -> tuple[list[Observation], list[str]]
             for bridge in path.get("bridges") or []:
                 where = f"{label} via bridge {bridge['bdf']}"
                 if "error" in bridge:
-                    missing.append(f"GPU {where}: {bridge['error']}")
+                    out.append(Observation("pcie_acs_ctl", None, where, why=str(bridge["error"])))
                     continue
                 control = bridge.get("acs_ctl")
                 value = 0 if control is None else int(control)
                 extra = {"flags": acs_flags(value), "acs_capability": control is not None}
                 out.append(Observation("pcie_acs_ctl", value, where, extra))
-    return out, missing
+    return out
+
+
+def judge_gdr(data: Mapping[str, Any], judge: Any, node: str) -> None:
+    """Judge the ``gdr`` probe's readings on ``node``, each one or that it could not be read. (The probe
+    reads the PCI bus, which on a host shared by several Slurm nodes holds every node's GPUs, so their
+    count is ``test_gpu_health``'s, from NVML; none at all means nothing here could be read.)"""
+    if not data.get("gpus"):
+        why = f"no NVIDIA GPU on the PCI bus under {data.get('sysfs_root')}"
+        judge.unreadable("gdr_kernel_support", why, node=node)
+    for o in observations(data):
+        if o.why is not None:
+            judge.unreadable(o.metric, o.why, node=node, pair=o.gpu)
+        else:
+            judge.check(o.metric, o.value, node=node, pair=o.gpu, **o.extra)

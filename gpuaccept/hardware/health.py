@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuaccept.hardware.verdict import JudgeLike, conclude, gpu_label
+from gpuaccept.hardware.protocol import JudgeLike, gpu_label
 
 __all__ = ["FAILING_REASONS", "REPORTED_REASONS", "decode_reasons", "judge_health"]
 
@@ -46,26 +46,23 @@ def decode_reasons(mask: int | None) -> tuple[list[str], list[str]]:
     return failing, reported
 
 
-def _checked(
-    judge: JudgeLike, missing: list[str], metric: str, value: Any, node: str, gpu: str | None, **extra: Any
-) -> None:
-    """``judge.check`` unless the reading is missing; then remember it (an error, never a pass)."""
+def _checked(judge: JudgeLike, metric: str, value: Any, node: str, gpu: str | None, **extra: Any) -> None:
+    """``judge.check`` unless the reading is missing; then record it unreadable (an error, never a pass)."""
     if value is None:
-        missing.append(f"{node} GPU {gpu}: {metric} (NVML gave no value)")
+        judge.unreadable(metric, "NVML gave no value", node=node, gpu=gpu)
         return
     judge.check(metric, value, node=node, gpu=gpu, **extra)
 
 
-def judge_gpu(gpu: dict[str, Any], judge: JudgeLike, node: str, missing: list[str]) -> None:
+def judge_gpu(gpu: dict[str, Any], judge: JudgeLike, node: str) -> None:
     """Every health metric of one GPU."""
     label = gpu_label(gpu)
     errors = gpu.get("errors", {})
     mib = gpu.get("memory_total_mib")
-    _checked(judge, missing, "gpu_memory_total_gib", None if mib is None else round(mib / 1024, 2), node, label)
+    _checked(judge, "gpu_memory_total_gib", None if mib is None else round(mib / 1024, 2), node, label)
     ecc = gpu.get("ecc_mode_current")
     _checked(
         judge,
-        missing,
         "gpu_ecc_mode",
         None if ecc is None else ("Enabled" if ecc else "Disabled"),
         node,
@@ -74,7 +71,6 @@ def judge_gpu(gpu: dict[str, Any], judge: JudgeLike, node: str, missing: list[st
     )
     _checked(
         judge,
-        missing,
         "gpu_ecc_uncorrected_volatile",
         gpu.get("ecc_uncorrected_volatile"),
         node,
@@ -85,7 +81,6 @@ def judge_gpu(gpu: dict[str, Any], judge: JudgeLike, node: str, missing: list[st
     rows = gpu.get("remapped_rows")
     _checked(
         judge,
-        missing,
         "gpu_remapped_rows_pending",
         None if rows is None else int(rows["pending"]),
         node,
@@ -93,16 +88,17 @@ def judge_gpu(gpu: dict[str, Any], judge: JudgeLike, node: str, missing: list[st
         correctable=(rows or {}).get("correctable"),
         uncorrectable=(rows or {}).get("uncorrectable"),
     )
-    _checked(judge, missing, "gpu_remapped_rows_failed", None if rows is None else int(rows["failure"]), node, label)
+    _checked(judge, "gpu_remapped_rows_failed", None if rows is None else int(rows["failure"]), node, label)
     pending = gpu.get("retired_pages_pending")
     if pending is None and rows is not None:
         # Ampere and newer replaced page retirement with row remapping; NVML says "not supported".
         judge.info("gpu_retired_pages_pending", "n/a (row remapping)", node=node, gpu=label)
     else:
-        _checked(judge, missing, "gpu_retired_pages_pending", None if pending is None else int(pending), node, label)
+        _checked(judge, "gpu_retired_pages_pending", None if pending is None else int(pending), node, label)
     failing, reported = decode_reasons(gpu.get("clock_event_reasons"))
     if gpu.get("clock_event_reasons") is None:
-        missing.append(f"{node} GPU {label}: clock event reasons ({errors.get('clock_event_reasons', 'no value')})")
+        why = f"clock event reasons ({errors.get('clock_event_reasons', 'no value')})"
+        judge.unreadable("gpu_clock_events_failing", why, node=node, gpu=label)
     else:
         judge.check(
             "gpu_clock_events_failing",
@@ -113,8 +109,8 @@ def judge_gpu(gpu: dict[str, Any], judge: JudgeLike, node: str, missing: list[st
         )
         judge.info("gpu_clock_events", "+".join(reported) or "none", node=node, gpu=label)
     pcie = gpu.get("pcie") or {}
-    _checked(judge, missing, "gpu_pcie_gen_max", pcie.get("gen_max"), node, label, gpu_max=pcie.get("gen_gpu_max"))
-    _checked(judge, missing, "gpu_pcie_width_max", pcie.get("width_max"), node, label)
+    _checked(judge, "gpu_pcie_gen_max", pcie.get("gen_max"), node, label, gpu_max=pcie.get("gen_gpu_max"))
+    _checked(judge, "gpu_pcie_width_max", pcie.get("width_max"), node, label)
     judge.info(
         "gpu_pcie_link_idle",
         f"Gen{pcie.get('gen_current')} x{pcie.get('width_current')}",
@@ -127,7 +123,6 @@ def judge_gpu(gpu: dict[str, Any], judge: JudgeLike, node: str, missing: list[st
         judge.info("gpu_temperature_c", temp, node=node, gpu=label, memory_c=gpu.get("memory_temperature_c"))
     _checked(
         judge,
-        missing,
         "gpu_temp_margin_c",
         None if temp is None or slowdown is None else slowdown - temp,
         node,
@@ -139,7 +134,6 @@ def judge_gpu(gpu: dict[str, Any], judge: JudgeLike, node: str, missing: list[st
         judge.info("gpu_power_w", gpu["power_w"], node=node, gpu=label)
     _checked(
         judge,
-        missing,
         "gpu_power_limit_w",
         gpu.get("power_limit_w"),
         node,
@@ -164,21 +158,18 @@ def judge_gpu(gpu: dict[str, Any], judge: JudgeLike, node: str, missing: list[st
 
 
 def judge_health(data: dict[str, Any], judge: JudgeLike, node: str, declared_gpus: int) -> None:
-    """Judge a node's ``gpu_health`` record; raises AssertionError / MeasurementError, or returns (pass)."""
+    """Judge a node's ``gpu_health`` record: every GPU the node declares is there, one model, and each
+    GPU's health readings."""
     gpus = data.get("gpus") or []
-    problems: list[str] = []
-    missing: list[str] = []
     if not data.get("nvml", True):
-        missing.append(f"{node}: NVML could not be initialised (no driver, or nvidia-ml-py missing)")
-    if len(gpus) != declared_gpus:
-        shown = ", ".join(str(gpu_label(g)) for g in gpus) or "none"
-        problems.append(f"{node}: declares {declared_gpus} GPU(s) but NVML shows {len(gpus)}: {shown}")
+        judge.unreadable("gpu_count", "NVML could not be initialised (no driver, or nvidia-ml-py missing)", node=node)
+    shown = ", ".join(str(gpu_label(g)) for g in gpus) or "none"
+    judge.expect("gpu_count", len(gpus), declared_gpus, node=node, shown=shown)
     if data.get("driver"):
         judge.info("gpu_driver_version", data["driver"], node=node)
         judge.info("gpu_cuda_driver_version", data.get("cuda_driver"), node=node)
-    names = sorted({g.get("name") for g in gpus})
-    if len(names) > 1:
-        problems.append(f"{node}: mixed GPU models {names}")
+    if len(gpus) > 1:  # one GPU is one model: nothing to compare
+        names = sorted({str(g.get("name")) for g in gpus})
+        judge.expect("gpu_models", len(names), 1, node=node, models=names)
     for gpu in gpus:
-        judge_gpu(gpu, judge, node, missing)
-    conclude(judge, node, problems=problems, missing=missing)
+        judge_gpu(gpu, judge, node)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuaccept.hardware.verdict import JudgeLike, conclude
+from gpuaccept.hardware.protocol import JudgeLike
 
 __all__ = ["COUNTER_METRICS", "judge_ib", "parse_rate", "parse_state"]
 
@@ -89,7 +89,6 @@ def judge_ib(data: dict[str, Any], judge: JudgeLike, node: str, link_layer: str 
         other_devices=others,
         path=data.get("path"),
     )
-    missing: list[str] = []
     # HCAs of another link layer (a management Ethernet NIC beside an InfiniBand fabric) are listed in
     # the ib_hca_count check above and not judged port by port.
     for name, hca in sorted(compute.items()):
@@ -97,7 +96,7 @@ def judge_ib(data: dict[str, Any], judge: JudgeLike, node: str, link_layer: str 
             where = _port_label(name, port_name)
             info = {"hca_type": hca.get("hca_type"), "fw_ver": hca.get("fw_ver"), "numa_node": hca.get("numa_node")}
             if not port:
-                missing.append(f"{node} {where}: no port attributes readable")
+                judge.unreadable("ib_port_state", "no port attributes readable", node=node, hca=where)
                 continue
             judge.check(
                 "ib_port_state",
@@ -116,14 +115,13 @@ def judge_ib(data: dict[str, Any], judge: JudgeLike, node: str, link_layer: str 
             )
             rate = parse_rate(port.get("rate"))
             if rate is None:
-                missing.append(f"{node} {where}: rate {port.get('rate')!r} is not a rate")
+                judge.unreadable("ib_port_rate_gbps", f"rate {port.get('rate')!r} is not a rate", node=node, hca=where)
             else:
                 judge.check("ib_port_rate_gbps", rate, node=node, hca=where, raw=port.get("rate"))
             counters = port.get("counters") or {}
             if not counters:
-                missing.append(f"{node} {where}: no error counters under counters/")
+                judge.unreadable("ib_symbol_errors", "no error counters under counters/", node=node, hca=where)
             for counter, metric in COUNTER_METRICS.items():
                 value = counters.get(counter)
                 if isinstance(value, int):
                     judge.check(metric, value, node=node, hca=where)
-    conclude(judge, node, missing=missing)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuaccept.hardware.verdict import JudgeLike, conclude, gpu_label
+from gpuaccept.hardware.protocol import JudgeLike, gpu_label
 
 __all__ = ["judge_affinity", "judge_nvlink", "judge_topology", "pair_matrix", "unread_text"]
 
@@ -19,12 +19,9 @@ __all__ = ["judge_affinity", "judge_nvlink", "judge_topology", "pair_matrix", "u
 def judge_nvlink(data: dict[str, Any], judge: JudgeLike, node: str, declared_gpus: int) -> None:
     """Active links, common link speed and CRC/replay/recovery counters of every GPU."""
     gpus = data.get("gpus") or []
-    problems: list[str] = []
-    missing: list[str] = []
     if not data.get("nvml", True):
-        missing.append(f"{node}: NVML could not be initialised")
-    if len(gpus) != declared_gpus:
-        problems.append(f"{node}: declares {declared_gpus} GPU(s) but NVML shows {len(gpus)}")
+        judge.unreadable("gpu_count", "NVML could not be initialised", node=node)
+    judge.expect("gpu_count", len(gpus), declared_gpus, node=node)
     for gpu in gpus:
         label = gpu_label(gpu)
         link = gpu.get("nvlink") or {}
@@ -40,7 +37,7 @@ def judge_nvlink(data: dict[str, Any], judge: JudgeLike, node: str, declared_gpu
         if link.get("active"):
             speed = link.get("speed_mbps_common")
             if speed is None:  # the SKU sets a speed: unreadable is "could not measure", never a pass
-                missing.append(f"{node} GPU {label}: nvlink_speed_mbps (NVML gave no common link speed)")
+                judge.unreadable("nvlink_speed_mbps", "NVML gave no common link speed", node=node, gpu=label)
             else:
                 judge.check("nvlink_speed_mbps", speed, node=node, gpu=label)
             errors = link.get("errors") or {}
@@ -55,10 +52,9 @@ def judge_nvlink(data: dict[str, Any], judge: JudgeLike, node: str, declared_gpu
                 ("nvlink_recovery_errors", errors.get("recovery")),
             ):
                 if value is None:
-                    missing.append(f"{node} GPU {label}: {metric} ({unread_text(errors)})")
+                    judge.unreadable(metric, unread_text(errors), node=node, gpu=label)
                 else:
                     judge.check(metric, value, node=node, gpu=label, counted_by=errors.get("source"))
-    conclude(judge, node, problems=problems, missing=missing)
 
 
 def unread_text(errors: dict[str, Any]) -> str:
@@ -97,7 +93,6 @@ def judge_topology(data: dict[str, Any], judge: JudgeLike, node: str) -> dict[st
         judge.check("nvlink_pair_links", pair.get("nvlinks", 0), node=node, pair=where)
         judge.check("p2p_nvlink_status", pair.get("p2p_nvlink_status") or "unknown", node=node, pair=where)
     matrix = pair_matrix(data)
-    conclude(judge, node)
     return matrix
 
 
@@ -107,12 +102,11 @@ PCIE_RELATIONS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 
 def judge_affinity(data: dict[str, Any], judge: JudgeLike, node: str) -> None:
     """Each GPU's nearest HCA judged by PCIe distance; its NUMA node and local CPUs shown beside it."""
-    missing = []
     for gpu in data.get("gpus") or []:
         label = gpu_label(gpu)
         numa = gpu.get("numa_node")
         if numa is None:
-            missing.append(f"{node} GPU {label}: NUMA node (sysfs numa_node unreadable)")
+            judge.unreadable("gpu_nic_pcie_distance", "NUMA node (sysfs numa_node unreadable)", node=node, gpu=label)
             continue
         nics = {n["name"]: n["relation"] for n in gpu.get("nics") or []}
         known = {name: rel for name, rel in nics.items() if rel in PCIE_RELATIONS}
@@ -120,7 +114,9 @@ def judge_affinity(data: dict[str, Any], judge: JudgeLike, node: str) -> None:
             "gpu_numa_node", numa, node=node, gpu=label, local_cpus=len(gpu.get("cpu_affinity") or []), nics=nics
         )
         if nics and not known:
-            missing.append(f"{node} GPU {label}: PCIe relation to its HCAs unreadable ({nics})")
+            judge.unreadable(
+                "gpu_nic_pcie_distance", f"PCIe relation to its HCAs unreadable ({nics})", node=node, gpu=label
+            )
             continue
         nearest = min(known, key=lambda name: PCIE_RELATIONS.index(known[name])) if known else None
         judge.info("gpu_nearest_nic", f"{nearest} ({known[nearest]})" if nearest else "none", node=node, gpu=label)
@@ -132,4 +128,3 @@ def judge_affinity(data: dict[str, Any], judge: JudgeLike, node: str) -> None:
             nic=nearest,
             relation=known.get(nearest or ""),
         )
-    conclude(judge, node, missing=missing)

@@ -1,15 +1,16 @@
 """Judge the GPU performance probes: matmul, burn-in, HBM copy, host<->device and GPU<->GPU bandwidth.
 
 matmul, HBM, host and GPU-pair figures come from one ``gpubench`` step per node (one process drives
-every GPU, so torch's start-up is paid once): ``gpubench_result`` runs it once per session for every
-test that judges a part of it, and ``gpu_views`` gives each GPU's part the shape the judges read
-(``.data`` and ``.gpu_label``, as a per-GPU rank's record has).
+every GPU, so torch's start-up is paid once; the tests run it once per session through
+``cluster.run_shared`` and hand its result here); the burn-in from one ``matmul`` task per GPU. This
+module judges and never dispatches.
 
 Common rules: a GPU that had someone else's processes on it before the benchmark is not measured and
-ends the test as an error naming it ("GPU busy"), while the node's other GPUs are still judged; every
-figure is checked against the SKU floor and then against the node's median (``judge.stragglers``).
-A fixed-seed product must give the same checksum on every GPU of a node: identical GPUs running
-identical inputs through the same cuBLAS agree bit for bit, so the odd one out computes wrong results.
+is recorded busy (``judge.busy``: the test is an error naming it), while the node's other GPUs are
+still judged; every figure is checked against the SKU floor and then against the node's median
+(``judge.stragglers``). A fixed-seed product must give the same checksum on every GPU of a node:
+identical GPUs running identical inputs through the same cuBLAS agree bit for bit, so the odd one out
+computes wrong results.
 """
 
 from __future__ import annotations
@@ -17,28 +18,25 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaccept.errors import MeasurementError
 from gpuaccept.hardware.health import decode_reasons
 from gpuaccept.hardware.nvlink import unread_text
-from gpuaccept.hardware.verdict import JudgeLike, conclude, gpu_label
+from gpuaccept.hardware.protocol import JudgeLike, gpu_label
 
 __all__ = [
-    "GpuView",
+    "BENCH_TIMEOUT_S",
     "agreement",
-    "bench_figures",
-    "busy_lines",
-    "gpu_views",
-    "gpubench_result",
+    "bench_parts",
     "judge_burn_in",
     "judge_hostbw",
     "judge_matmul",
     "judge_membw",
     "judge_nvlink_under_load",
     "judge_p2p",
-    "p2p_record",
+    "rank_parts",
+    "record_busy",
     "tflops_drop_pct",
 ]
 
@@ -46,73 +44,47 @@ __all__ = [
 #: The one-process node benchmark: start-up plus a few seconds per part on 2 GPUs; 8 GPUs add host links
 #: measured one at a time and 14 rounds of GPU pairs.
 BENCH_TIMEOUT_S = 300
-_FIGURES_RECORDED: set[int] = set()
+
+#: One GPU's figures: its label (``3 (0000:9A:00.0)``) and what the probe measured on it.
+Part = tuple[str | None, dict[str, Any]]
 
 
-@dataclass(frozen=True)
-class GpuView:
-    """One GPU's share of a node-wide probe result, shaped like a per-GPU rank record."""
-
-    node: str
-    gpu: dict[str, Any] | None
-    data: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def gpu_label(self) -> str | None:
-        return gpu_label(self.gpu)
-
-
-def gpubench_result(cluster: Any, node: str) -> Any:
-    """The node's ``gpubench`` step (every GPU in one process), run once per session and shared."""
-    gpus = cluster.require_gpus(node)
-    return cluster.run_shared("gpubench", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=BENCH_TIMEOUT_S)
-
-
-def gpu_views(result: Any, node: str, part: str) -> list[GpuView]:
-    """Each GPU's ``part`` (matmul, membw, hostbw) of the node's gpubench result; a busy GPU keeps only
-    its busy entry and a ``skipped`` note, as a per-GPU probe would have reported it."""
-    data = result.one().data
-    busy = {entry["gpu"]: entry for entry in data.get("busy") or []}
-    views = []
-    for gpu, entry in zip(data.get("gpus") or [], data.get("per_gpu") or [], strict=False):
-        if gpu["index"] in busy:
-            views.append(GpuView(node, gpu, {"busy": [busy[gpu["index"]]], "skipped": "GPU busy"}))
-        elif part not in entry:
-            raise MeasurementError(f"{node} GPU {gpu_label(gpu)}: the gpubench result holds no {part} figures")
-        else:
-            views.append(GpuView(node, gpu, {**entry[part], "busy": []}))
-    if not views:
-        raise MeasurementError(f"{node}: gpubench measured no GPU ({data.get('error') or 'no GPU in its result'})")
-    return views
-
-
-def bench_figures(result: Any, judge: JudgeLike, node: str, metric: str) -> None:
-    """Record a node-wide probe step's wall time and phases once (by the first test that reads it)."""
-    if id(result) in _FIGURES_RECORDED:
-        return
-    _FIGURES_RECORDED.add(id(result))
-    phases = result.one().data.get("phases") or {}
-    judge.info(metric, phases.get("process_wall_s"), node=node, phases=phases, step_s=round(result.duration_s, 3))
-
-
-def busy_lines(label: str | None, busy: list[dict[str, Any]]) -> list[str]:
-    """``GPU 1 (..): pid 4242 python3 (1234 MiB)`` for each foreign process the probe found."""
-    out = []
+def record_busy(judge: JudgeLike, node: str, busy: Iterable[dict[str, Any]], label: str | None = None) -> set[Any]:
+    """Record every GPU the probe found others' processes on (``judge.busy``), and return their indices:
+    the one place the busy-GPU preamble is written."""
+    found = set()
     for entry in busy:
         procs = ", ".join(f"pid {p['pid']} {p.get('name')} ({p.get('used_mib')} MiB)" for p in entry["processes"])
-        out.append(f"GPU {label or entry.get('gpu')}: {procs}")
-    return out
+        judge.busy(procs, node=node, gpu=label or entry.get("label") or entry.get("gpu"))
+        found.add(entry.get("gpu"))
+    return found
 
 
-def _split(records: Iterable[Any]) -> tuple[list[Any], list[str]]:
-    """(measured records, busy lines) of a per-GPU probe."""
-    measured, busy = [], []
+def bench_parts(data: dict[str, Any], part: str, judge: JudgeLike, node: str) -> list[Part]:
+    """Each measured GPU's ``part`` (matmul, membw, hostbw) of a node's gpubench result; a busy GPU is
+    recorded busy and left out."""
+    labels = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
+    busy = record_busy(judge, node, [{**e, "label": labels.get(e["gpu"])} for e in data.get("busy") or []])
+    parts: list[Part] = []
+    for gpu, entry in zip(data.get("gpus") or [], data.get("per_gpu") or [], strict=False):
+        if gpu["index"] in busy:
+            continue
+        if part not in entry:
+            raise MeasurementError(f"{node} GPU {gpu_label(gpu)}: the gpubench result holds no {part} figures")
+        parts.append((gpu_label(gpu), entry[part]))
+    if not parts and not busy:
+        raise MeasurementError(f"{node}: gpubench measured no GPU ({data.get('error') or 'no GPU in its result'})")
+    return parts
+
+
+def rank_parts(records: Iterable[Any], judge: JudgeLike, node: str) -> list[Part]:
+    """Each measured GPU of a per-GPU probe (one rank per GPU); a busy GPU is recorded busy and left out."""
+    parts: list[Part] = []
     for record in records:
-        if record.data.get("busy"):
-            busy += busy_lines(record.gpu_label, record.data["busy"])
+        record_busy(judge, node, record.data.get("busy") or [], record.gpu_label)
         if "skipped" not in record.data:
-            measured.append(record)
-    return measured, busy
+            parts.append((record.gpu_label, record.data))
+    return parts
 
 
 def agreement(values: dict[str, Any]) -> dict[str, str]:
@@ -129,16 +101,16 @@ def agreement(values: dict[str, Any]) -> dict[str, str]:
     return {label: "no majority: " + ", ".join(f"{k}={v}" for k, v in values.items()) for label in values}
 
 
-def judge_matmul(records: list[Any], judge: JudgeLike, node: str) -> None:
-    """BF16 TFLOP/s per GPU against the floor and the node median; checksums agree."""
-    measured, busy = _split(records)
-    for record in measured:
-        data = record.data
+def judge_matmul(bench: dict[str, Any], judge: JudgeLike, node: str) -> None:
+    """BF16 TFLOP/s per GPU of the node's gpubench result against the floor and the node median;
+    checksums agree."""
+    parts = bench_parts(bench, "matmul", judge, node)
+    for label, data in parts:
         judge.check(
             "matmul_bf16_tflops",
             data.get("tflops"),
             node=node,
-            gpu=record.gpu_label,
+            gpu=label,
             size=data.get("best_size"),
             checksum=data.get("checksum"),
             by_size={k: v["tflops"] for k, v in data.get("by_size", {}).items()},
@@ -146,14 +118,13 @@ def judge_matmul(records: list[Any], judge: JudgeLike, node: str) -> None:
             during=data.get("by_size", {}).get(str(data.get("best_size")), {}).get("during"),
         )
         if data.get("tflops_burst") is not None:
-            judge.info("matmul_bf16_burst_tflops", data["tflops_burst"], node=node, gpu=record.gpu_label)
-    _checksums(measured, judge, node, "matmul_checksum", "checksum")
+            judge.info("matmul_bf16_burst_tflops", data["tflops_burst"], node=node, gpu=label)
+    _checksums(parts, judge, node, "matmul_checksum", "checksum")
     judge.stragglers("matmul_bf16_tflops")
-    conclude(judge, node, busy=busy)
 
 
-def _checksums(measured: list[Any], judge: JudgeLike, node: str, metric: str, key: str) -> None:
-    values = {record.gpu_label: record.data.get(key) for record in measured}
+def _checksums(parts: list[Part], judge: JudgeLike, node: str, metric: str, key: str) -> None:
+    values = {str(label): data.get(key) for label, data in parts}
     if len(values) < 2:
         return  # one GPU: nothing to compare it with (its checksum rides on its throughput check)
     for label, verdict in agreement(values).items():
@@ -170,11 +141,11 @@ def tflops_drop_pct(intervals: list[dict[str, Any]]) -> float | None:
     return round(max(0.0, (first - last) / first * 100), 2) if first > 0 else None
 
 
-def judge_burn_in(records: list[Any], judge: JudgeLike, node: str) -> None:
-    """Sustained matmul: no drop over time, no failing clock events, checksums stable and agreeing."""
-    measured, busy = _split(records)
-    for record in measured:
-        label, data = record.gpu_label, record.data
+def judge_burn_in(records: Iterable[Any], judge: JudgeLike, node: str) -> None:
+    """Sustained matmul (one rank per GPU): no drop over time, no failing clock events, checksums
+    stable and agreeing."""
+    parts = rank_parts(records, judge, node)
+    for label, data in parts:
         intervals = (data.get("burn_in") or {}).get("intervals") or []
         judge.check("burnin_tflops_drop_pct", tflops_drop_pct(intervals), node=node, gpu=label, intervals=intervals)
         failing = sorted({name for i in intervals for name in decode_reasons(i.get("clock_event_reasons"))[0]})
@@ -203,35 +174,32 @@ def judge_burn_in(records: list[Any], judge: JudgeLike, node: str) -> None:
             start=data.get("checksum"),
             end=data.get("checksum_end"),
         )
-    _checksums(measured, judge, node, "burnin_checksum", "checksum_end")
+    _checksums(parts, judge, node, "burnin_checksum", "checksum_end")
     judge.stragglers("burnin_tflops")
-    conclude(judge, node, busy=busy)
 
 
-def judge_membw(records: list[Any], judge: JudgeLike, node: str) -> None:
-    measured, busy = _split(records)
-    for record in measured:
-        data = record.data
+def judge_membw(bench: dict[str, Any], judge: JudgeLike, node: str) -> None:
+    """HBM copy TB/s per GPU of the node's gpubench result against the floor and the node median."""
+    for label, data in bench_parts(bench, "membw", judge, node):
         judge.check(
             "membw_tbps",
             data.get("tbps"),
             node=node,
-            gpu=record.gpu_label,
+            gpu=label,
             size=data.get("best_size"),
             spread_pct=data.get("by_size", {}).get(str(data.get("best_size")), {}).get("spread_pct"),
         )
     judge.stragglers("membw_tbps")
-    conclude(judge, node, busy=busy)
 
 
-def judge_hostbw(records: list[Any], judge: JudgeLike, node: str, concurrent: dict[str, Any] | None = None) -> None:
+def judge_hostbw(bench: dict[str, Any], judge: JudgeLike, node: str) -> None:
     """H2D/D2H GB/s of each GPU's link alone (NUMA-local buffer, the other GPUs idle) against the floor
     and the node median, the PCIe link as it runs under that load; then, reported, what each GPU and the
     node got with every GPU copying at once (they share the host's memory, root complexes and, on HGX
     boards, one PCIe switch uplink per two GPUs, so that figure depends on the board, not the link)."""
-    measured, busy = _split(records)
-    for record in measured:
-        label, data = record.gpu_label, record.data
+    parts = bench_parts(bench, "hostbw", judge, node)
+    concurrent = bench.get("hostbw_concurrent")
+    for label, data in parts:
         numa = data.get("numa") or {}
         judge.check(
             "hostbw_h2d_gbps",
@@ -262,17 +230,16 @@ def judge_hostbw(records: list[Any], judge: JudgeLike, node: str, concurrent: di
         )
     judge.stragglers("hostbw_h2d_gbps")
     judge.stragglers("hostbw_d2h_gbps")
-    if concurrent and not busy:
+    if concurrent and not bench.get("busy"):  # every GPU of the node copied at once
         for direction in ("h2d", "d2h"):
-            for record, value in zip(measured, concurrent.get(f"{direction}_gbps_per_gpu") or [], strict=False):
-                judge.info(f"hostbw_{direction}_concurrent_gbps", value, node=node, gpu=record.gpu_label)
+            for (label, _), value in zip(parts, concurrent.get(f"{direction}_gbps_per_gpu") or [], strict=False):
+                judge.info(f"hostbw_{direction}_concurrent_gbps", value, node=node, gpu=label)
             judge.info(
                 f"hostbw_{direction}_concurrent_total_gbps",
                 concurrent.get(f"{direction}_gbps_total"),
                 node=node,
                 gpus=concurrent.get("gpus"),
             )
-    conclude(judge, node, busy=busy)
 
 
 def _link_split(entry: dict[str, Any], kind: str) -> str:
@@ -284,59 +251,61 @@ def _link_split(entry: dict[str, Any], kind: str) -> str:
     return f"on {len(per_link)} of {entry.get('links') or '?'} links, most on link {worst} ({count})"
 
 
-def judge_nvlink_under_load(record: Any, judge: JudgeLike, node: str) -> None:
+def _p2p(bench: dict[str, Any], node: str) -> dict[str, Any]:
+    """The GPU-pair copies of the node's gpubench result: judged by the bandwidth and the NVLink-error
+    tests, one measurement, so the two verdicts speak of the same load."""
+    if "p2p" not in bench:
+        raise MeasurementError(f"{node}: the gpubench result holds no GPU-pair figures", nodes=(node,))
+    data: dict[str, Any] = bench["p2p"]
+    return data
+
+
+def judge_nvlink_under_load(bench: dict[str, Any], judge: JudgeLike, node: str) -> None:
     """NVLink errors that appeared while the P2P copies ran: CRC as a rate, replay/recovery as counts.
 
     DCGM judges the flit and data CRC counters each as a rate, FAIL at >= 100/s (health watch
     ``MonitorNVLink`` and the diag pcie plugin's per-second check, Hopper included); replay and
     recovery are failures at any count. The failure names the links the errors sat on.
     """
-    data = record.data
+    data = _p2p(bench, node)
     labels = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
-    busy = [line for entry in data.get("busy") or [] for line in busy_lines(labels.get(entry["gpu"]), [entry])]
-    missing, details = [], []
+    record_busy(judge, node, [{**e, "label": labels.get(e["gpu"])} for e in data.get("busy") or []])
     for entry in data.get("nvlink_errors") or []:
         label = labels.get(entry["gpu"], str(entry["gpu"]))
         counts = {k: entry.get(k) for k in ("crc_flit", "crc_data", "replay", "recovery")}
-        if any(v is None for v in counts.values()):
-            # A node whose SKU has no NVLink never gets here (the test skips it): unreadable is not clean.
-            unread = sorted(k for k, v in counts.items() if v is None)
-            missing.append(f"{node} GPU {label}: NVLink counters {unread} while the copies ran ({unread_text(entry)})")
-            continue
         seconds = max(float(entry.get("seconds") or 0), 1e-3)
         for kind in ("flit", "data"):
             count = counts[f"crc_{kind}"]
+            metric = f"p2p_nvlink_crc_{kind}_per_s"
+            if count is None:  # the SKU has NVLink (else the test skips): unreadable is not clean
+                judge.unreadable(metric, f"CRC {kind} counter unread while the copies ran ({unread_text(entry)})",
+                                 node=node, gpu=label)  # fmt: skip
+                continue
             where = _link_split(entry, kind)
             judge.check(
-                f"p2p_nvlink_crc_{kind}_per_s",
+                metric,
                 round(count / seconds, 2),
                 node=node,
                 gpu=label,
                 count=count,
                 seconds=seconds,
                 links=(entry.get("per_link") or {}).get(f"crc_{kind}"),
+                details=[f"{count} CRC {kind} errors in {seconds:.1f} s {where}"] if count and where else [],
             )
-            if count and where:
-                details.append(f"GPU {label}: {count} CRC {kind} errors in {seconds:.1f} s {where}")
-        judge.check("p2p_nvlink_replay_errors", counts["replay"], node=node, gpu=label, seconds=seconds)
-        judge.check("p2p_nvlink_recovery_errors", counts["recovery"], node=node, gpu=label, seconds=seconds)
-    conclude(judge, node, busy=busy, details=details, missing=missing)
+        for kind in ("replay", "recovery"):
+            metric = f"p2p_nvlink_{kind}_errors"
+            if counts[kind] is None:
+                judge.unreadable(metric, f"{kind} counter unread while the copies ran ({unread_text(entry)})",
+                                 node=node, gpu=label)  # fmt: skip
+            else:
+                judge.check(metric, counts[kind], node=node, gpu=label, seconds=seconds)
 
 
-def p2p_record(cluster: Any, node: str) -> GpuView:
-    """The node's GPU-pair copies (part of its gpubench step), judged by the bandwidth and the NVLink-error
-    tests: one measurement, so the two verdicts speak of the same load."""
-    data = gpubench_result(cluster, node).one().data
-    if "p2p" not in data:
-        raise MeasurementError(f"{node}: the gpubench result holds no GPU-pair figures", nodes=(node,))
-    return GpuView(node, None, data["p2p"])
-
-
-def judge_p2p(record: Any, judge: JudgeLike, node: str) -> dict[str, Any]:
+def judge_p2p(bench: dict[str, Any], judge: JudgeLike, node: str) -> dict[str, Any]:
     """Every ordered GPU pair's copy GB/s; the slowest pair is named; returns the matrix."""
-    data = record.data
+    data = _p2p(bench, node)
     labels = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
-    busy = [line for entry in data.get("busy") or [] for line in busy_lines(labels.get(entry["gpu"]), [entry])]
+    record_busy(judge, node, [{**e, "label": labels.get(e["gpu"])} for e in data.get("busy") or []])
     pairs = data.get("pairs") or []
     for pair in pairs:
         where = f"{labels.get(pair['src'], pair['src'])} -> {labels.get(pair['dst'], pair['dst'])}"
@@ -348,7 +317,6 @@ def judge_p2p(record: Any, judge: JudgeLike, node: str) -> dict[str, Any]:
             peer_access=pair.get("peer_access"),
             spread_pct=pair.get("spread_pct"),
         )
-    details = []
     if pairs:
         slow = min(pairs, key=lambda p: p["gbps"])
         judge.info(
@@ -357,11 +325,7 @@ def judge_p2p(record: Any, judge: JudgeLike, node: str) -> dict[str, Any]:
             node=node,
             pair=f"{slow['src']}->{slow['dst']}",
             matrix=data.get("matrix"),
-        )
-        details.append(
-            f"slowest pair: GPU {slow['src']} -> GPU {slow['dst']} at {slow['gbps']} GB/s"
-            + ("" if slow.get("peer_access") else " (no peer access: copied through the host)")
+            peer_access=slow.get("peer_access"),
         )
     judge.stragglers("p2p_gbps")
-    conclude(judge, node, busy=busy, details=details)
     return data.get("matrix") or {}

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuaccept.errors import MeasurementError
-from gpuaccept.hardware.verdict import JudgeLike, conclude, gpu_label
+from gpuaccept.hardware.protocol import JudgeLike, gpu_label
 
 __all__ = ["XidEvent", "hardware_codes", "judge_xid", "parse_line", "parse_log"]
 
@@ -99,18 +99,25 @@ def judge_xid(data: dict[str, Any], judge: JudgeLike, node: str, hardware: set[i
     """Count hardware Xids per GPU since boot; an unreadable kernel log is an error, never a pass."""
     if not data.get("readable"):
         why = "; ".join(f"{src}: {msg}" for src, msg in (data.get("errors") or {}).items()) or "no source answered"
-        raise MeasurementError(
-            f"{node}: the kernel log is unreadable, so Xid errors cannot be ruled out ({why}). Run the suite as a "
+        judge.unreadable(
+            "xid_hardware_events",
+            f"the kernel log is unreadable, so Xid errors cannot be ruled out ({why}). Run the suite as a "
             "user that may read it (root, the systemd-journal group, or kernel.dmesg_restrict=0).",
-            nodes=(node,),
+            node=node,
         )
+        return []
     events = parse_log(data.get("xid_lines") or [])
     gpus = {_bus_of(g): gpu_label(g) for g in data.get("gpus") or []}
     coverage = {"source": data.get("source"), "log_start_s": data.get("log_start_s"), "uptime_s": data.get("uptime_s")}
     by_gpu: dict[str, list[XidEvent]] = {label: [] for label in gpus.values() if label}
     for event in events:
         by_gpu.setdefault(gpus.get(event.bus) or f"unknown device {event.pci}", []).append(event)
-    details: list[str] = []
+    sent = len(data.get("xid_lines") or [])
+    cut = (
+        [f"only the last {sent} of {data['xid_lines_total']} Xid lines were sent"]
+        if data.get("xid_lines_total", 0) > sent
+        else []
+    )
     for label, gpu_events in by_gpu.items():
         bad = [e for e in gpu_events if e.code in hardware]
         codes = dict(Counter(e.code for e in gpu_events))
@@ -122,12 +129,9 @@ def judge_xid(data: dict[str, Any], judge: JudgeLike, node: str, hardware: set[i
             gpu=label,
             codes=dict(Counter(e.code for e in bad)),
             lines=[e.raw for e in bad[-20:]],
+            details=[f"Xid {e.code} {e.message[:160]}" for e in bad[-5:]] + (cut if bad else []),
         )
-        details += [f"GPU {label}: Xid {e.code} {e.message[:160]}" for e in bad[-5:]]
     if not by_gpu:
         judge.info("xid_events", 0, node=node, **coverage)
         judge.check("xid_hardware_events", 0, node=node)
-    if data.get("xid_lines_total", 0) > len(data.get("xid_lines") or []):
-        details.append(f"only the last {len(data['xid_lines'])} of {data['xid_lines_total']} Xid lines were sent")
-    conclude(judge, node, details=details)
     return events

@@ -3,8 +3,9 @@
 A test measures through ``cluster`` and hands what it measured to its ``Judge`` (the ``judge``
 fixture): ``check`` a figure against the limit the node's SKU sets, ``expect`` a named expectation
 whose expected value the test computed ("sha256 equal to the one written on node1"), ``info`` a
-figure the catalogue declares informational, ``stragglers`` for the relative rule, then ``verify``.
-Tests never read limits to decide anything themselves.
+figure the catalogue declares informational, ``stragglers`` for the relative rule; ``busy`` and
+``unreadable`` for what could not be measured. Then the test returns: the plugin decides its outcome
+from these checks (``judging.outcome``). Tests never read limits to decide anything themselves.
 
 Rules that hold everywhere because they live only here:
 
@@ -28,7 +29,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from gpuaccept.errors import MeasurementError, ToolMissing
-from gpuaccept.results.metrics import MetricResult, SubjectKind
+from gpuaccept.judging.outcome import BUSY_METRIC
+from gpuaccept.results.metrics import SUBJECT_KINDS, MetricResult, SubjectKind
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.schema import Limit, MetricSpec
 
@@ -37,12 +39,14 @@ if TYPE_CHECKING:
 
 __all__ = ["Judge", "judge_value", "no_limit_message"]
 
-#: the subject keywords a test names (``gpu=``, ``pair=``, ``hca=``, ...), at most one of them set
-Subject = dict[str, Any]
+#: the subject keywords a test may name a check's subject with (``gpu=3``, ``hca="mlx5_0 port 1"``, ...)
+SUBJECT_KEYWORDS = tuple(k for k in SUBJECT_KINDS if k != "node")
 
 
-def _subject(on: Subject) -> tuple[str | None, SubjectKind]:
-    """The one subject a check is about, from the keyword the test used: none of them = the node."""
+def _subject(extra: dict[str, Any]) -> tuple[str | None, SubjectKind]:
+    """Take the one subject keyword out of ``extra`` (``gpu=``, ``pair=``, ``hca=``, ``rail=``, ``rank=``,
+    ``field=``, ``partition=``): what the check is about beside its node; none of them = the node."""
+    on = {k: extra.pop(k) for k in SUBJECT_KEYWORDS if k in extra}
     named = [(kind, label) for kind, label in on.items() if label is not None]
     if len(named) > 1:
         raise TypeError(f"a check is about one subject, got {', '.join(k + '=' for k, _ in named)}")
@@ -79,7 +83,7 @@ def no_limit_message(metric: str, sku: str, scale: int | None = None) -> str:
 
 
 class Judge:
-    """One test's judge: collects its checks, decides its verdict in ``verify``."""
+    """One test's judge: judges and records its checks (the plugin ends the test from them)."""
 
     def __init__(
         self,
@@ -134,9 +138,9 @@ class Judge:
 
     # ---- recording -----------------------------------------------------------------------------------
 
-    def _make(self, metric: str, value: Any, node: str, on: Subject, extra: dict[str, Any], sku: str) -> MetricResult:
+    def _make(self, metric: str, value: Any, node: str, extra: dict[str, Any], sku: str) -> MetricResult:
         spec = self._spec(metric)
-        subject, subject_kind = _subject(on)
+        subject, subject_kind = _subject(extra)
         result = MetricResult(
             test=self.test,
             metric=metric,
@@ -160,32 +164,19 @@ class Judge:
 
     # ---- the three ways to hand over a measurement ---------------------------------------------------
 
-    def check(
-        self,
-        metric: str,
-        value: Any,
-        *,
-        node: str,
-        scale: int | None = None,
-        gpu: Any = None,
-        pair: Any = None,
-        hca: Any = None,
-        rail: Any = None,
-        rank: Any = None,
-        field: Any = None,
-        **extra: Any,
-    ) -> MetricResult:
+    def check(self, metric: str, value: Any, *, node: str, scale: int | None = None, **extra: Any) -> MetricResult:
         """Judge ``value`` against the node's SKU limit (``<metric>@<scale>`` first when ``scale`` is given).
 
-        An informational metric without a limit is recorded as ``info``; any other metric without a
-        limit is ``unjudged`` and makes the test an ERROR at ``verify``.
+        What it is about beside ``node`` is one subject keyword in ``extra`` (``gpu=``, ``pair=``,
+        ``hca=``, ``rail=``, ``rank=``, ``field=``, ``partition=``); the rest of ``extra`` rides along on
+        the record. An informational metric without a limit is recorded as ``info``; any other metric
+        without a limit is ``unjudged`` and makes the test an ERROR.
         """
         spec = self._spec(metric)
         if spec.kind == "expectation":
             raise TypeError(f"{metric} is an expectation: use judge.expect(...)")
         sku = self._sku_of(node)
-        on = {"gpu": gpu, "pair": pair, "hca": hca, "rail": rail, "rank": rank, "field": field}
-        result = self._make(metric, value, node, on, extra if scale is None else {**extra, "scale": scale}, sku)
+        result = self._make(metric, value, node, extra if scale is None else {**extra, "scale": scale}, sku)
         limit = self._limit(metric, sku, scale)
         if limit is not None and self._calibrating and any(fnmatch.fnmatchcase(metric, g) for g in self._recalibrate):
             limit = None  # --calibrate-metric: this limit is being measured anew (a site fabric)
@@ -212,40 +203,41 @@ class Judge:
             result.reason = f"{result.reason}; {regression.reason}" if result.reason else regression.reason
         return self._record(result)
 
-    def expect(
-        self,
-        name: str,
-        observed: Any,
-        expected: Any,
-        *,
-        node: str,
-        gpu: Any = None,
-        rank: Any = None,
-        field: Any = None,
-        partition: Any = None,
-        **extra: Any,
-    ) -> MetricResult:
+    def expect(self, name: str, observed: Any, expected: Any, *, node: str, **extra: Any) -> MetricResult:
         """A named expectation: ``observed`` must equal ``expected`` (computed by the test), with the
         catalogue's source for why ("node1 state usable", "CUDA_VISIBLE_DEVICES disjoint")."""
         spec = self._spec(name)
         if spec.kind != "expectation":
             raise TypeError(f"{name} is a metric with limits in thresholds.yaml: use judge.check(...)")
-        on = {"gpu": gpu, "rank": rank, "field": field, "partition": partition}
-        result = self._make(name, observed, node, on, extra, sku="")
+        result = self._make(name, observed, node, extra, sku="")
         result.equal, result.source = expected, spec.source
         result.verdict = "pass" if observed == expected else "fail"
         result.reason = "" if result.verdict == "pass" else f"{observed} != {expected}"
         return self._record(result)
 
-    def info(
-        self, metric: str, value: Any, *, node: str, gpu: Any = None, pair: Any = None, hca: Any = None, **extra: Any
-    ) -> MetricResult:
+    def info(self, metric: str, value: Any, *, node: str, **extra: Any) -> MetricResult:
         """Record a figure the catalogue declares informational (shown in the report, passes nothing)."""
         spec = self._spec(metric)
         if not spec.informational:
             raise TypeError(f"{metric} is not declared informational in the catalogue: judge it with check()")
         sku = self._sku_of(node) if spec.kind == "metric" and value is not None else ""
-        return self._record(self._make(metric, value, node, {"gpu": gpu, "pair": pair, "hca": hca}, extra, sku))
+        return self._record(self._make(metric, value, node, extra, sku))
+
+    def busy(self, processes: str, *, node: str, gpu: Any) -> MetricResult:
+        """Record that other processes used ``gpu`` while it was measured (``processes``: who): its figures
+        measured the sharing, not the GPU, so the test is an ERROR naming it (a FAILED elsewhere stays)."""
+        result = self._make(BUSY_METRIC, processes, node, {"gpu": gpu}, sku="")
+        result.equal, result.source = "no other process", self._spec(BUSY_METRIC).source
+        result.verdict, result.reason = "unmeasured", processes
+        return self._record(result)
+
+    def unreadable(self, metric: str, why: str, *, node: str, **subject: Any) -> MetricResult:
+        """Record that ``metric`` could not be read (``why``): an ERROR for the test, never a pass, while
+        every other reading of it is still judged (a GPU that failed elsewhere still FAILS)."""
+        spec = self._spec(metric)
+        result = self._make(metric, "unreadable", node, dict(subject), sku="")
+        result.unit, result.verdict, result.reason = spec.unit, "unmeasured", why
+        return self._record(result)
 
     def tool_missing(self, check: str, tool: str, *, node: str, detail: str = "") -> None:
         """End the test as ``not run``: ``check`` needs ``tool``, which ``node`` lacks. Not a skip (the
@@ -286,38 +278,7 @@ class Judge:
                     flagged.append(result)
         return flagged
 
-    # ---- the verdict ---------------------------------------------------------------------------------
+    # ---- the verdict (decided by the plugin from these checks: ``judging.outcome``) -------------------
 
     def failures(self) -> list[MetricResult]:
         return [r for r in self.results if r.verdict == "fail"]
-
-    def verify(self) -> None:
-        """Raise the one exception the checks call for: AssertionError listing every miss (FAILED),
-        MeasurementError for a needed limit that is missing or nothing judged (ERROR); else pass."""
-        failed = self.failures()
-        unjudged = sorted({r.reason for r in self.results if r.verdict == "unjudged"})
-        if failed:
-
-            def only_regressed(r: MetricResult) -> bool:
-                return bool(r.extra.get("regressed_only"))
-
-            def lines(results: list[MetricResult]) -> str:
-                return "\n  ".join(
-                    f"{r.where}: {r.metric} = {r.value} {r.unit} (limit {r.limit_text()}; {r.reason})" for r in results
-                )
-
-            misses = [r for r in failed if not only_regressed(r)]
-            regressed = [r for r in failed if only_regressed(r)]
-            parts = [f"{len(misses)} threshold miss(es):\n  " + lines(misses)] if misses else []
-            if regressed:
-                parts.append(f"{len(regressed)} regression(s) vs baseline:\n  " + lines(regressed))
-            if unjudged:
-                parts.append("also could not judge:\n  " + "\n  ".join(unjudged))
-            raise AssertionError("\n".join(parts))
-        if unjudged:
-            raise MeasurementError("; ".join(unjudged))
-        if not any(r.judged for r in self.results) and not any(r.verdict == "measured" for r in self.results):
-            shown = f" (only informational figures: {', '.join(sorted({r.metric for r in self.results}))})"
-            raise MeasurementError(
-                f"{self.test}: nothing was judged, so nothing can pass" + (shown if self.results else "")
-            )

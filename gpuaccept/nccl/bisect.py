@@ -4,16 +4,17 @@ Google's cluster-health-scanner runs NCCL in node pairs, then re-tests every nod
 with a node that passed (its "second pass"): a node that fails with a known-good partner is at fault,
 one that passes is cleared. Here the first pass is any multi-node scale (groups of 2, 4, ... nodes
 measured side by side); a group fails when it misses the floor, when it falls too far below its
-sibling groups' median, or when a result was wrong (those verdicts, and the blame from the second pass,
-are the judging core's: ``gpuaccept.judging.groups``). Everything is plain data so the selftests can
-drive it with a simulated slow node.
+sibling groups' median, or when a result was wrong (``nccl.groups``); ``attribute`` reads the blame
+from the second pass, for nodes here and for HCAs in ``fabric.schedule``. Everything is plain data so
+the selftests can drive it with a simulated slow node.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
-__all__ = ["Group", "Pair", "plan_rounds", "suspects_and_good"]
+__all__ = ["Blame", "Group", "Pair", "attribute", "plan_rounds", "suspects_and_good"]
 
 Group = tuple[str, ...]
 Pair = tuple[str, str]
@@ -79,3 +80,40 @@ def _rounds(pairs: list[Pair]) -> list[list[Pair]]:
         else:
             rounds.append([pair])
     return rounds
+
+
+@dataclass(frozen=True)
+class Blame:
+    """The verdict on one suspect: ``at_fault``, ``cleared`` or ``undetermined``, and the evidence."""
+
+    node: str
+    verdict: str
+    evidence: tuple[str, ...]
+
+
+def attribute(pair_ok: Mapping[Pair, bool], suspects: Iterable[str], good: Iterable[str]) -> dict[str, Blame]:
+    """Blame from second-pass outcomes: failing with a trusted partner convicts, any pass clears.
+
+    A partner is trusted when it is known-good from the first pass or was itself cleared by passing
+    another pair. A suspect whose every pair failed but whose partners are all untrusted stays
+    ``undetermined`` (e.g. two nodes only: the pair fails and nothing can tell them apart).
+    """
+    suspects = list(dict.fromkeys(suspects))
+    trusted = set(good)
+    for (a, b), ok in pair_ok.items():
+        if ok:
+            trusted.update((a, b))
+    out: dict[str, Blame] = {}
+    for node in suspects:
+        mine = [(pair, ok) for pair, ok in pair_ok.items() if node in pair]
+        partners = [(pair[1] if pair[0] == node else pair[0], ok) for pair, ok in mine]
+        evidence = tuple(f"with {p}: {'passed' if ok else 'failed'}" for p, ok in partners)
+        if not mine:
+            out[node] = Blame(node, "undetermined", ("not re-tested (no partner available)",))
+        elif any(ok for _, ok in partners):
+            out[node] = Blame(node, "cleared", evidence)
+        elif any(p in trusted for p, _ in partners):
+            out[node] = Blame(node, "at_fault", evidence)
+        else:
+            out[node] = Blame(node, "undetermined", evidence)
+    return out

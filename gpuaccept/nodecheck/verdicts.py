@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuaccept.errors import MeasurementError
 from gpuaccept.hardware.ib import judge_ib
-from gpuaccept.hardware.verdict import gpu_label
+from gpuaccept.hardware.protocol import gpu_label
 from gpuaccept.hardware.xid import hardware_codes, judge_xid, parse_log
 from gpuaccept.judging.judge import Judge
 from gpuaccept.nodecheck.expected import GATED_FIELDS
@@ -89,13 +89,16 @@ class _Node:
         self.judge.check(metric, value, node=self.node, gpu=gpu, **extra)
 
     def quietly(self, check: str, call: Any, *args: Any) -> None:
-        """Run one of the suite's hardware judges; its checks are on the judge, its verdict is ours."""
+        """Run one of the suite's hardware judges; its checks are on the judge, its verdict is ours: a
+        reading it could not take is a finding that does not drain."""
+        before = len(self.judge.results)
         try:
             call(*args)
-        except AssertionError:
-            pass
         except MeasurementError as exc:
             self.missing(check, "", str(exc).splitlines()[0][:200])
+        for result in self.judge.results[before:]:
+            if result.verdict == "unmeasured":
+                self.missing(result.metric, _short(result), result.reason[:200])
 
 
 def _gpus(n: _Node, gpus: dict[str, Any], declared: int | None, context: str, job: str | None) -> None:

@@ -6,6 +6,8 @@ It is the unit of the run record, the report and the terminal summary. Verdicts:
   the value its test expected), with the limit's ``source``;
 * ``info``: a figure the catalogue declares informational (shown, never passes a test);
 * ``unjudged``: the test needed a limit the node's SKU does not define; the test is an ERROR;
+* ``unmeasured``: a reading that could not be taken, or a GPU other processes were using while it was
+  measured (``gpu_idle``); the test is an ERROR unless a check failed;
 * ``measured``: the same, in a calibration run (``--calibrate``): recorded for ``gpuaccept-calibrate``
   to set a floor from, never a pass; the test ends ``measured``, not passed.
 """
@@ -17,7 +19,7 @@ from typing import Any, Literal
 
 __all__ = ["JUDGED", "SUBJECT_KINDS", "MetricResult", "SubjectKind", "Verdict", "subject_of"]
 
-Verdict = Literal["pass", "fail", "info", "unjudged", "measured"]
+Verdict = Literal["pass", "fail", "info", "unjudged", "unmeasured", "measured"]
 #: What a check is about, beside its node: the node itself, one GPU (``3 (0000:9A:00.0)``), a GPU pair
 #: (``0->1``, or a GPU and the HCA it pairs with), an HCA port (``mlx5_0 port 1``), a rail (the same HCA
 #: index across nodes), a task or rank, a fingerprint field (``driver``), a Slurm partition. The kind

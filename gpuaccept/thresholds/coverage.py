@@ -155,7 +155,8 @@ TESTS: dict[str, TestSpec] = {
         absent="nccl_net",
     ),
     "test_fabric.py::test_nccl_rails": TestSpec(
-        (*tuple(f"nccl_rail_{c}_busbw_gbs" for c in _COLLECTIVES[:3]), "nccl_busbw_fabric_pct"), nodes=2
+        (*tuple(f"nccl_rail_{c}_busbw_gbs" for c in _COLLECTIVES[:3]), "nccl_busbw_fabric_pct", "nccl_wrong_elements"),
+        nodes=2,
     ),
     "test_fabric.py::test_rdma_perftest": TestSpec(
         ("rdma_write_bw_gbps", "rdma_write_bw_pct_of_rate", "rdma_write_lat_p99_us", "rdma_gpu_memory"),

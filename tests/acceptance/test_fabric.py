@@ -26,12 +26,11 @@ from gpuaccept.errors import MeasurementError
 from gpuaccept.fabric import schedule
 from gpuaccept.fabric.affinity import affine_hcas, bus_key, compute_hcas, line_rate_gbs
 from gpuaccept.fabric.counters import FLAP_COUNTERS, RATE_COUNTERS, error_rate, port_windows
-from gpuaccept.fabric.gdr import observations
+from gpuaccept.fabric.gdr import judge_gdr
 from gpuaccept.fabric.rails import rail_groups_spec, rail_label, rail_rounds
 from gpuaccept.fabric.rdma import missing_tools, pair_results
 from gpuaccept.fabric.transport import hca_usage, observe_rank
-from gpuaccept.hardware.verdict import conclude
-from gpuaccept.judging.groups import attribute
+from gpuaccept.nccl.bisect import attribute
 from gpuaccept.nccl.lines import wrong_lines
 from gpuaccept.nccl.sweep import algo_args, group_tables
 
@@ -122,11 +121,7 @@ def test_gdr_enablement(node, cluster, judge):
     if not hcas and not _declares_ib(judge, node):
         pytest.skip(f"{node}: SKU {judge.sku(node)} declares no InfiniBand and the node has no HCA")
     data = cluster.run("gdr", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=120).one().data
-    found, unreadable = observations(data)
-    for o in found:
-        judge.check(o.metric, o.value, node=node, pair=o.gpu, **o.extra)
-    problems = [] if data.get("gpus") else [f"{node}: no NVIDIA GPU on the PCI bus under {data.get('sysfs_root')}"]
-    conclude(judge, node, problems=problems, missing=unreadable)
+    judge_gdr(data, judge, node)
 
 
 # ---- NCCL transport ----------------------------------------------------------------------------------
@@ -165,7 +160,6 @@ def test_nccl_transport(cluster, judge):
     for node, used in hca_usage(seen, {n: list(rates[n]) for n in nodes if rates[n]}).items():
         for hca, flag in used.items():
             judge.check("nccl_net_hca_used", flag, node=node, hca=hca)
-    judge.verify()
 
 
 # ---- rails -------------------------------------------------------------------------------------------
@@ -213,7 +207,11 @@ def _judge_rail(judge, table, label, rates, hcas) -> bool:
                 r = judge.check("nccl_busbw_fabric_pct", pct, node=node, rail=label, collective=collective,
                                  line_rate_gbs=min(lines), scope="rail")  # fmt: skip
                 ok &= r.verdict != "fail"
-    return ok and not table.wrong_results()
+    wrong = sum(count for *_, count, _ in table.wrong_results())
+    details = wrong_lines(table, table.info["labels"])
+    for node in table.nodes:  # every result of the rail right (the lines name the rank that got it wrong)
+        ok &= judge.check("nccl_wrong_elements", wrong, node=node, rail=label, details=details).verdict != "fail"
+    return ok
 
 
 @pytest.mark.multinode
@@ -226,18 +224,17 @@ def test_nccl_rails(cluster, judge, settings):
     ib = _STATE.get("ib") or _ib(cluster, nodes)
     rates = {n: compute_hcas(ib[n], _link_layer(judge, n)) for n in nodes}
     affinity = {n: _affinity(cluster, n) if rates[n] and cluster.gpus_on(n) else {} for n in nodes}
-    problems, failing = [], []
+    failing = []
     for table in _run_rails(cluster, settings, nodes):
         hcas = _rail_hcas(table, affinity)
         label = rail_label(table.info["rail"], hcas)
         print(f"{label}: " + ", ".join(f"{c} {table.largest(c).busbw:.3f} GB/s" for c in RAIL_COLLECTIVES
                                        if table.largest(c)))  # fmt: skip
-        problems += wrong_lines(table, table.info["labels"])
         if not _judge_rail(judge, table, label, rates, hcas):
             failing.append((table.info["rail"], label))
     for rail, label in failing:
         if len(nodes) < 3:
-            problems.append(f"{label} fails between {' and '.join(nodes)}: two nodes cannot tell which end is slow")
+            print(f"{label} fails between {' and '.join(nodes)}: two nodes cannot tell which end is slow")
             continue
         pair_ok: dict[tuple[str, str], bool] = {}
         for batch in rail_rounds(nodes):
@@ -248,9 +245,9 @@ def test_nccl_rails(cluster, judge, settings):
                                  _rail_hcas(table, affinity))  # fmt: skip
                 pair_ok[tuple(table.nodes)] = ok  # type: ignore[index]
         for node, blame in attribute(pair_ok, nodes, []).items():
-            if blame.verdict == "at_fault":
-                problems.append(f"{label}: {node} is at fault ({'; '.join(blame.evidence)})")
-    conclude(judge, nodes[0], problems=problems)
+            if blame.verdict != "undetermined":  # undetermined: its rail checks above already failed
+                judge.expect("nccl_node_verdict", blame.verdict.replace("_", " ").replace("cleared", "not at fault"),
+                             "not at fault", node=node, rail=label, evidence=list(blame.evidence))  # fmt: skip
 
 
 # ---- RDMA data path ----------------------------------------------------------------------------------
@@ -307,17 +304,20 @@ def test_rdma_perftest(cluster, judge, settings):
     for batch in plan:
         first.update(_perftest_round(cluster, batch, gpu_memory, timeout))
     verdicts = _judge_pairs(judge, first, rates, gpu_memory)
-    problems = [f"{n}: no active compute HCA, but SKU {judge.sku(n)} expects InfiniBand" for n in bare]
-    problems += [f"{n} {h}: no partner HCA on that rail to test with" for n, h in schedule.untested(hcas, plan)]
-    problems += [f"{p.label()}: {'; '.join(r.errors)}" for p, r in first.items() if r.errors]
+    for n in bare:  # the SKU expects InfiniBand (else the node would not be here)
+        judge.expect("rdma_pair_ran", f"no active compute HCA (SKU {judge.sku(n)} expects InfiniBand)", "ran", node=n)
+    for n, h in schedule.untested(hcas, plan):
+        judge.expect("rdma_pair_ran", "no partner HCA on that rail to test with", "ran", node=n, hca=h)
+    for p, r in first.items():
+        if r.errors:
+            judge.expect("rdma_pair_ran", "; ".join(r.errors), "ran", node=p.client[0], hca=p.label())
     second: dict[Any, bool] = {}
     for batch in schedule.second_pass(verdicts, hcas):
         second.update(_judge_pairs(judge, _perftest_round(cluster, batch, gpu_memory, timeout), rates, gpu_memory))
     for (node, hca), blame in schedule.blame(verdicts, second).items():
-        if blame.verdict != "cleared":
-            problems.append(f"{node} {hca}: {blame.verdict.replace('_', ' ')} ({'; '.join(blame.evidence)})")
+        judge.expect("rdma_hca_verdict", blame.verdict.replace("_", " ").replace("cleared", "not at fault"),
+                     "not at fault", node=node, hca=hca, evidence=list(blame.evidence))  # fmt: skip
     print(f"perftest: {len(first)} pairs in {len(plan)} rounds, {len(second)} re-tests")
-    conclude(judge, nodes[0], problems=problems)
 
 
 # ---- IB counters over the run ------------------------------------------------------------------------
@@ -332,11 +332,10 @@ def test_ib_counter_window(cluster, judge):
     if isinstance(before, MeasurementError) or before is None:
         raise MeasurementError(f"no first IB counter reading to open the window: {before}")
     after = _ib(cluster, nodes, counters_only=True)
-    missing = []
     for node in nodes:
         for w in port_windows(before[node], after[node], _link_layer(judge, node)):
-            missing += [f"{node} {w.where}: {m}" for m in w.missing]
-            missing += [f"{node} {w.where}: counters/{c} went down (reset during the window)" for c in w.reset]
+            for metric, why in w.unread:
+                judge.unreadable(metric, why, node=node, hca=w.where)
             info = {"window_s": round(w.seconds, 1)}
             for counter, metric in FLAP_COUNTERS.items():
                 if counter in w.deltas:
@@ -346,4 +345,3 @@ def test_ib_counter_window(cluster, judge):
                 if rate is not None:
                     judge.check(metric, rate, node=node, hca=w.where, errors=w.deltas[counter],
                                  bits_received=w.bits_received, **info)  # fmt: skip
-    conclude(judge, nodes[0], missing=missing)

@@ -15,4 +15,3 @@ def test_node_limits(node, cluster, judge):
     judge.check("memlock_kib", data["memlock_kib"], node=node)
     judge.info("swap_total_gib", data["swap_total_gib"], node=node)
     judge.info("hugepages_total", data["hugepages_total"], node=node, page_kib=data["hugepage_size_kib"])
-    judge.verify()

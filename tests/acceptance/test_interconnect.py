@@ -14,7 +14,7 @@ import pytest
 
 from gpuaccept.hardware.ib import judge_ib
 from gpuaccept.hardware.nvlink import judge_affinity, judge_nvlink, judge_topology
-from gpuaccept.hardware.perf import judge_nvlink_under_load, p2p_record
+from gpuaccept.hardware.perf import judge_nvlink_under_load
 from gpuaccept.thresholds.coverage import declares_absent
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect]
@@ -40,7 +40,7 @@ def test_nvlink(node, cluster, judge):
     judge_nvlink(data, judge, node, declared_gpus=gpus)
 
 
-def test_nvlink_errors_under_load(node, cluster, judge):
+def test_nvlink_errors_under_load(node, cluster, gpubench, judge):
     """NVLink CRC error rate (flit, data: DCGM's 100/s) and replay/recovery counts while the P2P copies ran.
 
     A count since the driver loaded has no time base; errors while the links carry traffic do. Judged
@@ -51,7 +51,7 @@ def test_nvlink_errors_under_load(node, cluster, judge):
         pytest.skip(f"{node} declares one GPU: no GPU pair to load the NVLinks")
     if declares_absent(judge.declared("nvlink_links_active", node)):
         pytest.skip(f"SKU {judge.sku(node)} declares no NVLink (nvlink_links_active)")
-    judge_nvlink_under_load(p2p_record(cluster, node), judge, node)
+    judge_nvlink_under_load(gpubench(node), judge, node)
 
 
 def test_gpu_topology(node, cluster, judge):

@@ -20,9 +20,9 @@ import pytest
 
 from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.errors import MeasurementError
-from gpuaccept.judging.groups import attribute, group_failures, pair_verdict
-from gpuaccept.nccl.bisect import plan_rounds, suspects_and_good
+from gpuaccept.nccl.bisect import attribute, plan_rounds, suspects_and_good
 from gpuaccept.nccl.formulas import COLLECTIVES
+from gpuaccept.nccl.groups import group_failures, pair_verdict
 from gpuaccept.nccl.lines import median_busbw, metric_name, sweep_lines, wrong_lines
 from gpuaccept.nccl.plots import plot_busbw
 from gpuaccept.nccl.sweep import GroupTable, algo_args, format_bytes, group_tables, scale_groups, scales_for
@@ -34,8 +34,6 @@ CPU_RANKS = 2  # gloo ranks per CPU node for the intra-node sweep (one collectiv
 CPU_MIN_BYTES, CPU_MAX_BYTES = 64 << 10, 1 << 20  # gloo over loopback: CI's whole NCCL section in seconds
 FIDELITY_BYTES = 4 << 30  # the size of our nccl-tests reference figures (docs/measurements.md)
 
-_NODE_SWEEPS: dict[str, tuple[GroupTable, dict[str, Any]]] = {}
-_SCALES: dict[int, list[GroupTable] | MeasurementError] = {}
 _PAIRS: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[tuple[str, str], tuple[bool, str, float]]] = {}
 
 
@@ -126,21 +124,16 @@ def _plot(request: pytest.FixtureRequest, name: str, tables: list[GroupTable], j
     return path
 
 
-def _finish(judge: Any, problems: list[str]) -> None:
-    """One failure listing threshold misses and every wrong result; an error if nothing was measured."""
-    try:
-        judge.verify()
-    except AssertionError as exc:
-        problems.insert(0, str(exc))
-    if problems:
-        raise AssertionError("\n".join(problems))
-
-
-def _run_groups(cluster: Any, settings: Any, groups: list[tuple[str, ...]], **override: Any) -> list[GroupTable]:
+def _run_groups(
+    cluster: Any, settings: Any, groups: list[tuple[str, ...]], shared: bool = False, **override: Any
+) -> list[GroupTable]:
+    """Groups of nodes measured side by side in one step (``shared``: once per session, for a scale that
+    several tests judge)."""
     nodes = [n for g in groups for n in g]
     tasks, gpt = _layout(cluster, nodes[0], multinode=True)
     args = [*_sweep_args(settings, bool(gpt), True, **override), "--groups=" + ";".join(",".join(g) for g in groups)]
-    result = cluster.run("nccl", nodes=nodes, tasks_per_node=tasks, gpus_per_task=gpt, args=args)
+    run = cluster.run_shared if shared else cluster.run
+    result = run("nccl", nodes=nodes, tasks_per_node=tasks, gpus_per_task=gpt, args=args)
     tables = group_tables(result.records)
     for table in tables:
         table.info["facts"] = _facts(result)
@@ -150,16 +143,19 @@ def _run_groups(cluster: Any, settings: Any, groups: list[tuple[str, ...]], **ov
 
 
 def _scale(cluster: Any, settings: Any, scale: int) -> list[GroupTable]:
-    """Every group of ``scale`` nodes measured side by side (cached; a broken step errors every user)."""
-    if scale not in _SCALES:
-        try:
-            _SCALES[scale] = _run_groups(cluster, settings, scale_groups(cluster.nodes, scale))
-        except MeasurementError as exc:
-            _SCALES[scale] = exc
-    value = _SCALES[scale]
-    if isinstance(value, MeasurementError):
-        raise MeasurementError(f"NCCL at scale {scale} could not be measured: {value}", nodes=value.nodes)
-    return value
+    """Every group of ``scale`` nodes measured side by side, once per session (``cluster.run_shared``):
+    the scale test and the bad-node verdicts judge the same step; a broken step errors every user."""
+    try:
+        return _run_groups(cluster, settings, scale_groups(cluster.nodes, scale), shared=True)
+    except MeasurementError as exc:
+        raise MeasurementError(f"NCCL at scale {scale} could not be measured: {exc}", nodes=exc.nodes) from None
+
+
+def _node_sweep(cluster: Any, settings: Any, node: str, tasks: int, gpt: int) -> Any:
+    """All GPUs of the node in one sweep, once per session: ``test_nccl_node`` judges it and the
+    fidelity test compares nccl-tests with it."""
+    args = _sweep_args(settings, bool(gpt))
+    return cluster.run_shared("nccl", nodes=[node], tasks_per_node=tasks, gpus_per_task=gpt, args=args)
 
 
 def _scale_failures(cluster: Any, settings: Any, judge: Any, scale: int) -> dict:
@@ -176,12 +172,9 @@ def test_nccl_node(node, cluster, judge, settings, request):
     tasks, gpt = _layout(cluster, node, multinode=False)
     if gpt and tasks < 2:
         pytest.skip(f"{node} declares {tasks} GPU: no intra-node collective")
-    result = cluster.run(
-        "nccl", nodes=[node], tasks_per_node=tasks, gpus_per_task=gpt, args=_sweep_args(settings, bool(gpt))
-    )
+    result = _node_sweep(cluster, settings, node, tasks, gpt)
     table = group_tables(result.records)[0]
     facts = _facts(result)
-    _NODE_SWEEPS[node] = (table, facts)
     algos = facts.get("algorithms", {})
     print(f"{node}: {tasks} ranks, {facts.get('backend')} {facts.get('nccl_version') or ''}")
     print("\n".join(sweep_lines(table, algos)))
@@ -198,12 +191,13 @@ def test_nccl_node(node, cluster, judge, settings, request):
             nccl=facts.get("nccl_version"), transports=facts.get("transports"), nics=facts.get("nics"),
         )  # fmt: skip
     labels = _rank_labels(result)
+    lines = wrong_lines(table, labels)
     for record in result.records:
         wrong = sum(int(r.get("wrong", 0)) for r in record.data.get("results", []))
         rank = {"gpu": record.gpu_label} if record.gpu_label else {"rank": record.rank}
-        judge.check("nccl_wrong_elements", wrong, node=node, **rank)
+        mine = [line for line in lines if f" on {labels.get(record.rank, f'rank {record.rank}')}:" in line]
+        judge.check("nccl_wrong_elements", wrong, node=node, **rank, details=mine)
     _plot(request, f"node-{node}", [table], judge, multinode=False)
-    _finish(judge, wrong_lines(table, labels))
 
 
 def test_nccl_tests_fidelity(node, cluster, judge, settings):
@@ -220,8 +214,9 @@ def test_nccl_tests_fidelity(node, cluster, judge, settings):
     if not theirs["found"]:  # a missing tool, not a property of the cluster: "not run", listed in the verdict
         judge.tool_missing("nccl-tests fidelity", "nccl-tests", node=node,
                            detail=f"looked in {', '.join(theirs['searched'])}; --nccl-tests-dir")  # fmt: skip
-    table = _NODE_SWEEPS.get(node, (None, None))[0]
-    if table is None or table.at("all_reduce", size) is None:
+    tasks, gpt = _layout(cluster, node, multinode=False)
+    table = group_tables(_node_sweep(cluster, settings, node, tasks, gpt).records)[0]
+    if table.at("all_reduce", size) is None:  # the sweep stopped below this size (--nccl-max-bytes)
         result = cluster.run(
             "nccl", nodes=[node], tasks_per_node=gpus, gpus_per_task=1,
             args=_sweep_args(settings, True, collectives="all_reduce,all_gather", min_bytes=size, max_bytes=size),
@@ -250,7 +245,6 @@ def test_nccl_tests_fidelity(node, cluster, judge, settings):
             "nccl_fidelity_pct", round(100 * ours.busbw / their_busbw, 1), node=node, collective=collective,
             ours=round(ours.busbw, 2), nccl_tests=their_busbw, size=ref["size"],
         )  # fmt: skip
-    judge.verify()
 
 
 # ---- across nodes -----------------------------------------------------------------------------------
@@ -263,7 +257,6 @@ def test_nccl_scale(scale, cluster, judge, settings, request):
         pytest.skip("the allocation has one node: no multi-node scale")
     tables = _scale(cluster, settings, scale)
     failures = _scale_failures(cluster, settings, judge, scale)
-    problems = []
     base_scale = scales_for(len(cluster.nodes))[0]
     base = median_busbw(_scale(cluster, settings, base_scale)) if scale != base_scale else None
     for table in tables:
@@ -280,13 +273,14 @@ def test_nccl_scale(scale, cluster, judge, settings, request):
             for node in table.nodes:
                 judge.check("nccl_scaling_efficiency_pct", round(100 * ar.busbw / base, 1), node=node,
                              scale=scale, group=table.label, baseline_gbs=round(base, 2))  # fmt: skip
-        problems += wrong_lines(table, table.info["labels"])
-        if table.nodes in failures:
-            problems.append(f"group {table.label} fails: " + "; ".join(failures[table.nodes]))
-    if failures:
-        problems.append("test_nccl_node_at_fault re-tests these nodes in pairs with nodes that passed")
+        why = failures.get(table.nodes, [])
+        details = wrong_lines(table, table.info["labels"])
+        if why:
+            details.append("test_nccl_node_at_fault re-tests these nodes in pairs with nodes that passed")
+        for node in table.nodes:  # the group's verdict: its floors, its place among the groups, its results
+            judge.expect("nccl_group_verdict", "; ".join(why) or "passed", "passed", node=node, scale=scale,
+                         group=table.label, details=details)  # fmt: skip
     _plot(request, f"scale-{scale}", tables, judge, multinode=True)
-    _finish(judge, problems)
 
 
 def _pair_pass(cluster: Any, settings: Any, suspects: list[str], good: list[str], floor: Any, ref: float | None,
@@ -335,7 +329,6 @@ def test_nccl_node_at_fault(suspect, cluster, judge, settings):
         # judged on its own worst figure; no "not at fault" expectation: the blame rule did not run, and an
         # expected value the test wrote twice could not fail
         judge.check(metric, round(worst[0], 2), node=suspect, scale=worst[1], group=worst[2], role=role)
-        judge.verify()
         return
     floor = judge.declared(metric, suspect, 2)
     # pairs are 2-node groups: compare them with the passing groups of the smallest scale
@@ -362,4 +355,3 @@ def test_nccl_node_at_fault(suspect, cluster, judge, settings):
     judge.expect(
         "nccl_node_verdict", observed, "not at fault", node=suspect, why=why, first_pass=first_pass, pairs=evidence
     )
-    judge.verify()

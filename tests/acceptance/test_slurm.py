@@ -19,24 +19,21 @@ def slurm_only(cluster):
         pytest.skip("local launcher: this run does not go through Slurm")
 
 
-def test_controller_answers(slurm_only, judge):
-    out = slurm_cmd(["scontrol", "ping"])
+def test_controller_answers(slurm_only, cluster, judge):
+    out = cluster.scheduler(slurm_cmd, ["scontrol", "ping"])
     controller = out.split("Slurmctld(primary) at ")[-1].split()[0] if "Slurmctld(primary) at " in out else "slurmctld"
     judge.expect("slurm_controller_ping", "UP" if "UP" in out else out.strip(), "UP", node=controller)
-    judge.verify()
 
 
-def test_partition_up(slurm_only, settings, judge):
-    part = partition_info(settings.partition)
+def test_partition_up(slurm_only, cluster, settings, judge):
+    part = cluster.scheduler(partition_info, settings.partition)
     judge.expect("slurm_partition_state", part.available, "up", node=part.name, partition=part.name)
-    judge.verify()
 
 
-def test_node_usable(node, slurm_only, judge):
-    info = node_info(node)
+def test_node_usable(node, slurm_only, cluster, judge):
+    info = cluster.scheduler(node_info, node)
     observed = "usable" if info.usable else f"{info.state}" + (f" (reason: {info.reason})" if info.reason else "")
     judge.expect("slurm_node_state", observed, "usable", node=node, state=info.state)
-    judge.verify()
 
 
 def test_step_runs(node, cluster, judge):
@@ -48,7 +45,6 @@ def test_step_runs(node, cluster, judge):
         judge.expect("usable_cpus_granted", cpus_granted_observed(usable, granted, host), GRANTED, node=node,
                      usable_cpus=usable, granted_cpus=granted, host_cpus=host,
                      cpu_bind=record.data["slurm_cpu_bind"])  # fmt: skip
-    judge.verify()
 
 
 def test_gpu_isolation(node, cluster, fingerprints, judge):
@@ -87,4 +83,3 @@ def test_gpu_isolation(node, cluster, fingerprints, judge):
         binding={rank: f"{min(c)}-{max(c)} ({len(c)} cpus)" if c else "none" for rank, c in cpus.items()},
         cpu_bind=result.records[0].data["slurm_cpu_bind"],
     )
-    judge.verify()

@@ -204,7 +204,6 @@ def _check_solo(scale: Scale, ctx: Ctx) -> None:
     first = result.records[0]
     if scale.ranks == 1:  # a one-GPU node: its own run is the run with the lifecycle (DDP/FSDP do not apply)
         _check_lifecycle(ctx, first.data, first.node, scale.folder("solo"))
-    judge.verify()
 
 
 def _metric(ctx: Ctx, name: str) -> str:
@@ -239,9 +238,9 @@ def _check_lifecycle(ctx: Ctx, data0: dict[str, Any], node0: str, run: str) -> N
         paths = artifacts(Path(data0["history_json"]).parent, title=run, target=TARGET_LOSS)
         _attach(paths, run)
         print(f"{run}: report files " + ", ".join(str(p) for p in paths))
-    if "lifecycle_error" in data0:
-        judge.verify()  # a NaN loss that stopped training is a failure, not an unmeasurable run
-        raise MeasurementError(f"{node0}: {data0['lifecycle_error']}", nodes=(node0,))
+    if "lifecycle_error" in data0:  # an ERROR, unless a check failed (a NaN loss that stopped training)
+        judge.unreadable("train_original_kept", data0["lifecycle_error"], node=node0)
+        return
     judge.check("train_original_kept", int(bool(data0["original_kept"])), node=node0)
     judge.check("train_reload_eval_delta", round(data0["reload_eval_delta"], 6), node=node0)
     base, tuned = data0["base_perplexity"], data0["finetuned_perplexity"]
@@ -338,7 +337,6 @@ def _check_run(strategy: str, scale: Scale, ctx: Ctx) -> None:
     run = scale.folder(strategy)
     print_summary(run, result.duration_s, result.records, _label)
     _check_lifecycle(ctx, data0, node0, f"{run} ({scale.name})")
-    judge.verify()
     if reference_error is not None:
         raise MeasurementError(f"FSDP memory could not be compared: the DDP run failed: {reference_error}")
 
@@ -398,8 +396,9 @@ def test_finetune_agreement(ctx, fingerprints):
     for node in ctx.cluster.nodes:
         try:
             result = _finetune(ctx.cluster, ctx.settings, ctx.rootdir, "solo", _scale(ctx.cluster, "node", (node,)))
-        except MeasurementError as exc:
-            failed.append(f"{node}: {exc}")
+        except MeasurementError as exc:  # that node is named; the others are still judged
+            failed.append(node)
+            ctx.judge.unreadable("train_trajectory_rel_diff", f"trajectory not compared: {exc}", node=node)
             continue
         for record in result.records:
             losses = tuple(float(v) for v in record.data["losses"])
@@ -407,7 +406,7 @@ def test_finetune_agreement(ctx, fingerprints):
             if record.data.get("test_hook"):
                 print(f"TEST HOOK on {record.node} {_label(record)}: {record.data['test_hook']}")
     if not runs:
-        raise MeasurementError("no node's fine-tune ran: " + "; ".join(failed))
+        return  # every node's launch failed: each is recorded unreadable above
     prints = {node: fingerprints.get(node) for node in sorted({r.node for r in runs})}
     judged = judge_fleet(ctx.judge, runs, prints)
     if not judged and not failed:
@@ -416,10 +415,6 @@ def test_finetune_agreement(ctx, fingerprints):
             f"not applicable: no other GPU of the same SKU and stack to agree with ({alone}) and no trajectory "
             "of it in a --baseline run"
         )
-    if judged:
-        ctx.judge.verify()
-    if failed:
-        raise MeasurementError("trajectories not compared for: " + "; ".join(failed))
 
 
 @pytest.mark.multinode

@@ -91,7 +91,8 @@ LOOPBACK_ROWS: tuple[Row, ...] = (
           {"gpus": {"0": {"nvlink.speed_mbps_common": None}}},
           "node2 GPU 0: the common link speed as the driver-580 recording has it (not supported)",
           "`test_nvlink[node2]` ERROR naming node2 GPU 0 `nvlink_speed_mbps`, never a pass",
-          Named("test_nvlink[node2]", "error", "could not measure", message=f"node2 {GPU0}: nvlink_speed_mbps")),
+          Named("test_nvlink[node2]", "error", "could not measure", checks=(("nvlink_speed_mbps", f"node2 {GPU0}"),),
+                message=f"node2 {GPU0}: nvlink_speed_mbps")),
     _loop("ib-port-down", "an InfiniBand port down", "node2",
           {"sysfs": {"class/infiniband/mlx5_1/ports/1/state": "1: DOWN",
                      "class/infiniband/mlx5_1/ports/1/phys_state": "3: Disabled"}},
@@ -184,14 +185,14 @@ LOOPBACK_ROWS: tuple[Row, ...] = (
     _loop("fallen-off-the-bus", "a GPU fallen off the bus (in gres, gone from NVML), with its Xid 79", "node6",
           {"remove_gpus": [1], "kernel_log_append": [XID79]},
           "node6: GPU 1 removed from every NVML reading (Slurm still declares 2), an Xid 79 line for its PCI bus",
-          "`test_gpu_health[node6]` FAILED `declares 2 GPU(s) but NVML shows 1` (category threshold miss); "
+          "`test_gpu_health[node6]` FAILED `gpu_count = 1 GPUs (limit == 2)` (category hardware fault); "
           "`test_fingerprint[node6]` FAILED "
           "`gpu_count = 1`; `test_xid[node6]` FAILED `xid_hardware_events` on device 0000:00:07; `test_nvlink[node6]` "
           "FAILED; `test_gpu_topology[node6]` ERROR (no GPU pair left to judge); GPU 0 passes every check",
-          Named("test_gpu_health[node6]", category="threshold miss", message="declares 2 GPU(s) but NVML shows 1"),
+          Named("test_gpu_health[node6]", checks=(("gpu_count", "node6"),)),
           Named("test_fingerprint[node6]", checks=(("gpu_count", "node6"),)),
           Named("test_xid[node6]", checks=(("xid_hardware_events", "node6 GPU unknown device 0000:00:07"),)),
-          Named("test_nvlink[node6]", category="threshold miss", message="declares 2 GPU(s) but NVML shows 1"),
+          Named("test_nvlink[node6]", checks=(("gpu_count", "node6"),)),
           Named("test_gpu_topology[node6]", "error", "could not measure", message="nothing was judged")),
     _loop("clock-skew", "a node whose clock is skewed", "node6",
           {"clock_offset_s": 600},
@@ -224,7 +225,8 @@ LOOPBACK_ROWS: tuple[Row, ...] = (
          "node5: the bridge's config space cut to the 64 bytes a non-root read gets",
          "`test_gdr_enablement[node5]` ERROR `GPU 0000:18:00.0 -> mlx5_0 via bridge 0000:16:00.0: 64 bytes of "
          "config space ...: run as root to read ACS`",
-         Named("test_gdr_enablement[node5]", "error", "could not measure", message="run as root to read ACS")),
+         Named("test_gdr_enablement[node5]", "error", "could not measure", message="run as root to read ACS",
+               checks=(("pcie_acs_ctl", "node5 GPU 0000:18:00.0 -> mlx5_0 via bridge 0000:16:00.0"),))),
     # ---- the fabric: IB counters between the window's two readings ------------------------------------------
     _window("link-flap", "link flap during the run", "node5",
             {"sysfs": {"class/infiniband/mlx5_5/ports/1/counters/link_downed": "2"}},
@@ -244,10 +246,13 @@ LOOPBACK_ROWS: tuple[Row, ...] = (
     _window("counter-reset", "a counter reset during the window", "node4",
             {"sysfs": {"class/infiniband/mlx5_0/ports/1/counters/port_rcv_data": "1000"}},
             "node4: `mlx5_0` `port_rcv_data` lower at the second reading than at the first",
-            "`test_ib_counter_window` FAILED, listing under `could not read:` `node4 mlx5_0 port 1: "
-            "counters/port_rcv_data went down (reset during the window)` (a counter saturated at 255 reads the same "
+            "`test_ib_counter_window` FAILED (the other rows' faults), listing under `readings could not be taken` "
+            "`node4 HCA mlx5_0 port 1: ib_window_symbol_error_rate (counters/port_rcv_data went down (reset during "
+            "the window))` and the same for `ib_window_rcv_error_rate` (a counter saturated at 255 reads the same "
             "way: judging code only, tests/selftest/test_fabric_counters.py)",
-            Named(WINDOW, category="threshold miss", message="port_rcv_data went down (reset during the window)")),
+            Named(WINDOW, category="threshold miss", message="port_rcv_data went down (reset during the window)",
+                  checks=(("ib_window_symbol_error_rate", "node4 HCA mlx5_0 port 1"),
+                          ("ib_window_rcv_error_rate", "node4 HCA mlx5_0 port 1")))),
     Row(FABRIC, "perftest-missing", "perftest not installed", "nothing: the loopback host has no `ib_write_bw`, "
         "while every node shows its 8 NDR HCAs", "`test_rdma_perftest` ERROR `perftest cannot run: node1: "
         "ib_write_bw, ib_write_lat not found (install perftest on every node ...)`, every node named",

@@ -73,7 +73,7 @@ OTHER_ROWS: tuple[Row, ...] = (
         END_TO_END, (D + "test_fanout_slices_and_one_node_faults",)),
     # ---- the plugin's verdict rules --------------------------------------------------------------------
     Row(RULES, "info-only", "a test passes on informational figures alone", "an acceptance test that only calls "
-        "`judge.info`", "ERROR `passed with no judged check on the record (only informational figures: memory_gib)`, "
+        "`judge.info`", "ERROR `nothing was judged, so nothing can pass (only informational figures: memory_gib)`, "
         "category could not measure", LOGIC, (V + "test_verdict_follows_the_checks",)),
     Row(RULES, "nothing-recorded", "a test asserts but records nothing", "`assert cluster.nodes` and return",
         "ERROR `... (nothing was measured)`", LOGIC, (V + "test_verdict_follows_the_checks",)),

@@ -54,7 +54,6 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.memory]
 def test_host_memcpy(node, cluster, judge):
     record = cluster.run("_cpubench", nodes=[node], args=["--size-mib", "32", "--repeats", "20"]).one()
     judge.check("host_memcpy_gbps", record.data["memcpy_gbps"], node=node)
-    judge.verify()
 """
 
 SLOW = {"GPUACCEPT_FAULT_MEMCPY_SLOWDOWN": "5"}

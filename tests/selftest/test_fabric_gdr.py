@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.fabric.gdr import ConfigTooShort, acs_control, acs_flags, bridges_between, observations
+from gpuaccept.fabric.gdr import ConfigTooShort, acs_control, acs_flags, bridges_between, judge_gdr
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import gdr
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
@@ -29,9 +29,8 @@ def thresholds() -> Thresholds:
 
 def judged(data: dict) -> tuple[list[str], list[str]]:
     limits = Judge(thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "selftest")
-    found, missing = observations(data)
-    for o in found:
-        limits.check(o.metric, o.value, node="gpu-a01", pair=o.gpu, **o.extra)
+    judge_gdr(data, limits, "gpu-a01")
+    missing = [f"GPU {r.subject}: {r.reason}" for r in limits.results if r.verdict == "unmeasured"]
     return [f"{f.subject}: {f.metric} = {f.value}" for f in limits.failures()], missing
 
 

@@ -24,9 +24,11 @@ import torch as real_torch
 
 from gpuaccept.dispatch.result import ProbeResult, parse_records
 from gpuaccept.hardware import perf
+from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import _bench, _gpu, _nvml, gpubench, hostbw, matmul, membw, p2p
+from gpuaccept.thresholds.loader import load_thresholds
 
-from .test_gpu_probes import FakeNVML, Recorder
+from .test_gpu_probes import FakeNVML
 
 pytestmark = pytest.mark.selftest
 
@@ -207,43 +209,41 @@ def test_host_links_bound_to_their_numa_cpus(bench: Any) -> None:
     assert "matmul" not in data["per_gpu"][0] and "p2p" not in data
 
 
+def _judge() -> Judge:
+    """The real judging core on the ``cpu`` SKU: the stand-in's figures have no limit there, so every
+    figure is recorded ``unjudged`` and these tests read which checks the judges made."""
+    return Judge(load_thresholds(), lambda node: "cpu", lambda result: None, "selftest")
+
+
 def test_busy_gpu_is_named_and_left_out(bench: Any) -> None:
     data, _, _ = bench(SMALL, busy={2: 4242})
     assert "matmul" not in data["per_gpu"][2] and "matmul" in data["per_gpu"][1]
     assert data["p2p"]["skipped"].startswith("GPU busy")
-    result = _result(data)
-    views = perf.gpu_views(result, "n1", "matmul")
-    assert [v.data.get("skipped") for v in views] == [None, None, "GPU busy", None]
-    recorder = Recorder()
-    with pytest.raises(Exception, match="GPU busy"):
-        perf.judge_matmul(views, recorder, "n1")
-    assert {c[3] for c in recorder.calls if c[1] == "matmul_bf16_tflops"} == {
+    judge = _judge()
+    perf.judge_matmul(data, judge, "n1")
+    (busy,) = [r for r in judge.results if r.verdict == "unmeasured"]
+    assert busy.where == "n1 GPU 2 (00000000:3A:00.0)" and "pid 4242" in busy.reason, busy
+    assert {r.subject for r in judge.results if r.metric == "matmul_bf16_tflops"} == {
         "0 (00000000:18:00.0)",
         "1 (00000000:2A:00.0)",
         "3 (00000000:5D:00.0)",
     }
 
 
-def test_judges_read_the_bench_as_the_tests_do(bench: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_judges_read_the_bench_as_the_tests_do(bench: Any) -> None:
     data, _, _ = bench(SMALL, count=2)
-    result = _result(data)
-    recorder = Recorder()
-    perf.judge_hostbw(perf.gpu_views(result, "n1", "hostbw"), recorder, "n1", data["hostbw_concurrent"])
-    metrics = [(c[0], c[1], c[3]) for c in recorder.calls]
-    assert ("check", "hostbw_h2d_gbps", "1 (00000000:2A:00.0)") in metrics
-    assert ("info", "hostbw_d2h_concurrent_gbps", "0 (00000000:18:00.0)") in metrics
-    assert ("info", "hostbw_h2d_concurrent_total_gbps", None) in metrics
-    recorder = Recorder()
-    perf.judge_membw(perf.gpu_views(result, "n1", "membw"), recorder, "n1")
-    assert len([c for c in recorder.calls if c[1] == "membw_tbps"]) == 2
-    cluster = types.SimpleNamespace(require_gpus=lambda node: 2, run_shared=lambda *a, **k: result)
-    recorder = Recorder()
-    perf.judge_p2p(perf.p2p_record(cluster, "n1"), recorder, "n1")
-    assert len([c for c in recorder.calls if c[1] == "p2p_gbps"]) == 2
-    recorder = Recorder()
-    perf.bench_figures(result, recorder, "n1", "gpubench_wall_s")
-    perf.bench_figures(result, recorder, "n1", "gpubench_wall_s")
-    assert [c[1] for c in recorder.calls] == ["gpubench_wall_s"], "phases recorded once per step"
+    judge = _judge()
+    perf.judge_hostbw(data, judge, "n1")
+    metrics = [(r.metric, r.subject) for r in judge.results]
+    assert ("hostbw_h2d_gbps", "1 (00000000:2A:00.0)") in metrics
+    assert ("hostbw_d2h_concurrent_gbps", "0 (00000000:18:00.0)") in metrics
+    assert ("hostbw_h2d_concurrent_total_gbps", None) in metrics
+    judge = _judge()
+    perf.judge_membw(data, judge, "n1")
+    assert len([r for r in judge.results if r.metric == "membw_tbps"]) == 2
+    judge = _judge()
+    perf.judge_p2p(data, judge, "n1")
+    assert len([r for r in judge.results if r.metric == "p2p_gbps"]) == 2
 
 
 def test_lanes_wait_before_the_driver_queue_fills(monkeypatch: pytest.MonkeyPatch) -> None:

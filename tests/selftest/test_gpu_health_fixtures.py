@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 
 from gpuaccept.dispatch.result import parse_records
-from gpuaccept.errors import MeasurementError
 from gpuaccept.hardware.health import decode_reasons, judge_health
 from gpuaccept.hardware.nvlink import judge_affinity, judge_nvlink, judge_topology, pair_matrix
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import gpu_health
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.loader import load_thresholds as _load
+
+from .ending import ends
 
 pytestmark = pytest.mark.selftest
 
@@ -83,7 +84,7 @@ def test_load_replays_the_dump(capsys: pytest.CaptureFixture[str]) -> None:
 )
 def test_one_fault_fails_naming_gpu_1(health: dict[str, Any], judge: Judge, edit: Any, expected: str) -> None:
     edit(health["gpus"][1])
-    with pytest.raises(AssertionError) as caught:
+    with ends(judge, "failed") as caught:
         judge_health(health, judge, "vm", declared_gpus=2)
     text = str(caught.value)
     assert f"vm GPU {GPU1}: {expected}" in text
@@ -96,14 +97,14 @@ def test_sw_power_cap_and_idle_are_only_reported() -> None:
 
 
 def test_missing_gpu_is_a_failure(health: dict[str, Any], judge: Judge) -> None:
-    with pytest.raises(AssertionError, match="vm: declares 8 GPU\\(s\\) but NVML shows 2"):
+    with ends(judge, "failed", match=r"vm: gpu_count = 2 GPUs \(limit == 8"):
         judge_health(health, judge, "vm", declared_gpus=8)
 
 
 def test_unreadable_reading_is_an_error(health: dict[str, Any], judge: Judge) -> None:
     health["gpus"][0]["remapped_rows"] = None
     health["gpus"][0]["retired_pages_pending"] = None
-    with pytest.raises(MeasurementError, match=r"GPU 0 \(00000000:00:06.0\): gpu_remapped_rows_pending"):
+    with ends(judge, "error", match=r"GPU 0 \(00000000:00:06.0\): gpu_remapped_rows_pending"):
         judge_health(health, judge, "vm", declared_gpus=2)
 
 
@@ -117,7 +118,7 @@ def test_busy_gpu_processes_are_reported(health: dict[str, Any], judge: Judge) -
 def test_recorded_nvlink_without_speed_is_an_error(links: dict[str, Any], judge: Judge) -> None:
     """This recording predates the per-link speed reading: driver 580 answers "not supported" for the
     common-speed field, and a speed the SKU sets a limit for that cannot be read never passes."""
-    with pytest.raises(MeasurementError, match=r"nvlink_speed_mbps \(NVML gave no common link speed\)"):
+    with ends(judge, "error", match=r"nvlink_speed_mbps \(NVML gave no common link speed\)"):
         judge_nvlink(links, judge, "vm", declared_gpus=2)
     values = {(r.metric, r.subject): (r.value, r.verdict) for r in judge.results}
     assert values[("nvlink_links_active", GPU1)] == (18, "pass")
@@ -135,7 +136,7 @@ def test_recorded_nvlink_with_per_link_speed_passes(links: dict[str, Any], judge
 def test_slow_link_speed_fails(links: dict[str, Any], judge: Judge) -> None:
     for gpu in links["gpus"]:
         gpu["nvlink"]["speed_mbps_common"] = 26562 if gpu["index"] == 0 else 13281  # one link trained slow
-    with pytest.raises(AssertionError, match="nvlink_speed_mbps = 13281"):
+    with ends(judge, "failed", match="nvlink_speed_mbps = 13281"):
         judge_nvlink(links, judge, "vm", declared_gpus=2)
 
 
@@ -144,7 +145,7 @@ def test_link_down_and_replays_fail(links: dict[str, Any], judge: Judge) -> None
     gpu["links"][7]["active"] = False
     gpu["active"] = 17
     gpu["errors"]["replay"] = 3
-    with pytest.raises(AssertionError) as caught:
+    with ends(judge, "failed") as caught:
         judge_nvlink(links, judge, "vm", declared_gpus=2)
     assert f"vm GPU {GPU1}: nvlink_links_active = 17 links (limit >= 18" in str(caught.value)
     assert "nvlink_replay_errors = 3" in str(caught.value)
@@ -158,7 +159,7 @@ def test_pair_without_nvlink_fails(links: dict[str, Any], judge: Judge) -> None:
     broken = copy.deepcopy(links)
     broken["pairs"][0].update(nvlinks=0, label="PHB", via="PCIe", p2p_nvlink_status="status 2")
     assert pair_matrix(broken)["labels"][0][1] == "PHB"
-    with pytest.raises(AssertionError) as caught:
+    with ends(judge, "failed") as caught:
         judge_topology(broken, judge, "vm")
     assert "0 (00000000:00:06.0) <-> 1 (00000000:00:07.0): nvlink_pair_links = 0" in str(caught.value)
     assert "p2p_nvlink_status = status 2" in str(caught.value)
@@ -166,7 +167,7 @@ def test_pair_without_nvlink_fails(links: dict[str, Any], judge: Judge) -> None:
 
 def test_affinity_without_hca_fails_on_an_hgx_sku(links: dict[str, Any], judge: Judge) -> None:
     """The lent box has no HCA: an HGX H200 (8 NDR HCAs by the SKU) would have one next to each GPU."""
-    with pytest.raises(AssertionError, match="gpu_nic_pcie_distance = no HCA"):
+    with ends(judge, "failed", match="gpu_nic_pcie_distance = no HCA"):
         judge_affinity(links, judge, "vm")
     assert {(r.metric, r.value) for r in judge.results if r.subject == GPU1} >= {
         ("gpu_numa_node", -1),
@@ -177,6 +178,6 @@ def test_affinity_without_hca_fails_on_an_hgx_sku(links: dict[str, Any], judge: 
 def test_affinity_judges_the_nearest_hca(links: dict[str, Any], judge: Judge) -> None:
     links["gpus"][0]["nics"] = [{"name": "mlx5_0", "relation": "PIX"}, {"name": "mlx5_1", "relation": "SYS"}]
     links["gpus"][1]["nics"] = [{"name": "mlx5_0", "relation": "SYS"}, {"name": "mlx5_1", "relation": "SYS"}]
-    with pytest.raises(AssertionError) as failed:
+    with ends(judge, "failed") as failed:
         judge_affinity(links, judge, "vm")
     assert f"vm GPU {GPU1}: gpu_nic_pcie_distance = 4" in str(failed.value) and "GPU 0" not in str(failed.value)

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.errors import MeasurementError
 from gpuaccept.hardware.ib import judge_ib, parse_rate, parse_state
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import infiniband
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.loader import load_thresholds as _load
+
+from .ending import ends
 
 pytestmark = pytest.mark.selftest
 
@@ -83,8 +84,9 @@ def test_link_layer_recorded_before_the_filter_and_judged_by_the_count() -> None
 def test_port_down_fails_naming_the_port(tree: Path) -> None:
     (port(tree, "mlx5_2") / "state").write_text("1: DOWN\n")
     (port(tree, "mlx5_2") / "phys_state").write_text("3: Disabled\n")
-    with pytest.raises(AssertionError) as caught:
-        judge_ib(infiniband.collect(tree), checker(), "n1", link_layer="InfiniBand")
+    j = checker()
+    with ends(j, "failed") as caught:
+        judge_ib(infiniband.collect(tree), j, "n1", link_layer="InfiniBand")
     assert "n1 HCA mlx5_2 port 1: ib_port_state = DOWN" in str(caught.value)
     assert "ib_port_phys_state = Disabled" in str(caught.value)
 
@@ -92,8 +94,9 @@ def test_port_down_fails_naming_the_port(tree: Path) -> None:
 def test_hdr_rate_and_symbol_errors_fail(tree: Path) -> None:
     (port(tree, "mlx5_6") / "rate").write_text("200 Gb/sec (4X HDR)\n")
     (port(tree, "mlx5_1") / "counters" / "symbol_error").write_text("1207\n")
-    with pytest.raises(AssertionError) as caught:
-        judge_ib(infiniband.collect(tree), checker(), "n1", link_layer="InfiniBand")
+    j = checker()
+    with ends(j, "failed") as caught:
+        judge_ib(infiniband.collect(tree), j, "n1", link_layer="InfiniBand")
     assert "mlx5_6 port 1: ib_port_rate_gbps = 200" in str(caught.value)
     assert "mlx5_1 port 1: ib_symbol_errors = 1207" in str(caught.value)
 
@@ -101,15 +104,17 @@ def test_hdr_rate_and_symbol_errors_fail(tree: Path) -> None:
 def test_missing_hca_and_ethernet_misconfig_count_short(tree: Path) -> None:
     shutil.rmtree(tree / "class" / "infiniband" / "mlx5_7")
     (port(tree, "mlx5_0") / "link_layer").write_text("Ethernet\n")
-    with pytest.raises(AssertionError, match=r"ib_hca_count = 6 HCAs \(limit >= 8"):
-        judge_ib(infiniband.collect(tree), checker(), "n1", link_layer="InfiniBand")
+    j = checker()
+    with ends(j, "failed", match=r"ib_hca_count = 6 HCAs \(limit >= 8"):
+        judge_ib(infiniband.collect(tree), j, "n1", link_layer="InfiniBand")
 
 
 def test_node_expected_to_have_ib_with_none_fails(tmp_path: Path) -> None:
     data = infiniband.collect(tmp_path)  # no class/infiniband at all
     assert data == {"present": False, "path": str(tmp_path / "class" / "infiniband"), "hcas": {}}
-    with pytest.raises(AssertionError, match=r"ib_hca_count = 0 HCAs \(limit >= 8"):
-        judge_ib(data, checker("H200"), "n1", link_layer="InfiniBand")
+    j = checker("H200")
+    with ends(j, "failed", match=r"ib_hca_count = 0 HCAs \(limit >= 8"):
+        judge_ib(data, j, "n1", link_layer="InfiniBand")
 
 
 def test_lent_box_site_file_declares_no_ib(tmp_path: Path) -> None:
@@ -131,5 +136,6 @@ def test_cpu_sku_declares_no_expectation() -> None:
 
 def test_unreadable_port_is_an_error(tree: Path) -> None:
     (port(tree, "mlx5_4") / "rate").write_text("unknown\n")
-    with pytest.raises(MeasurementError, match="mlx5_4 port 1: rate 'unknown' is not a rate"):
-        judge_ib(infiniband.collect(tree), checker(), "n1", link_layer="InfiniBand")
+    j = checker()
+    with ends(j, "error", match=r"mlx5_4 port 1: ib_port_rate_gbps \(rate 'unknown' is not a rate\)"):
+        judge_ib(infiniband.collect(tree), j, "n1", link_layer="InfiniBand")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaccept.judging.groups import attribute, group_failures, pair_verdict, slow_groups
-from gpuaccept.nccl.bisect import plan_rounds, suspects_and_good
+from gpuaccept.nccl.bisect import attribute, plan_rounds, suspects_and_good
+from gpuaccept.nccl.groups import group_failures, pair_verdict, slow_groups
 from gpuaccept.nccl.lines import median_busbw
 from gpuaccept.nccl.sweep import GroupTable, Row, scale_groups, scales_for
 from gpuaccept.thresholds.schema import Limit

@@ -16,6 +16,8 @@ from gpuaccept.probes import xid as xid_probe
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.loader import load_thresholds as _load
 
+from .ending import ends
+
 pytestmark = pytest.mark.selftest
 
 
@@ -98,7 +100,7 @@ def test_application_xids_are_reported_not_failed(judge: Judge, codes: set[int])
 
 
 def test_fallen_off_the_bus_names_the_gpu(judge: Judge, codes: set[int]) -> None:
-    with pytest.raises(AssertionError) as caught:
+    with ends(judge, "failed") as caught:
         judge_xid(probe_data("dmesg-h100-xid79.txt"), judge, "n1", codes)
     text = str(caught.value)
     assert "n1 GPU 4 (00000000:9A:00.0): xid_hardware_events = 1" in text
@@ -106,15 +108,15 @@ def test_fallen_off_the_bus_names_the_gpu(judge: Judge, codes: set[int]) -> None
 
 
 def test_ecc_xids_counted_on_their_gpu(judge: Judge, codes: set[int]) -> None:
-    with pytest.raises(AssertionError, match=r"GPU 0 \(00000000:18:00.0\): xid_hardware_events = 3"):
+    with ends(judge, "failed", match=r"GPU 0 \(00000000:18:00.0\): xid_hardware_events = 3"):
         judge_xid(probe_data("journalctl-h100-ecc.txt"), judge, "n1", codes)
 
 
 def test_nvlink_xid_and_unknown_device(judge: Judge, codes: set[int]) -> None:
-    with pytest.raises(AssertionError, match=r"GPU 3 \(00000000:5D:00.0\): xid_hardware_events = 2"):
+    with ends(judge, "failed", match=r"GPU 3 \(00000000:5D:00.0\): xid_hardware_events = 2"):
         judge_xid(probe_data("journalctl-monotonic-h100-nvlink.txt"), judge, "n1", codes)
     other = Judge(load_thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "t")
-    with pytest.raises(AssertionError, match=r"GPU unknown device 0000:01:00: xid_hardware_events = 1"):
+    with ends(other, "failed", match=r"GPU unknown device 0000:01:00: xid_hardware_events = 1"):
         judge_xid(probe_data("dmesg-old-driver.txt"), other, "n1", codes)
 
 
@@ -130,7 +132,7 @@ def test_unreadable_log_is_an_error_not_a_pass(judge: Judge, codes: set[int]) ->
         "xid_lines": [],
         "gpus": GPUS,
     }
-    with pytest.raises(MeasurementError, match=r"kernel log is unreadable.*dmesg: read kernel buffer failed"):
+    with ends(judge, "error", match=r"kernel log is unreadable.*dmesg: read kernel buffer failed"):
         judge_xid(data, judge, "n1", codes)
 
 

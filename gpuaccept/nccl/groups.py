@@ -1,23 +1,22 @@
-"""Group, scale and pair verdicts: the judging core's rules for measurements taken across several nodes.
+"""Group, scale and pair verdicts of NCCL measurements taken across several nodes.
 
 A multi-node NCCL scale measures groups of nodes side by side. A group fails when a collective misses
 its floor (the limit keyed by the group's node count first, ``metric@N``), when its all_reduce busbw
 falls more than ``straggler_pct`` below the median group, when its scaling efficiency against the
 smallest scale misses its limit, or when a result was wrong. The second pass (Google
-cluster-health-scanner's) pairs each suspect with known-good nodes: failing with a trusted partner
-convicts, any passing pair clears. The rules live here, beside ``Judge``, so the tests only say what
-was measured.
+cluster-health-scanner's) pairs each suspect with known-good nodes (``nccl.bisect``). These rules use
+the judging core's one comparison (``judge_value``) and the limits the judge declares; the judging
+core itself knows nothing of NCCL.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from gpuaccept.judging.judge import judge_value
-from gpuaccept.nccl.bisect import Group, Pair
+from gpuaccept.nccl.bisect import Group
 from gpuaccept.nccl.formulas import COLLECTIVES
 from gpuaccept.nccl.lines import metric_name
 from gpuaccept.nccl.sweep import GroupTable, format_bytes
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
     from gpuaccept.judging.judge import Judge
     from gpuaccept.thresholds.schema import Limit
 
-__all__ = ["Blame", "attribute", "group_failures", "pair_verdict", "slow_groups"]
+__all__ = ["group_failures", "pair_verdict", "slow_groups"]
 
 
 def slow_groups(
@@ -114,40 +113,3 @@ def pair_verdict(
     if reference and busbw < reference * (1 - straggler_pct / 100):
         return False, f"{busbw:.3g} GB/s is more than {straggler_pct:g}% below the first pass median {reference:.3g}"
     return True, f"{busbw:.3g} GB/s"
-
-
-@dataclass(frozen=True)
-class Blame:
-    """The verdict on one suspect: ``at_fault``, ``cleared`` or ``undetermined``, and the evidence."""
-
-    node: str
-    verdict: str
-    evidence: tuple[str, ...]
-
-
-def attribute(pair_ok: Mapping[Pair, bool], suspects: Iterable[str], good: Iterable[str]) -> dict[str, Blame]:
-    """Blame from second-pass outcomes: failing with a trusted partner convicts, any pass clears.
-
-    A partner is trusted when it is known-good from the first pass or was itself cleared by passing
-    another pair. A suspect whose every pair failed but whose partners are all untrusted stays
-    ``undetermined`` (e.g. two nodes only: the pair fails and nothing can tell them apart).
-    """
-    suspects = list(dict.fromkeys(suspects))
-    trusted = set(good)
-    for (a, b), ok in pair_ok.items():
-        if ok:
-            trusted.update((a, b))
-    out: dict[str, Blame] = {}
-    for node in suspects:
-        mine = [(pair, ok) for pair, ok in pair_ok.items() if node in pair]
-        partners = [(pair[1] if pair[0] == node else pair[0], ok) for pair, ok in mine]
-        evidence = tuple(f"with {p}: {'passed' if ok else 'failed'}" for p, ok in partners)
-        if not mine:
-            out[node] = Blame(node, "undetermined", ("not re-tested (no partner available)",))
-        elif any(ok for _, ok in partners):
-            out[node] = Blame(node, "cleared", evidence)
-        elif any(p in trusted for p, _ in partners):
-            out[node] = Blame(node, "at_fault", evidence)
-        else:
-            out[node] = Blame(node, "undetermined", evidence)
-    return out

@@ -1,0 +1,30 @@
+"""What several acceptance tests measure together: the node's ``gpubench`` step.
+
+One process drives every GPU of the node (matmul, HBM copies, host links, GPU pairs with their NVLink
+counters) after one start-up; ``test_matmul``, ``test_membw``, ``test_hostbw``, ``test_p2p`` and
+``test_nvlink_errors_under_load`` judge its parts. ``cluster.run_shared`` runs it once per session
+and hands later callers the same result (or error), with the command in their record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gpuaccept.hardware.perf import BENCH_TIMEOUT_S
+
+
+@pytest.fixture
+def gpubench(cluster: Any) -> Callable[[str], dict[str, Any]]:
+    """``gpubench(node)``: the node's shared gpubench result (skips a node that declares no GPU)."""
+
+    def run(node: str) -> dict[str, Any]:
+        gpus = cluster.require_gpus(node)
+        result = cluster.run_shared(
+            "gpubench", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=BENCH_TIMEOUT_S
+        )
+        return {**result.one().data, "step_s": round(result.duration_s, 3)}
+
+    return run
