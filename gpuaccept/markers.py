@@ -29,4 +29,6 @@ AREA_MARKERS: tuple[str, ...] = (
 MARKERS: tuple[str, ...] = (
     *AREA_MARKERS,
     "xdist_group(name): tests of one node run in one pytest-xdist worker (--dist loadgroup)",
+    "judges(*metrics, gpus, nodes, absent, optional, scaled): the metrics with limits a test judges and when it "
+    "runs (gpuaccept/thresholds/coverage.py reads it: SKU coverage, docs/thresholds.md)",
 )

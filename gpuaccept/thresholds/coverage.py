@@ -3,7 +3,8 @@
 A SKU is covered when, on every node shape its users have, each test that would run finds a limit for
 every metric it judges (or the catalogue calls the metric informational), and each test about a thing
 the SKU declares absent (NVLink on a PCIe card, InfiniBand on a node without HCAs) skips naming that
-absence instead of erroring "no limit". ``TESTS`` is the declaration; ``coverage`` computes, for a SKU
+absence instead of erroring "no limit". Each test declares what it judges (``@pytest.mark.judges``,
+read by ``declared_tests()``); ``coverage`` computes, for a SKU
 and a shape, what runs, what skips and why, and which limits are missing. The selftest
 ``tests/selftest/test_sku_coverage.py`` holds the declaration to the tests themselves (the metric names
 in ``tests/acceptance/*.py`` and the modules they import) and to run records (``fixtures/runs/``), so a
@@ -15,7 +16,11 @@ the coverage and the tests cannot disagree about it.
 
 from __future__ import annotations
 
+import functools
+import importlib
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from gpuaccept.thresholds.loader import Thresholds
@@ -25,11 +30,11 @@ __all__ = [
     "ABSENCE_METRIC",
     "NETWORK_METRICS",
     "SHAPES",
-    "TESTS",
     "Coverage",
     "Shape",
     "TestSpec",
     "coverage",
+    "declared_tests",
     "declares_absent",
 ]
 
@@ -90,177 +95,35 @@ class TestSpec:
     scaled: bool = False  # looked up as metric@N first (N = ranks on the node, or nodes)
 
 
-_HEALTH = (
-    "gpu_memory_total_gib",
-    "gpu_ecc_mode",
-    "gpu_ecc_uncorrected_volatile",
-    "gpu_remapped_rows_pending",
-    "gpu_remapped_rows_failed",
-    "gpu_clock_events_failing",
-    "gpu_pcie_gen_max",
-    "gpu_pcie_width_max",
-    "gpu_temp_margin_c",
-    "gpu_power_limit_w",
-)
-_IB_PORT = (
-    "ib_port_state",
-    "ib_port_phys_state",
-    "ib_symbol_errors",
-    "ib_link_error_recovery",
-    "ib_link_downed",
-    "ib_port_rcv_errors",
-    "ib_port_rcv_remote_physical_errors",
-    "ib_port_rcv_switch_relay_errors",
-    "ib_port_xmit_discards",
-    "ib_port_xmit_constraint_errors",
-    "ib_port_rcv_constraint_errors",
-    "ib_local_link_integrity_errors",
-    "ib_excessive_buffer_overrun_errors",
-    "ib_vl15_dropped",
-)
-_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast")
-_TRAIN = (
-    "train_nonfinite_steps",
-    "train_loss_final",
-    "train_eval_loss",
-    "train_steps_to_target",
-    "train_loss_rebound",
-    "train_wall_s",
-)
-_TRAIN_LIFECYCLE = ("train_original_kept", "train_reload_eval_delta", "train_ppl_reduction_pct")
+ACCEPTANCE = Path(__file__).resolve().parents[2] / "tests" / "acceptance"
 
-#: test id (file::function) -> what it judges and when it runs
-TESTS: dict[str, TestSpec] = {
-    "test_compute.py::test_matmul": TestSpec(("matmul_bf16_tflops", "matmul_checksum"), gpus="gpu"),
-    "test_compute.py::test_burn_in": TestSpec(
-        (
-            "burnin_tflops",
-            "burnin_tflops_drop_pct",
-            "burnin_clock_events_failing",
-            "burnin_checksum_stable",
-            "burnin_checksum",
-        ),
-        gpus="gpu",
-        optional="--burn-in SECONDS",
-    ),
-    "test_environment.py::test_fingerprint": TestSpec(()),
-    "test_environment.py::test_versions_consistent": TestSpec((), nodes=2),
-    "test_fabric.py::test_gdr_enablement": TestSpec(
-        ("gdr_kernel_support", "pcie_acs_ctl", "iommu_translation"), gpus="gpu", absent="ib"
-    ),
-    "test_fabric.py::test_nccl_transport": TestSpec(
-        ("nccl_net_transport", "nccl_net_gdr", "nccl_net_hca_affinity", "nccl_net_hca_used"),
-        gpus="gpu",
-        nodes=2,
-        absent="nccl_net",
-    ),
-    "test_fabric.py::test_nccl_rails": TestSpec(
-        (*tuple(f"nccl_rail_{c}_busbw_gbs" for c in _COLLECTIVES[:3]), "nccl_busbw_fabric_pct", "nccl_wrong_elements"),
-        nodes=2,
-    ),
-    "test_fabric.py::test_rdma_perftest": TestSpec(
-        ("rdma_write_bw_gbps", "rdma_write_bw_pct_of_rate", "rdma_write_lat_p99_us", "rdma_gpu_memory"),
-        nodes=2,
-        absent="ib",
-    ),
-    "test_fabric.py::test_ib_counter_window": TestSpec(
-        (
-            "ib_window_link_downed",
-            "ib_window_link_error_recovery",
-            "ib_window_symbol_error_rate",
-            "ib_window_rcv_error_rate",
-        ),
-        nodes=2,
-        absent="ib",
-    ),
-    "test_gpu_health.py::test_gpu_health": TestSpec(_HEALTH, gpus="gpu"),
-    "test_gpu_health.py::test_xid": TestSpec(("xid_hardware_events", "xid_hardware_codes"), gpus="gpu"),
-    "test_hygiene.py::test_node_limits": TestSpec(("dev_shm_gib", "nofile", "memlock_kib")),
-    "test_node_state.py::test_dev_shm_free": TestSpec(("dev_shm_free_gib",)),
-    "test_node_state.py::test_node_clocks": TestSpec(("node_clock_offset_s",)),
-    "test_interconnect.py::test_nvlink": TestSpec(
-        ("nvlink_links_active", "nvlink_speed_mbps", "nvlink_replay_errors", "nvlink_recovery_errors"),
-        gpus="gpu",
-        absent="nvlink",
-    ),
-    "test_interconnect.py::test_nvlink_errors_under_load": TestSpec(
-        ("p2p_nvlink_crc_flit_per_s", "p2p_nvlink_replay_errors", "p2p_nvlink_recovery_errors"),
-        gpus="pair",
-        absent="nvlink",
-    ),
-    "test_interconnect.py::test_gpu_topology": TestSpec(
-        ("nvlink_pair_links", "p2p_nvlink_status"), gpus="pair", absent="nvlink"
-    ),
-    "test_interconnect.py::test_gpu_nic_affinity": TestSpec(("gpu_nic_pcie_distance",), gpus="gpu", absent="ib"),
-    "test_interconnect.py::test_infiniband": TestSpec(("ib_hca_count", *_IB_PORT), absent="ib"),
-    "test_memory.py::test_membw": TestSpec(("membw_tbps",), gpus="gpu"),
-    "test_memory.py::test_hostbw": TestSpec(
-        ("hostbw_h2d_gbps", "hostbw_d2h_gbps", "pcie_gen_loaded", "pcie_width_loaded"), gpus="gpu"
-    ),
-    "test_memory.py::test_p2p": TestSpec(("p2p_gbps",), gpus="pair"),
-    "test_nccl.py::test_nccl_node": TestSpec(
-        (*tuple(f"nccl_{c}_busbw_gbs" for c in _COLLECTIVES), "nccl_wrong_elements"), gpus="collective", scaled=True
-    ),
-    "test_nccl.py::test_nccl_tests_fidelity": TestSpec(
-        ("nccl_fidelity_pct",), gpus="pair", optional="nccl-tests installed"
-    ),
-    "test_nccl.py::test_nccl_scale": TestSpec(
-        (*tuple(f"nccl_{c}_busbw_multinode_gbs" for c in _COLLECTIVES), "nccl_scaling_efficiency_pct"),
-        nodes=2,
-        scaled=True,
-    ),
-    "test_nccl.py::test_nccl_node_at_fault": TestSpec(
-        tuple(f"nccl_{c}_busbw_multinode_gbs" for c in _COLLECTIVES[:3]), nodes=2, scaled=True
-    ),
-    "test_slurm.py::test_controller_answers": TestSpec(()),
-    "test_slurm.py::test_partition_up": TestSpec(()),
-    "test_slurm.py::test_node_usable": TestSpec(()),
-    "test_slurm.py::test_step_runs": TestSpec(()),
-    "test_slurm.py::test_gpu_isolation": TestSpec(
-        ("gpu_foreign_devices_openable", "task_cpu_overlap_pairs"), gpus="gpu"
-    ),
-    "test_storage.py::test_shared_filesystem": TestSpec((), nodes=2),
-    "test_training.py::test_finetune_each_gpu": TestSpec(
-        (*_TRAIN, "train_tokens_per_s_per_gpu_solo", "train_gpu_util_pct")
-    ),
-    "test_training.py::test_finetune_node": TestSpec(
-        _TRAIN
-        + _TRAIN_LIFECYCLE
-        + (
-            "train_tokens_per_s_per_gpu_ddp_node",
-            "train_tokens_per_s_per_gpu_fsdp_node",
-            "train_replica_mismatch_ranks",
-            "train_fsdp_shard_ratio",
-            "train_fsdp_mem_saving_ratio",
-            "train_gpu_util_pct",
-        ),
-        gpus="collective",
-    ),
-    # judged when another GPU of the same SKU and stack, or the --baseline run, has this GPU's curve;
-    # alone and without a baseline it skips "not applicable"
-    "test_training.py::test_finetune_agreement": TestSpec(
-        ("train_trajectory_rel_diff", "train_trajectory_baseline_rel_diff")
-    ),
-    "test_training.py::test_finetune_multinode": TestSpec(
-        _TRAIN
-        + _TRAIN_LIFECYCLE
-        + (
-            "train_tokens_per_s_per_gpu_ddp_multinode",
-            "train_tokens_per_s_per_gpu_fsdp_multinode",
-            "train_replica_mismatch_ranks",
-            "train_fsdp_shard_ratio",
-            "train_fsdp_mem_saving_ratio",
-            "train_gpu_util_pct",
-        ),
-        nodes=2,
-    ),
-}
+
+@functools.cache
+def declared_tests(folder: Path = ACCEPTANCE) -> dict[str, TestSpec]:
+    """``file::function`` -> what each acceptance test judges and when it runs, read from the test's own
+    ``@pytest.mark.judges(*metrics, gpus=, nodes=, absent=, optional=, scaled=)`` (a test without it
+    judges no metric with a limit: expectations only). The declaration sits on the test, as ReFrame keeps
+    a check and its references together; the selftests hold it to the metric names in the code."""
+    if str(folder.parents[1]) not in sys.path:
+        sys.path.insert(0, str(folder.parents[1]))
+    out: dict[str, TestSpec] = {}
+    for path in sorted(folder.glob("test_*.py")):
+        module = importlib.import_module(f"{folder.parent.name}.{folder.name}.{path.stem}")
+        for name, fn in sorted(vars(module).items()):
+            if not (name.startswith("test_") and callable(fn)) or getattr(fn, "__module__", "") != module.__name__:
+                continue
+            marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "judges"]
+            spec = TestSpec(tuple(marks[0].args), **marks[0].kwargs) if marks else TestSpec(())
+            out[f"{path.name}::{name}"] = spec
+    return out
+
 
 #: busbw floors of the network between nodes: a property of the compute fabric, which a SKU knows only
 #: when its reference design has one (``nccl_net_transport`` declared: HGX boards with 8 x NDR 400). A SKU
 #: without one (L40S) leaves them to the site file that declares its network (as
 #: fixtures/site/lent-h200-socket-net.yaml does) or to ``gpuaccept-calibrate``; until then the tests
 #: ERROR naming each of them.
+_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast")
 NETWORK_METRICS = frozenset(
     [f"nccl_rail_{c}_busbw_gbs" for c in _COLLECTIVES[:3]] + [f"nccl_{c}_busbw_multinode_gbs" for c in _COLLECTIVES]
 )
@@ -335,7 +198,7 @@ def coverage(thresholds: Thresholds, sku: str, shape: Shape) -> Coverage:
     """Which tests run on ``shape`` for ``sku``, what each judges, and which of those lack a limit."""
     limits = thresholds.limits_for(sku)
     result = Coverage(sku, shape)
-    for test, spec in TESTS.items():
+    for test, spec in declared_tests().items():
         reason = _skip(spec, shape, limits, sku)
         if reason is not None:
             result.skipped[test] = reason

@@ -31,6 +31,7 @@ def test_fingerprint(node, cluster, fingerprints, judge):
                      usable_cpus=usable, granted_cpus=granted, host_cpus=host)  # fmt: skip
 
 
+@pytest.mark.judges(nodes=2)
 @pytest.mark.multinode
 def test_versions_consistent(cluster, fingerprints, judge):
     """Driver, CUDA, NCCL, torch, Python, kernel, OS and GPU model are the same everywhere; name the odd node."""

@@ -114,6 +114,7 @@ def _sweep(settings, gpu: bool) -> list[str]:
 # ---- GPUDirect ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.judges("gdr_kernel_support", "pcie_acs_ctl", "iommu_translation", gpus="gpu", absent="ib")
 def test_gdr_enablement(node, cluster, judge):
     """nvidia_peermem or DMA-BUF; ACS Control 0 on the bridges between each GPU and its HCA; IOMMU not translating."""
     gpus = cluster.require_gpus(node)
@@ -127,6 +128,15 @@ def test_gdr_enablement(node, cluster, judge):
 # ---- NCCL transport ----------------------------------------------------------------------------------
 
 
+@pytest.mark.judges(
+    "nccl_net_transport",
+    "nccl_net_gdr",
+    "nccl_net_hca_affinity",
+    "nccl_net_hca_used",
+    gpus="gpu",
+    nodes=2,
+    absent="nccl_net",
+)
 @pytest.mark.multinode
 @pytest.mark.nccl
 def test_nccl_transport(cluster, judge):
@@ -214,6 +224,14 @@ def _judge_rail(judge, table, label, rates, hcas) -> bool:
     return ok
 
 
+@pytest.mark.judges(
+    "nccl_rail_all_reduce_busbw_gbs",
+    "nccl_rail_all_gather_busbw_gbs",
+    "nccl_rail_reduce_scatter_busbw_gbs",
+    "nccl_busbw_fabric_pct",
+    "nccl_wrong_elements",
+    nodes=2,
+)
 @pytest.mark.multinode
 @pytest.mark.nccl
 def test_nccl_rails(cluster, judge, settings):
@@ -288,6 +306,9 @@ def _judge_pairs(judge, results, rates, gpu_memory) -> dict[Any, bool]:
     return verdicts
 
 
+@pytest.mark.judges(
+    "rdma_write_bw_gbps", "rdma_write_bw_pct_of_rate", "rdma_write_lat_p99_us", "rdma_gpu_memory", nodes=2, absent="ib"
+)
 @pytest.mark.multinode
 def test_rdma_perftest(cluster, judge, settings):
     """ib_write_bw / ib_write_lat for every HCA of every node against a partner HCA, concurrent rounds, second pass."""
@@ -323,6 +344,14 @@ def test_rdma_perftest(cluster, judge, settings):
 # ---- IB counters over the run ------------------------------------------------------------------------
 
 
+@pytest.mark.judges(
+    "ib_window_link_downed",
+    "ib_window_link_error_recovery",
+    "ib_window_symbol_error_rate",
+    "ib_window_rcv_error_rate",
+    nodes=2,
+    absent="ib",
+)
 @pytest.mark.multinode
 def test_ib_counter_window(cluster, judge):
     """No link went down or retrained while the fabric tests ran; symbol/receive errors per bit within 1e-12."""

@@ -7,6 +7,7 @@ import pytest
 pytestmark = [pytest.mark.acceptance, pytest.mark.hygiene]
 
 
+@pytest.mark.judges("dev_shm_gib", "nofile", "memlock_kib")
 def test_node_limits(node, cluster, judge):
     """/dev/shm size and the open-file limit everywhere; locked memory where the SKU needs RDMA pinning."""
     data = cluster.run("hygiene", nodes=[node]).one().data

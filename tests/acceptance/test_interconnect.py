@@ -31,6 +31,14 @@ def _no_nvlink(judge, node: str, data: dict) -> bool:
     return declares_absent(judge.declared("nvlink_links_active", node)) and not shown
 
 
+@pytest.mark.judges(
+    "nvlink_links_active",
+    "nvlink_speed_mbps",
+    "nvlink_replay_errors",
+    "nvlink_recovery_errors",
+    gpus="gpu",
+    absent="nvlink",
+)
 def test_nvlink(node, cluster, judge):
     """Links active per GPU as the SKU has them, common link speed, CRC/replay/recovery counters bounded."""
     gpus = cluster.require_gpus(node)
@@ -40,6 +48,9 @@ def test_nvlink(node, cluster, judge):
     judge_nvlink(data, judge, node, declared_gpus=gpus)
 
 
+@pytest.mark.judges(
+    "p2p_nvlink_crc_flit_per_s", "p2p_nvlink_replay_errors", "p2p_nvlink_recovery_errors", gpus="pair", absent="nvlink"
+)
 def test_nvlink_errors_under_load(node, cluster, gpubench, judge):
     """NVLink CRC error rate (flit, data: DCGM's 100/s) and replay/recovery counts while the P2P copies ran.
 
@@ -54,6 +65,7 @@ def test_nvlink_errors_under_load(node, cluster, gpubench, judge):
     judge_nvlink_under_load(gpubench(node), judge, node)
 
 
+@pytest.mark.judges("nvlink_pair_links", "p2p_nvlink_status", gpus="pair", absent="nvlink")
 def test_gpu_topology(node, cluster, judge):
     """Every GPU pair joined by the SKU's NVLinks (NV18 on HGX H100/H200) with NVLink P2P OK. A PCIe-only SKU
     (L40S) has no NVLink topology to judge; its pairs' bandwidth is test_p2p's."""
@@ -66,6 +78,7 @@ def test_gpu_topology(node, cluster, judge):
     judge_topology(data, judge, node)
 
 
+@pytest.mark.judges("gpu_nic_pcie_distance", gpus="gpu", absent="ib")
 def test_gpu_nic_affinity(node, cluster, judge):
     """Each GPU's nearest InfiniBand HCA close enough for GPUDirect RDMA (same PCIe root complex or closer);
     NUMA node and local CPUs shown beside it. A node without HCAs whose SKU expects none is skipped."""
@@ -77,6 +90,24 @@ def test_gpu_nic_affinity(node, cluster, judge):
     judge_affinity(data, judge, node)
 
 
+@pytest.mark.judges(
+    "ib_hca_count",
+    "ib_port_state",
+    "ib_port_phys_state",
+    "ib_symbol_errors",
+    "ib_link_error_recovery",
+    "ib_link_downed",
+    "ib_port_rcv_errors",
+    "ib_port_rcv_remote_physical_errors",
+    "ib_port_rcv_switch_relay_errors",
+    "ib_port_xmit_discards",
+    "ib_port_xmit_constraint_errors",
+    "ib_port_rcv_constraint_errors",
+    "ib_local_link_integrity_errors",
+    "ib_excessive_buffer_overrun_errors",
+    "ib_vl15_dropped",
+    absent="ib",
+)
 def test_infiniband(node, cluster, judge):
     """HCA count per the SKU; every compute port ACTIVE/LinkUp at the SKU's rate and link layer; counters bounded."""
     data = cluster.run("infiniband", nodes=[node], timeout_s=60).one().data

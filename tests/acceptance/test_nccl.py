@@ -167,6 +167,16 @@ def _scale_failures(cluster: Any, settings: Any, judge: Any, scale: int) -> dict
 # ---- one node ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.judges(
+    "nccl_all_reduce_busbw_gbs",
+    "nccl_all_gather_busbw_gbs",
+    "nccl_reduce_scatter_busbw_gbs",
+    "nccl_alltoall_busbw_gbs",
+    "nccl_broadcast_busbw_gbs",
+    "nccl_wrong_elements",
+    gpus="collective",
+    scaled=True,
+)
 def test_nccl_node(node, cluster, judge, settings, request):
     """All GPUs of the node: busbw per collective at the largest size, every result verified."""
     tasks, gpt = _layout(cluster, node, multinode=False)
@@ -200,6 +210,7 @@ def test_nccl_node(node, cluster, judge, settings, request):
     _plot(request, f"node-{node}", [table], judge, multinode=False)
 
 
+@pytest.mark.judges("nccl_fidelity_pct", gpus="pair", optional="nccl-tests installed")
 def test_nccl_tests_fidelity(node, cluster, judge, settings):
     """nccl-tests on the same GPUs and size: its busbw beside ours, within 5%."""
     gpus = cluster.require_gpus(node)
@@ -250,6 +261,16 @@ def test_nccl_tests_fidelity(node, cluster, judge, settings):
 # ---- across nodes -----------------------------------------------------------------------------------
 
 
+@pytest.mark.judges(
+    "nccl_all_reduce_busbw_multinode_gbs",
+    "nccl_all_gather_busbw_multinode_gbs",
+    "nccl_reduce_scatter_busbw_multinode_gbs",
+    "nccl_alltoall_busbw_multinode_gbs",
+    "nccl_broadcast_busbw_multinode_gbs",
+    "nccl_scaling_efficiency_pct",
+    nodes=2,
+    scaled=True,
+)
 @pytest.mark.multinode
 def test_nccl_scale(scale, cluster, judge, settings, request):
     """Groups of ``scale`` nodes side by side: busbw per group, groups vs each other, scaling efficiency."""
@@ -311,6 +332,13 @@ def _pair_pass(cluster: Any, settings: Any, suspects: list[str], good: list[str]
     return outcome
 
 
+@pytest.mark.judges(
+    "nccl_all_reduce_busbw_multinode_gbs",
+    "nccl_all_gather_busbw_multinode_gbs",
+    "nccl_reduce_scatter_busbw_multinode_gbs",
+    nodes=2,
+    scaled=True,
+)
 @pytest.mark.multinode
 def test_nccl_node_at_fault(suspect, cluster, judge, settings):
     """The node's verdict from the scales and, if one of its groups failed, from pairs with good nodes."""

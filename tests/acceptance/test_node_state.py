@@ -17,12 +17,14 @@ from gpuaccept.hardware.clock import offset_lower_bound_s
 pytestmark = [pytest.mark.acceptance, pytest.mark.hygiene]
 
 
+@pytest.mark.judges("dev_shm_free_gib")
 def test_dev_shm_free(node, cluster, judge):
     """Free space in /dev/shm inside a job step, not only its size."""
     data = cluster.run("hygiene", nodes=[node]).one().data
     judge.check("dev_shm_free_gib", data["dev_shm_free_gib"], node=node)
 
 
+@pytest.mark.judges("node_clock_offset_s")
 def test_node_clocks(cluster, judge):
     """Every node's wall clock within the tolerance of this host's: read in one step on all nodes at once,
     bracketed by this host's clock (gpuaccept.hardware.clock), so each node is judged and named alone."""

@@ -47,6 +47,7 @@ def test_step_runs(node, cluster, judge):
                      cpu_bind=record.data["slurm_cpu_bind"])  # fmt: skip
 
 
+@pytest.mark.judges("gpu_foreign_devices_openable", "task_cpu_overlap_pairs", gpus="gpu")
 def test_gpu_isolation(node, cluster, fingerprints, judge):
     """One task per declared GPU: each sees exactly its GPU, the sets are disjoint and cover the node,
     no task can open another task's GPU, and the tasks' CPU sets do not overlap."""

@@ -28,6 +28,7 @@ def _as_read(data: dict) -> str:
     return data["sha256"] if data["exists"] else "missing"
 
 
+@pytest.mark.judges(nodes=2)
 def test_shared_filesystem(cluster, settings, request, judge):
     """A file written on one node reads back byte-identical on every other node, and again on every node
     after a third node renamed it."""

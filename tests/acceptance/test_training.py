@@ -370,11 +370,39 @@ def ctx(cluster, settings, judge, request) -> Ctx:
     return Ctx(cluster, settings, judge, Path(request.config.rootpath))
 
 
+@pytest.mark.judges(
+    "train_nonfinite_steps",
+    "train_loss_final",
+    "train_eval_loss",
+    "train_steps_to_target",
+    "train_loss_rebound",
+    "train_wall_s",
+    "train_tokens_per_s_per_gpu_solo",
+    "train_gpu_util_pct",
+)
 def test_finetune_each_gpu(node, ctx):
     """Every GPU of the node fine-tuned alone, all at once (gloo ranks on a CPU node), each judged by itself."""
     _check_solo(_scale(ctx.cluster, "node", (node,)), ctx)
 
 
+@pytest.mark.judges(
+    "train_nonfinite_steps",
+    "train_loss_final",
+    "train_eval_loss",
+    "train_steps_to_target",
+    "train_loss_rebound",
+    "train_wall_s",
+    "train_original_kept",
+    "train_reload_eval_delta",
+    "train_ppl_reduction_pct",
+    "train_tokens_per_s_per_gpu_ddp_node",
+    "train_tokens_per_s_per_gpu_fsdp_node",
+    "train_replica_mismatch_ranks",
+    "train_fsdp_shard_ratio",
+    "train_fsdp_mem_saving_ratio",
+    "train_gpu_util_pct",
+    gpus="collective",
+)
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_finetune_node(node, strategy, ctx):
     """Every GPU of the node, one rank each (NVLink/NVSwitch collectives under real training)."""
@@ -384,6 +412,7 @@ def test_finetune_node(node, strategy, ctx):
     _check_run(strategy, _scale(ctx.cluster, "node", (node,)), ctx)
 
 
+@pytest.mark.judges("train_trajectory_rel_diff", "train_trajectory_baseline_rel_diff")
 def test_finetune_agreement(ctx, fingerprints):
     """Every GPU of one SKU and software stack, across all nodes, trains the same loss curve bit for bit,
     and the curve it trained in the ``--baseline`` run (``gpuaccept.judging.trajectory``).
@@ -417,6 +446,24 @@ def test_finetune_agreement(ctx, fingerprints):
         )
 
 
+@pytest.mark.judges(
+    "train_nonfinite_steps",
+    "train_loss_final",
+    "train_eval_loss",
+    "train_steps_to_target",
+    "train_loss_rebound",
+    "train_wall_s",
+    "train_original_kept",
+    "train_reload_eval_delta",
+    "train_ppl_reduction_pct",
+    "train_tokens_per_s_per_gpu_ddp_multinode",
+    "train_tokens_per_s_per_gpu_fsdp_multinode",
+    "train_replica_mismatch_ranks",
+    "train_fsdp_shard_ratio",
+    "train_fsdp_mem_saving_ratio",
+    "train_gpu_util_pct",
+    nodes=2,
+)
 @pytest.mark.multinode
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_finetune_multinode(strategy, ctx):

@@ -1,7 +1,8 @@
 """SKU coverage: on every listed SKU and node shape, each test that runs finds a limit for what it judges.
 
-The "which test judges which metric" declaration lives in ``gpuaccept/thresholds/coverage.py``. Three
-things hold it to the truth, so it cannot drift from the tests quietly:
+Each acceptance test declares which metrics it judges and when it runs (``@pytest.mark.judges``, read by
+``gpuaccept/thresholds/coverage.declared_tests``). Three things hold the declarations to the truth, so they cannot
+drift from the tests quietly:
 
 * the metric names written in ``tests/acceptance/*.py`` and in the gpuaccept modules they import;
 * the tests that exist (a new test must be declared);
@@ -23,10 +24,10 @@ from gpuaccept.thresholds.coverage import (
     ABSENCE_METRIC,
     NETWORK_METRICS,
     SHAPES,
-    TESTS,
     Shape,
     TestSpec,
     coverage,
+    declared_tests,
     declares_absent,
 )
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
@@ -35,6 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 ACCEPTANCE = REPO / "tests" / "acceptance"
 RUNS = sorted((REPO / "fixtures" / "runs").glob("*.json"))
 PACKAGED = load_thresholds()
+TESTS = declared_tests()
 
 
 # ---- the coverage itself --------------------------------------------------------------------------------
