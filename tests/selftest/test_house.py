@@ -1,0 +1,83 @@
+"""The house rules a newcomer can rely on, held by CI: no import cycle between gpuaccept's modules, no
+module over 400 lines, and a judging core that imports no domain (NCCL, fabric, hardware, training).
+
+Imports are read from the source (module level, outside ``if TYPE_CHECKING:``): an import inside a
+function runs late and cannot close a cycle at import time, but it still counts for the judging core.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.selftest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "gpuaccept"
+MAX_LINES = 400
+#: what the judging core may import from gpuaccept: itself, the results and thresholds it judges with
+CORE_MAY_IMPORT = ("gpuaccept.judging", "gpuaccept.results", "gpuaccept.thresholds", "gpuaccept.errors")
+
+
+def _name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, module_level: bool) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gpuaccept"):
+                found.add(node.module)
+                found.update(f"{node.module}.{a.name}" for a in node.names)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.startswith("gpuaccept"))
+            if not module_level:
+                visit(list(ast.iter_child_nodes(node)))  # type: ignore[arg-type]
+            elif isinstance(node, (ast.If, ast.Try)):
+                visit(node.body + node.orelse + getattr(node, "finalbody", []))
+
+    visit(tree.body)
+    return found
+
+
+MODULES = {_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_no_import_cycle() -> None:
+    graph = {m: {i for i in _imports(p, True) if i in MODULES and i != m} for m, p in MODULES.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def walk(module: str) -> None:
+        state[module] = 1
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                cycle = [*stack[stack.index(target) :], target]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if target not in state:
+                walk(target)
+        stack.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            walk(module)
+
+
+def test_no_module_over_400_lines() -> None:
+    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, long
+
+
+def test_the_judging_core_knows_no_domain() -> None:
+    core = {m: p for m, p in MODULES.items() if m.startswith("gpuaccept.judging")}
+    wrong = {m: sorted(i for i in _imports(p, False) if not i.startswith(CORE_MAY_IMPORT)) for m, p in core.items()}
+    assert not {m: w for m, w in wrong.items() if w}, wrong
