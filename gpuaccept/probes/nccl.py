@@ -75,6 +75,17 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _store_barrier(store: Any, key: str, world: int, master: bool) -> None:
+    """Wait until every rank has arrived, through the rendezvous store (the watchdog bounds the wait). The
+    rank that hosts the store leaves last: had it exited first, the others' next poll would find no store."""
+    store.add(f"{key}/in", 1)
+    while store.add(f"{key}/in", 0) < world:
+        time.sleep(0.05)
+    store.add(f"{key}/out", 1)
+    while master and store.add(f"{key}/out", 0) < world:
+        time.sleep(0.05)
+
+
 def _chosen(value: str | None, node: str, rank: int, local_rank: int) -> bool:
     """``<rank>`` (the step's rank) or ``<node>:<rank on that node>`` (one node of a fan-out step alone)."""
     if not value:
@@ -392,8 +403,13 @@ def _run(
             free_bytes=free,
         )
     dog.set_group(range(info.world_size), names, client)
-    dog.arm("final barrier", args.op_timeout)
-    dist.barrier()
+    # Groups measured side by side finish at different times: a group on a slow node runs its whole sweep
+    # slowly, each collective and size within op_timeout (its own watchdog names it otherwise). The others
+    # wait for it here, in the store (a collective would time out after op_timeout, and the watchdog would
+    # end every rank as hung, so the slow group could no longer be named): up to one op_timeout per step.
+    steps = len(args.collectives) * len(sweep_sizes(args.min_bytes, args.max_bytes, args.factor)) + 2
+    dog.arm("final barrier", args.op_timeout * steps)
+    _store_barrier(client(), "gpuaccept_final_barrier", info.world_size, master=info.rank == 0)
     dog.disarm()
     nranks = len(groups[my_gid]) if my_gid is not None else info.world_size
     data["nccl"] = collect_facts(logs, info.rank, nranks, keep=bool(args.nccl_log_dir))

@@ -264,18 +264,32 @@ LOOPBACK_ROWS: tuple[Row, ...] = (
 #: Faults of the NCCL probe's selftest-only knobs (refused without GPUACCEPT_SELFTEST=1), node-qualified so
 #: one node of a fan-out step carries them: test_faults_nccl.py runs test_nccl_node and
 #: test_nccl_node_at_fault on 4 loopback CPU nodes (2 gloo ranks per node) with these in the environment.
-NCCL_ENV = {"GPUACCEPT_FAULT_CORRUPT_RANK": "node3:0", "GPUACCEPT_FAULT_HANG_RANK": "node2:1"}
+NCCL_ENV = {
+    "GPUACCEPT_FAULT_CORRUPT_RANK": "node3:0",
+    "GPUACCEPT_FAULT_HANG_RANK": "node2:1",
+    "GPUACCEPT_FAULT_SLOW_NODE": "node4",
+    "GPUACCEPT_FAULT_SLOW_S": "0.05",  # before every launch: 30x a 1 MiB gloo all_reduce here (1.7 ms)
+}
 NCCL_ROWS: tuple[Row, ...] = (
     Row(NCCL, "wrong-result", "wrong collective results",
         "`GPUACCEPT_FAULT_CORRUPT_RANK=node3:0`: the probe adds 1 to one element of node3's rank 0 result, in "
         "every step node3 takes part in",
         "`test_nccl_node[node3]` FAILED `nccl_wrong_elements` on node3 rank 0, `WRONG RESULT all_reduce 64 KiB on "
         "rank 0 (node3)`; `test_nccl_node_at_fault[node3]` FAILED `nccl_node_verdict = at fault` (its pairs with "
-        "good nodes fail); node1, node2 (past its hang) and node4 `not at fault`",
+        "good nodes fail); node1 and node2 (past its hang) `not at fault`",
         END_TO_END, (f"{NCCL_LOOP}[wrong-result]",), "node3", {},
         (Named("test_nccl_node[node3]", checks=(("nccl_wrong_elements", "node3 rank 0"),),
                message="WRONG RESULT all_reduce 64 KiB on rank 0 (node3)"),
          Named("test_nccl_node_at_fault[node3]", category="threshold miss", checks=(("nccl_node_verdict", "node3"),)))),
+    Row(NCCL, "slow-node", "one slow node among many",
+        "`GPUACCEPT_FAULT_SLOW_NODE=node4`: node4's ranks sleep 0.05 s before every collective launch, in every "
+        "step (the groups of 2 and of 4 nodes, and its pairs), beside node3's wrong results",
+        "`test_nccl_node[node4]` FAILED its busbw floors; `test_nccl_node_at_fault[node4]` FAILED `nccl_node_verdict "
+        "= at fault` (paired with known-good node1 or node2 it still fails); node1 and node2 `not at fault`",
+        END_TO_END, (f"{NCCL_LOOP}[slow-node]",), "node4", {},
+        (Named("test_nccl_node[node4]", category="threshold miss", checks=tuple(
+            (f"nccl_{c}_busbw_gbs", "node4") for c in ("all_reduce", "all_gather", "alltoall", "broadcast"))),
+         Named("test_nccl_node_at_fault[node4]", category="threshold miss", checks=(("nccl_node_verdict", "node4"),)))),
     Row(NCCL, "nccl-hang", "an NCCL hang on one rank",
         "`GPUACCEPT_FAULT_HANG_RANK=node2:1`: node2's rank 1 never launches its first collective (node2's own "
         "2-rank step only: in the 1-rank-per-node steps across nodes there is no local rank 1)",

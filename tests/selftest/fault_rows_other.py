@@ -114,9 +114,6 @@ OTHER_ROWS: tuple[Row, ...] = (
         ("tests/selftest/test_gpu_perf_judges.py::test_p2p_nvlink_errors_under_load",
          "tests/selftest/test_gpu_perf_judges.py::test_nvlink_errors_name_the_links")),
     # ---- NCCL, training, runs --------------------------------------------------------------------------
-    Row(NCCL, "slow-node", "one slow node among many", "a simulated node at a fifth of the speed in every group "
-        "holding it (4-16 nodes)", "`test_nccl_node_at_fault[<node>]` FAILED `at fault`, every other node `not at "
-        "fault`", LOGIC, ("tests/selftest/test_nccl_bisect.py::test_slowed_node_is_named_and_others_cleared",)),
     Row(NCCL, "rank-dies", "a training rank dies", "rank killed at step 3 (local launcher)",
         "the step ends in seconds, ERROR naming the rank", LOGIC,
         ("tests/selftest/test_training_faults.py::test_dead_rank_ends_step_quickly",)),
