@@ -14,7 +14,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["END_TO_END", "FABRIC", "GPU_RUN", "HW", "LOGIC", "LOOPBACK_ROWS", "NCCL", "NCCL_ROWS", "Named", "Row"]
+__all__ = [
+    "END_TO_END",
+    "FABRIC",
+    "GPU_RUN",
+    "HW",
+    "LOGIC",
+    "LOOPBACK_ROWS",
+    "NCCL",
+    "NCCL_ENV",
+    "NCCL_ROWS",
+    "Named",
+    "Row",
+]
 
 END_TO_END, GPU_RUN, LOGIC = "end to end (loopback)", "GPU run", "logic only"
 LOOP = "tests/selftest/test_faults_loopback.py::test_fault_is_named"
@@ -253,12 +265,6 @@ LOOPBACK_ROWS: tuple[Row, ...] = (
             Named(WINDOW, category="threshold miss", message="port_rcv_data went down (reset during the window)",
                   checks=(("ib_window_symbol_error_rate", "node4 HCA mlx5_0 port 1"),
                           ("ib_window_rcv_error_rate", "node4 HCA mlx5_0 port 1")))),
-    Row(FABRIC, "perftest-missing", "perftest not installed", "nothing: the loopback host has no `ib_write_bw`, "
-        "while every node shows its 8 NDR HCAs", "`test_rdma_perftest` ERROR `perftest cannot run: node1: "
-        "ib_write_bw, ib_write_lat not found (install perftest on every node ...)`, every node named",
-        END_TO_END, (f"{LOOP}[perftest-missing]",), None, {},
-        (Named("test_rdma_perftest", "error", "could not measure",
-               message="perftest cannot run: node1: ib_write_bw, ib_write_lat not found"),)),
 )  # fmt: skip
 
 #: Faults of the NCCL probe's selftest-only knobs (refused without GPUACCEPT_SELFTEST=1), node-qualified so
@@ -290,6 +296,13 @@ NCCL_ROWS: tuple[Row, ...] = (
         (Named("test_nccl_node[node4]", category="threshold miss", checks=tuple(
             (f"nccl_{c}_busbw_gbs", "node4") for c in ("all_reduce", "all_gather", "alltoall", "broadcast"))),
          Named("test_nccl_node_at_fault[node4]", category="threshold miss", checks=(("nccl_node_verdict", "node4"),)))),
+    Row(FABRIC, "perftest-missing", "perftest not installed", "nothing: the loopback host has no `ib_write_bw`, "
+        "while every node shows the recorded NDR HCAs (the seam's sysfs tree alone)",
+        "`test_rdma_perftest` ERROR `perftest cannot run: node1: ib_write_bw, ib_write_lat not found (install "
+        "perftest on every node ...)`, every node named",
+        END_TO_END, (f"{NCCL_LOOP}[perftest-missing]",), None, {},
+        (Named("test_rdma_perftest", "error", "could not measure",
+               message="perftest cannot run: node1: ib_write_bw, ib_write_lat not found"),)),
     Row(NCCL, "nccl-hang", "an NCCL hang on one rank",
         "`GPUACCEPT_FAULT_HANG_RANK=node2:1`: node2's rank 1 never launches its first collective (node2's own "
         "2-rank step only: in the 1-rank-per-node steps across nodes there is no local rank 1)",

@@ -43,8 +43,9 @@ TESTS = [
     "tests/acceptance/test_node_state.py",
     "tests/acceptance/test_fabric.py",  # last: its counter window closes after the faults of the window rows
 ]
-# errors under load: judged from the P2P copies; NCCL transport and rails: NCCL's own log; both need real GPUs
-DESELECT = "not errors_under_load and not test_nccl_transport and not test_nccl_rails"
+# errors under load: judged from the P2P copies; NCCL transport and rails: NCCL's own log; both need real GPUs.
+# perftest: no RDMA device here (its "not installed" row is proven in test_faults_nccl.py).
+DESELECT = "not errors_under_load and not test_nccl_transport and not test_nccl_rails and not test_rdma_perftest"
 COMMON = {
     "gpu_health": str(REPO / "fixtures/nvml/h200-x2-lent.gpu_health.json"),
     "nvlink": str(REPO / "fixtures/nvml/h200-x2-lent.nvlink.json"),

@@ -10,6 +10,7 @@ only node2's own step has).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -23,12 +24,15 @@ NODES = 4
 
 @pytest.fixture(scope="module")
 def nccl_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InnerRun]:
-    cluster = start_cluster(NODES, NCCL_ENV)
+    inner = tmp_path_factory.mktemp("nccl-faults")
+    spec = inner / "inject.json"  # the recorded NDR HCAs on every node, nothing else: perftest has none to run
+    spec.write_text(json.dumps({"readings": {"sysfs_root": str(REPO / "fixtures/sysfs/hgx-h100-ndr")}}))
+    cluster = start_cluster(NODES, {**NCCL_ENV, "GPUACCEPT_TEST_INJECT": str(spec)})
     try:
-        inner = tmp_path_factory.mktemp("nccl-faults")
         yield run_inner(
             inner, "-m", "acceptance", "--launcher", "slurm", "--nodes", str(NODES), "--probe-timeout", "30",
-            "--rootdir", str(REPO), "-k", "test_nccl_node", str(REPO / "tests/acceptance/test_nccl.py"),
+            "--rootdir", str(REPO), "-k", "test_nccl_node or test_rdma_perftest",
+            str(REPO / "tests/acceptance/test_nccl.py"), str(REPO / "tests/acceptance/test_fabric.py"),
             env=cluster.env, timeout=400,
         )  # fmt: skip
     finally:
