@@ -39,6 +39,7 @@ from gpuaccept.nccl.formulas import COLLECTIVES, busbw_gbs
 from gpuaccept.nccl.ncclinfo import collect_facts, debug_env
 from gpuaccept.nccl.sweep import cap_sizes, format_bytes, parse_bytes, requested_sizes, sweep_sizes
 from gpuaccept.nccl.watchdog import Watchdog
+from gpuaccept.probes._nccl_faults import test_faults
 from gpuaccept.probes._protocol import emit, gpu_identity, node_name, rank_info
 
 __all__ = ["main"]
@@ -84,29 +85,6 @@ def _store_barrier(store: Any, key: str, world: int, master: bool) -> None:
     store.add(f"{key}/out", 1)
     while master and store.add(f"{key}/out", 0) < world:
         time.sleep(0.05)
-
-
-def _chosen(value: str | None, node: str, rank: int, local_rank: int) -> bool:
-    """``<rank>`` (the step's rank) or ``<node>:<rank on that node>`` (one node of a fan-out step alone)."""
-    if not value:
-        return False
-    where, _, which = value.rpartition(":")
-    return which == str(local_rank) and where == node if where else which == str(rank)
-
-
-def _faults(node: str, rank: int, local_rank: int) -> dict[str, Any]:
-    """Test-only faults; refused outside selftests so a production run can never be slowed on purpose."""
-    env = os.environ
-    names = ("GPUACCEPT_FAULT_SLOW_NODE", "GPUACCEPT_FAULT_HANG_RANK", "GPUACCEPT_FAULT_CORRUPT_RANK")
-    if not any(env.get(n) for n in names):
-        return {}
-    if env.get("GPUACCEPT_SELFTEST") != "1":
-        sys.exit(f"gpuaccept.probes.nccl: {', '.join(n for n in names if env.get(n))} is for selftests only")
-    return {
-        "slow_s": float(env.get("GPUACCEPT_FAULT_SLOW_S", "0.05")) if env.get(names[0]) == node else 0.0,
-        "hang": _chosen(env.get(names[1]), node, rank, local_rank),
-        "corrupt": _chosen(env.get(names[2]), node, rank, local_rank),
-    }
 
 
 def _groups(spec: str, names: list[str]) -> list[list[int]]:
@@ -294,7 +272,7 @@ class _Sweep:
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
     info, node = rank_info(), node_name()
-    faults = _faults(node, info.rank, info.local_rank)
+    faults = test_faults(node, info.rank, info.local_rank)
     import torch
     import torch.distributed as dist
 
@@ -403,10 +381,9 @@ def _run(
             free_bytes=free,
         )
     dog.set_group(range(info.world_size), names, client)
-    # Groups measured side by side finish at different times: a group on a slow node runs its whole sweep
-    # slowly, each collective and size within op_timeout (its own watchdog names it otherwise). The others
-    # wait for it here, in the store (a collective would time out after op_timeout, and the watchdog would
-    # end every rank as hung, so the slow group could no longer be named): up to one op_timeout per step.
+    # Groups side by side finish apart: one on a slow node takes up to op_timeout per collective and size.
+    # The others wait for it in the store (a collective would time out after one op_timeout and end every
+    # rank as hung, hiding the slow group): up to one op_timeout per step.
     steps = len(args.collectives) * len(sweep_sizes(args.min_bytes, args.max_bytes, args.factor)) + 2
     dog.arm("final barrier", args.op_timeout * steps)
     _store_barrier(client(), "gpuaccept_final_barrier", info.world_size, master=info.rank == 0)

@@ -91,12 +91,12 @@ def test_hang_ends_every_rank_and_names_the_one_behind():
 
 
 def test_faults_are_refused_outside_selftests(monkeypatch):
-    from gpuaccept.probes import nccl
+    from gpuaccept.probes import _nccl_faults
 
     monkeypatch.setenv("GPUACCEPT_FAULT_SLOW_NODE", "x")
     monkeypatch.delenv("GPUACCEPT_SELFTEST", raising=False)
     with pytest.raises(SystemExit, match="selftests only"):
-        nccl._faults("x", 0, 0)
+        _nccl_faults.test_faults("x", 0, 0)
 
 
 class _DictStore:
