@@ -11,7 +11,7 @@ from .fault_rows import END_TO_END, FABRIC, GPU_RUN, HW, LOGIC, NCCL, Row
 __all__ = ["OTHER_ROWS", "SECTIONS"]
 
 SCHED = "The scheduler (faults injected with Slurm itself on a loopback cluster)"
-RULES = "Verdicts that are not earned"
+RULES = "Verdicts that are not earned (an inner suite of careless tests, through salloc on the loopback cluster)"
 GPU = "Faults only a GPU can show"
 SECTIONS = (SCHED, RULES, HW, GPU, NCCL, FABRIC)
 
@@ -74,14 +74,14 @@ OTHER_ROWS: tuple[Row, ...] = (
     # ---- the plugin's verdict rules --------------------------------------------------------------------
     Row(RULES, "info-only", "a test passes on informational figures alone", "an acceptance test that only calls "
         "`judge.info`", "ERROR `nothing was judged, so nothing can pass (only informational figures: memory_gib)`, "
-        "category could not measure", LOGIC, (V + "test_verdict_follows_the_checks",)),
+        "category could not measure", END_TO_END, (V + "test_verdict_follows_the_checks",)),
     Row(RULES, "nothing-recorded", "a test asserts but records nothing", "`assert cluster.nodes` and return",
-        "ERROR `... (nothing was measured)`", LOGIC, (V + "test_verdict_follows_the_checks",)),
+        "ERROR `... (nothing was measured)`", END_TO_END, (V + "test_verdict_follows_the_checks",)),
     Row(RULES, "miss-returned", "a test returns after a miss", "`judge.check` below the floor, then return",
-        "FAILED naming node, metric, value, limit", LOGIC, (V + "test_verdict_follows_the_checks",)),
+        "FAILED naming node, metric, value, limit", END_TO_END, (V + "test_verdict_follows_the_checks",)),
     Row(RULES, "no-limit", "a metric the SKU has no limit for", "`judge.check(\"matmul_bf16_tflops\", ...)` on the "
         "`cpu` SKU", "ERROR `cannot judge matmul_bf16_tflops on SKU cpu: no limit (add one in a site file)`",
-        LOGIC, (V + "test_verdict_follows_the_checks", V + "test_judge_alone_errors_on_a_missing_limit")),
+        END_TO_END, (V + "test_verdict_follows_the_checks", V + "test_judge_alone_errors_on_a_missing_limit")),
     Row(RULES, "bad-thresholds", "an unusable thresholds file", "a site file with a limit written twice, or min "
         "above max", "usage error (exit 4) naming file and key, before any job: the loopback run submits none",
         END_TO_END, ("tests/selftest/test_thresholds_file.py::test_bad_thresholds_submit_no_job",
@@ -105,7 +105,8 @@ OTHER_ROWS: tuple[Row, ...] = (
         "judged against the packaged 0 (FAILED) unless a site file declares the cluster so", GPU_RUN,
         ("docs/measurements.md 'Five hardware runs, a hog, the multi-node layout'",)),
     Row(GPU, "slow-gpu", "a slow GPU / a straggler above the floor", "one GPU's figure edited to 550 / to 15% under "
-        "its siblings (no GPU run has had a slow GPU)", "FAILED naming that GPU, the floor or the node median",
+        "its siblings (no GPU run has had a slow GPU yet: benchmarks/fault_gpu_runs.sh locks one GPU's clock for "
+        "it)", "FAILED naming that GPU, the floor or the node median",
         LOGIC, ("tests/selftest/test_gpu_perf_judges.py::test_slow_gpu_fails_with_its_name",
                 "tests/selftest/test_gpu_perf_judges.py::test_straggler_above_floor_fails")),
     Row(GPU, "nvlink-load-errors", "NVLink errors under load", "CRC flit or replay counts edited into the P2P "

@@ -35,8 +35,8 @@ A verdict is only worth something if the fault behind it is named: the node, GPU
 went wrong in the words of the tool that saw it. Each row is a fault, how it is injected, what the run
 then says, and how that is proven:
 
-- **end to end (loopback)**: the real acceptance test (or, for the scheduler's and dispatch faults, a
-  real pytest session of the plugin) runs through `salloc`/`srun` on a loopback Slurm cluster from
+- **end to end (loopback)**: the real acceptance test (or, for the scheduler's, dispatch and verdict-rule
+  faults, a real pytest session of the plugin) runs through `salloc`/`srun` on a loopback Slurm cluster from
   `slurm/dev-cluster/` with the fault injected on one node or GPU, and the selftest asserts from the
   run record the test's verdict, its category, what it names, and that the other nodes and GPUs pass.
 - **GPU run**: a fault only a GPU can show, proven by a recorded run on the lent GPUs

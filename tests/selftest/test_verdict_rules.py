@@ -49,8 +49,10 @@ def test_expectation_fails(node, judge):
 
 
 @pytest.fixture(scope="module")
-def inner(tmp_path_factory: pytest.TempPathFactory):
-    return run_inner(write_suite(tmp_path_factory.mktemp("rules"), INNER), "-m", "acceptance", "--launcher", "local")
+def inner(tmp_path_factory: pytest.TempPathFactory, dev_cluster):
+    """Through the loopback Slurm cluster (salloc, then each node's case): the rules hold whatever the launcher."""
+    suite = write_suite(tmp_path_factory.mktemp("rules"), INNER)
+    return run_inner(suite, "-m", "acceptance", "--launcher", "slurm", env=dev_cluster.env)
 
 
 def _entry(inner, name: str) -> dict:
