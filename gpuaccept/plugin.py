@@ -332,7 +332,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.section("gpuaccept verdict per node")
     for line in node_summary_lines(state.record):
         terminalreporter.write_line(line)
-    for note in not_run_notes(vars(entry) for entry in state.record.tests.values()):
+    for note in not_run_notes(state.record.tests.values()):
         terminalreporter.write_line(f"not run: {note}", yellow=True)
     for line in state.drain_lines:
         terminalreporter.write_line(line)

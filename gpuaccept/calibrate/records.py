@@ -9,20 +9,19 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from gpuaccept.calibrate.rule import Refusal, Sample
-from gpuaccept.results.metrics import subject_of
-from gpuaccept.results.record import read_record
+from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.record import RunRecord, read_record
 
 __all__ = ["Runs", "limit_key", "read_runs"]
 
 
-def limit_key(metric: dict[str, Any]) -> str:
+def limit_key(check: MetricResult) -> str:
     """The thresholds key a check was looked up under: ``metric@N`` when it was judged at a scale
     (an 8-GPU node's floor must not apply to a 4-GPU node), else the metric."""
-    scale = (metric.get("extra") or {}).get("scale")
-    return f"{metric['metric']}@{int(scale)}" if isinstance(scale, (int, float)) else str(metric["metric"])
+    scale = check.extra.get("scale")
+    return f"{check.metric}@{int(scale)}" if isinstance(scale, (int, float)) else check.metric
 
 
 @dataclass
@@ -38,9 +37,9 @@ class Runs:
     commands: list[str] = field(default_factory=list)
 
 
-def _gpu_names(record: dict[str, Any], path: Path) -> dict[str, set[str]]:
+def _gpu_names(record: RunRecord) -> dict[str, set[str]]:
     names: dict[str, set[str]] = {}
-    for node, fp in (record.get("fingerprints") or {}).items():
+    for node, fp in record.fingerprints.items():
         devices = ((fp or {}).get("gpus") or {}).get("devices") or []
         names[str(node)] = {str(d.get("name")) for d in devices if d.get("name")}
     return names
@@ -70,32 +69,29 @@ def read_runs(paths: Sequence[Path], *, recalibrate: Sequence[str] = ()) -> Runs
     for path in paths:
         record = read_record(path)
         run = path.name
-        bad = [t for t in record.get("tests") or [] if t.get("verdict") in ("failed", "error")]
+        bad = [t for t in record.tests.values() if t.verdict in ("failed", "error")]
         if bad:
-            lines = [f"{t['nodeid']} {t['verdict']}: {str(t.get('message') or '').splitlines()[0][:200]}" for t in bad]
+            lines = [f"{t.nodeid} {t.verdict}: {(t.message.splitlines() or [''])[0][:200]}" for t in bad]
             raise Refusal(
                 f"{path}: {len(bad)} test(s) did not pass on nodes declared known-good; a calibration needs every "
                 "test that can be judged to pass:\n  " + "\n  ".join(lines)
             )
-        if record.get("status") not in ("passed", "failed"):
-            raise Refusal(f"{path}: the run did not finish (status {record.get('status')})")
-        for node, names in _gpu_names(record, path).items():
+        if record.status not in ("passed", "failed"):
+            raise Refusal(f"{path}: the run did not finish (status {record.status})")
+        for node, names in _gpu_names(record).items():
             models.setdefault(node, set()).update(names)
-        for metric in record.get("metrics") or []:
-            wanted = metric.get("verdict") == "measured" or any(
-                fnmatch.fnmatchcase(str(metric.get("metric")), g) for g in recalibrate
-            )
-            if not wanted or metric.get("kind") == "expectation" or metric.get("value") is None:
+        for check in record.metrics:
+            wanted = check.verdict == "measured" or any(fnmatch.fnmatchcase(check.metric, g) for g in recalibrate)
+            if not wanted or check.kind == "expectation" or check.value is None:
                 continue
-            sample = Sample(metric["value"], str(metric["node"]), subject_of(metric)[0], run)
-            runs.samples.setdefault(limit_key(metric), []).append(sample)
-            if metric.get("sku") and metric["sku"] not in runs.skus:
-                runs.skus.append(str(metric["sku"]))
-        for node in (record.get("cluster") or {}).get("nodes") or sorted(models):
+            runs.samples.setdefault(limit_key(check), []).append(Sample(check.value, check.node, check.subject, run))
+            if check.sku and check.sku not in runs.skus:
+                runs.skus.append(check.sku)
+        for node in record.cluster.get("nodes") or sorted(models):
             if str(node) not in runs.nodes:
                 runs.nodes.append(str(node))
-        runs.dates.append(str(record.get("started", ""))[:10])
-        runs.commands.append(_without_record(str(record.get("command") or "")) or "(an older record: no command)")
+        runs.dates.append(record.started.isoformat()[:10])
+        runs.commands.append(_without_record(record.command) or "(an older record: no command)")
     every = sorted({name for names in models.values() for name in names})
     if len(every) > 1:
         odd = "; ".join(f"{node}: {', '.join(sorted(names)) or 'no GPU'}" for node, names in sorted(models.items()))

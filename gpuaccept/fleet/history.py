@@ -8,10 +8,10 @@ the records hold.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from gpuaccept.results.record import RecordError, RunRecord, read_record
 
 __all__ = ["MAX_RUNS", "HistoryRow", "history"]
 
@@ -35,18 +35,15 @@ class HistoryRow:
         return self.status == "passed" and not self.not_passed
 
 
-def _row(path: Path, record: dict[str, Any]) -> HistoryRow:
-    tests = record.get("tests") or []
+def _row(path: Path, record: RunRecord) -> HistoryRow:
     bad = [
-        f"{str(t.get('nodeid', '')).split('::')[-1]}: {t.get('verdict')}"
-        for t in tests
-        if t.get("verdict") in ("failed", "error")
+        f"{t.nodeid.split('::')[-1]}: {t.verdict}" for t in record.tests.values() if t.verdict in ("failed", "error")
     ]
     return HistoryRow(
-        started=str(record.get("started", ""))[:19].replace("T", " "),
-        status=str(record.get("status", "?")),
-        counts={str(k): int(v) for k, v in (record.get("counts") or {}).items()},
-        nodes=list((record.get("cluster") or {}).get("nodes") or []),
+        started=record.started.isoformat()[:19].replace("T", " "),
+        status=record.status,
+        counts=record.counts,
+        nodes=list(record.cluster.get("nodes") or []),
         not_passed=bad,
         name=path.name,
     )
@@ -61,10 +58,8 @@ def history(folder: Path, limit: int = MAX_RUNS) -> list[HistoryRow]:
     rows: list[HistoryRow] = []
     for path in paths[:limit]:
         try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
+            rows.append(_row(path, read_record(path)))
+        except RecordError:
             continue
-        if isinstance(record, dict) and str(record.get("schema", "")).startswith("gpuaccept.run/"):
-            rows.append(_row(path, record))
     rows.sort(key=lambda r: r.started)
     return rows

@@ -15,48 +15,31 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from gpuaccept.judging.fields import FINGERPRINT_FIELDS, field_value
-from gpuaccept.results.metrics import MetricResult, subject_of
-from gpuaccept.results.record import RecordError, read_record
+from gpuaccept.results.comparison import Comparison
+from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.record import RecordError, RunRecord, read_record
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from gpuaccept.settings import Settings
     from gpuaccept.thresholds.loader import Thresholds
 
 __all__ = [
     "BASELINE_KEY",
-    "SIDE_BY_SIDE_COLUMNS",
     "Baseline",
     "BaselineError",
     "FingerprintChange",
-    "Regression",
     "fingerprint_diff",
     "load_session_baseline",
     "resolve_baseline_path",
     "summarize_changes",
 ]
-
-SIDE_BY_SIDE_COLUMNS = (
-    "metric",
-    "node",
-    "subject",
-    "unit",
-    "baseline",
-    "now",
-    "delta_pct",
-    "tolerance_pct",
-    "better",
-    "status",
-    "test",
-)
 
 
 class BaselineError(pytest.UsageError):  # type: ignore[misc]  # final in typing; pytest maps it to exit 4
@@ -98,40 +81,6 @@ def summarize_changes(changes: Iterable[FingerprintChange]) -> list[str]:
     return [f"{field} {was} -> {now} on {', '.join(nodes)}" for (field, was, now), nodes in grouped.items()]
 
 
-@dataclass(frozen=True)
-class Regression:
-    """A metric worse than the baseline's value beyond the tolerance, in the metric's direction."""
-
-    metric: str
-    node: str
-    #: ``node GPU 3 (bus)`` / ``node HCA mlx5_0 port 1``: the judged check's own ``where``
-    where: str
-    #: the GPU's index when the check is about one GPU (the summary lists them per node)
-    gpu_index: int | None
-    test: str
-    baseline: float
-    value: float
-    unit: str
-    delta_pct: float
-    tolerance_pct: float
-    better: str
-    baseline_file: str
-
-    @property
-    def reason(self) -> str:
-        """What ``Judge.check`` appends to the metric's reason (and categories.json matches on)."""
-        return (
-            f"regressed {abs(self.delta_pct):.1f}% vs baseline {self.baseline_file} "
-            f"({self.baseline:g} -> {self.value:g} {self.unit}, tolerance {self.tolerance_pct:g}%)"
-        )
-
-    def __str__(self) -> str:
-        return f"{self.metric} on {self.where}: {self.reason}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -157,18 +106,16 @@ def resolve_baseline_path(value: str, runs_dir: Path, source: str = "--baseline"
 
 
 class Baseline:
-    """An earlier run record, indexed by (metric, node, GPU), that judges this run's metrics."""
+    """An earlier run record, indexed by (metric, node, subject), that this run's checks are compared with."""
 
-    def __init__(self, record: Mapping[str, Any], path: Path, thresholds: Thresholds | None = None) -> None:
-        self.record = dict(record)
+    def __init__(self, record: RunRecord, path: Path, thresholds: Thresholds | None = None) -> None:
+        self.record = record
         self.path = path
         self.name = self._stable_name(path)
         self._thresholds = thresholds
-        self._index: dict[tuple[str, str, str | None], list[dict[str, Any]]] = {}
-        for raw in self.record.get("metrics") or []:
-            subject = subject_of(raw)[0]  # a gpuaccept.run/1 record's ``gpu``, migrated
-            key = (str(raw.get("metric")), str(raw.get("node")), subject)
-            self._index.setdefault(key, []).append(raw)
+        self._index: dict[tuple[str, str, str | None], list[MetricResult]] = {}
+        for check in record.metrics:
+            self._index.setdefault((check.metric, check.node, check.subject), []).append(check)
 
     @classmethod
     def load(cls, path: Path, thresholds: Thresholds | None = None, source: str = "--baseline") -> Baseline:
@@ -177,7 +124,7 @@ class Baseline:
             record = read_record(path)
         except RecordError as exc:
             raise BaselineError(f"{source}: baseline {exc}") from None
-        if not record.get("metrics"):
+        if not record.metrics:
             raise BaselineError(
                 f"{source}: baseline run record {path} holds no metrics (a session that measured nothing, such as "
                 "the selftests' own): nothing could regress against it; name the record of an acceptance run"
@@ -188,27 +135,24 @@ class Baseline:
         """The record's own timestamped name: ``latest.json`` is overwritten by the very next run."""
         if path.name != "latest.json":
             return path.name
-        try:
-            started = _dt.datetime.fromisoformat(str(self.record.get("started")))
-        except ValueError:
-            return str(path)
+        started = self.record.started
         stamped = started.astimezone(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + ".json"
         return stamped if path.with_name(stamped).is_file() else f"latest.json of {started:%Y-%m-%d %H:%M:%S}"
 
     @property
     def started(self) -> str:
-        return str(self.record.get("started", "unknown time"))
+        return self.record.started.isoformat()
 
     @property
     def fingerprints(self) -> dict[str, Any]:
-        return dict(self.record.get("fingerprints") or {})
+        return dict(self.record.fingerprints)
 
-    def find(self, metric: str, node: str, subject: str | None, test: str | None = None) -> dict[str, Any] | None:
-        """The baseline's entry for this metric on this node and subject (GPU, HCA port, ...): the same
+    def find(self, metric: str, node: str, subject: str | None, test: str | None = None) -> MetricResult | None:
+        """The baseline's check of this metric on this node and subject (GPU, HCA port, ...): the same
         test's if several, else the only one."""
         candidates = self._index.get((metric, node, subject), [])
         if test is not None:
-            same = [c for c in candidates if c.get("test") == test]
+            same = [c for c in candidates if c.test == test]
             if same:
                 return same[0]
         return candidates[0] if len(candidates) == 1 else None
@@ -217,7 +161,7 @@ class Baseline:
         """This GPU's fine-tune trajectory in the baseline run (the ``train_trajectory`` figure's exact
         losses, weights' sha256 and stack key), or None when that run recorded none for it."""
         entry = self.find("train_trajectory", node, gpu)
-        extra = entry.get("extra") if entry is not None else None
+        extra = entry.extra if entry is not None else None
         return extra if isinstance(extra, dict) and extra.get("losses") else None
 
     def _direction_and_tolerance(self, result: MetricResult) -> tuple[str, float]:
@@ -231,96 +175,42 @@ class Baseline:
             tolerance = limit.regression_pct if limit is not None else None
         return better, tolerance if tolerance is not None else self._thresholds.setting("regression_pct")
 
-    def compare(self, result: MetricResult) -> Regression | None:
-        """A ``Regression`` when ``result`` is worse than the baseline beyond tolerance, else None.
+    def compare(self, result: MetricResult) -> Comparison:
+        """``result`` against the baseline's same check, in the metric's direction: the one comparison
+        with the baseline (the judge carries it on the check; readers never compare again).
 
-        Metrics judged by equality (``better: equal``) and non-numbers never regress here: a changed
-        value of those is a configuration change, shown in the side-by-side table and the fingerprint
-        diff, and judged by its own limit.
+        ``regressed`` when worse beyond tolerance. Metrics judged by equality (``better: equal``) and
+        non-numbers never regress here: a changed value of those is a configuration change (``changed``),
+        shown in the side-by-side table and the fingerprint diff, and judged by its own limit.
         """
-        now = _number(result.value)
-        if now is None:
-            return None
-        entry = self.find(result.metric, result.node, result.subject, result.test)
-        base = _number(entry.get("value")) if entry is not None else None
-        if base is None:
-            return None
         better, tolerance = self._direction_and_tolerance(result)
-        delta = _delta_pct(base, now)
-        worse = delta < -tolerance if better == "higher" else delta > tolerance if better == "lower" else False
-        if not worse:
-            return None
-        return Regression(
-            metric=result.metric,
-            node=result.node,
-            where=result.where,
-            gpu_index=result.gpu_index,
-            test=result.test,
-            baseline=base,
-            value=now,
-            unit=result.unit,
-            delta_pct=delta,
-            tolerance_pct=tolerance,
-            better=better,
-            baseline_file=self.name,
-        )
+        entry = self.find(result.metric, result.node, result.subject, result.test)
+        if entry is None:
+            return Comparison(None, self.name, "new", None, tolerance, better)
+        now, base = _number(result.value), _number(entry.value)
+        delta = _delta_pct(base, now) if now is not None and base is not None else None
+        if delta is None or better == "equal":
+            status = "same" if entry.value == result.value else "changed"
+        elif (delta < -tolerance and better == "higher") or (delta > tolerance and better == "lower"):
+            status = "regressed"
+        elif (delta > tolerance and better == "higher") or (delta < -tolerance and better == "lower"):
+            status = "improved"
+        else:
+            status = "within tolerance"
+        return Comparison(entry.value, self.name, status, delta, tolerance, better)
 
-    def regressions(self, results: Iterable[MetricResult]) -> list[Regression]:
-        return [r for r in (self.compare(m) for m in results) if r is not None]
+    def not_measured(self, checks: Iterable[MetricResult]) -> list[MetricResult]:
+        """The baseline's checks on the nodes of ``checks`` that this run did not make (no comparison)."""
+        seen = {(c.metric, c.node, c.subject) for c in checks}
+        nodes = {key[1] for key in seen}
+        return [
+            entries[0]
+            for key, entries in sorted(self._index.items(), key=lambda kv: tuple(map(str, kv[0])))
+            if key not in seen and key[1] in nodes
+        ]
 
     def fingerprint_changes(self, current: Mapping[str, Any]) -> list[FingerprintChange]:
         return fingerprint_diff(self.fingerprints, current)
-
-    def side_by_side(self, results: Iterable[MetricResult]) -> pd.DataFrame:
-        """Baseline vs now per metric/node/GPU with delta %, and a status for each row."""
-        import pandas as pd
-
-        rows: list[dict[str, Any]] = []
-        seen: set[tuple[str, str, str | None]] = set()
-        for result in results:
-            key = (result.metric, result.node, result.subject)
-            seen.add(key)
-            entry = self.find(result.metric, result.node, result.subject, result.test)
-            base = entry.get("value") if entry is not None else None
-            regression = self.compare(result)
-            now_n, base_n = _number(result.value), _number(base)
-            delta = _delta_pct(base_n, now_n) if now_n is not None and base_n is not None else None
-            better, tolerance = self._direction_and_tolerance(result)
-            if entry is None:
-                status = "new"
-            elif regression is not None:
-                status = "regressed"
-            elif delta is None or better == "equal":
-                status = "same" if base == result.value else "changed"
-            elif (delta > tolerance and better == "higher") or (delta < -tolerance and better == "lower"):
-                status = "improved"
-            else:
-                status = "within tolerance"
-            rows.append(
-                {
-                    "metric": result.metric,
-                    "node": result.node,
-                    "subject": result.subject,
-                    "unit": result.unit,
-                    "baseline": base,
-                    "now": result.value,
-                    "delta_pct": None if delta is None or not math.isfinite(delta) else round(delta, 2),
-                    "tolerance_pct": tolerance,
-                    "better": better,
-                    "status": status,
-                    "test": result.test,
-                }
-            )
-        nodes = {row["node"] for row in rows}
-        for (metric, node, subject), entries in sorted(self._index.items(), key=lambda kv: tuple(map(str, kv[0]))):
-            if (metric, node, subject) not in seen and node in nodes:
-                old = entries[0]
-                rows.append(
-                    dict.fromkeys(SIDE_BY_SIDE_COLUMNS)
-                    | {"metric": metric, "node": node, "subject": subject, "unit": old.get("unit")}
-                    | {"baseline": old.get("value"), "status": "not measured now", "test": old.get("test")}
-                )
-        return pd.DataFrame(rows, columns=list(SIDE_BY_SIDE_COLUMNS))
 
 
 def load_session_baseline(settings: Settings, reports_dir: Path, thresholds: Thresholds) -> Baseline | None:

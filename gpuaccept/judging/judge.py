@@ -195,12 +195,14 @@ class Judge:
         result.min, result.max, result.equal, result.source = limit.min, limit.max, limit.equal, limit.source
         result.verdict = "pass" if ok else "fail"
         result.reason = why
-        regression = self._baseline.compare(result) if self._baseline is not None else None
-        if regression is not None:  # worse than the baseline run beyond tolerance: fails even above the floor
+        comparison = self._baseline.compare(result) if self._baseline is not None else None
+        if comparison is not None:  # carried on the check: every reader takes it from there
+            result.extra["baseline"] = comparison.to_dict()
+        if comparison is not None and comparison.regressed:  # worse beyond tolerance: fails even above the floor
             result.extra["regressed_only"] = ok
-            result.extra["baseline"] = {"value": regression.baseline, "file": regression.baseline_file}
             result.verdict = "fail"
-            result.reason = f"{result.reason}; {regression.reason}" if result.reason else regression.reason
+            why = comparison.reason(result)
+            result.reason = f"{result.reason}; {why}" if result.reason else why
         return self._record(result)
 
     def expect(self, name: str, observed: Any, expected: Any, *, node: str, **extra: Any) -> MetricResult:

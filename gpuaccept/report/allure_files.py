@@ -1,9 +1,8 @@
 """The two files Allure reads beside the results: environment.properties and categories.json.
 
-``environment.properties`` is the report's Overview "Environment" panel: what was tested (cluster,
-nodes, GPU model) with which stack (driver, CUDA, NCCL, torch), by which suite version, against which
-thresholds (their digest, so two reports judged by different numbers are told apart), and what changed
-since the baseline. ``categories.json`` sorts failures by cause, which is what a customer asks first:
+``environment.properties`` is the report's Overview "Environment" panel (its values are
+``gpuaccept.report.identity.environment``, which the summary page's identity table reads too).
+``categories.json`` sorts failures by cause, which is what a customer asks first:
 is it the hardware, the configuration, our measurement, or a slide since the last run?
 
 The cause is not guessed here from the wording of a message: the judging core decides it from the
@@ -16,11 +15,9 @@ same thing. Could-not-measure tests are *broken* in Allure, every other non-pass
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +27,6 @@ __all__ = [
     "CATEGORIES",
     "CATEGORY_TITLES",
     "category_prefix",
-    "environment",
     "read_environment",
     "write_categories",
     "write_environment",
@@ -87,105 +83,6 @@ def write_categories(directory: Path) -> Path:
     path = directory / "categories.json"
     path.write_text(json.dumps(CATEGORIES, indent=2) + "\n")
     return path
-
-
-def _get(data: Any, path: tuple[str, ...]) -> Any:
-    for key in path:
-        data = data.get(key) if isinstance(data, dict) else None
-    return data
-
-
-def _gpu_model(fingerprint: Mapping[str, Any]) -> str | None:
-    gpus = fingerprint.get("gpus") or {}
-    names = sorted({str(d.get("name")) for d in gpus.get("devices") or []})
-    if not names and gpus.get("count") == 0:
-        return "no GPU"
-    return f"{', '.join(names)} x{gpus.get('count')}" if names else None
-
-
-def _cluster_name(cluster: Mapping[str, Any]) -> str:
-    name = cluster.get("name") or os.environ.get("SLURM_CLUSTER_NAME")
-    if name:
-        return str(name)
-    if cluster.get("launcher") == "local":
-        return f"local machine {', '.join(cluster.get('nodes') or [])}".strip()
-    if cluster.get("partition"):
-        return f"Slurm cluster of partition {cluster['partition']}"
-    return "unnamed Slurm cluster"
-
-
-def _across(fingerprints: Mapping[str, Any], pick: Any) -> str:
-    """One value if every node agrees, else ``value (node1, node2); other (node3)``: drift is visible."""
-    by_value: dict[str, list[str]] = {}
-    for node, fp in sorted(fingerprints.items()):
-        if isinstance(fp, dict) and "error" not in fp:
-            value = pick(fp)
-            by_value.setdefault("none" if value in (None, "") else str(value), []).append(node)
-    if not by_value:
-        return "unknown"
-    if len(by_value) == 1:
-        return next(iter(by_value))
-    return "; ".join(f"{value} ({', '.join(nodes)})" for value, nodes in by_value.items())
-
-
-def _suite_version() -> str:
-    try:
-        return importlib.metadata.version("gpuaccept")
-    except importlib.metadata.PackageNotFoundError:
-        from gpuaccept import __version__
-
-        return str(__version__)
-
-
-def _short_list(items: list[str], keep: int = 12) -> str:
-    return ", ".join(items) if len(items) <= keep else ", ".join(items[:keep]) + f", ... ({len(items)} in all)"
-
-
-def environment(
-    record: Mapping[str, Any],
-    record_path: Path | None = None,
-    *,
-    baseline: str | None = None,
-    changes: Iterable[str] = (),
-    regressions: Iterable[str] = (),
-) -> dict[str, str]:
-    """The Environment panel as ordered key -> value (``record`` is ``RunRecord.to_dict()``)."""
-    cluster = record.get("cluster") or {}
-    fps = record.get("fingerprints") or {}
-    nodes = [str(n) for n in cluster.get("nodes") or sorted(fps)]
-    counts = record.get("counts") or {}
-    skus = sorted({str(m.get("sku")) for m in record.get("metrics") or [] if m.get("sku")})
-    thresholds = record.get("thresholds") or {}
-    out = {
-        "Cluster": _cluster_name(cluster),
-        "Launcher": str(cluster.get("launcher") or "unknown"),
-        "Partition": str(cluster.get("partition") or "default"),
-        "Slurm job": str(cluster.get("job_id") or "none"),
-        "Nodes": f"{len(nodes)}: {_short_list(nodes)}" if nodes else "none",
-        "GPU model": _across(fps, _gpu_model),
-        "SKU": ", ".join(skus) or "unknown",
-        "Driver": _across(fps, lambda fp: _get(fp, ("gpus", "driver"))),
-        "CUDA": _across(fps, lambda fp: _get(fp, ("gpus", "cuda_driver"))),
-        "NCCL": _across(fps, lambda fp: _get(fp, ("stack", "nccl"))),
-        "torch": _across(fps, lambda fp: _get(fp, ("stack", "torch"))),
-        "Python": _across(fps, lambda fp: _get(fp, ("stack", "python"))),
-        "Kernel": _across(fps, lambda fp: fp.get("kernel")),
-        "OS": _across(fps, lambda fp: fp.get("os")),
-        "Suite version": f"gpuaccept {_suite_version()}",
-        "Thresholds digest": str(thresholds.get("digest") or "unknown"),
-        "Thresholds files": ", ".join(Path(f).name for f in thresholds.get("files") or []) or "unknown",
-        "Started": str(record.get("started", "")),
-        "Status": str(record.get("status", "")),
-        "Tests": ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "none",
-    }
-    if record_path is not None:
-        out["Run record"] = str(record_path)
-    if baseline is not None:
-        regressed = list(regressions)
-        out["Baseline"] = baseline
-        out["Changes vs baseline"] = "; ".join(changes) or "none in driver, CUDA, NCCL, torch, kernel, OS, GPUs"
-        out["Regressions vs baseline"] = f"{len(regressed)}" + (f": {_short_list(regressed, 5)}" if regressed else "")
-    return out
 
 
 def _escape(text: str, key: bool) -> str:

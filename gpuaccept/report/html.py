@@ -160,11 +160,11 @@ def build_summary_file(
     try:
         record = load_record(record_path)
         env = environment or {}
-        name = env.get("Cluster") if env.get("Started") == str(record.get("started")) else None
+        name = env.get("Cluster") if env.get("Started") == record.started.isoformat() else None
         view = overview(record, cluster_name=name)
         html = target.read_text(encoding="utf-8") if reuse and baseline is None and target.is_file() else ""
         match = _STARTED.search(html)
-        if match is None or match.group(1) != str(record.get("started", "")):
+        if match is None or match.group(1) != record.started.isoformat():
             earlier = baseline or previous_record(record_path, record)
             html = build_summary(
                 record,

@@ -35,6 +35,7 @@ import pytest
 
 from gpuaccept.judging.baseline import BASELINE_KEY, Baseline, summarize_changes
 from gpuaccept.markers import MARKERS
+from gpuaccept.results.comparison import comparison_of, regressed, side_by_side
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.summary import regression_lines
 from gpuaccept.results.table import write_metrics_csv
@@ -42,7 +43,6 @@ from gpuaccept.results.table import write_metrics_csv
 if TYPE_CHECKING:
     from gpuaccept.dispatch.result import ProbeResult
     from gpuaccept.dispatch.step import Step
-    from gpuaccept.judging.baseline import Regression
     from gpuaccept.results.record import RunRecord
 
 __all__ = ["ReportSession", "default_alluredir"]
@@ -161,7 +161,7 @@ class ReportSession:
         self.alluredir = alluredir
         self.baseline = baseline
         self.fingerprints: dict[str, Any] = {}
-        self.regressions: list[Regression] = []
+        self.record: RunRecord | None = None
         self.changes: list[str] = []
         self.written: list[Path] = []
         self.summary: Path | None = None
@@ -254,8 +254,7 @@ class ReportSession:
         for metric, results in plots.plottable_metrics(metrics).items():
             attach.png(plots.per_gpu_bars(metric, results), f"plot: {metric} per GPU")
         if self.baseline is not None:
-            frame = self.baseline.side_by_side(metrics)
-            frame = frame[frame["status"] != "not measured now"]
+            frame = side_by_side(metrics)  # the comparisons the judge carried on the checks
             attach.table(frame, f"vs baseline {self.baseline.name}", highlight="status", values=("regressed",))
             if (frame["status"] == "regressed").any():
                 changes = summarize_changes(self.baseline.fingerprint_changes(self.fingerprints))
@@ -282,49 +281,54 @@ class ReportSession:
     # ---- session end -------------------------------------------------------------------------------
 
     def pytest_gpuaccept_record_written(self, path: Path, record: RunRecord) -> None:
+        """Everything the session end writes is drawn from ``record`` (and the baseline the core loaded)."""
+        self.record = record
         self.written.extend(write_metrics_csv(path, record.metrics))
         if self.baseline is not None:
-            self.regressions = self.baseline.regressions(record.metrics)
             self.changes = summarize_changes(self.baseline.fingerprint_changes(record.fingerprints))
-            frame = self.baseline.side_by_side(record.metrics)
+            frame = side_by_side(record.metrics, self.baseline.not_measured(record.metrics))
             target = path.with_name(path.stem + ".baseline.csv")
             frame.to_csv(target, index=False)
             self.written.append(target)
-        data = record.to_dict()
         if self.active and self.alluredir is not None:
-            from gpuaccept.report.allure_files import environment, write_categories, write_environment
+            from gpuaccept.report.allure_files import write_categories, write_environment
+            from gpuaccept.report.identity import environment
 
             values = environment(
-                data,
+                record,
                 path,
                 baseline=None if self.baseline is None else f"{self.baseline.name} ({self.baseline.started})",
                 changes=self.changes,
-                regressions=[str(r) for r in self.regressions],
+                regressions=[f"{c.metric} on {c.where}: {cmp.reason(c)}" for c, cmp in regressed(record.metrics)],
             )
             write_environment(self.alluredir, values)
             write_categories(self.alluredir)
-        if data["tests"]:
-            self._write_summary(path, data)
+        if record.tests:
+            self._write_summary(path, record)
 
-    def _write_summary(self, path: Path, data: dict[str, Any]) -> None:
+    def _write_summary(self, path: Path, record: RunRecord) -> None:
         """reports/summary.html; a page that cannot be drawn is said in the terminal, never a verdict."""
-        from gpuaccept.report.summary import build_summary, load_record, previous_record, write_summary
-        from gpuaccept.state import STATE_KEY
+        from gpuaccept.report.summary import (
+            build_summary,
+            load_record,
+            previous_record,
+            record_thresholds,
+            write_summary,
+        )
 
-        state = self.config.stash.get(STATE_KEY, None)
         reports_dir = Path(self.config.rootpath) / "reports"
         try:
-            baseline: tuple[dict[str, Any], Path, bool] | None = None
+            baseline: tuple[RunRecord, Path, bool] | None = None
             if self.baseline is not None:
                 baseline = (self.baseline.record, self.baseline.path, True)
-            elif (previous := previous_record(path, data)) is not None:
+            elif (previous := previous_record(path, record)) is not None:
                 baseline = (load_record(previous), previous, False)
             html = build_summary(
-                data,
+                record,
                 record_path=path,
                 reports_dir=reports_dir,
                 baseline=baseline,
-                thresholds=state.thresholds if state is not None else None,
+                thresholds=record_thresholds(record),
             )
             self.summary = write_summary(reports_dir / "summary.html", html)
         except Exception as exc:  # a report bug must not turn into a failed acceptance run
@@ -336,9 +340,10 @@ class ReportSession:
             return
         if self.baseline is not None and self.written:
             terminalreporter.section(f"gpuaccept vs baseline {self.baseline.name}")
-            lines = regression_lines(self.regressions, self.changes)
-            compared = len(self._compared())
-            if not self.regressions and compared:
+            checks = self.record.metrics if self.record is not None else []
+            lines = regression_lines(checks, self.changes)
+            compared = sum(1 for c in checks if (found := comparison_of(c)) is not None and found.status != "new")
+            if not regressed(checks) and compared:
                 lines.append(f"no regression beyond tolerance in {compared} compared metric(s)")
             elif not compared:
                 lines.append("no metric of this run matches one of the baseline (other nodes, GPUs or tests?)")
@@ -353,11 +358,3 @@ class ReportSession:
             terminalreporter.write_line(f"acceptance summary could not be written: {self.summary_error}", yellow=True)
         if self.active:
             terminalreporter.write_line(f"allure results: {self.alluredir} (HTML: gpuaccept-report)")
-
-    def _compared(self) -> list[str]:
-        from gpuaccept.state import STATE_KEY
-
-        state = self.config.stash.get(STATE_KEY, None)
-        if state is None or self.baseline is None:
-            return []
-        return [m.metric for m in state.record.metrics if self.baseline.find(m.metric, m.node, m.subject, m.test)]

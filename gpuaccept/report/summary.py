@@ -25,8 +25,8 @@ from gpuaccept.judging.baseline import Baseline, fingerprint_diff, summarize_cha
 from gpuaccept.report import summary_charts as charts
 from gpuaccept.report.render import data_uri, fmt, render
 from gpuaccept.report.summary_model import overview
-from gpuaccept.results.metrics import MetricResult
-from gpuaccept.results.record import RecordError, read_record
+from gpuaccept.results.comparison import Comparison, comparison_of, side_by_side
+from gpuaccept.results.record import RecordError, RunRecord, read_record
 
 if TYPE_CHECKING:
     from gpuaccept.thresholds.loader import Thresholds
@@ -52,7 +52,7 @@ class SummaryError(Exception):
     """A record that cannot be summarised (the message names the file and what is wrong)."""
 
 
-def load_record(path: Path) -> dict[str, Any]:
+def load_record(path: Path) -> RunRecord:
     """A gpuaccept run record, or ``SummaryError`` saying why this file is not one."""
     try:
         return read_record(path)
@@ -60,17 +60,10 @@ def load_record(path: Path) -> dict[str, Any]:
         raise SummaryError(str(exc)) from None
 
 
-def _started(record: dict[str, Any]) -> _dt.datetime | None:
-    try:
-        return _dt.datetime.fromisoformat(str(record.get("started")))
-    except ValueError:
-        return None
-
-
-def previous_record(record_path: Path, record: dict[str, Any]) -> Path | None:
+def previous_record(record_path: Path, record: RunRecord) -> Path | None:
     """The newest other run record in the same folder that started before this one (latest.json aside)."""
-    started = _started(record)
-    if started is None or not record_path.parent.is_dir():
+    started = record.started
+    if not record_path.parent.is_dir():
         return None
     candidates = [
         p
@@ -81,15 +74,15 @@ def previous_record(record_path: Path, record: dict[str, Any]) -> Path | None:
     best: tuple[_dt.datetime, Path] | None = None
     for path in candidates[:MAX_CANDIDATES]:
         try:
-            other = _started(load_record(path))
+            other = load_record(path).started
         except SummaryError:
             continue
-        if other is not None and other < started and (best is None or other > best[0]):
+        if other < started and (best is None or other > best[0]):
             best = (other, path)
     return None if best is None else best[1]
 
 
-def record_thresholds(record: dict[str, Any]) -> Thresholds | None:
+def record_thresholds(record: RunRecord) -> Thresholds | None:
     """The thresholds the record was judged by (its files, when still there), else the packaged ones.
 
     Only the direction (higher or lower is better) and the tolerance of each figure are read from
@@ -97,7 +90,7 @@ def record_thresholds(record: dict[str, Any]) -> Thresholds | None:
     """
     from gpuaccept.thresholds.loader import load_thresholds
 
-    files = [Path(f) for f in (record.get("thresholds") or {}).get("files") or []]
+    files = [Path(f) for f in record.thresholds.get("files") or []]
     try:
         if files and all(f.is_file() for f in files):
             return load_thresholds(files[1] if len(files) > 1 else None, defaults=files[0])
@@ -141,9 +134,9 @@ def _groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for (metric, status), found in grouped.items():
         deltas = [float(r["delta_pct"]) for r in found if r.get("delta_pct") is not None]
         nodes = sorted({str(r["node"]) for r in found})
-        gpus = [r for r in found if r.get("gpu") is not None]
+        gpus = [r for r in found if r.get("subject") is not None]
         example = max(found, key=lambda r: abs(r.get("delta_pct") or 0.0))
-        where = f"{example['node']}" + (f" GPU {example['gpu']}" if example.get("gpu") is not None else "")
+        where = f"{example['node']}" + (f" GPU {example['subject']}" if example.get("subject") is not None else "")
         unit = example.get("unit") or ""
         out.append(
             {
@@ -163,12 +156,20 @@ def _groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def changes_since(
-    record: dict[str, Any], baseline: dict[str, Any], path: Path, thresholds: Thresholds | None, *, given: bool
+    record: RunRecord, baseline: RunRecord, path: Path, thresholds: Thresholds | None, *, given: bool
 ) -> Changes:
-    """Versions (``driver 550 -> 570 on node1``) and the figures that regressed, improved or changed."""
+    """Versions (``driver 550 -> 570 on node1``) and the figures that regressed, improved or changed.
+
+    A record judged against this very baseline carries each comparison on its checks (the judge made
+    it); against any other earlier record the figures are compared here, through the same
+    ``Baseline.compare``, for information only (no verdict changes)."""
     base = Baseline(baseline, path, thresholds)
-    metrics = [MetricResult.from_dict(dict(m)) for m in record.get("metrics") or []]
-    frame = base.side_by_side(metrics)
+    metrics = record.metrics
+    carried = [comparison_of(m) for m in metrics]
+    comparisons: dict[int, Comparison | None] | None = None
+    if not any(c is not None and c.file == base.name for c in carried):
+        comparisons = {id(m): base.compare(m) for m in metrics}
+    frame = side_by_side(metrics, base.not_measured(metrics), comparisons)
     # an expectation's value is what the test compared, not a figure of the hardware (a fresh file's hash)
     expectations = {m.metric for m in metrics if m.kind == "expectation"}
     frame = frame[~frame["metric"].isin(expectations)]
@@ -176,7 +177,7 @@ def changes_since(
     moved = frame[frame["status"].isin(list(_STATUS_ORDER))]
     rows = [{k: _cell(v) for k, v in row.items()} for row in moved.to_dict(orient="records")]
     rows.sort(key=lambda r: (_STATUS_ORDER.get(str(r["status"]), 3), -abs(r.get("delta_pct") or 0.0)))
-    versions = summarize_changes(fingerprint_diff(base.fingerprints, dict(record.get("fingerprints") or {})))
+    versions = summarize_changes(fingerprint_diff(base.fingerprints, record.fingerprints))
     return Changes(
         name=base.name,
         started=base.started,
@@ -189,29 +190,24 @@ def changes_since(
     )
 
 
-def _record_epoch(record: dict[str, Any]) -> float | None:
-    started = _started(record)
-    return None if started is None else started.timestamp()
-
-
 def build_summary(
-    record: dict[str, Any],
+    record: RunRecord,
     *,
     record_path: Path | None = None,
     reports_dir: Path | None = None,
-    baseline: tuple[dict[str, Any], Path, bool] | None = None,
+    baseline: tuple[RunRecord, Path, bool] | None = None,
     thresholds: Thresholds | None = None,
     cluster_name: str | None = None,
 ) -> str:
     """The page as HTML. ``baseline`` is (record, path, given with --baseline); ``reports_dir`` holds
     ``training/`` (loss curves) and ``nccl/`` (the sweep plots, shown when the record has no curves)."""
     view = overview(record, cluster_name=cluster_name)
-    metrics = [MetricResult.from_dict(dict(m)) for m in record.get("metrics") or []]
+    metrics = record.metrics
     panels = charts.heat_panels(metrics)
     heatmap = data_uri(charts.heatmap_png(panels)) if panels else None
     scales = charts.nccl_scales(metrics)
     nccl = [{"title": s.title, "curves": s.curves, "png": data_uri(charts.nccl_png(s))} for s in scales]
-    since = _record_epoch(record)
+    since = record.started.timestamp()
     sweep_pngs: list[dict[str, str]] = []
     if reports_dir is not None and scales and not all(s.curves for s in scales):
         for png in sorted((reports_dir / "nccl").glob("*.png")) if (reports_dir / "nccl").is_dir() else []:
@@ -223,11 +219,8 @@ def build_summary(
     changes = None
     if baseline is not None:
         changes = changes_since(record, baseline[0], baseline[1], thresholds, given=baseline[2])
-    tests = []
-    by_test: dict[str, list[dict[str, Any]]] = {}
-    for entry in record.get("tests") or []:
-        by_test[str(entry.get("nodeid"))] = list(entry.get("checks") or [])
-        tests.append(entry)
+    tests = list(record.tests.values())
+    by_test = {entry.nodeid: entry.checks for entry in record.tests.values()}
     return render(
         "summary.html.j2",
         view=view,
@@ -242,7 +235,7 @@ def build_summary(
         changes=changes,
         tests=tests,
         checks=by_test,
-        duration_s=record.get("duration_s"),
+        duration_s=record.duration_s,
         history=history(record_path.parent) if record_path is not None else [],
     )
 

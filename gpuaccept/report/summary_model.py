@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.markers import AREA_MARKERS
-from gpuaccept.report.allure_files import CATEGORY_TITLES, environment
+from gpuaccept.report.allure_files import CATEGORY_TITLES
 from gpuaccept.report.checks import check_line, worst_failure
+from gpuaccept.report.identity import environment
 from gpuaccept.report.labels import AREAS
 from gpuaccept.results.metrics import MetricResult
-from gpuaccept.results.summary import margin, not_run_notes
+from gpuaccept.results.record import RunRecord, TestEntry
+from gpuaccept.results.summary import VERDICT_RANK, margin, not_run_notes, worst_verdict
 
 __all__ = [
     "CLUSTER_ROW",
@@ -43,9 +45,6 @@ __all__ = [
 
 #: The matrix row of tests that ran on several nodes at once (NCCL scales, multi-node training).
 CLUSTER_ROW = "all nodes together"
-#: Worst first: what a node's (or a cell's) verdict is when its tests disagree. Same order as the
-#: terminal's per-node summary (``gpuaccept.results.summary``).
-RANK = {"error": 4, "failed": 3, "not run": 2, "measured": 2, "passed": 1, "skipped": 0}
 WORDS = {"passed": "passed", "failed": "failed", "error": "could not measure", "skipped": "skipped",
          "not run": "not run", "measured": "measured (calibration)"}  # fmt: skip
 _AREA_ORDER = [line.split(":")[0] for line in AREA_MARKERS]
@@ -146,11 +145,11 @@ class Overview:
     status: str
 
 
-def cluster_verdict(record: Mapping[str, Any]) -> tuple[bool, str]:
+def cluster_verdict(record: RunRecord) -> tuple[bool, str]:
     """ACCEPTED only when the session ran to its end, something passed, and nothing failed or errored;
     checks that could not run (a tool missing) are listed in the reason, never counted as passed."""
-    counts = {k: int(v) for k, v in (record.get("counts") or {}).items()}
-    status = str(record.get("status") or "unknown")
+    counts = record.counts
+    status = record.status
     bad = [f"{counts[k]} {WORDS[k]}" for k in ("failed", "error") if counts.get(k)]
     if status not in ("passed", "failed"):
         return False, f"the run did not finish ({status})" + (": " + ", ".join(bad) if bad else "")
@@ -163,35 +162,31 @@ def cluster_verdict(record: Mapping[str, Any]) -> tuple[bool, str]:
     if status != "passed":
         return False, f"the session ended {status}"
     ran = f"all {counts['passed']} tests that apply to this cluster passed"
-    missing = not_run_notes(t for t in record.get("tests") or [] if isinstance(t, Mapping))
+    missing = not_run_notes(record.tests.values())
     return True, ran + (f"; not run: {'; '.join(missing)}" if missing else "")
 
 
-def verdict_text(record: Mapping[str, Any], accepted: bool) -> str:
+def verdict_text(record: RunRecord, accepted: bool) -> str:
     """``ACCEPTED``, ``NOT ACCEPTED``, or ``ACCEPTED (not run: nccl-tests fidelity \u2014 nccl-tests not
     installed (node1))``: an acceptance never hides a check that could not run."""
     if not accepted:
         return "NOT ACCEPTED"
-    missing = not_run_notes(t for t in record.get("tests") or [] if isinstance(t, Mapping))
+    missing = not_run_notes(record.tests.values())
     return "ACCEPTED" + (f" (not run: {'; '.join(missing)})" if missing else "")
 
 
-def _checks(entry: Mapping[str, Any], by_test: Mapping[str, list[MetricResult]]) -> list[MetricResult]:
-    return by_test.get(str(entry.get("nodeid")), [])
-
-
-def _cell(entries: list[Mapping[str, Any]], by_test: Mapping[str, list[MetricResult]], node: str | None) -> Cell:
-    verdict = max((str(e.get("verdict")) for e in entries), key=lambda v: RANK.get(v, 2))
-    tests = [f"{_name(str(e['nodeid']))}: {WORDS.get(str(e.get('verdict')), e.get('verdict'))}" for e in entries]
-    worst_of = [e for e in entries if e.get("verdict") == verdict]
+def _cell(entries: list[TestEntry], by_test: Mapping[str, list[MetricResult]], node: str | None) -> Cell:
+    verdict = worst_verdict(e.verdict for e in entries)
+    tests = [f"{_name(e.nodeid)}: {WORDS.get(e.verdict, e.verdict)}" for e in entries]
+    worst_of = [e for e in entries if e.verdict == verdict]
     if verdict == "failed":
-        failed = [c for e in worst_of for c in _checks(e, by_test) if node is None or c.node == node]
-        worst = worst_failure(failed) or worst_failure(c for e in worst_of for c in _checks(e, by_test))
-        detail = _figure(worst) if worst is not None else _short(str(worst_of[0].get("message", "")))
+        failed = [c for e in worst_of for c in by_test.get(e.nodeid, []) if node is None or c.node == node]
+        worst = worst_failure(failed) or worst_failure(c for e in worst_of for c in by_test.get(e.nodeid, []))
+        detail = _figure(worst) if worst is not None else _short(worst_of[0].message)
     elif verdict == "error":
-        detail = _short(str(worst_of[0].get("message", "")), 120)
+        detail = _short(worst_of[0].message, 120)
     elif verdict == "skipped":
-        detail = _short(str(worst_of[0].get("message", "")).removeprefix("Skipped: "), 80)
+        detail = _short(worst_of[0].message.removeprefix("Skipped: "), 80)
     else:
         detail = f"{len(entries)} tests" if len(entries) > 1 else ""
     if verdict in ("failed", "error") and len(worst_of) > 1:
@@ -222,56 +217,52 @@ def _node_note(node: str, verdict: str, metrics: list[MetricResult], problems: l
     return f"closest to its limit: {_figure(closest)}"
 
 
-def _problem(entry: Mapping[str, Any], checks: list[MetricResult]) -> Problem:
-    verdict = str(entry.get("verdict"))
-    category = str(entry.get("category") or ("could not measure" if verdict == "error" else "threshold miss"))
+def _problem(entry: TestEntry, checks: list[MetricResult]) -> Problem:
+    verdict = entry.verdict
+    category = entry.category or ("could not measure" if verdict == "error" else "threshold miss")
     failed = [c.check_entry() | {"line": check_line(c)} for c in checks if c.verdict in ("fail", "unjudged")]
     return Problem(
-        test=_name(str(entry["nodeid"])),
-        nodeid=str(entry["nodeid"]),
-        area=area_of(str(entry["nodeid"])),
-        nodes=[str(n) for n in entry.get("nodes") or []] or sorted({c.node for c in checks if c.verdict == "fail"}),
+        test=_name(entry.nodeid),
+        nodeid=entry.nodeid,
+        area=area_of(entry.nodeid),
+        nodes=[str(n) for n in entry.nodes] or sorted({c.node for c in checks if c.verdict == "fail"}),
         verdict=verdict,
         category=CATEGORY_TITLES.get(category, category),
-        message=str(entry.get("message") or ""),
+        message=entry.message,
         failed=failed,
     )
 
 
-def _skip_reasons(tests: Iterable[Mapping[str, Any]], nodes: list[str]) -> list[tuple[str, int]]:
+def _skip_reasons(tests: Iterable[TestEntry], nodes: list[str]) -> list[tuple[str, int]]:
     """Why tests were skipped, with how many: one line per reason, node names folded ("a node")."""
     names = re.compile("|".join(rf"\b{re.escape(n)}\b" for n in sorted(nodes, key=len, reverse=True)) or r"(?!)")
     reasons: dict[str, int] = {}
     for entry in tests:
-        if entry.get("verdict") == "skipped":
-            reason = _short(str(entry.get("message") or "no reason given"), 100).removeprefix("Skipped: ")
+        if entry.verdict == "skipped":
+            reason = _short(entry.message or "no reason given", 100).removeprefix("Skipped: ")
             reason = names.sub("a node", reason)
             reasons[reason] = reasons.get(reason, 0) + 1
     return sorted(reasons.items(), key=lambda kv: -kv[1])
 
 
-def overview(record: Mapping[str, Any], *, cluster_name: str | None = None) -> Overview:
+def overview(record: RunRecord, *, cluster_name: str | None = None) -> Overview:
     """Everything on the summary page that is not a chart or a comparison, from the record alone."""
-    tests = [t for t in record.get("tests") or [] if isinstance(t, dict) and t.get("nodeid")]
-    metrics = [MetricResult.from_dict(dict(m)) for m in record.get("metrics") or []]
+    tests = list(record.tests.values())
     by_test: dict[str, list[MetricResult]] = {}
-    for m in metrics:
+    for m in record.metrics:
         by_test.setdefault(m.test, []).append(m)
-    cluster = dict(record.get("cluster") or {})
-    if cluster_name and not cluster.get("name"):
-        cluster["name"] = cluster_name
-    nodes = [str(n) for n in cluster.get("nodes") or []]
+    nodes = [str(n) for n in record.cluster.get("nodes") or []]
     for entry in tests:
-        nodes += [str(n) for n in entry.get("nodes") or [] if str(n) not in nodes]
+        nodes += [str(n) for n in entry.nodes if str(n) not in nodes]
 
-    areas = sorted({area_of(str(t["nodeid"])) for t in tests}, key=_area_key)
-    grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    areas = sorted({area_of(t.nodeid) for t in tests}, key=_area_key)
+    grouped: dict[tuple[str, str], list[TestEntry]] = {}
     for entry in tests:
-        for node in [str(n) for n in entry.get("nodes") or []] or [CLUSTER_ROW]:
-            grouped.setdefault((node, area_of(str(entry["nodeid"]))), []).append(entry)
-    bad = [t for t in tests if t.get("verdict") in ("failed", "error")]
-    problems = [_problem(t, by_test.get(str(t["nodeid"]), [])) for t in bad]
-    problems.sort(key=lambda p: (-RANK.get(p.verdict, 0), p.area, p.nodeid))
+        for node in [str(n) for n in entry.nodes] or [CLUSTER_ROW]:
+            grouped.setdefault((node, area_of(entry.nodeid)), []).append(entry)
+    bad = [t for t in tests if t.verdict in ("failed", "error")]
+    problems = [_problem(t, by_test.get(t.nodeid, [])) for t in bad]
+    problems.sort(key=lambda p: (-VERDICT_RANK.get(p.verdict, 0), p.area, p.nodeid))
 
     rows: list[Row] = []
     verdicts: list[NodeVerdict] = []
@@ -285,18 +276,18 @@ def overview(record: Mapping[str, Any], *, cluster_name: str | None = None) -> O
         present = [c for c in cells if c is not None]
         if node == CLUSTER_ROW and not present:
             continue
-        verdict = max((c.verdict for c in present), key=lambda v: RANK.get(v, 2)) if present else "not run"
+        verdict = worst_verdict(c.verdict for c in present) if present else "not run"
         rows.append(Row(node, verdict, cells))
         if node != CLUSTER_ROW:
-            verdicts.append(NodeVerdict(node, verdict, _node_note(node, verdict, metrics, problems)))
+            verdicts.append(NodeVerdict(node, verdict, _node_note(node, verdict, record.metrics, problems)))
 
     accepted, reason = cluster_verdict(record)
-    env = environment({**record, "cluster": cluster}, None)
+    env = environment(record, None, cluster_name=cluster_name)
     keys = ("Cluster", "Partition", "Slurm job", "Launcher", "Nodes", "GPU model", "SKU", "Driver", "CUDA", "NCCL",
             "torch", "Kernel", "OS", "Thresholds digest")  # fmt: skip
     identity = [(key, env[key]) for key in keys if key in env]
-    sha = (record.get("thresholds") or {}).get("sha256") or {}
-    files = (record.get("thresholds") or {}).get("files") or list(sha)
+    sha = record.thresholds.get("sha256") or {}
+    files = record.thresholds.get("files") or list(sha)
     thresholds = [(str(f), str(sha.get(str(f), "not recorded"))) for f in files]
     categories: dict[str, int] = {}
     for problem in problems:
@@ -305,7 +296,7 @@ def overview(record: Mapping[str, Any], *, cluster_name: str | None = None) -> O
         accepted=accepted,
         verdict=verdict_text(record, accepted),
         reason=reason,
-        counts={k: int(v) for k, v in (record.get("counts") or {}).items()},
+        counts=record.counts,
         identity=identity,
         thresholds=thresholds,
         nodes=verdicts,
@@ -314,6 +305,6 @@ def overview(record: Mapping[str, Any], *, cluster_name: str | None = None) -> O
         problems=problems,
         by_category=sorted(categories.items(), key=lambda kv: -kv[1]),
         skipped=_skip_reasons(tests, nodes),
-        started=str(record.get("started", "")),
-        status=str(record.get("status", "")),
+        started=record.started.isoformat(),
+        status=record.status,
     )

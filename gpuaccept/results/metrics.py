@@ -118,7 +118,8 @@ class MetricResult:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> MetricResult:
         """From a run record's JSON. Records of schema ``gpuaccept.run/1`` named the subject in ``gpu``
-        and its kind in ``extra.component`` (a GPU pair by an arrow in the label); they are migrated
+        and its kind in ``extra.component`` (a GPU pair by an arrow in the label), and those of ``/1``
+        and ``/2`` carried ``extra.baseline`` (value and file) on a regression only; they are migrated
         here. Records before the ``kind`` field, or with ``reported``, read as info."""
         data = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
         if data.get("verdict") == "reported":
@@ -126,7 +127,21 @@ class MetricResult:
         if "gpu" in raw and "subject" not in raw:
             data["subject"], data["subject_kind"] = subject_of(raw)
             data["extra"] = {k: v for k, v in (raw.get("extra") or {}).items() if k != "component"}
+        old = (data.get("extra") or {}).get("baseline")
+        if isinstance(old, dict) and "status" not in old:  # run/1 and /2: only a regression carried it
+            data["extra"] = {**data["extra"], "baseline": _regression_of_run2(old, raw.get("value"))}
         return cls(**data)
+
+
+def _regression_of_run2(old: dict[str, Any], now: Any) -> dict[str, Any]:
+    """A ``gpuaccept.run/2`` regressed check's ``extra.baseline`` (value and file) in the layout of
+    ``gpuaccept.run/3`` (``results.comparison.Comparison``); its tolerance was not recorded."""
+    base = old.get("value")
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (base, now))
+    delta = (now - base) / abs(base) * 100 if numbers and base else None
+    better = "higher" if numbers and now < base else "lower"
+    return {"value": base, "file": old.get("file"), "status": "regressed", "delta_pct": delta, "tolerance_pct": None,
+            "better": better}  # fmt: skip
 
 
 def subject_of(raw: dict[str, Any]) -> tuple[str | None, SubjectKind]:

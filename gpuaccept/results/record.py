@@ -13,13 +13,19 @@ import os
 import re
 import statistics
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpuaccept.results.metrics import MetricResult
 
-__all__ = ["RecordError", "RunRecord", "TestEntry", "read_record", "record_id"]
+__all__ = ["SCHEMA", "RecordError", "RunRecord", "TestEntry", "read_record", "record_id"]
+
+#: The record's layout. 3: a check compared with a ``--baseline`` carries the comparison
+#: (``extra.baseline``: value, file, delta_pct, tolerance_pct, better, status); 2: metrics name
+#: ``subject`` + ``subject_kind`` (1: ``gpu`` + ``extra.component``). Older ones are migrated on read.
+SCHEMA = "gpuaccept.run/3"
 
 
 _XDIST_GROUP = re.compile(r"@(?:node-[^@\s]+|all-nodes)$")
@@ -40,6 +46,8 @@ def _utc_stamp(moment: _dt.datetime) -> str:
 class TestEntry:
     """One test's outcome as the record and the report show it."""
 
+    __test__ = False  # not a pytest test class, whatever its name
+
     nodeid: str
     verdict: str = "not run"
     duration_s: float = 0.0
@@ -52,6 +60,10 @@ class TestEntry:
     checks: list[dict[str, Any]] = field(default_factory=list)
     #: verdict "not run" because a tool is missing: ``{"check", "tool", "detail"}`` (``Judge.tool_missing``)
     not_run: dict[str, str] | None = None
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> TestEntry:
+        return cls(**{k: v for k, v in raw.items() if k in cls.__dataclass_fields__})
 
 
 @dataclass
@@ -69,6 +81,24 @@ class RunRecord:
     status: str = "running"
     #: the pytest command line of the session (what a calibrated limit's source cites)
     command: str = ""
+    #: when the session ended (set when the record is written, or read back)
+    finished: _dt.datetime | None = None
+    #: the schema the record was written with (a record read back keeps its own; migrated on read)
+    schema: str = SCHEMA
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """How many tests ended with each verdict."""
+        counts: dict[str, int] = {}
+        for entry in self.tests.values():
+            counts[entry.verdict] = counts.get(entry.verdict, 0) + 1
+        return counts
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.finished is None:
+            return None
+        return round((self.finished - self.started).total_seconds(), 3)
 
     def test(self, nodeid: str) -> TestEntry:
         return self.tests.setdefault(nodeid, TestEntry(nodeid))
@@ -82,18 +112,15 @@ class RunRecord:
         return {name: statistics.median(vals) for name, vals in values.items()}
 
     def to_dict(self) -> dict[str, Any]:
-        finished = _dt.datetime.now(_dt.timezone.utc)
-        counts: dict[str, int] = {}
-        for entry in self.tests.values():
-            counts[entry.verdict] = counts.get(entry.verdict, 0) + 1
+        finished = self.finished or _dt.datetime.now(_dt.timezone.utc)
         return {
-            "schema": "gpuaccept.run/2",  # 2: metrics name subject + subject_kind (1: gpu + extra.component)
+            "schema": SCHEMA,
             "started": self.started.isoformat(),
             "finished": finished.isoformat(),
             "duration_s": round((finished - self.started).total_seconds(), 3),
             "status": self.status,
             "command": self.command,
-            "counts": counts,
+            "counts": self.counts,
             "settings": self.settings,
             "cluster": self.cluster,
             "thresholds": self.thresholds,
@@ -110,6 +137,7 @@ class RunRecord:
     def write(self, path: Path) -> Path:
         """Write atomically to ``path`` and refresh ``latest.json`` in the same folder."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.finished = _dt.datetime.now(_dt.timezone.utc)
         text = json.dumps(self.to_dict(), indent=2, sort_keys=False, default=str)
         for target in (path, path.parent / "latest.json"):
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".record-", suffix=".json")
@@ -118,13 +146,49 @@ class RunRecord:
             os.replace(tmp, target)
         return path
 
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], path: Path | str = "run record") -> RunRecord:
+        """A record from its JSON, every check a ``MetricResult`` and every test a ``TestEntry``; records
+        of ``gpuaccept.run/1`` and ``/2`` are migrated (``MetricResult.from_dict``). The one place a
+        record's JSON becomes objects: the baseline, the summary, Allure, the CSV and calibration read
+        this."""
+        try:
+            started = _time(raw.get("started"))
+            tests = [TestEntry.from_dict(t) for t in raw.get("tests") or [] if isinstance(t, dict) and t.get("nodeid")]
+            metrics = [MetricResult.from_dict(dict(m)) for m in raw.get("metrics") or []]
+        except (TypeError, ValueError) as exc:
+            raise RecordError(f"{path} is not a readable run record: {exc}") from None
+        return cls(
+            started=started or _dt.datetime.fromtimestamp(0, _dt.timezone.utc),
+            settings=dict(raw.get("settings") or {}),
+            cluster=dict(raw.get("cluster") or {}),
+            thresholds=dict(raw.get("thresholds") or {}),
+            fingerprints=dict(raw.get("fingerprints") or {}),
+            tests={t.nodeid: t for t in tests},
+            metrics=metrics,
+            errors=[str(e) for e in raw.get("errors") or []],
+            status=str(raw.get("status") or "unknown"),
+            command=str(raw.get("command") or ""),
+            finished=_time(raw.get("finished")),
+            schema=str(raw.get("schema") or SCHEMA),
+        )
+
+
+def _time(value: Any) -> _dt.datetime | None:
+    """An ISO time as written (``None`` when absent); a naive one is taken as UTC."""
+    if value is None or value == "":
+        return None
+    moment = _dt.datetime.fromisoformat(str(value))
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=_dt.timezone.utc)
+
 
 class RecordError(ValueError):
     """A file that is not a readable gpuaccept run record; the message names the file and why."""
 
 
-def read_record(path: Path) -> dict[str, Any]:
-    """A run record as JSON, checked to be one (the baseline and the summary page both read them)."""
+def read_record(path: Path) -> RunRecord:
+    """A run record, checked to be one and migrated to the current schema (the baseline, the summary,
+    the history and the calibration read records only through this)."""
     try:
         record = json.loads(path.read_text())
     except FileNotFoundError:
@@ -133,4 +197,4 @@ def read_record(path: Path) -> dict[str, Any]:
         raise RecordError(f"{path} is not a readable run record: {exc}") from None
     if not isinstance(record, dict) or not str(record.get("schema", "")).startswith("gpuaccept.run/"):
         raise RecordError(f"{path} is not a gpuaccept run record (no 'schema: gpuaccept.run/...')")
-    return record
+    return RunRecord.from_dict(record, path)

@@ -4,18 +4,23 @@ regressed against the baseline and what changed on the nodes since then."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any
 
+from gpuaccept.results.comparison import regressed
 from gpuaccept.results.metrics import MetricResult
-from gpuaccept.results.record import RunRecord
+from gpuaccept.results.record import RunRecord, TestEntry
 
-if TYPE_CHECKING:
-    from gpuaccept.judging.baseline import Regression
+__all__ = ["VERDICT_RANK", "margin", "node_summary_lines", "not_run_notes", "regression_lines", "worst_verdict"]
 
-__all__ = ["margin", "node_summary_lines", "not_run_notes", "regression_lines"]
+#: Worst first: what a node's (or a summary cell's) verdict is when its tests disagree; the terminal's
+#: per-node lines and the summary page's matrix both rank by it.
+VERDICT_RANK = {"error": 4, "failed": 3, "not run": 2, "measured": 2, "passed": 1, "skipped": 0}
 
-_RANK = {"error": 3, "failed": 2, "passed": 1, "skipped": 0, "not run": 0}
+
+def worst_verdict(verdicts: Iterable[str]) -> str:
+    """The worst of some test verdicts (an unknown one counts as ``not run``)."""
+    return max(verdicts, key=lambda v: VERDICT_RANK.get(v, 2))
 
 
 def margin(m: MetricResult) -> float | None:
@@ -31,18 +36,18 @@ def margin(m: MetricResult) -> float | None:
     return min(candidates) if candidates else None
 
 
-def not_run_notes(tests: Iterable[Mapping[str, Any]]) -> list[str]:
+def not_run_notes(tests: Iterable[TestEntry]) -> list[str]:
     """What did not run, one note per check and missing tool with its nodes: ``nccl-tests fidelity --
-    nccl-tests not installed (node1, node2)``. Entries are run-record test entries (dicts); a test left
-    ``not run`` for another reason (the session ended first) is named by its id."""
+    nccl-tests not installed (node1, node2)``. A test left ``not run`` for another reason (the session
+    ended first) is named by its id."""
     notes: dict[str, list[str]] = {}
     for entry in tests:
-        if entry.get("verdict") != "not run":
+        if entry.verdict != "not run":
             continue
-        why = entry.get("not_run") or {}
-        key = f"{why['check']} \u2014 {why['tool']} not installed" if why else str(entry.get("nodeid"))
+        why = entry.not_run or {}
+        key = f"{why['check']} \u2014 {why['tool']} not installed" if why else entry.nodeid
         nodes = notes.setdefault(key, [])
-        nodes += [str(n) for n in entry.get("nodes") or [] if str(n) not in nodes]
+        nodes += [str(n) for n in entry.nodes if str(n) not in nodes]
     return [f"{key} ({', '.join(nodes)})" if nodes else key for key, nodes in notes.items()]
 
 
@@ -50,10 +55,7 @@ def node_summary_lines(record: RunRecord) -> list[str]:
     verdicts: dict[str, str] = {}
     for entry in record.tests.values():
         for node in entry.nodes:
-            old = verdicts.get(node, "not run")
-            if _RANK.get(entry.verdict, 0) > _RANK.get(old, 0):
-                verdicts[node] = entry.verdict
-            verdicts.setdefault(node, entry.verdict)
+            verdicts[node] = worst_verdict([verdicts[node], entry.verdict]) if node in verdicts else entry.verdict
     lines = []
     for node in sorted(verdicts):
         judged = [(margin(m), m) for m in record.metrics if m.node == node and margin(m) is not None]
@@ -73,28 +75,31 @@ def _span(values: list[float]) -> str:
     return f"{low:.1f}%" if round(low, 1) == round(high, 1) else f"{low:.1f}-{high:.1f}%"
 
 
-def regression_lines(regressions: Iterable[Regression], changes: Iterable[str] = ()) -> list[str]:
-    """What changed and what got worse since the baseline, one line per metric with the nodes it hit.
+def regression_lines(checks: Iterable[MetricResult], changes: Iterable[str] = ()) -> list[str]:
+    """What changed and what got worse since the baseline, one line per metric with the nodes it hit,
+    from the comparisons the judge carried on the checks.
 
     Reads like the upgrade story an operator tells: ``driver 550.54 -> 570.86 on a17, a18`` then
     ``all_reduce_busbw_gbps fell 11.8-12.4% on a17 (GPU 0, 3), a18 (GPU 1)``.
     """
     lines = [f"changed: {change}" for change in changes]
-    by_metric: dict[str, list[Regression]] = {}
-    for regression in regressions:
-        by_metric.setdefault(regression.metric, []).append(regression)
+    by_metric: dict[str, list[Any]] = {}
+    for check, comparison in regressed(checks):
+        by_metric.setdefault(check.metric, []).append((check, comparison))
     for metric, found in sorted(by_metric.items()):
-        verb = "fell" if found[0].better == "higher" else "rose"
+        verb = "fell" if found[0][1].better == "higher" else "rose"
         where: dict[str, list[str]] = {}
-        for regression in found:
-            where.setdefault(regression.node, [])
-            if regression.gpu_index is not None:
-                where[regression.node].append(str(regression.gpu_index))
+        for check, _comparison in found:
+            where.setdefault(check.node, [])
+            if check.gpu_index is not None:
+                where[check.node].append(str(check.gpu_index))
         nodes = ", ".join(f"{node} (GPU {', '.join(gpus)})" if gpus else node for node, gpus in sorted(where.items()))
-        deltas = [abs(r.delta_pct) for r in found if math.isfinite(r.delta_pct)]
+        deltas = [abs(c.delta_pct) for _m, c in found if c.delta_pct is not None and math.isfinite(c.delta_pct)]
         amount = _span(deltas) if deltas else "from 0"
+        check, first = found[0]
+        tolerance = f"tolerance {first.tolerance_pct:g}%, " if first.tolerance_pct is not None else ""
         lines.append(
-            f"REGRESSED {metric} {verb} {amount} on {nodes} (tolerance {found[0].tolerance_pct:g}%, "
-            f"e.g. {found[0].baseline:g} -> {found[0].value:g} {found[0].unit})"
+            f"REGRESSED {metric} {verb} {amount} on {nodes} ({tolerance}e.g. {first.value:g} -> {check.value:g} "
+            f"{check.unit})"
         )
     return lines

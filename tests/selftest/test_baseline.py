@@ -27,7 +27,9 @@ from gpuaccept.judging.baseline import (
     summarize_changes,
 )
 from gpuaccept.judging.judge import Judge
+from gpuaccept.results.comparison import comparison_of, side_by_side
 from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.record import RunRecord, read_record
 from gpuaccept.results.summary import regression_lines
 from gpuaccept.thresholds.loader import load_thresholds
 
@@ -157,32 +159,37 @@ def _baseline(tmp_path: Path, metrics: list[MetricResult], fingerprints: dict | 
     return Baseline.load(path, load_thresholds(site_path))
 
 
+def _status(base: Baseline, check: MetricResult) -> str:
+    return base.compare(check).status
+
+
 def test_compare_follows_the_metric_direction_and_tolerance(tmp_path):
     base = _baseline(tmp_path, [_metric("host_memcpy_gbps", 100.0), _metric("swap_total_gib", 10.0, gpu=None)])
-    assert base.compare(_metric("host_memcpy_gbps", 96.0)) is None  # -4% within the default 5%
-    regression = base.compare(_metric("host_memcpy_gbps", 94.0))
-    assert regression is not None and round(regression.delta_pct, 1) == -6.0
-    assert regression.reason.startswith("regressed 6.0% vs baseline base.json (100 -> 94 u, tolerance 5%)")
-    assert base.compare(_metric("host_memcpy_gbps", 150.0)) is None  # better is never a regression
-    assert base.compare(_metric("swap_total_gib", 11.0, gpu=None)) is not None  # lower is better: +10% is worse
-    assert base.compare(_metric("swap_total_gib", 5.0, gpu=None)) is None
-    assert base.compare(_metric("host_memcpy_gbps", 50.0, gpu="1")) is None  # no such GPU in the baseline
-    assert base.compare(_metric("host_memcpy_gbps", 50.0, node="n2")) is None  # nor such node
+    assert _status(base, _metric("host_memcpy_gbps", 96.0)) == "within tolerance"  # -4%, the default is 5%
+    slow = _metric("host_memcpy_gbps", 94.0)
+    regression = base.compare(slow)
+    assert regression.regressed and regression.delta_pct is not None and round(regression.delta_pct, 1) == -6.0
+    assert regression.reason(slow).startswith("regressed 6.0% vs baseline base.json (100 -> 94 u, tolerance 5%)")
+    assert _status(base, _metric("host_memcpy_gbps", 150.0)) == "improved"  # better is never a regression
+    assert _status(base, _metric("swap_total_gib", 11.0, gpu=None)) == "regressed"  # lower is better: +10% is worse
+    assert _status(base, _metric("swap_total_gib", 5.0, gpu=None)) == "improved"
+    assert _status(base, _metric("host_memcpy_gbps", 50.0, gpu="1")) == "new"  # no such GPU in the baseline
+    assert _status(base, _metric("host_memcpy_gbps", 50.0, node="n2")) == "new"  # nor such node
 
 
 def test_per_limit_tolerance_overrides_the_default(tmp_path):
     base = _baseline(tmp_path, [_metric("host_memcpy_gbps", 100.0)], site=SITE)
-    assert base.compare(_metric("host_memcpy_gbps", 55.0)) is None  # -45% within the limit's 50%
+    assert _status(base, _metric("host_memcpy_gbps", 55.0)) == "within tolerance"  # -45%, the limit's is 50%
     regression = base.compare(_metric("host_memcpy_gbps", 45.0))
-    assert regression is not None and regression.tolerance_pct == 50
+    assert regression.regressed and regression.tolerance_pct == 50
 
 
 def test_zero_baseline_and_non_numbers(tmp_path):
     base = _baseline(tmp_path, [_metric("swap_total_gib", 0.0, gpu=None), _metric("memlock_kib", -1, gpu=None)])
-    regression = base.compare(_metric("swap_total_gib", 2.0, gpu=None))
-    assert regression is not None and "regressed inf% vs baseline" in regression.reason
-    assert base.compare(_metric("memlock_kib", 64, gpu=None)) is None  # better: equal is judged by its limit
-    assert base.compare(_metric("swap_total_gib", float("nan"), gpu=None)) is None
+    more = _metric("swap_total_gib", 2.0, gpu=None)
+    assert "regressed inf% vs baseline" in base.compare(more).reason(more)
+    assert _status(base, _metric("memlock_kib", 64, gpu=None)) == "changed"  # better: equal is judged by its limit
+    assert _status(base, _metric("swap_total_gib", float("nan"), gpu=None)) == "changed"
 
 
 def test_fingerprint_diff_groups_nodes():
@@ -202,10 +209,12 @@ def test_fingerprint_diff_groups_nodes():
 def test_regression_lines_read_like_the_upgrade_story(tmp_path):
     metrics = [_metric("host_memcpy_gbps", 100.0, node=n, gpu=g) for n in ("a17", "a18") for g in "01"]
     base = _baseline(tmp_path, metrics)
-    found = base.regressions([_metric("host_memcpy_gbps", 88.0, node="a17", gpu="0"),
-                              _metric("host_memcpy_gbps", 87.6, node="a18", gpu="1"),
-                              _metric("host_memcpy_gbps", 99.0, node="a18", gpu="0")])  # fmt: skip
-    lines = regression_lines(found, ["driver 550.54 -> 570.86 on a17, a18"])
+    checks = [_metric("host_memcpy_gbps", 88.0, node="a17", gpu="0"),
+              _metric("host_memcpy_gbps", 87.6, node="a18", gpu="1"),
+              _metric("host_memcpy_gbps", 99.0, node="a18", gpu="0")]  # fmt: skip
+    for check in checks:  # what the judge carries on each check
+        check.extra["baseline"] = base.compare(check).to_dict()
+    lines = regression_lines(checks, ["driver 550.54 -> 570.86 on a17, a18"])
     assert lines == [
         "changed: driver 550.54 -> 570.86 on a17, a18",
         "REGRESSED host_memcpy_gbps fell 12.0-12.4% on a17 (GPU 0), a18 (GPU 1) (tolerance 5%, e.g. 100 -> 88 u)",
@@ -214,8 +223,11 @@ def test_regression_lines_read_like_the_upgrade_story(tmp_path):
 
 def test_side_by_side_statuses(tmp_path):
     base = _baseline(tmp_path, [_metric("host_memcpy_gbps", 100.0, gpu=g) for g in "012"])
-    frame = base.side_by_side([_metric("host_memcpy_gbps", 50.0, gpu="0"), _metric("host_memcpy_gbps", 101.0, gpu="1"),
-                               _metric("host_memcpy_gbps", 1.0, gpu="7")])  # fmt: skip
+    checks = [_metric("host_memcpy_gbps", 50.0, gpu="0"), _metric("host_memcpy_gbps", 101.0, gpu="1"),
+              _metric("host_memcpy_gbps", 1.0, gpu="7")]  # fmt: skip
+    for check in checks:
+        check.extra["baseline"] = base.compare(check).to_dict()
+    frame = side_by_side(checks, base.not_measured(checks))
     assert dict(zip(frame["subject"], frame["status"], strict=True)) == {
         "0": "regressed", "1": "within tolerance", "7": "new", "2": "not measured now"
     }  # fmt: skip
@@ -259,3 +271,26 @@ def test_run1_record_subjects_are_migrated() -> None:
         assert (result.subject, result.subject_kind) == subject and result.where == where, old
         assert result.gpu_index == index and "component" not in result.extra
         assert MetricResult.from_dict(result.to_dict()) == result  # run/2 round trip
+
+
+def test_run2_record_is_migrated_to_run3(tmp_path) -> None:
+    """gpuaccept.run/2 carried ``extra.baseline`` (value and file) on a regressed check only; read back,
+    it is the comparison run/3 carries on every compared check (its tolerance was not recorded)."""
+    stamp = "20261101T000000Z.json"
+    check = {"test": "t", "metric": "host_memcpy_gbps", "value": 50.0, "unit": "GB/s", "node": "n1", "sku": "cpu",
+             "subject": "0", "subject_kind": "gpu", "verdict": "fail",
+             "extra": {"regressed_only": True, "baseline": {"value": 100.0, "file": stamp}}}  # fmt: skip
+    path = tmp_path / "run2.json"
+    path.write_text(json.dumps({"schema": "gpuaccept.run/2", "started": "2026-11-02T00:00:00+00:00",
+                                "tests": [{"nodeid": "t", "verdict": "failed"}], "metrics": [check]}))  # fmt: skip
+    record = read_record(path)
+    assert isinstance(record, RunRecord) and record.schema == "gpuaccept.run/2" and record.counts == {"failed": 1}
+    (migrated,) = record.metrics
+    found = comparison_of(migrated)
+    assert found is not None and found.regressed and found.delta_pct == -50.0 and found.better == "higher"
+    assert found.reason(migrated) == "regressed 50.0% vs baseline 20261101T000000Z.json (100 -> 50 GB/s)"
+    assert regression_lines(record.metrics) == [
+        "REGRESSED host_memcpy_gbps fell 50.0% on n1 (GPU 0) (e.g. 100 -> 50 GB/s)"
+    ]
+    again = RunRecord.from_dict(record.to_dict())  # run/3 round trip
+    assert again.metrics == record.metrics and again.to_dict()["schema"] == "gpuaccept.run/3"

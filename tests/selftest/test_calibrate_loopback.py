@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.report.summary_model import overview
+from gpuaccept.results.record import read_record
 from gpuaccept.thresholds.loader import load_thresholds
 
 from .conftest import REPO, DevCluster
@@ -69,7 +70,7 @@ def test_rerun_with_the_file_is_accepted(calibrated: tuple[Path, Path], dev_clus
     done = subprocess.run(cmd, cwd=REPO, env={**dev_cluster.env, "PYTHONPATH": str(REPO)}, capture_output=True,
                           text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:]
-    view = overview(json.loads(record.read_text()))
+    view = overview(read_record(record))
     assert view.verdict == "ACCEPTED", view.reason
 
 

@@ -247,6 +247,7 @@ def test_history_of_a_nodes_folder_in_the_summary(tmp_path):
     """Re-validation runs of one node, one record each in its folder: the summary lists them over time."""
     from gpuaccept.fleet.history import history
     from gpuaccept.report.summary import build_summary
+    from gpuaccept.results.record import read_record
 
     from .report_records import gpu_record
 
@@ -262,7 +263,7 @@ def test_history_of_a_nodes_folder_in_the_summary(tmp_path):
     rows = history(folder)
     assert [r.started for r in rows] == ["2026-11-01 03:00:00", "2026-11-02 03:00:00", "2026-11-03 03:00:00"]
     assert [r.status for r in rows] == ["passed", "failed", "passed"]
-    html = build_summary(record, record_path=path)
+    html = build_summary(read_record(path), record_path=path)
     assert "History of the runs recorded beside this one" in html
     assert html.count("2026110") >= 3
 

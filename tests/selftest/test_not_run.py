@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpuaccept.report.summary_model import cluster_verdict, overview
+from gpuaccept.results.record import RunRecord, TestEntry, read_record
 
 from .conftest import run_inner, write_suite
 
@@ -56,8 +57,8 @@ def test_missing_tool_is_not_run_on_the_record(inner) -> None:
 
 
 def test_verdict_lists_what_did_not_run(inner) -> None:
-    accepted, reason = cluster_verdict(inner.record)
-    view = overview(inner.record)
+    accepted, reason = cluster_verdict(read_record(inner.record_path))
+    view = overview(read_record(inner.record_path))
     node = _entry(inner, "test_needs_a_tool")["nodes"][0]
     assert accepted and view.accepted
     assert view.verdict == f"ACCEPTED (not run: nccl-tests fidelity \u2014 nccl-tests not installed ({node}))"
@@ -65,5 +66,5 @@ def test_verdict_lists_what_did_not_run(inner) -> None:
 
 
 def test_plain_acceptance_reads_as_before() -> None:
-    record = {"status": "passed", "counts": {"passed": 2}, "tests": [{"nodeid": "a", "verdict": "passed"}]}
+    record = RunRecord(status="passed", tests={"a": TestEntry("a", "passed"), "b": TestEntry("b", "passed")})
     assert overview(record).verdict == "ACCEPTED"

@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.report.allure_files import CATEGORIES, CATEGORY_TITLES, category_prefix, environment
+from gpuaccept.report.allure_files import CATEGORIES, CATEGORY_TITLES, category_prefix
+from gpuaccept.report.identity import environment
 from gpuaccept.report.labels import categories_from_markers, placement
+from gpuaccept.results.record import RunRecord
 
 from .conftest import InnerRun, run_inner, write_suite
 
@@ -237,7 +239,7 @@ def test_placement_follows_the_plugin_markers():
 
 
 def test_environment_escapes_for_java():
-    values = environment({"cluster": {"name": "a=b: c", "launcher": "slurm"}, "fingerprints": {}}, None,
+    values = environment(RunRecord(cluster={"name": "a=b: c", "launcher": "slurm"}), None,
                          baseline="x.json", changes=["driver 550 -> 570 on a17"], regressions=[])  # fmt: skip
     assert values["Cluster"] == "a=b: c"
     assert values["Changes vs baseline"] == "driver 550 -> 570 on a17"

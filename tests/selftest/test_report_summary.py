@@ -24,6 +24,7 @@ from gpuaccept.report.allure_page import external_loads, inject_summary, strip_a
 from gpuaccept.report.summary import build_summary, changes_since, previous_record
 from gpuaccept.report.summary_model import CLUSTER_ROW, cluster_verdict, overview
 from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.record import RunRecord, TestEntry
 
 from .conftest import REPO
 from .report_records import NODES, gpu_record, older
@@ -32,11 +33,15 @@ pytestmark = pytest.mark.selftest
 
 
 def _metrics(record: dict) -> list[MetricResult]:
-    return [MetricResult.from_dict(m) for m in record["metrics"]]
+    return RunRecord.from_dict(record).metrics
+
+
+def _typed(record: dict) -> RunRecord:
+    return RunRecord.from_dict(record)
 
 
 def test_verdict_counts_and_every_node():
-    view = overview(gpu_record(), cluster_name="h200-east")
+    view = overview(_typed(gpu_record()), cluster_name="h200-east")
     assert (view.verdict, view.accepted) == ("NOT ACCEPTED", False)
     assert view.reason == "3 failed, 1 could not measure"
     assert [(n.node, n.word) for n in view.nodes] == [("gpu-a01", "could not measure"), ("gpu-a02", "failed")]
@@ -44,11 +49,11 @@ def test_verdict_counts_and_every_node():
     assert dict(view.identity)["Cluster"] == "h200-east" and dict(view.identity)["Driver"] == "570.124.06"
     assert [f for f, _sha in view.thresholds] == ["/opt/gpuaccept/thresholds.yaml", "/etc/gpuaccept/site.yaml"]
     assert view.skipped == [("a node has no InfiniBand HCA", 1)]
-    assert overview(gpu_record(slow_gpu=False)).verdict == "ACCEPTED"
+    assert overview(_typed(gpu_record(slow_gpu=False))).verdict == "ACCEPTED"
 
 
 def test_matrix_shows_each_failure_against_its_limit():
-    view = overview(gpu_record())
+    view = overview(_typed(gpu_record()))
     assert view.areas == ["Environment", "GPU health", "Interconnect", "Compute", "Memory", "NCCL", "Training"]
     rows = {row.node: dict(zip(view.areas, row.cells, strict=True)) for row in view.rows}
     assert list(rows) == [*NODES, CLUSTER_ROW]
@@ -73,7 +78,8 @@ def test_matrix_shows_each_failure_against_its_limit():
     ],
 )
 def test_cluster_verdict(status, counts, accepted):
-    assert cluster_verdict({"status": status, "counts": counts})[0] is accepted
+    tests = {f"t{v}{i}": TestEntry(f"t{v}{i}", v) for v, n in counts.items() for i in range(n)}
+    assert cluster_verdict(RunRecord(tests=tests, status=status))[0] is accepted
 
 
 def test_heat_map_cells_are_value_over_floor():
@@ -105,13 +111,14 @@ def test_nccl_busbw_per_scale_with_floor_and_curves():
 
 def test_changes_since_an_earlier_run():
     record = gpu_record()
-    changes = changes_since(record, older(record), Path("runs/20261020T100000Z.json"), None, given=False)
+    changes = changes_since(_typed(record), _typed(older(record)), Path("runs/20261020T100000Z.json"), None,
+                            given=False)  # fmt: skip
     assert changes.versions == ["driver 550.54.15 -> 570.124.06 on gpu-a01, gpu-a02"]
     matmul = next(g for g in changes.groups if g["metric"] == "matmul_bf16_tflops")
     assert matmul["status"] == "regressed" and matmul["nodes"] == list(NODES) and matmul["count"] == 16
     assert matmul["low"] == matmul["high"] == pytest.approx(-100 * (1 - 1 / 1.1), abs=0.1)
     assert changes.counts["regressed"] > 100 and not changes.given
-    same = changes_since(record, record, Path("x.json"), None, given=True)
+    same = changes_since(_typed(record), _typed(record), Path("x.json"), None, given=True)
     assert same.versions == [] and same.groups == []
     assert same.counts == {"within tolerance": len(record["metrics"]) - 1}  # the drift, an expectation, not shown
 
@@ -122,8 +129,9 @@ def test_page_is_self_contained_and_says_it_all(tmp_path):
     training.mkdir(parents=True)
     (training / "history.json").write_text(json.dumps({"losses": [5.0 - 0.05 * i for i in range(60)],
                                                        "evals": [[30, 3.6], [60, 2.1]]}))  # fmt: skip
-    html = build_summary(record, record_path=tmp_path / "r.json", reports_dir=tmp_path / "reports",
-                         baseline=(older(record), tmp_path / "old.json", False), cluster_name="h200-east")  # fmt: skip
+    earlier = (_typed(older(record)), tmp_path / "old.json", False)
+    html = build_summary(_typed(record), record_path=tmp_path / "r.json", reports_dir=tmp_path / "reports",
+                         baseline=earlier, cluster_name="h200-east")  # fmt: skip
     assert html.index('id="verdict"') < html.index('id="matrix"') < html.index('id="identity"')
     assert "<script" not in html and external_loads(html) == []
     assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", html)
@@ -134,7 +142,7 @@ def test_page_is_self_contained_and_says_it_all(tmp_path):
     assert "driver 550.54.15 -&gt; 570.124.06 on gpu-a01, gpu-a02" in html
     assert "8r-gpu-a01 ddp" in html
     os.utime(training / "history.json", (0, 0))  # another session's curve: not this run's
-    assert "8r-gpu-a01 ddp" not in build_summary(record, reports_dir=tmp_path / "reports")
+    assert "8r-gpu-a01 ddp" not in build_summary(_typed(record), reports_dir=tmp_path / "reports")
 
 
 def test_previous_record_is_the_newest_earlier_one(tmp_path):
@@ -146,10 +154,10 @@ def test_previous_record_is_the_newest_earlier_one(tmp_path):
         time.sleep(0.01)
     (runs / "latest.json").write_text((runs / "2026-12-01.json").read_text())
     (runs / "junk.json").write_text("{not json")
-    current = json.loads((runs / "2026-12-01.json").read_text())
+    current = _typed(json.loads((runs / "2026-12-01.json").read_text()))
     assert previous_record(runs / "2026-12-01.json", current) == runs / "2026-11-01.json"
     assert previous_record(runs / "latest.json", current) == runs / "2026-11-01.json"
-    first = json.loads((runs / "2026-10-01.json").read_text())
+    first = _typed(json.loads((runs / "2026-10-01.json").read_text()))
     assert previous_record(runs / "2026-10-01.json", first) is None
 
 

@@ -18,6 +18,7 @@ from gpuaccept.judging.baseline import Baseline
 from gpuaccept.judging.judge import Judge
 from gpuaccept.judging.trajectory import Trajectory, departure, judge_fleet, majority, stack_key
 from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.record import RunRecord
 from gpuaccept.thresholds.loader import load_thresholds
 from gpuaccept.training.lifecycle import _reduction_pct
 from gpuaccept.training.perturb import Perturbation, parse
@@ -128,6 +129,8 @@ def _baseline(tmp_path: Path, losses: tuple[float, ...], fingerprint: dict[str, 
         "metrics": [
             {
                 "metric": "train_trajectory",
+                "unit": "steps",
+                "sku": "H100-SXM-80GB",
                 "node": "node1",
                 "gpu": "0",
                 "value": len(losses),
@@ -136,7 +139,7 @@ def _baseline(tmp_path: Path, losses: tuple[float, ...], fingerprint: dict[str, 
             }
         ],
     }
-    return Baseline(record, tmp_path / "run1.json", load_thresholds())
+    return Baseline(RunRecord.from_dict(record), tmp_path / "run1.json", load_thresholds())
 
 
 def test_one_gpu_against_its_baseline(tmp_path):

@@ -138,12 +138,13 @@ def expectations(record_path: Path) -> Expect:
     sys.path.insert(0, str(REPO))
     from gpuaccept.report.allure_files import CATEGORY_TITLES
     from gpuaccept.report.summary_model import cluster_verdict
+    from gpuaccept.results.record import RunRecord
 
     record = json.loads(record_path.read_text())
     tests = record["tests"]
     bad = [t for t in tests if t["verdict"] == "failed"] + [t for t in tests if t["verdict"] == "error"]
     first = bad[0] if bad else None
-    accepted, _ = cluster_verdict(record)
+    accepted, _ = cluster_verdict(RunRecord.from_dict(record))
     nodes = list((record.get("cluster") or {}).get("nodes") or [])
     return Expect(
         total=len(tests),
