@@ -1,7 +1,8 @@
 """Typed hooks other plugins (the report, a site's own checks) implement to follow a run.
 
 Modelled on pytest-xdist's ``newhooks.py``: plain functions with full annotations, registered through
-``pytest_addhooks``. All are notifications (no return value expected).
+``pytest_addhooks``. All are notifications (no return value expected). A listener needs nothing else
+of the session: the report plugin is one and reads no session state.
 """
 
 from __future__ import annotations
@@ -15,8 +16,17 @@ if TYPE_CHECKING:
 
     from gpuaccept.dispatch.result import ProbeResult
     from gpuaccept.dispatch.step import Step
+    from gpuaccept.judging.baseline import Baseline
     from gpuaccept.results.metrics import MetricResult
     from gpuaccept.results.record import RunRecord
+    from gpuaccept.thresholds.loader import Thresholds
+
+
+@pytest.hookspec(historic=True)
+def pytest_gpuaccept_configured(thresholds: Thresholds, baseline: Baseline | None) -> None:
+    """The session is configured: the thresholds in force (the metric catalogue with its display hints
+    included) and the ``--baseline`` run the judge compares with (None without one). Historic: a
+    plugin registered later gets it too."""
 
 
 @pytest.hookspec()

@@ -63,10 +63,11 @@ def pytest_configure(config: pytest.Config) -> None:
         state.job = (job_id, list(nodes))
     config.stash[STATE_KEY] = state
     # the baseline changes verdicts, so the core reads it, now: before this run overwrites latest.json
-    config.stash[BASELINE_KEY] = load_session_baseline(settings, state.reports_dir, thresholds)
+    config.stash[BASELINE_KEY] = baseline = load_session_baseline(settings, state.reports_dir, thresholds)
     config.pluginmanager.register(_RecordKeeper(state), "gpuaccept-record")
     if not config.pluginmanager.has_plugin("gpuaccept-report"):
         config.pluginmanager.register(importlib.import_module("gpuaccept.report.plugin"), "gpuaccept-report")
+    config.hook.pytest_gpuaccept_configured.call_historic(kwargs={"thresholds": thresholds, "baseline": baseline})
     if workerinput is None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _sigterm)
     if workerinput is None and config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None):

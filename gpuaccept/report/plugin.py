@@ -4,8 +4,9 @@ Registered by ``gpuaccept.plugin``'s ``pytest_configure`` (as ``gpuaccept-report
 ``pytest_configure`` here at once; that is early enough to default ``--alluredir`` before
 allure-pytest's own ``pytest_configure`` reads it (ours runs inside gpuaccept's ``tryfirst`` one).
 
-A pure listener: it reads what the judging core decided (the checks, the baseline the core loaded)
-and changes no verdict.
+A pure listener: it learns everything through gpuaccept's typed hooks (``hookspecs.py``: the
+thresholds and the baseline at configure time, each step, each check as judged, the run record once
+written) and the core's verdict on each report; it reads no session state and changes no verdict.
 
 - configure: ``reports/allure-results`` under the rootdir when the acceptance marker is selected
   and no ``--alluredir`` was given (emptied first by the controller, so a report is one run).
@@ -33,8 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpuaccept.judging.baseline import BASELINE_KEY, Baseline, summarize_changes
-from gpuaccept.markers import MARKERS
+from gpuaccept.judging.baseline import summarize_changes
 from gpuaccept.results.comparison import comparison_of, regressed, side_by_side
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.summary import regression_lines
@@ -43,7 +43,10 @@ from gpuaccept.results.table import write_metrics_csv
 if TYPE_CHECKING:
     from gpuaccept.dispatch.result import ProbeResult
     from gpuaccept.dispatch.step import Step
+    from gpuaccept.judging.baseline import Baseline
+    from gpuaccept.report.charts import Catalogue
     from gpuaccept.results.record import RunRecord
+    from gpuaccept.thresholds.loader import Thresholds
 
 __all__ = ["ReportSession", "default_alluredir"]
 
@@ -80,9 +83,8 @@ def default_alluredir(config: pytest.Config) -> Path | None:
 
 def pytest_configure(config: pytest.Config) -> None:
     alluredir = default_alluredir(config)
-    baseline = config.stash.get(BASELINE_KEY, None)  # loaded by the judging core (gpuaccept.plugin)
     if not config.pluginmanager.has_plugin(_SESSION):
-        config.pluginmanager.register(ReportSession(config, alluredir, baseline), _SESSION)
+        config.pluginmanager.register(ReportSession(config, alluredir), _SESSION)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -156,19 +158,28 @@ def _longrepr_message(report: pytest.TestReport) -> str:
 class ReportSession:
     """Per-session report state and hooks (one per ``pytest.Config``)."""
 
-    def __init__(self, config: pytest.Config, alluredir: Path | None, baseline: Baseline | None) -> None:
+    def __init__(self, config: pytest.Config, alluredir: Path | None) -> None:
         self.config = config
         self.alluredir = alluredir
-        self.baseline = baseline
+        #: what the session judges by and compares with (``pytest_gpuaccept_configured``)
+        self.thresholds: Thresholds | None = None
+        self.baseline: Baseline | None = None
         self.fingerprints: dict[str, Any] = {}
         self.record: RunRecord | None = None
         self.changes: list[str] = []
         self.written: list[Path] = []
         self.summary: Path | None = None
         self.summary_error: str | None = None
-        from gpuaccept.report.labels import categories_from_markers
+        from gpuaccept.report.labels import topics
 
-        self.categories = categories_from_markers(MARKERS)
+        self.categories = topics()
+
+    def pytest_gpuaccept_configured(self, thresholds: Thresholds, baseline: Baseline | None) -> None:
+        self.thresholds, self.baseline = thresholds, baseline
+
+    @property
+    def catalogue(self) -> Catalogue:
+        return self.thresholds.metrics if self.thresholds is not None else {}
 
     @property
     def active(self) -> bool:
@@ -242,7 +253,8 @@ class ReportSession:
             return
         import allure
 
-        from gpuaccept.report import attach, plots
+        from gpuaccept.report import attach
+        from gpuaccept.report.charts import gpus as charts
         from gpuaccept.report.checks import checks_html
 
         gpus = sorted({m.where for m in metrics if m.on_gpu})
@@ -251,8 +263,8 @@ class ReportSession:
             for gpu in gpus:
                 allure.dynamic.label("gpu", gpu)
         attach.html(checks_html(metrics), "checks")
-        for metric, results in plots.plottable_metrics(metrics).items():
-            attach.png(plots.per_gpu_bars(metric, results), f"plot: {metric} per GPU")
+        for metric, results in charts.bar_metrics(metrics, self.catalogue).items():
+            attach.png(charts.per_gpu_bars(metric, results), f"plot: {metric} per GPU")
         if self.baseline is not None:
             frame = side_by_side(metrics)  # the comparisons the judge carried on the checks
             attach.table(frame, f"vs baseline {self.baseline.name}", highlight="status", values=("regressed",))
@@ -328,7 +340,7 @@ class ReportSession:
                 record_path=path,
                 reports_dir=reports_dir,
                 baseline=baseline,
-                thresholds=record_thresholds(record),
+                thresholds=self.thresholds if self.thresholds is not None else record_thresholds(record),
             )
             self.summary = write_summary(reports_dir / "summary.html", html)
         except Exception as exc:  # a report bug must not turn into a failed acceptance run

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuaccept.fleet.history import history
 from gpuaccept.judging.baseline import Baseline, fingerprint_diff, summarize_changes
-from gpuaccept.report import summary_charts as charts
+from gpuaccept.report.charts import gpus, loss, nccl
 from gpuaccept.report.render import data_uri, fmt, render
 from gpuaccept.report.summary_model import overview
 from gpuaccept.results.comparison import Comparison, comparison_of, side_by_side
@@ -203,19 +203,22 @@ def build_summary(
     ``training/`` (loss curves) and ``nccl/`` (the sweep plots, shown when the record has no curves)."""
     view = overview(record, cluster_name=cluster_name)
     metrics = record.metrics
-    panels = charts.heat_panels(metrics)
-    heatmap = data_uri(charts.heatmap_png(panels)) if panels else None
-    scales = charts.nccl_scales(metrics)
-    nccl = [{"title": s.title, "curves": s.curves, "png": data_uri(charts.nccl_png(s))} for s in scales]
+    if thresholds is None:
+        thresholds = record_thresholds(record)
+    catalogue = thresholds.metrics if thresholds is not None else {}
+    panels = gpus.heat_panels(metrics, catalogue)
+    heatmap = data_uri(gpus.heatmap_png(panels)) if panels else None
+    scales = nccl.nccl_scales(metrics, catalogue)
+    busbw = [{"title": s.title, "curves": s.curves, "png": data_uri(nccl.nccl_png(s))} for s in scales]
     since = record.started.timestamp()
     sweep_pngs: list[dict[str, str]] = []
     if reports_dir is not None and scales and not all(s.curves for s in scales):
         for png in sorted((reports_dir / "nccl").glob("*.png")) if (reports_dir / "nccl").is_dir() else []:
             if since is None or png.stat().st_mtime >= since:
                 sweep_pngs.append({"title": png.stem, "png": data_uri(png.read_bytes())})
-    runs = charts.loss_runs(reports_dir / "training", since) if reports_dir is not None else []
-    runs = runs or charts.loss_runs_from_checks(metrics)
-    loss = data_uri(charts.loss_png(runs, charts.loss_target(metrics))) if runs else None
+    runs = loss.loss_runs(reports_dir / "training", since) if reports_dir is not None else []
+    runs = runs or loss.loss_runs_from_checks(metrics, catalogue)
+    curves = data_uri(loss.loss_png(runs, loss.loss_target(metrics, catalogue))) if runs else None
     changes = None
     if baseline is not None:
         changes = changes_since(record, baseline[0], baseline[1], thresholds, given=baseline[2])
@@ -228,9 +231,9 @@ def build_summary(
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         heatmap=heatmap,
         key_figures=[title for p in panels for _metric, title, _unit in p.columns],
-        nccl=nccl,
+        nccl=busbw,
         sweep_pngs=sweep_pngs,
-        loss=loss,
+        loss=curves,
         loss_runs=[r.label for r in runs],
         changes=changes,
         tests=tests,

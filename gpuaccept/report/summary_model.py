@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.markers import AREA_MARKERS
+from gpuaccept.markers import AREAS, area_named
 from gpuaccept.report.allure_files import CATEGORY_TITLES
 from gpuaccept.report.checks import check_line, worst_failure
 from gpuaccept.report.identity import environment
-from gpuaccept.report.labels import AREAS
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import RunRecord, TestEntry
 from gpuaccept.results.summary import VERDICT_RANK, margin, not_run_notes, worst_verdict
@@ -47,20 +46,18 @@ __all__ = [
 CLUSTER_ROW = "all nodes together"
 WORDS = {"passed": "passed", "failed": "failed", "error": "could not measure", "skipped": "skipped",
          "not run": "not run", "measured": "measured (calibration)"}  # fmt: skip
-_AREA_ORDER = [line.split(":")[0] for line in AREA_MARKERS]
+_AREA_ORDER = list(dict.fromkeys(area.title for area in AREAS))
 
 
 def area_of(nodeid: str) -> str:
-    """``tests/acceptance/test_gpu_health.py::...`` -> "GPU health" (the report's area of the module)."""
+    """``tests/acceptance/test_gpu_health.py::...`` -> "GPU health": the area of the module's name."""
     module = Path(nodeid.split("::")[0]).stem.removeprefix("test_")
-    return AREAS.get(module, module.replace("_", " ").capitalize() or "Other")
+    area = area_named(module)
+    return area.title if area is not None else module.replace("_", " ").capitalize() or "Other"
 
 
 def _area_key(area: str) -> tuple[int, str]:
-    for index, marker in enumerate(_AREA_ORDER):
-        if AREAS.get(marker) == area:
-            return index, area
-    return len(_AREA_ORDER), area
+    return (_AREA_ORDER.index(area), area) if area in _AREA_ORDER else (len(_AREA_ORDER), area)
 
 
 def _short(text: str, limit: int = 160) -> str:

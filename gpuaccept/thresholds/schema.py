@@ -11,11 +11,27 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["Limit", "MetricSpec", "Setting", "SkuSpec", "ThresholdsFile"]
+__all__ = ["Display", "Limit", "MetricSpec", "Setting", "SkuSpec", "ThresholdsFile"]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Display(_Strict):
+    """How the report shows a metric; the report reads this, never a list of metric names of its own.
+
+    ``heatmap``: the metric is a column of the summary page's per-GPU heat map (value against the
+    SKU's floor), under this title; columns follow the catalogue's order. ``bars``: the Allure result
+    of a test that measured it on several GPUs gets one bar per GPU against the limit (the default).
+    ``chart``: the summary chart it feeds: ``busbw``, NCCL bus bandwidth against message size per
+    scale (for metrics named ``nccl_<collective>_busbw[_multinode]_gbs``); ``loss``, the fine-tune's
+    loss curves the checks carry (``extra.curve``), the metric's ``max`` as the target.
+    """
+
+    heatmap: str | None = Field(default=None, min_length=1)
+    bars: bool = True
+    chart: Literal["busbw", "loss"] | None = None
 
 
 class MetricSpec(_Strict):
@@ -28,7 +44,7 @@ class MetricSpec(_Strict):
     is a named expectation whose expected value the test computes at run time ("sha256 equal to the
     one written", "the step ran on the node it was sent to"); it carries its own ``source``. ``fault``
     sorts a failing check for the report: a figure below its floor, a hardware fault (ECC, Xid, link
-    errors, corrupt results) or drift between nodes.
+    errors, corrupt results) or drift between nodes. ``display`` says how the report shows it.
     """
 
     unit: str
@@ -38,6 +54,7 @@ class MetricSpec(_Strict):
     informational: bool = False
     fault: Literal["threshold", "hardware", "drift"] = "threshold"
     source: str | None = Field(default=None, min_length=3)
+    display: Display = Display()
 
     @model_validator(mode="after")
     def _kind(self) -> MetricSpec:

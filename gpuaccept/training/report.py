@@ -1,23 +1,20 @@
-"""Judging aids and report artefacts for a fine-tune: loss-curve numbers, the PNG, the JSON paths.
+"""Judging aids for a fine-tune: loss-curve numbers (rolling mean, steps to the target, rebound).
 
-Pure functions over what the probe wrote, used by the test on the login node (so a plot never costs
-GPU time) and unit-tested in the selftests.
+Pure functions over what the probe wrote, used by the test on the login node and unit-tested in the
+selftests; the run's pictures and report files are ``gpuaccept.report.charts.loss``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 __all__ = [
     "TARGET_LOSS",
-    "artifacts",
+    "WINDOW",
     "curve_points",
-    "loss_curve_png",
     "loss_rebound",
     "print_summary",
     "rolling_mean",
@@ -83,48 +80,3 @@ def print_summary(run: str, duration_s: float, records: Sequence[Any], label: Ca
 
 def _short(value: Any) -> Any:
     return round(value, 3) if isinstance(value, float) else value
-
-
-def loss_curve_png(history: dict[str, Any], path: Path, *, title: str, target: float | None = None) -> Path:
-    """Train loss per step (raw and 10-step mean), eval loss at checkpoints, the target as a line."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    losses = [float(v) for v in history.get("losses", [])]
-    evals = history.get("evals", [])
-    fig = Figure(figsize=(6.4, 3.6))
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    steps = list(range(1, len(losses) + 1))
-    ax.plot(steps, losses, color="#9ecae1", linewidth=1, label="train loss")
-    ax.plot(steps, rolling_mean(losses), color="#08519c", linewidth=1.6, label=f"train loss, {WINDOW}-step mean")
-    if evals:
-        ax.plot([e[0] for e in evals], [e[1] for e in evals], "o", color="#e6550d", label="eval loss (test split)")
-    if target is not None:
-        ax.axhline(target, color="#2c3e50", linestyle="--", linewidth=1, label=f"target {target:g}")
-    ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy (answer tokens)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=110, bbox_inches="tight")
-    return path
-
-
-def artifacts(out_dir: Path, *, title: str, target: float | None = None) -> list[Path]:
-    """The run's report files: loss_curve.png (drawn here from history.json), comparison.json, history.json.
-
-    Only files that exist are returned; a run that stopped early has a history but no comparison.
-    """
-    paths: list[Path] = []
-    history_path = out_dir / "history.json"
-    if history_path.is_file():
-        history = json.loads(history_path.read_text())
-        paths.append(loss_curve_png(history, out_dir / "loss_curve.png", title=title, target=target))
-        paths.append(history_path)
-    comparison = out_dir / "comparison.json"
-    if comparison.is_file():
-        paths.append(comparison)
-    return paths

@@ -24,8 +24,8 @@ from gpuaccept.nccl.bisect import attribute, plan_rounds, suspects_and_good
 from gpuaccept.nccl.formulas import COLLECTIVES
 from gpuaccept.nccl.groups import group_failures, pair_verdict
 from gpuaccept.nccl.lines import median_busbw, metric_name, sweep_lines, wrong_lines
-from gpuaccept.nccl.plots import plot_busbw
 from gpuaccept.nccl.sweep import GroupTable, algo_args, format_bytes, group_tables, scale_groups, scales_for
+from gpuaccept.report.charts.nccl import plot_busbw
 from gpuaccept.state import STATE_KEY
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.nccl]

@@ -30,9 +30,9 @@ import pytest
 from gpuaccept.dispatch.result import ProbeResult, RankRecord
 from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.trajectory import Trajectory, judge_fleet
+from gpuaccept.report.charts.loss import artifacts
 from gpuaccept.training.report import (
     TARGET_LOSS,
-    artifacts,
     curve_points,
     loss_rebound,
     print_summary,

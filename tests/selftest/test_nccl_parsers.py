@@ -9,8 +9,8 @@ import pytest
 from gpuaccept.nccl.lines import sweep_lines, wrong_lines
 from gpuaccept.nccl.ncclinfo import collect_facts, parse_nccl_log, summarize_algorithms
 from gpuaccept.nccl.nccltests import parse_nccl_tests
-from gpuaccept.nccl.plots import plot_busbw
 from gpuaccept.nccl.sweep import GroupTable, Row
+from gpuaccept.report.charts.nccl import plot_busbw
 
 pytestmark = pytest.mark.selftest
 

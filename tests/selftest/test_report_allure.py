@@ -19,7 +19,7 @@ import pytest
 
 from gpuaccept.report.allure_files import CATEGORIES, CATEGORY_TITLES, category_prefix
 from gpuaccept.report.identity import environment
-from gpuaccept.report.labels import categories_from_markers, placement
+from gpuaccept.report.labels import placement, topics
 from gpuaccept.results.record import RunRecord
 
 from .conftest import InnerRun, run_inner, write_suite
@@ -228,9 +228,7 @@ def test_unsorted_failures_and_broken_tests():
 
 
 def test_placement_follows_the_plugin_markers():
-    from gpuaccept.plugin import MARKERS
-
-    categories = categories_from_markers(MARKERS)
+    categories = topics()
     assert "acceptance" not in categories and "multinode" not in categories
     assert placement(["multinode", "nccl", "acceptance"], "test_all_reduce", categories).epic == "NCCL"
     assert placement(["slurm"], "test_gpu_isolation", categories).severity == "blocker"

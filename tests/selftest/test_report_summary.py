@@ -19,17 +19,20 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.report import summary_charts as charts
+from gpuaccept.nccl.formulas import COLLECTIVES
 from gpuaccept.report.allure_page import external_loads, inject_summary, strip_analytics
+from gpuaccept.report.charts import gpus, nccl
 from gpuaccept.report.summary import build_summary, changes_since, previous_record
 from gpuaccept.report.summary_model import CLUSTER_ROW, cluster_verdict, overview
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import RunRecord, TestEntry
+from gpuaccept.thresholds.loader import load_thresholds
 
 from .conftest import REPO
 from .report_records import NODES, gpu_record, older
 
 pytestmark = pytest.mark.selftest
+CATALOGUE = load_thresholds().metrics
 
 
 def _metrics(record: dict) -> list[MetricResult]:
@@ -83,8 +86,9 @@ def test_cluster_verdict(status, counts, accepted):
 
 
 def test_heat_map_cells_are_value_over_floor():
-    (panel,) = charts.heat_panels(_metrics(gpu_record()))
-    assert [c[0] for c in panel.columns] == [m for m, _title in charts.KEY_FIGURES]
+    (panel,) = gpus.heat_panels(_metrics(gpu_record()), CATALOGUE)
+    assert [c[0] for c in panel.columns] == [m for m, _title in gpus.heat_columns(CATALOGUE)]
+    assert panel.metrics == ["matmul_bf16_tflops", "membw_tbps", "hostbw_h2d_gbps", "hostbw_d2h_gbps", "p2p_gbps"]
     assert len(panel.rows) == 16 and panel.rows[0] == ("gpu-a01", "0") and panel.rows[-1] == ("gpu-a02", "7")
     slow = panel.rows.index(("gpu-a02", "3"))
     assert panel.values[slow][0] == 612.0 and panel.ratios[slow][0] == pytest.approx(612 / 700)
@@ -92,21 +96,40 @@ def test_heat_map_cells_are_value_over_floor():
     p2p = panel.metrics.index("p2p_gbps")
     assert panel.values[0][p2p] == pytest.approx(365.0 - 7)  # GPU 0's slowest pair (to GPU 7)
     assert panel.floors[0] == {700.0}
-    assert charts.heatmap_png([panel]).startswith(b"\x89PNG")
-    assert charts.heat_panels([]) == []
+    assert gpus.heatmap_png([panel]).startswith(b"\x89PNG")
+    assert gpus.heat_panels([], CATALOGUE) == []
+
+
+def test_a_new_heat_map_column_is_one_catalogue_entry(tmp_path):
+    """A metric with a limit and a heat-map column is two lines of thresholds.yaml (its catalogue entry
+    and its limit) and the test that judges it: the summary reads the column from the catalogue."""
+    text = (REPO / "thresholds.yaml").read_text()
+    entry = '  gpu_fp8_tflops: {unit: TFLOP/s, description: "dense FP8 matmul", display: {heatmap: "matmul FP8"}}\n'
+    limit = '  gpu_fp8_tflops: {min: 1000, source: "a datasheet figure for this selftest"}\n'
+    text = text.replace("\n  membw_tbps:", "\n" + entry + "  membw_tbps:", 1).replace(
+        "\ndefaults:\n", "\ndefaults:\n" + limit, 1
+    )
+    (tmp_path / "thresholds.yaml").write_text(text)
+    thresholds = load_thresholds(defaults=tmp_path / "thresholds.yaml")
+    record = gpu_record()
+    record["metrics"] += [m | {"metric": "gpu_fp8_tflops", "value": 1500.0, "min": 1000.0}
+                          for m in record["metrics"] if m["metric"] == "matmul_bf16_tflops"]  # fmt: skip
+    (panel,) = gpus.heat_panels(_metrics(record), thresholds.metrics)
+    assert panel.columns[1] == ("gpu_fp8_tflops", "matmul FP8", "TFLOP/s")  # in the catalogue's order
+    assert "matmul FP8" in build_summary(_typed(record), thresholds=thresholds)
 
 
 def test_nccl_busbw_per_scale_with_floor_and_curves():
-    scales = charts.nccl_scales(_metrics(gpu_record()))
+    scales = nccl.nccl_scales(_metrics(gpu_record()), CATALOGUE)
     assert [(s.title, s.multinode) for s in scales] == [("one node, 8 ranks", False), ("2 nodes together", True)]
     one, multi = scales
-    assert set(one.series) == set(charts.COLLECTIVES) and set(one.series["all_reduce"]) == set(NODES)
+    assert set(one.series) == set(COLLECTIVES) and set(one.series["all_reduce"]) == set(NODES)
     assert one.floors["all_reduce"] == 360.0 and multi.floors["broadcast"] == 300.0
     assert list(multi.series["all_reduce"]) == ["gpu-a01+gpu-a02"]  # one line per group, not per node
     assert not one.curves and one.series["all_reduce"]["gpu-a01"] == [(2.0**33, 480.0)]
-    curved = charts.nccl_scales(_metrics(gpu_record(scale_curves=True)))[0]
+    curved = nccl.nccl_scales(_metrics(gpu_record(scale_curves=True)), CATALOGUE)[0]
     assert curved.curves and len(curved.series["all_reduce"]["gpu-a01"]) == 14
-    assert charts.nccl_png(curved).startswith(b"\x89PNG")
+    assert nccl.nccl_png(curved).startswith(b"\x89PNG")
 
 
 def test_changes_since_an_earlier_run():

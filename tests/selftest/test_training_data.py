@@ -13,10 +13,11 @@ import math
 
 import pytest
 
+from gpuaccept.report.charts.loss import artifacts
 from gpuaccept.training.config import FIXTURES, profile_for
 from gpuaccept.training.data import batches, collate, encode, eval_shards, load_splits, load_tokenizer
 from gpuaccept.training.make_dataset import PRODUCTS, build_examples
-from gpuaccept.training.report import artifacts, loss_rebound, rolling_mean, steps_to_target
+from gpuaccept.training.report import loss_rebound, rolling_mean, steps_to_target
 
 pytestmark = pytest.mark.selftest
 
