@@ -1,8 +1,9 @@
 """What one test verified, for the three places that show it: Allure, JUnit XML and the summary page.
 
 The judging core ships each test's outcome on its report (``report.gpuaccept``: verdict, category,
-nodes and every check as ``MetricResult.to_dict``). This module turns that into what a reader of each
-place needs, and decides nothing: the verdict and the category are the core's.
+nodes); the checks are the ``MetricResult`` objects the report plugin heard of through
+``pytest_gpuaccept_metric``. This module turns them into what a reader of each place needs, and
+decides nothing: the verdict and the category are the core's.
 
 * Allure: the status (``broken`` for could-not-measure, else ``failed``), the message with the
   category in front (``[threshold miss] ...``, which categories.json matches), and a table of the
@@ -28,7 +29,6 @@ __all__ = [
     "check_line",
     "checks_html",
     "checks_markdown",
-    "checks_of",
     "junit_properties",
     "worst_failure",
 ]
@@ -39,11 +39,6 @@ JUNIT_PREFIX = "gpuaccept."
 MAX_LISTED = 40
 #: At most this many failed checks are named in one JUnit property (the count says how many more).
 MAX_NAMED = 8
-
-
-def checks_of(data: Mapping[str, Any]) -> list[MetricResult]:
-    """The checks a report carries (``report.gpuaccept["metrics"]``) as ``MetricResult``."""
-    return [MetricResult.from_dict(dict(raw)) for raw in data.get("metrics") or []]
 
 
 def check_line(check: MetricResult) -> str:
@@ -123,9 +118,9 @@ def _gpus(checks: Iterable[MetricResult]) -> str:
     return "; ".join(f"{node}: {', '.join(sorted(ids, key=key))}" for node, ids in sorted(by_node.items()))
 
 
-def junit_properties(data: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Short ``(name, value)`` pairs for ``--junitxml``: what a CI page shows beside the verdict."""
-    checks = checks_of(data)
+def junit_properties(data: Mapping[str, Any], checks: Sequence[MetricResult]) -> list[tuple[str, str]]:
+    """Short ``(name, value)`` pairs for ``--junitxml``: what a CI page shows beside the verdict
+    (``data``: the core's ``report.gpuaccept``; ``checks``: the test's checks)."""
     nodes = list(data.get("nodes") or []) or sorted({c.node for c in checks})
     gpus = _gpus(checks)
     failed = [c for c in checks if c.verdict == "fail"]

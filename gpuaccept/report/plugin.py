@@ -101,11 +101,16 @@ def _truncate(text: str) -> str:
     return f"[... first {len(data) - MAX_OUTPUT_BYTES} bytes cut ...]\n{tail}"
 
 
+def _checks(item: pytest.Item) -> list[MetricResult]:
+    """The test's checks as the judge made them (``pytest_gpuaccept_metric``), in order."""
+    return item.stash.get(_METRICS, [])
+
+
 def _junit_properties(item: pytest.Item, report: pytest.TestReport, data: dict[str, Any]) -> None:
     """Replace our properties on the item (the teardown report, which junitxml reads, copies them)."""
     from gpuaccept.report.checks import JUNIT_PREFIX, junit_properties
 
-    props: list[tuple[str, object]] = list(junit_properties(data))
+    props: list[tuple[str, object]] = list(junit_properties(data, _checks(item)))
     for holder in (item.user_properties, report.user_properties):
         holder[:] = [p for p in holder if not str(p[0]).startswith(JUNIT_PREFIX)] + props
 
@@ -125,14 +130,14 @@ def _allure_test(item: pytest.Item) -> Any:
 def _allure_outcome(item: pytest.Item, report: pytest.TestReport, data: dict[str, Any]) -> None:
     from allure_commons.model2 import StatusDetails
 
-    from gpuaccept.report.checks import allure_message, allure_status, checks_markdown, checks_of
+    from gpuaccept.report.checks import allure_message, allure_status, checks_markdown
 
     result = _allure_test(item)
     if result is None:
         return
     if report.when == "call" and not result.descriptionHtml:  # a test's own HTML description is kept
         description = getattr(getattr(item, "function", None), "__doc__", None)
-        result.description = checks_markdown(checks_of(data), _dedent(description))
+        result.description = checks_markdown(_checks(item), _dedent(description))
     status = allure_status(str(data.get("verdict")))
     if status is None or _SHOWN in item.stash:
         return

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,8 @@ COLUMNS = (
     "test",
     "metric",
     "node",
-    "gpu",
+    "subject",
+    "subject_kind",
     "value",
     "unit",
     "sku",
@@ -38,10 +39,10 @@ COLUMNS = (
 )
 
 
-def _rows(metrics: Iterable[MetricResult | Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _rows(metrics: Iterable[MetricResult]) -> list[dict[str, Any]]:
     rows = []
     for metric in metrics:
-        raw = metric.to_dict() if isinstance(metric, MetricResult) else dict(metric)
+        raw = metric.to_dict()
         row = {column: raw.get(column) for column in COLUMNS}
         for key, value in (raw.get("extra") or {}).items():
             row[f"extra.{key}"] = value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
@@ -49,8 +50,8 @@ def _rows(metrics: Iterable[MetricResult | Mapping[str, Any]]) -> list[dict[str,
     return rows
 
 
-def metrics_frame(metrics: Iterable[MetricResult | Mapping[str, Any]]) -> pd.DataFrame:
-    """Every metric as a row; accepts ``MetricResult`` objects or the record's JSON dicts."""
+def metrics_frame(metrics: Iterable[MetricResult]) -> pd.DataFrame:
+    """Every check of the record as a row (what it is about: ``subject`` and ``subject_kind``)."""
     import pandas as pd
 
     rows = _rows(metrics)
@@ -73,7 +74,7 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_metrics_csv(record_path: Path, metrics: Iterable[MetricResult | Mapping[str, Any]]) -> list[Path]:
+def write_metrics_csv(record_path: Path, metrics: Iterable[MetricResult]) -> list[Path]:
     """Write the CSV beside the run record and refresh ``latest.metrics.csv`` (atomically, like the JSON)."""
     record_path.parent.mkdir(parents=True, exist_ok=True)
     text = metrics_frame(metrics).to_csv(index=False)
