@@ -275,6 +275,7 @@ NCCL_ENV = {
     "GPUACCEPT_FAULT_HANG_RANK": "node2:1",
     "GPUACCEPT_FAULT_SLOW_NODE": "node4",
     "GPUACCEPT_FAULT_SLOW_S": "0.05",  # before every launch: 30x a 1 MiB gloo all_reduce here (1.7 ms)
+    "GPUACCEPT_FAULT_RANK_EXIT": "2:3",  # the fine-tune's rank 2 (node2's first) exits at step 3
 }
 NCCL_ROWS: tuple[Row, ...] = (
     Row(NCCL, "wrong-result", "wrong collective results",
@@ -303,6 +304,16 @@ NCCL_ROWS: tuple[Row, ...] = (
         END_TO_END, (f"{NCCL_LOOP}[perftest-missing]",), None, {},
         (Named("test_rdma_perftest", "error", "could not measure",
                message="perftest cannot run: node1: ib_write_bw, ib_write_lat not found"),)),
+    Row(NCCL, "rank-dies", "a training rank dies",
+        "`GPUACCEPT_FAULT_RANK_EXIT=2:3`: rank 2 of the multi-node fine-tune (node2's first of 2 gloo ranks per "
+        "node) exits with status 17 at step 3",
+        "the launch ends in seconds (not at the gloo timeout): `test_finetune_multinode[ddp]` and `[fsdp]` (one "
+        "launch) ERROR `... rank 2 on node2 exits with status 17 at step 3`, the survivors `a collective lost its "
+        "peer (another rank died?)`", END_TO_END,
+        (f"{NCCL_LOOP}[rank-dies]", "tests/selftest/test_training_faults.py::test_dead_rank_ends_step_quickly"),
+        "node2", {},
+        tuple(Named(f"test_finetune_multinode[{s}]", "error", "could not measure",
+                    message="rank 2 on node2 exits with status 17 at step 3") for s in ("ddp", "fsdp"))),
     Row(NCCL, "nccl-hang", "an NCCL hang on one rank",
         "`GPUACCEPT_FAULT_HANG_RANK=node2:1`: node2's rank 1 never launches its first collective (node2's own "
         "2-rank step only: in the 1-rank-per-node steps across nodes there is no local rank 1)",

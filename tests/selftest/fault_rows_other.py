@@ -115,9 +115,6 @@ OTHER_ROWS: tuple[Row, ...] = (
         ("tests/selftest/test_gpu_perf_judges.py::test_p2p_nvlink_errors_under_load",
          "tests/selftest/test_gpu_perf_judges.py::test_nvlink_errors_name_the_links")),
     # ---- NCCL, training, runs --------------------------------------------------------------------------
-    Row(NCCL, "rank-dies", "a training rank dies", "rank killed at step 3 (local launcher)",
-        "the step ends in seconds, ERROR naming the rank", LOGIC,
-        ("tests/selftest/test_training_faults.py::test_dead_rank_ends_step_quickly",)),
     Row(NCCL, "regression", "a figure worse than the last run", "`--baseline latest` with a 5x slower second run "
         "(an inner test's host memcpy, slowed on node2)", "FAILED, category regression, the upgrade story in the "
         "terminal; only node2 regresses", END_TO_END,

@@ -1,9 +1,11 @@
-"""NCCL faults named by the real acceptance tests: one rank's wrong results, one rank's hang.
+"""NCCL and training faults named by the real acceptance tests: one rank's wrong results, one rank's hang,
+one slow node, a training rank that dies; and perftest missing on nodes that show HCAs.
 
 One 4-node loopback cluster (CPU nodes: 2 gloo ranks per node in ``test_nccl_node``, 1 per node across
-nodes) and one inner ``pytest -m acceptance --launcher slurm`` run of ``test_nccl_node`` and
-``test_nccl_node_at_fault`` with the probe's selftest-only knobs set for one node each
-(fault_rows.NCCL_ENV). Each row is proven from the run record; every other case passes: node1 and
+nodes) and one inner ``pytest -m acceptance --launcher slurm`` run of ``test_nccl_node``,
+``test_nccl_node_at_fault``, ``test_rdma_perftest`` and ``test_finetune_multinode`` with the probes'
+selftest-only knobs set for one node each (fault_rows.NCCL_ENV) and the test seam showing the
+recorded NDR HCAs on every node. Each row is proven from the run record; every other case passes: node1 and
 node4 everywhere, and node2 once past its own hang (the hang knob names a node-local rank 1, which
 only node2's own step has).
 """
@@ -31,8 +33,8 @@ def nccl_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InnerRun]:
     try:
         yield run_inner(
             inner, "-m", "acceptance", "--launcher", "slurm", "--nodes", str(NODES), "--probe-timeout", "30",
-            "--rootdir", str(REPO), "-k", "test_nccl_node or test_rdma_perftest",
-            str(REPO / "tests/acceptance/test_nccl.py"), str(REPO / "tests/acceptance/test_fabric.py"),
+            "--rootdir", str(REPO), "-k", "test_nccl_node or test_rdma_perftest or test_finetune_multinode",
+            *(str(REPO / "tests/acceptance" / f) for f in ("test_nccl.py", "test_fabric.py", "test_training.py")),
             env=cluster.env, timeout=400,
         )  # fmt: skip
     finally:
