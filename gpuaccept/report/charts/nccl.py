@@ -11,19 +11,19 @@ below its siblings.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuaccept.nccl.formulas import COLLECTIVES
+from gpuaccept.nccl.lines import metric_name
 from gpuaccept.report.charts import FLOOR, Catalogue, display_of, number, png
 from gpuaccept.results.metrics import MetricResult
 
 __all__ = ["NcclScale", "Series", "nccl_png", "nccl_scales", "plot_busbw"]
 
-#: how a busbw metric names its collective and whether it spans nodes (``display.chart: busbw``)
-_NAME = re.compile(r"nccl_(?P<collective>[a-z_]+?)_busbw(?P<multi>_multinode)?_gbs")
+#: busbw metric -> (collective, across nodes): the names ``nccl.lines.metric_name`` gives them
+_NAMES = {metric_name(c, multi): (c, multi) for c in COLLECTIVES for multi in (False, True)}
 
 Series = Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]
 
@@ -52,11 +52,11 @@ def nccl_scales(metrics: Iterable[MetricResult], catalogue: Catalogue) -> list[N
     """The NCCL busbw checks grouped by scale: one-node scales (ranks) first, then N nodes."""
     scales: dict[tuple[bool, int], NcclScale] = {}
     for m in metrics:
-        match = _NAME.fullmatch(m.metric) if display_of(catalogue, m.metric).chart == "busbw" else None
+        named = _NAMES.get(m.metric) if display_of(catalogue, m.metric).chart == "busbw" else None
         scale = m.extra.get("scale")
-        if match is None or not isinstance(scale, int):
+        if named is None or not isinstance(scale, int):
             continue
-        multi = bool(match.group("multi"))
+        collective, multi = named
         title = f"{scale} nodes together" if multi else f"one node, {scale} ranks"
         entry = scales.setdefault((multi, scale), NcclScale(title, multi, scale))
         label = str(m.extra.get("group") or m.node) if multi else m.node
@@ -64,10 +64,10 @@ def nccl_scales(metrics: Iterable[MetricResult], catalogue: Catalogue) -> list[N
         if not points:
             continue
         entry.curves = entry.curves or len(points) > 1
-        entry.series.setdefault(match.group("collective"), {}).setdefault(label, points)
+        entry.series.setdefault(collective, {}).setdefault(label, points)
         floor = number(m.min)
         if floor is not None:
-            entry.floors[match.group("collective")] = floor
+            entry.floors[collective] = floor
     return [scales[k] for k in sorted(scales)]
 
 
