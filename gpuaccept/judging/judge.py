@@ -158,6 +158,8 @@ class Judge:
         return result
 
     def _record(self, result: MetricResult) -> MetricResult:
+        if self._baseline is not None and "baseline" not in result.extra:  # info figures and expectations too
+            result.extra["baseline"] = self._baseline.compare(result).to_dict()
         self.results.append(result)
         self._sink(result)
         return result
