@@ -7,7 +7,7 @@ is it the hardware, the configuration, our measurement, or a slide since the las
 
 The cause is not guessed here from the wording of a message: the judging core decides it from the
 checks (``gpuaccept.judging.categories``) and the report plugin writes it at the head of the test's
-status message in Allure, ``[threshold miss] 2 threshold miss(es): ...``. Each category below
+status message in Allure, ``[threshold miss] 2 failed check(s): ...``. Each category below
 matches one such prefix (Allure matches a category's regex against the whole status message with
 Java's ``matches()`` and DOTALL), so the Allure tab, the run record and the summary page say the
 same thing. Could-not-measure tests are *broken* in Allure, every other non-pass *failed*.
