@@ -370,39 +370,36 @@ def ctx(cluster, settings, judge, request) -> Ctx:
     return Ctx(cluster, settings, judge, Path(request.config.rootpath))
 
 
-@pytest.mark.judges(
+#: what every fine-tune run is judged on (``@pytest.mark.judges``: the metrics each test declares)
+_LOSS_FIGURES = (
     "train_nonfinite_steps",
     "train_loss_final",
     "train_eval_loss",
     "train_steps_to_target",
     "train_loss_rebound",
     "train_wall_s",
-    "train_tokens_per_s_per_gpu_solo",
-    "train_gpu_util_pct",
 )
+_LIFECYCLE = ("train_original_kept", "train_reload_eval_delta", "train_ppl_reduction_pct")
+
+
+def _collective_figures(scope: str) -> tuple[str, ...]:
+    return (
+        f"train_tokens_per_s_per_gpu_ddp_{scope}",
+        f"train_tokens_per_s_per_gpu_fsdp_{scope}",
+        "train_replica_mismatch_ranks",
+        "train_fsdp_shard_ratio",
+        "train_fsdp_mem_saving_ratio",
+        "train_gpu_util_pct",
+    )
+
+
+@pytest.mark.judges(*_LOSS_FIGURES, "train_tokens_per_s_per_gpu_solo", "train_gpu_util_pct")
 def test_finetune_each_gpu(node, ctx):
     """Every GPU of the node fine-tuned alone, all at once (gloo ranks on a CPU node), each judged by itself."""
     _check_solo(_scale(ctx.cluster, "node", (node,)), ctx)
 
 
-@pytest.mark.judges(
-    "train_nonfinite_steps",
-    "train_loss_final",
-    "train_eval_loss",
-    "train_steps_to_target",
-    "train_loss_rebound",
-    "train_wall_s",
-    "train_original_kept",
-    "train_reload_eval_delta",
-    "train_ppl_reduction_pct",
-    "train_tokens_per_s_per_gpu_ddp_node",
-    "train_tokens_per_s_per_gpu_fsdp_node",
-    "train_replica_mismatch_ranks",
-    "train_fsdp_shard_ratio",
-    "train_fsdp_mem_saving_ratio",
-    "train_gpu_util_pct",
-    gpus="collective",
-)
+@pytest.mark.judges(*_LOSS_FIGURES, *_LIFECYCLE, *_collective_figures("node"), gpus="collective")
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_finetune_node(node, strategy, ctx):
     """Every GPU of the node, one rank each (NVLink/NVSwitch collectives under real training)."""
@@ -446,24 +443,7 @@ def test_finetune_agreement(ctx, fingerprints):
         )
 
 
-@pytest.mark.judges(
-    "train_nonfinite_steps",
-    "train_loss_final",
-    "train_eval_loss",
-    "train_steps_to_target",
-    "train_loss_rebound",
-    "train_wall_s",
-    "train_original_kept",
-    "train_reload_eval_delta",
-    "train_ppl_reduction_pct",
-    "train_tokens_per_s_per_gpu_ddp_multinode",
-    "train_tokens_per_s_per_gpu_fsdp_multinode",
-    "train_replica_mismatch_ranks",
-    "train_fsdp_shard_ratio",
-    "train_fsdp_mem_saving_ratio",
-    "train_gpu_util_pct",
-    nodes=2,
-)
+@pytest.mark.judges(*_LOSS_FIGURES, *_LIFECYCLE, *_collective_figures("multinode"), nodes=2)
 @pytest.mark.multinode
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_finetune_multinode(strategy, ctx):
