@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 import pytest
 
 from gpuaccept.dispatch.result import ProbeResult
+from gpuaccept.dispatch.slurm_cli import recording
 from gpuaccept.dispatch.step import Launcher, Step, shell_join
 from gpuaccept.errors import MeasurementError
 
@@ -113,8 +114,6 @@ class Cluster:
         """Ask the scheduler from the login node (``read`` is one of ``dispatch.slurm_cli``'s readers:
         ``node_info``, ``partition_info``, ``slurm_cmd``); every Slurm command it ran goes on the current
         test's record, as a probe step's command does."""
-        from gpuaccept.dispatch.slurm_cli import recording
-
         with recording() as ran:
             try:
                 return read(*args)

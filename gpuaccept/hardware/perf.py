@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuaccept.errors import MeasurementError
@@ -49,13 +49,20 @@ BENCH_TIMEOUT_S = 300
 Part = tuple[str | None, dict[str, Any]]
 
 
-def record_busy(judge: JudgeLike, node: str, busy: Iterable[dict[str, Any]], label: str | None = None) -> set[Any]:
+def record_busy(
+    judge: JudgeLike,
+    node: str,
+    busy: Iterable[dict[str, Any]],
+    labels: Mapping[Any, str | None] | None = None,
+    label: str | None = None,
+) -> set[Any]:
     """Record every GPU the probe found others' processes on (``judge.busy``), and return their indices:
-    the one place the busy-GPU preamble is written."""
+    the one place the busy-GPU preamble is written. A GPU is named by ``label`` (a per-GPU rank's own
+    GPU), else by its index in ``labels`` (a node-wide probe's GPUs), else by its index."""
     found = set()
     for entry in busy:
         procs = ", ".join(f"pid {p['pid']} {p.get('name')} ({p.get('used_mib')} MiB)" for p in entry["processes"])
-        judge.busy(procs, node=node, gpu=label or entry.get("label") or entry.get("gpu"))
+        judge.busy(procs, node=node, gpu=label or (labels or {}).get(entry.get("gpu")) or entry.get("gpu"))
         found.add(entry.get("gpu"))
     return found
 
@@ -64,7 +71,7 @@ def bench_parts(data: dict[str, Any], part: str, judge: JudgeLike, node: str) ->
     """Each measured GPU's ``part`` (matmul, membw, hostbw) of a node's gpubench result; a busy GPU is
     recorded busy and left out."""
     labels = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
-    busy = record_busy(judge, node, [{**e, "label": labels.get(e["gpu"])} for e in data.get("busy") or []])
+    busy = record_busy(judge, node, data.get("busy") or [], labels)
     parts: list[Part] = []
     for gpu, entry in zip(data.get("gpus") or [], data.get("per_gpu") or [], strict=False):
         if gpu["index"] in busy:
@@ -81,7 +88,7 @@ def rank_parts(records: Iterable[Any], judge: JudgeLike, node: str) -> list[Part
     """Each measured GPU of a per-GPU probe (one rank per GPU); a busy GPU is recorded busy and left out."""
     parts: list[Part] = []
     for record in records:
-        record_busy(judge, node, record.data.get("busy") or [], record.gpu_label)
+        record_busy(judge, node, record.data.get("busy") or [], label=record.gpu_label)
         if "skipped" not in record.data:
             parts.append((record.gpu_label, record.data))
     return parts
@@ -269,7 +276,7 @@ def judge_nvlink_under_load(bench: dict[str, Any], judge: JudgeLike, node: str) 
     """
     data = _p2p(bench, node)
     labels = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
-    record_busy(judge, node, [{**e, "label": labels.get(e["gpu"])} for e in data.get("busy") or []])
+    record_busy(judge, node, data.get("busy") or [], labels)
     for entry in data.get("nvlink_errors") or []:
         label = labels.get(entry["gpu"], str(entry["gpu"]))
         counts = {k: entry.get(k) for k in ("crc_flit", "crc_data", "replay", "recovery")}
@@ -305,7 +312,7 @@ def judge_p2p(bench: dict[str, Any], judge: JudgeLike, node: str) -> dict[str, A
     """Every ordered GPU pair's copy GB/s; the slowest pair is named; returns the matrix."""
     data = _p2p(bench, node)
     labels = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
-    record_busy(judge, node, [{**e, "label": labels.get(e["gpu"])} for e in data.get("busy") or []])
+    record_busy(judge, node, data.get("busy") or [], labels)
     pairs = data.get("pairs") or []
     for pair in pairs:
         where = f"{labels.get(pair['src'], pair['src'])} -> {labels.get(pair['dst'], pair['dst'])}"
