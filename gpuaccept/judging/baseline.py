@@ -157,12 +157,15 @@ class Baseline:
                 return same[0]
         return candidates[0] if len(candidates) == 1 else None
 
-    def trajectory(self, node: str, gpu: str | None) -> dict[str, Any] | None:
-        """This GPU's fine-tune trajectory in the baseline run (the ``train_trajectory`` figure's exact
-        losses, weights' sha256 and stack key), or None when that run recorded none for it."""
-        entry = self.find("train_trajectory", node, gpu)
-        extra = entry.extra if entry is not None else None
-        return extra if isinstance(extra, dict) and extra.get("losses") else None
+    def trajectory(self, node: str, gpu: str | None, profile: str = "small") -> dict[str, Any] | None:
+        """This GPU's fine-tune trajectory of ``profile`` in the baseline run (the ``train_trajectory``
+        figure's exact losses, weights' sha256 and stack key), or None when that run recorded none for
+        it. Records from before the real-scale run carry no profile: theirs is the small model's."""
+        for entry in self._index.get(("train_trajectory", node, gpu), []):
+            extra = entry.extra if isinstance(entry.extra, dict) else {}
+            if extra.get("losses") and (extra.get("stack") or {}).get("profile", "small") == profile:
+                return extra
+        return None
 
     def _direction_and_tolerance(self, result: MetricResult) -> tuple[str, float]:
         if self._thresholds is None:

@@ -132,6 +132,10 @@ class Judge:
         compare more than one figure with it (``judging.trajectory``)."""
         return self._baseline
 
+    def datasheet(self, sku: str, name: str) -> float | None:
+        """A hardware fact of the SKU a figure is computed from (e.g. its dense BF16 peak for MFU)."""
+        return self._thresholds.datasheet(sku, name)
+
     def setting(self, name: str) -> float:
         """A suite-wide setting (``straggler_pct``, ``regression_pct``)."""
         return self._thresholds.setting(name)

@@ -67,6 +67,8 @@ class Trajectory:
     gpu: str
     losses: tuple[float, ...]
     checksum: str | None = None
+    #: the training profile (small, scale, pretrained): only runs of one model are compared
+    profile: str = "small"
 
     @property
     def where(self) -> str:
@@ -139,13 +141,16 @@ def _number(value: float) -> float | str:
     return value if math.isfinite(value) else "inf (a step missing or not finite)"
 
 
-def judge_fleet(judge: Judge, runs: Sequence[Trajectory], prints: Mapping[str, Mapping[str, Any]]) -> int:
-    """Group ``runs`` by SKU and stack, judge each GPU against its group and the baseline; return the
-    number of judged checks (0: nothing could be compared, which the caller reports as not applicable)."""
+def judge_fleet(
+    judge: Judge, runs: Sequence[Trajectory], prints: Mapping[str, Mapping[str, Any]], profile: str = "small"
+) -> int:
+    """Group ``runs`` (all of one training ``profile``) by SKU and stack, judge each GPU against its group
+    and the baseline; return the number of judged checks (0: nothing could be compared, which the caller
+    reports as not applicable). The profile is part of the key: only runs of one model are compared."""
     groups: dict[str, list[Trajectory]] = {}
     keys: dict[str, dict[str, Any]] = {}
     for run in runs:
-        key = stack_key(judge.sku(run.node), prints[run.node])
+        key = {"profile": profile, **stack_key(judge.sku(run.node), prints[run.node])}
         text = key_text(key)
         keys[text] = key
         groups.setdefault(text, []).append(run)
@@ -188,6 +193,10 @@ def _tolerance(judge: Judge, metric: str, node: str) -> float:
     return float(limit.max) if limit is not None and limit.max is not None else 0.0
 
 
+def _profile_of(members: Sequence[Trajectory]) -> str:
+    return members[0].profile
+
+
 def _confirmed_by_baseline(judge: Judge, members: Sequence[Trajectory]) -> Trajectory | None:
     """With no majority (two GPUs, two curves), the curve members retrained exactly from the
     ``--baseline`` run, when exactly one curve is so confirmed: the other side departed since."""
@@ -196,7 +205,7 @@ def _confirmed_by_baseline(judge: Judge, members: Sequence[Trajectory]) -> Traje
         return None
     confirmed: dict[tuple[bytes, str | None], Trajectory] = {}
     for member in members:
-        earlier = baseline.trajectory(member.node, member.gpu)
+        earlier = baseline.trajectory(member.node, member.gpu, _profile_of(members))
         if earlier is None:
             continue
         before = Trajectory(
@@ -261,13 +270,13 @@ def _against_baseline(judge: Judge, run: Trajectory, key: Mapping[str, Any], fin
     """This GPU against its own trajectory in the ``--baseline`` record: judged on the same stack,
     recorded beside what changed otherwise. Returns 1 when a check was judged."""
     baseline = judge.baseline
-    earlier = baseline.trajectory(run.node, run.gpu) if baseline is not None else None
+    earlier = baseline.trajectory(run.node, run.gpu, str(key["profile"])) if baseline is not None else None
     if baseline is None or earlier is None:
         return 0
     before = Trajectory(run.node, run.gpu, tuple(float(v) for v in earlier["losses"]), earlier.get("checksum"))
     changes = summarize_changes(baseline.fingerprint_changes({run.node: dict(fingerprint)}))
     changed = "; ".join(changes) if changes else "no fingerprint field changed"
-    same_stack = dict(earlier.get("stack") or {}) == dict(key)
+    same_stack = {"profile": "small", **(earlier.get("stack") or {})} == dict(key)
     metric = "train_trajectory_baseline_rel_diff"
     dep = departure(run, before, _tolerance(judge, metric, run.node) if same_stack else 0.0)
     extra: dict[str, Any] = {"baseline": baseline.name, "first_step": dep.step, "changed": changed}

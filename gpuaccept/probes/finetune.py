@@ -64,6 +64,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         required=True,
         help="run folder (original/, checkpoints/, final/, JSON); '{node}' in it becomes this node's name",
     )
+    p.add_argument(
+        "--profile",
+        choices=("small", "scale"),
+        default="small",
+        help="built-in model: small (seconds) or scale (Qwen2-7B's shape at the GPU's speed; GPUs only)",
+    )
     p.add_argument("--model-path", type=Path, help="local Hugging Face checkpoint instead of the built-in model")
     p.add_argument("--dataset", type=Path, help="JSONL of chat messages (or a folder with train/test.jsonl)")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
@@ -77,6 +83,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lora-targets", type=lambda s: tuple(s.split(",")), help="comma-separated module names")
     p.add_argument("--modules-to-save", type=lambda s: tuple(x for x in s.split(",") if x))
     p.add_argument("--grad-ckpt", action="store_true", default=None, help="gradient checkpointing")
+    p.add_argument("--adapter-dtype", choices=("bf16", "fp32"), help="dtype of the trainable adapters")
     p.add_argument("--ckpt-every", type=int)
     p.add_argument("--samples", type=int, help="sample generations in the comparison report")
     p.add_argument("--gen-tokens", type=int)
@@ -96,7 +103,7 @@ def _strategies(text: str) -> str:
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     keys = (
         "model_path dataset model_config steps batch_size seq_len lr lora_r lora_alpha lora_targets "
-        "modules_to_save grad_ckpt ckpt_every samples gen_tokens threads seed"
+        "modules_to_save grad_ckpt adapter_dtype ckpt_every samples gen_tokens threads seed"
     ).split()
     return {k: getattr(args, k) for k in keys}
 
@@ -167,6 +174,10 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     # one set of arguments for every node of a fan-out step, each node's files in its own folder
     args.out = Path(str(args.out).replace("{node}", node))
     _quiet()
+    if args.profile == "scale" or args.model_path is not None:
+        # deterministic cuBLAS needs its workspace fixed before the first handle is made (cuBLAS docs,
+        # "Results reproducibility"); the small profile keeps cuBLAS's default and its recorded curves
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     import torch
     import torch.distributed as dist
 
@@ -174,7 +185,7 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     from peft import LoraConfig, get_peft_model  # noqa: F401
     from transformers import AutoConfig, AutoModelForCausalLM  # noqa: F401
 
-    from gpuaccept.training.config import profile_for
+    from gpuaccept.training.config import CKPT_MIN_GIB, profile_for, scale_plan
     from gpuaccept.training.data import encode, load_splits, load_tokenizer
     from gpuaccept.training.loop import Runtime
     from gpuaccept.training.perturb import PERTURB_ENV
@@ -189,7 +200,21 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     strategies = list(dict.fromkeys(args.strategy.split(",")))
     several = len(strategies) > 1
     overrides = _overrides(args)
-    base_cfg = profile_for("gpu" if use_cuda else "cpu", **{**overrides, "strategy": strategies[0]})
+    kind = "gpu" if use_cuda else "cpu"
+    if args.profile == "scale" and args.model_path is None:
+        if not use_cuda:
+            emit({"not_applicable": "the scale fine-tune trains a 7B-class model on GPUs only"}, probe="finetune")
+            return
+        total_gib = torch.cuda.get_device_properties(device).total_memory / 2**30
+        plan = scale_plan(total_gib)
+        if plan is None:
+            why = f"a 7B-class model does not fit one GPU of {total_gib:.0f} GiB (needs {CKPT_MIN_GIB:.0f} GiB)"
+            emit({"not_applicable": why}, gpu=gpu_identity(0), probe="finetune")
+            return
+        overrides = {**plan, **{k: v for k, v in overrides.items() if v is not None}}
+    base_cfg = profile_for(kind, args.profile, **{**overrides, "strategy": strategies[0]})
+    if base_cfg.deterministic:
+        torch.use_deterministic_algorithms(True)
     threads = _threads(base_cfg.threads, use_cuda, info.local_world_size)
     if threads:
         torch.set_num_threads(threads)
@@ -226,7 +251,7 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     pending: dict[str, dict[str, Any]] = {}
     for strategy in strategies:
         out = args.out / strategy if several else args.out
-        cfg = profile_for("gpu" if use_cuda else "cpu", **{**overrides, "strategy": strategy, "out": out})
+        cfg = profile_for(kind, args.profile, **{**overrides, "strategy": strategy, "out": out})
         started = time.monotonic()
         data, job = train_one(
             cfg, rt, tokenizer, train_ex, test_ex, data_desc, use_cuda, gpu, info.rank, args.out, perturb_after

@@ -130,6 +130,12 @@ NETWORK_METRICS = frozenset(
 
 #: metrics a test judges only on GPU nodes (on a CPU node the gloo ranks have no GPU to watch)
 GPU_ONLY = frozenset({"train_gpu_util_pct", "train_fsdp_mem_saving_ratio"})
+#: the built-in 7B-class fine-tune runs on GPUs only (a CPU node skips it, declaring no GPU)
+GPU_ONLY_PREFIXES = ("train_scale_", "train_mfu_pct")
+
+
+def _gpu_only(metric: str) -> bool:
+    return metric in GPU_ONLY or metric.startswith(GPU_ONLY_PREFIXES)
 
 
 def _shapes(gpus: tuple[int, ...], nvlink_at: int | None, ib: tuple[bool, ...]) -> tuple[Shape, ...]:
@@ -203,7 +209,7 @@ def coverage(thresholds: Thresholds, sku: str, shape: Shape) -> Coverage:
         if reason is not None:
             result.skipped[test] = reason
             continue
-        metrics = tuple(m for m in spec.metrics if shape.gpus or m not in GPU_ONLY)
+        metrics = tuple(m for m in spec.metrics if shape.gpus or not _gpu_only(m))
         result.judged[test] = metrics
         scale = (shape.nodes if spec.nodes > 1 else shape.gpus or 2) if spec.scaled else None
         missing = tuple(

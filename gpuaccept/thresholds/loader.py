@@ -125,6 +125,15 @@ class Thresholds:
     def setting(self, name: str) -> float:
         return self.settings[name]
 
+    def datasheet(self, sku: str, name: str) -> float | None:
+        """A datasheet figure of ``sku`` (its own, else the nearest inherited one), or None."""
+        spec: SkuSpec | None = self.skus.get(sku)
+        while spec is not None:
+            if name in spec.datasheet:
+                return spec.datasheet[name].value
+            spec = self.skus.get(spec.inherits) if spec.inherits else None
+        return None
+
 
 def _check_references(path: Path, data: ThresholdsFile, metrics: dict[str, MetricSpec], skus: set[str]) -> None:
     for key, limit_map in [("defaults", data.defaults)] + [
@@ -188,6 +197,7 @@ def load_thresholds(site: Path | None = None, *, defaults: Path | None = None) -
                     description=spec.description or old.description,
                     inherits=spec.inherits or old.inherits,
                     limits={**old.limits, **spec.limits},
+                    datasheet={**old.datasheet, **spec.datasheet},
                 )
             skus[sku] = spec
     if CPU_SKU not in skus:

@@ -102,6 +102,10 @@ class SkuSpec(_Strict):
     description: str = ""
     inherits: str | None = None
     limits: dict[str, Limit] = Field(default_factory=dict)
+    datasheet: dict[str, Setting] = Field(
+        default_factory=dict,
+        description="hardware facts a figure is computed from, not limits (bf16_dense_tflops: the MFU divisor)",
+    )
 
 
 class ThresholdsFile(_Strict):

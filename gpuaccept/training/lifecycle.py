@@ -21,7 +21,7 @@ from torch import nn
 from gpuaccept.training.data import Example
 from gpuaccept.training.loop import Runtime, autocast, evaluate
 
-__all__ = ["compare", "file_fingerprint", "generation_speed", "sample_generations", "write_json"]
+__all__ = ["compare", "file_fingerprint", "generation_speed", "sample_generations", "weights_fingerprint", "write_json"]
 
 _HASH_LIMIT = 256 << 20
 
@@ -35,6 +35,18 @@ def file_fingerprint(folder: Path) -> dict[str, str]:
             out[str(path.relative_to(folder))] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
         else:
             out[str(path.relative_to(folder))] = f"size={stat.st_size},mtime_ns={stat.st_mtime_ns}"
+    return out
+
+
+def weights_fingerprint(model: nn.Module) -> dict[str, str]:
+    """Per parameter: its float64 sum and sum of squares, on the device (a 7B model in well under a
+    second, where hashing 15 GB on the host takes a minute). The seeded base rebuilt after training must
+    give the same figures: the same weights, and training left the base alone."""
+    out: dict[str, str] = {}
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            values = param.detach().double()
+            out[name] = f"{float(values.sum()).hex()}/{float((values * values).sum()).hex()}"
     return out
 
 
@@ -106,7 +118,7 @@ def _model_report(
 
 
 def compare(
-    base_path: Path,
+    base: nn.Module,
     adapter_path: Path,
     tokenizer: Any,
     test_ex: list[Example],
@@ -117,23 +129,25 @@ def compare(
     new_tokens: int,
     samples: int,
 ) -> dict[str, Any]:
-    """Base vs fine-tuned (adapter reloaded from disk) on the test split; the comparison report."""
-    from peft import PeftModel
+    """Base vs fine-tuned (adapter reloaded from disk onto the same base) on the test split.
 
-    from gpuaccept.training.model import load_base
+    One base serves all three: it is evaluated alone, then the saved adapter is loaded onto it (peft adds
+    its layers beside the base weights, which stay as they are), then merged into it for the merged
+    decode speed. A 7B base is held once, not twice.
+    """
+    from peft import PeftModel
 
     local = Runtime(rank=0, world=1, local_rank=rt.local_rank, device=rt.device, node=rt.node)
     started = time.monotonic()
-    base = load_base(base_path)
     base_report = _model_report(base, tokenizer, test_ex, local, batch, pad, new_tokens, samples)
-    tuned = PeftModel.from_pretrained(load_base(base_path), str(adapter_path))
+    tuned = PeftModel.from_pretrained(base, str(adapter_path))
     tuned_report = _model_report(tuned, tokenizer, test_ex, local, batch, pad, new_tokens, samples)
     merged = tuned.merge_and_unload()  # type: ignore[operator]
     merged_speed = generation_speed(merged, test_ex[0]["prompt_ids"], new_tokens, rt.device)
     tuned_report["merged"] = merged_speed
     base_ppl, tuned_ppl = base_report["perplexity"], tuned_report["perplexity"]
     return {
-        "base_model": {"path": str(base_path), **base_report},
+        "base_model": base_report,
         "finetuned_model": {"adapter": str(adapter_path), **tuned_report},
         "comparison": {
             "perplexity_reduction_pct": _reduction_pct(base_ppl, tuned_ppl),

@@ -12,6 +12,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +26,20 @@ from gpuaccept.training.config import TrainConfig
 from gpuaccept.training.data import Example, batches, eval_shards
 from gpuaccept.training.model import trainable_state
 from gpuaccept.training.monitor import UtilSampler
+from gpuaccept.training.packing import PackedBatch, packed_batches
 
-__all__ = ["FAULT_ENV", "Runtime", "TrainResult", "autocast", "evaluate", "fault_point", "save_adapter", "train"]
+__all__ = [
+    "FAULT_ENV",
+    "Runtime",
+    "TrainResult",
+    "autocast",
+    "evaluate",
+    "fault_point",
+    "optimizer_step",
+    "save_adapter",
+    "schedule",
+    "train",
+]
 
 FAULT_ENV = "GPUACCEPT_FAULT_RANK_EXIT"
 FAULT_EXIT_CODE = 17
@@ -62,8 +75,18 @@ class TrainResult:
 
 
 def autocast(device: torch.device) -> AbstractContextManager[Any]:
-    """bf16 autocast on GPUs; fp32 on CPUs (CPU bf16 is slow and not what CI measures)."""
+    """bf16 autocast on GPUs; fp32 on CPUs (CPU bf16 is slow and not what CI measures). A bf16 model
+    computes in bf16 as it is; autocast then changes nothing but the loss's own fp32 upcast."""
     return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+
+
+def _stream(cfg: TrainConfig, examples: list[Example], rt: Runtime, pad_id: int) -> Iterator[PackedBatch]:
+    """This rank's training batches with their count of real tokens: packed rows, or padded examples."""
+    if cfg.pack:
+        yield from packed_batches(examples, cfg.batch_size, cfg.seq_len, rt.rank, rt.world, cfg.seed, pad_id)
+        return
+    for batch in batches(examples, cfg.batch_size, rt.rank, rt.world, cfg.seed, pad_id):
+        yield batch, int(batch["attention_mask"].sum())
 
 
 def fault_point(rank: int) -> int | None:
@@ -137,7 +160,29 @@ def save_adapter(
         (path / "trainer_state.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
 
 
-def _schedule(cfg: TrainConfig) -> Any:
+def optimizer_step(
+    model: nn.Module,
+    batch: dict[str, torch.Tensor],
+    params: list[nn.Parameter],
+    opt: torch.optim.Optimizer,
+    sched: Any,
+    device: torch.device,
+) -> torch.Tensor:
+    """One step: forward, backward, clip, optimizer and schedule; the loss stays on the device (reading
+    it would stall the GPU). What ``benchmarks/train_scale_bench.py`` times as our fine-tune."""
+    batch = {k: _to(v, device) for k, v in batch.items()}
+    with autocast(device):
+        loss = model(**batch).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    sched.step()
+    return loss
+
+
+def schedule(cfg: TrainConfig) -> Any:
+    """Linear warm-up over ``warmup_steps``, then cosine down to 10% of the rate at the last step."""
+
     def factor(step: int) -> float:
         if step < cfg.warmup_steps:
             return (step + 1) / cfg.warmup_steps
@@ -170,8 +215,8 @@ def train(
     """
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(cfg))
-    stream = batches(train_ex, cfg.batch_size, rt.rank, rt.world, cfg.seed, pad_id)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(cfg))
+    stream = _stream(cfg, train_ex, rt, pad_id)
     die_at = fault_point(rt.rank if fault_rank is None else fault_rank)
     result = TrainResult()
     pending: list[torch.Tensor] = []
@@ -187,15 +232,8 @@ def train(
                 flush=True,
             )
             os._exit(FAULT_EXIT_CODE)
-        batch = next(stream)
-        tokens = int(batch["attention_mask"].sum())
-        batch = {k: _to(v, rt.device) for k, v in batch.items()}
-        with autocast(rt.device):
-            loss = model(**batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
+        batch, tokens = next(stream)
+        loss = optimizer_step(model, batch, params, opt, sched, rt.device)
         if perturb_after == step:
             from gpuaccept.training.perturb import PERTURB_ENV, apply
 
@@ -239,7 +277,7 @@ def train(
                 result.timed_s += paused - clock
             if sampler:
                 sampler.idle()
-            eval_loss = evaluate(model, test_ex, rt, cfg.batch_size, pad_id)
+            eval_loss = evaluate(model, test_ex, rt, cfg.eval_batch_size or cfg.batch_size, pad_id)
             result.evals.append((step, eval_loss))
             if save:
                 state = trainable_state(model)

@@ -7,9 +7,11 @@ all-trainable or all-frozen (``use_orig_params`` workarounds); it keeps paramete
 peft saves the adapter from the sharded model as it does from a plain one; it runs on gloo/CPU as well
 as NCCL/GPU (CI exercises the same code); and it is the API PyTorch develops (FSDP1 is deprecated).
 
-Precision: parameters stay fp32 and compute runs under ``torch.autocast(bfloat16)`` on GPUs for both
-strategies and for the single-process reload, so the three evaluations compare like with like (an FSDP
-``MixedPrecisionPolicy`` would run the residual stream in bf16 and shift the eval loss by itself).
+Precision, per profile (``TrainConfig.base_dtype`` / ``adapter_dtype``): the small built-in model keeps fp32
+parameters and computes under ``torch.autocast(bfloat16)`` on GPUs, so its training, reload and comparison
+evaluate alike. The real-scale and ``--model-path`` runs hold the frozen base in bf16 with no fp32 copy (a
+7B base in fp32 is 30 GB of weights read every step) and bf16 adapters: one dtype in every FSDP2 group
+(mixed bf16/fp32 parameters in one group are a known failure point, huggingface/accelerate#3985).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 from torch import nn
 
 from gpuaccept.training.config import TrainConfig
+from gpuaccept.training.loss import use_chunked_loss
 
 __all__ = [
     "apply_lora",
@@ -35,21 +38,39 @@ __all__ = [
 ]
 
 
-def build_base(cfg: TrainConfig, seed: int) -> nn.Module:
-    """The base model in fp32: a local checkpoint, or the fixture config with a seeded random init."""
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def build_base(cfg: TrainConfig, seed: int, device: torch.device | None = None) -> nn.Module:
+    """The base model in ``cfg.base_dtype``: a local checkpoint, or the fixture config with a seeded
+    random init. A bf16 base is built straight on ``device`` (a 7B model initialises on a GPU in seconds,
+    on the CPU in minutes); the seed makes every GPU of one SKU build the same weights."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    dtype = DTYPES[cfg.base_dtype]
     if cfg.model_path is not None:
-        return load_base(cfg.model_path)
-    torch.manual_seed(seed)
-    config = AutoConfig.from_pretrained(cfg.model_config)
-    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model = load_base(cfg.model_path, dtype, device)
+    else:
+        torch.manual_seed(seed)
+        config = AutoConfig.from_pretrained(cfg.model_config)
+        config._attn_implementation = "sdpa"
+        where = device if device is not None and dtype != torch.float32 else torch.device("cpu")
+        with where:
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    if cfg.pack:  # the fast path: the loss in chunks (a real vocabulary's fp32 logits are 10 GB a step)
+        use_chunked_loss(model)
+    return model
 
 
-def load_base(path: Path) -> nn.Module:
+def load_base(path: Path, dtype: torch.dtype = torch.float32, device: torch.device | None = None) -> nn.Module:
+    """A checkpoint in ``dtype``, loaded straight onto ``device`` for a bf16 base (no fp32 copy on the
+    host first), with sdpa attention."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    direct = device is not None and device.type == "cuda" and dtype != torch.float32
+    return AutoModelForCausalLM.from_pretrained(
+        path, dtype=dtype, attn_implementation="sdpa", device_map={"": device} if direct else None
+    )
 
 
 def apply_lora(model: nn.Module, cfg: TrainConfig) -> nn.Module:
@@ -65,6 +86,10 @@ def apply_lora(model: nn.Module, cfg: TrainConfig) -> nn.Module:
         task_type="CAUSAL_LM",
     )
     peft_model = get_peft_model(model, lora)
+    adapter = DTYPES[cfg.adapter_dtype]
+    for param in peft_model.parameters():
+        if param.requires_grad and param.dtype != adapter:
+            param.data = param.data.to(adapter)
     if cfg.grad_ckpt:
         peft_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         peft_model.enable_input_require_grads()

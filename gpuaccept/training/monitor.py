@@ -26,6 +26,7 @@ class UtilSampler:
         self.period_s = period_s
         self.settle_s = settle_s
         self.samples: list[int] = []
+        self.watts: list[float] = []
         self.error: str | None = None
         self._active_since: float | None = None
         self._stop = threading.Event()
@@ -63,12 +64,14 @@ class UtilSampler:
                 continue
             try:
                 value = int(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)
+                milliwatts = float(self._nvml.nvmlDeviceGetPowerUsage(self._handle))
             except Exception as exc:
-                self.error = f"nvmlDeviceGetUtilizationRates failed: {exc}"
+                self.error = f"NVML utilisation or power reading failed: {exc}"
                 return
             with self._lock:
                 if self._active_since is not None:
                     self.samples.append(value)
+                    self.watts.append(milliwatts / 1000)
 
     def stop(self) -> None:
         self._stop.set()
@@ -78,6 +81,7 @@ class UtilSampler:
         if not self.samples:
             return {"util_pct": None, "util_min_pct": None, "util_samples": 0, "util_error": self.error}
         return {
+            "power_w": round(statistics.fmean(self.watts), 1) if self.watts else None,
             "util_pct": round(statistics.fmean(self.samples), 1),
             "util_min_pct": min(self.samples),
             "util_samples": len(self.samples),

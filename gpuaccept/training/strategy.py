@@ -13,10 +13,37 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.training.model import DTYPES
+
 __all__ = ["lifecycle", "release", "train_one"]
 
 #: The base model written by this launch (path -> file fingerprint before any training), rank 0 only.
 _ORIGINALS: dict[str, dict[str, str]] = {}
+
+
+def _original(cfg: Any, base: Any, tokenizer: Any, root: Path, main_rank: bool) -> tuple[Path | None, dict[str, str]]:
+    """Where the original model is kept and its fingerprint before training (rank 0 of a saving run).
+
+    A checkpoint (``--model-path``) is the original as it is: its files are fingerprinted. The small
+    built-in model is written once per launch (every strategy builds the same seeded base, so DDP and FSDP
+    share it). The 7B-class built-in base is never written (13-15 GB, twice the disk and ~15 s a run):
+    it is rebuilt from its seed, so its original is the weights' fingerprint, which the lifecycle compares
+    with the rebuilt base's (``weights_fingerprint``).
+    """
+    from gpuaccept.training.lifecycle import file_fingerprint, weights_fingerprint
+
+    if not main_rank:
+        return None, {}
+    if cfg.model_path is None and cfg.profile == "scale":
+        return None, weights_fingerprint(base)
+    base_path = cfg.model_path or root / "original"
+    if str(base_path) not in _ORIGINALS:
+        if cfg.model_path is None:
+            shutil.rmtree(base_path, ignore_errors=True)
+            base.save_pretrained(str(base_path))
+            tokenizer.save_pretrained(str(base_path))
+        _ORIGINALS[str(base_path)] = file_fingerprint(base_path)
+    return base_path, _ORIGINALS[str(base_path)]
 
 
 def release(torch: Any, use_cuda: bool) -> None:
@@ -54,7 +81,7 @@ def train_one(
 
     import torch
 
-    from gpuaccept.training.lifecycle import file_fingerprint
+    from gpuaccept.training.flops import count_flops
     from gpuaccept.training.loop import train
     from gpuaccept.training.model import apply_lora, build_base, param_bytes, trainable_checksum, wrap
     from gpuaccept.training.monitor import UtilSampler, peak_memory_gib
@@ -68,25 +95,16 @@ def train_one(
             cfg = dataclasses.replace(cfg, ckpt_every=cfg.steps)  # one eval at the end; nothing written
     device = rt.device
     pad_id = int(tokenizer.pad_token_id)
-    base = build_base(cfg, cfg.seed)
-    # one original per launch: every strategy builds the same seeded base, so DDP and FSDP share it (and
-    # both lifecycles check it was kept); written once instead of 200 MB per strategy
-    base_path = cfg.model_path or root / "original"
-    before: dict[str, str] = {}
+    base = build_base(cfg, cfg.seed, device)
     main_rank = rt.rank == 0 and saves
     if main_rank:
         for sub in ("checkpoints", "final"):
             shutil.rmtree(cfg.out / sub, ignore_errors=True)
-        if str(base_path) not in _ORIGINALS:
-            if cfg.model_path is None:
-                shutil.rmtree(base_path, ignore_errors=True)
-                base.save_pretrained(str(base_path))  # type: ignore[operator]  # a transformers PreTrainedModel
-                tokenizer.save_pretrained(str(base_path))
-            _ORIGINALS[str(base_path)] = file_fingerprint(base_path)
-        before = _ORIGINALS[str(base_path)]
+    base_path, before = _original(cfg, base, tokenizer, root, main_rank)
     peft_model = apply_lora(base, cfg)
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in peft_model.parameters())
+    flops = count_flops(peft_model, base.config, cfg.seq_len)
     model = wrap(peft_model, cfg.strategy, device, rt.world)
     local_bytes, total_bytes = param_bytes(model)
     sampler = UtilSampler(gpu.get("uuid") if gpu else None) if use_cuda else None
@@ -109,8 +127,10 @@ def train_one(
     memory = peak_memory_gib(device)
     util = sampler.summary() if sampler else {"util_pct": None, "util_samples": 0, "util_error": "CPU run"}
     losses = result.losses
+    tokens_per_s = result.timed_tokens / result.timed_s if result.timed_s else None
     data: dict[str, Any] = {
         "strategy": cfg.strategy,
+        "profile": cfg.profile,
         "device": device.type,
         "world_size": rt.world,
         "steps_planned": cfg.steps,
@@ -120,7 +140,10 @@ def train_one(
         "train_loss_final": statistics.fmean(losses[-10:]) if losses else None,
         "eval_loss_final": result.evals[-1][1] if result.evals else None,
         "nonfinite_steps": result.nonfinite_steps,
-        "tokens_per_s": result.timed_tokens / result.timed_s if result.timed_s else None,
+        "tokens_per_s": tokens_per_s,
+        "tokens_per_step": cfg.batch_size * cfg.seq_len if cfg.pack else None,
+        "model_flops": flops.to_json(),
+        "model_tflops_per_s": round(tokens_per_s * flops.per_token / 1e12, 2) if tokens_per_s else None,
         "timed_tokens": result.timed_tokens,
         "timed_s": round(result.timed_s, 3),
         "train_s": round(result.train_s, 3),
@@ -132,6 +155,8 @@ def train_one(
         "trainable_params": trainable,
         "total_params": total,
         "checksum": trainable_checksum(model),
+        "precision": {"base": cfg.base_dtype, "adapters": cfg.adapter_dtype, "deterministic": cfg.deterministic},
+        "grad_ckpt": cfg.grad_ckpt,
         "torch": torch.__version__,
         **({"test_hook": result.perturbed} if result.perturbed else {}),
         **memory,
@@ -145,6 +170,7 @@ def train_one(
         "pad_id": pad_id,
         "base_path": base_path,
         "before": before,
+        "seed": cfg.seed,
         "data_desc": data_desc,
         "data": {k: data[k] for k in ("strategy", "world_size", "steps_done", "train_loss_final", "eval_loss_final")},
     }
@@ -159,8 +185,9 @@ def lifecycle(
     tokenizer: Any,
     test_ex: list[Any],
     pad_id: int,
-    base_path: Path,
+    base_path: Path | None,
     before: dict[str, str],
+    seed: int,
     data_desc: str,
     data: dict[str, Any],
 ) -> dict[str, Any]:
@@ -169,7 +196,8 @@ def lifecycle(
     Runs on whichever rank of rank 0's node ``_lifecycles`` gives it, on that rank's own GPU, from the
     files rank 0 wrote; ``rt`` is that rank's runtime (the comparison itself runs as a world of one).
     """
-    from gpuaccept.training.lifecycle import compare, file_fingerprint, write_json
+    from gpuaccept.training.lifecycle import compare, file_fingerprint, weights_fingerprint, write_json
+    from gpuaccept.training.model import build_base, load_base
 
     started = time.monotonic()
     out: dict[str, Any] = {"checkpoints": result.checkpoints, "dataset": data_desc, "config": cfg.to_json()}
@@ -180,22 +208,30 @@ def lifecycle(
         out["lifecycle_error"] = "training stopped early: no final adapter to reload"
         out["lifecycle_s"] = round(time.monotonic() - started, 3)
         return out
+    if base_path is None:  # the seeded 7B-class base, rebuilt rather than written (``_original``)
+        model = build_base(cfg, seed, rt.device)
+        after = weights_fingerprint(model)
+    else:
+        model = load_base(base_path, DTYPES[cfg.base_dtype], rt.device)
     report = compare(
-        base_path,
+        model,
         final,
         tokenizer,
         test_ex,
         rt,
-        batch=cfg.batch_size,
+        batch=cfg.eval_batch_size or cfg.batch_size,
         pad=pad_id,
         new_tokens=cfg.gen_tokens,
         samples=cfg.samples,
     )
-    after = file_fingerprint(base_path)
-    report["original"] = {"path": str(base_path), "files": len(before), "unchanged": before == after}
+    if base_path is not None:
+        after = file_fingerprint(base_path)
+    where = str(base_path) if base_path else f"rebuilt from seed {seed}"
+    report["original"] = {"path": where, "files": len(before), "unchanged": before == after}
     report["training"] = {k: data[k] for k in ("strategy", "world_size", "steps_done", "train_loss_final")}
     report["training"]["eval_loss_final"] = data["eval_loss_final"]
     out["comparison_json"] = str(write_json(cfg.out / "comparison.json", report))
+    del model
     tuned, base = report["finetuned_model"], report["base_model"]
     out.update(
         original_kept=bool(before) and before == after,
