@@ -92,16 +92,20 @@ def _rows(cfg: Any, examples: list[Any], pad_id: int, count: int) -> list[tuple[
     return [next(stream) for _ in range(count)]
 
 
-def _build(cfg: Any, config: Any, device: Any) -> Any:
+def _build(cfg: Any, config: Any, device: Any, chunked_loss: bool) -> Any:
+    """The seeded bf16 model with LoRA; ours takes the suite's chunked loss, the Trainer the stock one."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    from gpuaccept.training.loss import use_chunked_loss
     from gpuaccept.training.model import apply_lora
 
     torch.manual_seed(cfg.seed)
     config._attn_implementation = "sdpa"
     with device:
         base = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    if chunked_loss:
+        use_chunked_loss(base)
     return apply_lora(base, cfg)
 
 
@@ -141,7 +145,7 @@ def run_ours(cfg: Any, config: Any, batches: list[Any], args: argparse.Namespace
     from gpuaccept.training.loop import optimizer_step, schedule
 
     device = torch.device("cuda", 0)
-    model = _build(cfg, config, device)
+    model = _build(cfg, config, device, chunked_loss=True)
     if args.compile == "regional":
         for layer in model.base_model.model.model.layers:
             layer.compile()
@@ -155,9 +159,7 @@ def run_ours(cfg: Any, config: Any, batches: list[Any], args: argparse.Namespace
         optimizer_step(model, batch, params, opt, sched, device)
         opt.zero_grad(set_to_none=True)
 
-    out = _windows(step, batches, args, sampler)
-    del model, opt
-    return out
+    return _windows(step, batches, args, sampler)
 
 
 def run_trainer(
@@ -169,7 +171,7 @@ def run_trainer(
 
     device = torch.device("cuda", 0)
     fp32_cfg = replace(cfg, adapter_dtype="fp32")
-    model = _build(fp32_cfg, config, device)
+    model = _build(fp32_cfg, config, device, chunked_loss=False)
     rows = [
         {"input_ids": batch["input_ids"][i], "labels": batch["labels"][i]}
         for batch, _ in batches

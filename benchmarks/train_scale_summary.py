@@ -1,6 +1,6 @@
 """One line per fine-tune run from a probe's output: what ``train_scale_device.sh`` prints.
 
-    python benchmarks/train_scale_summary.py OUT.txt
+python benchmarks/train_scale_summary.py OUT.txt
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpuaccept.dispatch.result import parse_records  # noqa: E402
+from gpuaccept.dispatch.result import parse_records
 
 
 def main() -> None:
