@@ -285,8 +285,12 @@ def judge_nvlink_under_load(bench: dict[str, Any], judge: JudgeLike, node: str) 
             count = counts[f"crc_{kind}"]
             metric = f"p2p_nvlink_crc_{kind}_per_s"
             if count is None:  # the SKU has NVLink (else the test skips): unreadable is not clean
-                judge.unreadable(metric, f"CRC {kind} counter unread while the copies ran ({unread_text(entry)})",
-                                 node=node, gpu=label)  # fmt: skip
+                judge.unreadable(
+                    metric,
+                    f"CRC {kind} counter unread while the copies ran ({unread_text(entry)})",
+                    node=node,
+                    gpu=label,
+                )
                 continue
             where = _link_split(entry, kind)
             judge.check(
@@ -302,8 +306,9 @@ def judge_nvlink_under_load(bench: dict[str, Any], judge: JudgeLike, node: str) 
         for kind in ("replay", "recovery"):
             metric = f"p2p_nvlink_{kind}_errors"
             if counts[kind] is None:
-                judge.unreadable(metric, f"{kind} counter unread while the copies ran ({unread_text(entry)})",
-                                 node=node, gpu=label)  # fmt: skip
+                judge.unreadable(
+                    metric, f"{kind} counter unread while the copies ran ({unread_text(entry)})", node=node, gpu=label
+                )
             else:
                 judge.check(metric, counts[kind], node=node, gpu=label, seconds=seconds)
 

@@ -27,8 +27,15 @@ def test_fingerprint(node, cluster, fingerprints, judge):
     judge.info("cpu_cores", fp["cpu"]["cores"], node=node)
     usable, granted, host = fp["cpu"]["usable_cpus"], fp["cpu"].get("granted_cpus"), fp["cpu"]["threads"]
     if granted is not None:  # under Slurm: the mask against the grant (">= 1 CPU" holds for any process)
-        judge.expect("usable_cpus_granted", cpus_granted_observed(usable, granted, host), GRANTED, node=node,
-                     usable_cpus=usable, granted_cpus=granted, host_cpus=host)  # fmt: skip
+        judge.expect(
+            "usable_cpus_granted",
+            cpus_granted_observed(usable, granted, host),
+            GRANTED,
+            node=node,
+            usable_cpus=usable,
+            granted_cpus=granted,
+            host_cpus=host,
+        )
 
 
 @pytest.mark.judges(nodes=2)

@@ -244,8 +244,12 @@ def test_nvlink_error_unread_link_named(judge: Judge) -> None:
     """One link NVML would not read: could not measure, naming the GPU and the link (never a legacy 0)."""
     record = p2p()
     record["p2p"]["nvlink_errors"][1].update(replay=None, unread_links={"replay": [11]})
-    with ends(judge, "error", match=r"GPU 1 \(00000000:00:07.0\): p2p_nvlink_replay_errors \(.*"
-              r"could not read replay on link\(s\) 11"):  # fmt: skip
+    with ends(
+        judge,
+        "error",
+        match=r"GPU 1 \(00000000:00:07.0\): p2p_nvlink_replay_errors \(.*"
+        r"could not read replay on link\(s\) 11",
+    ):
         judge_nvlink_under_load(record, judge, "vm")
 
 
