@@ -17,7 +17,21 @@ from typing import Any
 
 from gpuaccept.hardware.protocol import JudgeLike, gpu_label
 
-__all__ = ["FAILING_REASONS", "REPORTED_REASONS", "decode_reasons", "judge_health"]
+__all__ = ["FAILING_REASONS", "HEALTH_METRICS", "REPORTED_REASONS", "decode_reasons", "judge_health"]
+
+#: what ``judge_health`` judges: its test's ``@pytest.mark.judges``
+HEALTH_METRICS = (
+    "gpu_memory_total_gib",
+    "gpu_ecc_mode",
+    "gpu_ecc_uncorrected_volatile",
+    "gpu_remapped_rows_pending",
+    "gpu_remapped_rows_failed",
+    "gpu_clock_events_failing",
+    "gpu_pcie_gen_max",
+    "gpu_pcie_width_max",
+    "gpu_temp_margin_c",
+    "gpu_power_limit_w",
+)
 
 FAILING_REASONS: dict[int, str] = {
     0x8: "hw_slowdown",

@@ -14,16 +14,10 @@ from typing import Any
 import pytest
 
 from gpuaccept.dispatch.result import RankRecord
-from gpuaccept.hardware.perf import (
-    agreement,
-    judge_burn_in,
-    judge_hostbw,
-    judge_matmul,
-    judge_membw,
-    judge_nvlink_under_load,
-    judge_p2p,
-    tflops_drop_pct,
-)
+from gpuaccept.hardware.bench import agreement
+from gpuaccept.hardware.compute import judge_burn_in, judge_matmul, tflops_drop_pct
+from gpuaccept.hardware.memory import judge_hostbw, judge_membw, judge_p2p
+from gpuaccept.hardware.nvlink import judge_nvlink_under_load
 from gpuaccept.judging.judge import Judge
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.loader import load_thresholds as _load
