@@ -15,8 +15,9 @@ measures in this order:
 
 Nothing runs on a GPU that another part is measuring, and the parts run one after another. A GPU with
 someone else's processes on it is named and not measured (the others are); the pairs are skipped
-then. The result holds each part per GPU (``per_gpu``), the all-at-once host figures, the pairs, and
-``phases``: start-up (interpreter, imports, NVML, CUDA contexts), warm-up, timed measurement, the rest
+then. The result holds each part per GPU (``per_gpu``, with an ``idle`` sample before the parts and an
+``end`` sample after them: the PCIe replay counter's window), the all-at-once host figures, the pairs,
+and ``phases``: start-up (interpreter, imports, NVML, CUDA contexts), warm-up, timed measurement, the rest
 (allocations, checksums, NVML reads) and each part's wall time. Run by hand:
 ``python -m gpuaccept.probes.gpubench`` (every visible GPU).
 """
@@ -123,6 +124,8 @@ def main(argv: list[str] | None = None) -> None:
     for device in devices:
         torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
+    for i in ordinals:  # the window's second reading (the first is ``idle``): counters that grew under load
+        per_gpu[i]["end"] = pre.sample(i)
     PHASES.mark("parts")
     phases = PHASES.as_dict()
     # the parts' wall beyond their warm-up and timed batches: allocations, checksums, NVML reads
