@@ -43,7 +43,8 @@ class Sample(TypedDict, total=False):
     clock_event_reasons: int | None
     pcie_gen: int | None
     pcie_width: int | None
-    pcie_replay_counter: int | None
+    pcie_replay_counter: int | None  # cumulative since the driver loaded
+    monotonic_s: float  # when it was read (time.monotonic on the node)
 
 
 class PcieLink(TypedDict, total=False):
