@@ -1,6 +1,10 @@
 """Memory bandwidth: judge the HBM copy, each GPU's host link (H2D/D2H and the PCIe link under that load)
 and every GPU pair's copy, all from the node's ``gpubench`` step. Every figure is checked against the
 SKU floor, then against the node's median (``judge.stragglers``).
+
+PCIe replays: the replay counter counts since the driver loaded, so one reading says nothing about the
+link now; its growth between the step's ``idle`` and ``end`` samples, per minute of that window, is
+judged (the link's retransmissions while host copies and GPU pairs loaded it).
 """
 
 from __future__ import annotations
@@ -9,13 +13,13 @@ from typing import Any
 
 from gpuaccept.hardware.bench import bench_parts, p2p_result, record_busy
 from gpuaccept.hardware.protocol import JudgeLike, gpu_label
-from gpuaccept.probes.payloads import best_size_figure
+from gpuaccept.probes.payloads import Sample, best_size_figure
 
 __all__ = ["HOSTBW_METRICS", "MEMBW_METRICS", "P2P_METRICS", "judge_hostbw", "judge_membw", "judge_p2p"]
 
 #: what each judge here judges: its test's ``@pytest.mark.judges``
 MEMBW_METRICS = ("membw_tbps",)
-HOSTBW_METRICS = ("hostbw_h2d_gbps", "hostbw_d2h_gbps", "pcie_gen_loaded", "pcie_width_loaded")
+HOSTBW_METRICS = ("hostbw_h2d_gbps", "hostbw_d2h_gbps", "pcie_gen_loaded", "pcie_width_loaded", "pcie_replays_per_min")
 P2P_METRICS = ("p2p_gbps",)
 
 
@@ -71,6 +75,12 @@ def judge_hostbw(bench: dict[str, Any], judge: JudgeLike, node: str) -> None:
         )
     judge.stragglers("hostbw_h2d_gbps")
     judge.stragglers("hostbw_d2h_gbps")
+    measured = {label for label, _ in parts}
+    for gpu, entry in zip(bench.get("gpus") or [], bench.get("per_gpu") or [], strict=False):
+        if gpu_label(gpu) in measured:
+            judge_replay_window(
+                entry.get("idle") or Sample(), entry.get("end") or Sample(), judge, node, gpu_label(gpu)
+            )
     if concurrent and not bench.get("busy"):  # every GPU of the node copied at once
         for direction in ("h2d", "d2h"):
             for (label, _), value in zip(parts, concurrent.get(f"{direction}_gbps_per_gpu") or [], strict=False):
@@ -111,3 +121,34 @@ def judge_p2p(bench: dict[str, Any], judge: JudgeLike, node: str) -> dict[str, A
         )
     judge.stragglers("p2p_gbps")
     return data.get("matrix") or {}
+
+
+def replay_growth(first: Sample, last: Sample) -> tuple[int, float] | str:
+    """(replays, seconds) between two samples of one GPU, or why the growth cannot be told."""
+    before, after = first.get("pcie_replay_counter"), last.get("pcie_replay_counter")
+    start, end = first.get("monotonic_s"), last.get("monotonic_s")
+    if before is None or after is None:
+        return "PCIe replay counter unread (nvmlDeviceGetPcieReplayCounter gave no value)"
+    if start is None or end is None or end <= start:
+        return "PCIe replay counter's window has no time base"
+    if after < before:
+        return f"PCIe replay counter went down ({before} -> {after}: the driver reloaded during the window)"
+    return after - before, end - start
+
+
+def judge_replay_window(first: Sample, last: Sample, judge: JudgeLike, node: str, label: str | None) -> None:
+    """``pcie_replays_per_min``: the counter's growth over the window, per minute (DCGM's rate)."""
+    growth = replay_growth(first, last)
+    if isinstance(growth, str):
+        judge.unreadable("pcie_replays_per_min", growth, node=node, gpu=label)
+        return
+    replays, seconds = growth
+    judge.check(
+        "pcie_replays_per_min",
+        round(replays / seconds * 60, 2),
+        node=node,
+        gpu=label,
+        replays=replays,
+        seconds=round(seconds, 1),
+        counter=[first.get("pcie_replay_counter"), last.get("pcie_replay_counter")],
+    )
