@@ -238,6 +238,14 @@ def test_judges_read_the_bench_as_the_tests_do(bench: Any) -> None:
     assert ("hostbw_h2d_gbps", "1 (00000000:2A:00.0)") in metrics
     assert ("hostbw_d2h_concurrent_gbps", "0 (00000000:18:00.0)") in metrics
     assert ("hostbw_h2d_concurrent_total_gbps", None) in metrics
+    # the PCIe replay counter's window: read before the parts (idle) and after them (end), judged by its growth
+    first, last = data["per_gpu"][1]["idle"], data["per_gpu"][1]["end"]
+    assert first["pcie_replay_counter"] == last["pcie_replay_counter"] == 0
+    assert last["monotonic_s"] > first["monotonic_s"]
+    (replays,) = [
+        r for r in judge.results if r.metric == "pcie_replays_per_min" and r.subject == "1 (00000000:2A:00.0)"
+    ]
+    assert replays.value == 0 and replays.verdict == "pass", replays
     judge = _judge()
     memory.judge_membw(data, judge, "n1")
     assert len([r for r in judge.results if r.metric == "membw_tbps"]) == 2
