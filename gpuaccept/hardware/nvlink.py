@@ -24,6 +24,7 @@ __all__ = [
     "judge_nvlink",
     "judge_nvlink_under_load",
     "judge_topology",
+    "link_errors",
     "pair_matrix",
     "unread_text",
 ]
@@ -60,20 +61,29 @@ def judge_nvlink(data: dict[str, Any], judge: JudgeLike, node: str, declared_gpu
             else:
                 judge.check("nvlink_speed_mbps", speed, node=node, gpu=label)
             errors = link.get("errors") or {}
-            crc = (
-                None
-                if errors.get("crc_flit") is None or errors.get("crc_data") is None
-                else (errors["crc_flit"] + errors["crc_data"])
-            )
-            for metric, value in (
-                ("nvlink_crc_errors", crc),
-                ("nvlink_replay_errors", errors.get("replay")),
-                ("nvlink_recovery_errors", errors.get("recovery")),
-            ):
+            for metric, value in link_errors(errors).items():
                 if value is None:
                     judge.unreadable(metric, unread_text(errors), node=node, gpu=label)
                 else:
                     judge.check(metric, value, node=node, gpu=label, counted_by=errors.get("source"))
+
+
+#: the counters behind each NVLink error metric (CRC is flit + data)
+ERROR_COUNTERS = {
+    "nvlink_crc_errors": ("crc_flit", "crc_data"),
+    "nvlink_replay_errors": ("replay",),
+    "nvlink_recovery_errors": ("recovery",),
+}
+
+
+def link_errors(errors: dict[str, Any]) -> dict[str, int | None]:
+    """One GPU's NVLink error counts by metric (None if a counter went unread): what ``judge_nvlink`` and
+    the node check (``nodecheck.verdicts``) both judge."""
+    counts: dict[str, int | None] = {}
+    for metric, keys in ERROR_COUNTERS.items():
+        values = [errors.get(key) for key in keys]
+        counts[metric] = None if None in values else sum(int(v) for v in values if v is not None)
+    return counts
 
 
 def unread_text(errors: dict[str, Any]) -> str:
