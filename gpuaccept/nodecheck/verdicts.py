@@ -17,6 +17,7 @@ from typing import Any
 
 from gpuaccept.errors import MeasurementError
 from gpuaccept.hardware.health import memory_errors
+from gpuaccept.hardware.hygiene import LIMITS as HYGIENE_LIMITS
 from gpuaccept.hardware.ib import judge_ib
 from gpuaccept.hardware.nvlink import link_errors
 from gpuaccept.hardware.protocol import gpu_label
@@ -188,7 +189,7 @@ def _ib(n: _Node, ib: dict[str, Any]) -> None:
 def _hygiene(n: _Node, data: dict[str, Any], job: str | None) -> None:
     """/dev/shm size and ulimits always; /dev/shm free space only on a node no other job runs on (a
     running job's own files there are its business; what is left when none runs is a leftover)."""
-    for metric in ("dev_shm_gib", "nofile", "memlock_kib"):
+    for metric in HYGIENE_LIMITS:
         n.check(metric, data.get(metric))
     others = [j for j in data.get("jobs") or [] if j != job]
     if others:
