@@ -17,8 +17,8 @@ import shutil
 import subprocess
 
 from gpuaccept.nccl.nccltests import parse_nccl_tests
-from gpuaccept.nccl.sweep import parse_bytes
 from gpuaccept.probes._protocol import emit
+from gpuaccept.units import parse_bytes
 
 __all__ = ["BINARIES", "find_binary", "main"]
 
