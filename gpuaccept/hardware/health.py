@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gpuaccept.hardware.protocol import JudgeLike, gpu_label
+from gpuaccept.probes.payloads import GpuHealth, HealthRecord
 
 __all__ = ["FAILING_REASONS", "HEALTH_METRICS", "REPORTED_REASONS", "decode_reasons", "judge_health", "memory_errors"]
 
@@ -69,7 +70,7 @@ def _checked(judge: JudgeLike, metric: str, value: Any, node: str, gpu: str | No
     judge.check(metric, value, node=node, gpu=gpu, **extra)
 
 
-def memory_errors(gpu: dict[str, Any]) -> Iterator[tuple[str, Any, dict[str, Any]]]:
+def memory_errors(gpu: GpuHealth) -> Iterator[tuple[str, Any, dict[str, Any]]]:
     """One GPU's ECC and row-remap readings as (metric, value, extra): what this test and the node check
     (``nodecheck.verdicts``) both judge. None is a reading NVML did not give."""
     rows = gpu.get("remapped_rows")
@@ -81,12 +82,12 @@ def memory_errors(gpu: dict[str, Any]) -> Iterator[tuple[str, Any, dict[str, Any
     yield (
         "gpu_remapped_rows_pending",
         None if rows is None else int(rows["pending"]),
-        {"correctable": (rows or {}).get("correctable"), "uncorrectable": (rows or {}).get("uncorrectable")},
+        {"correctable": dict(rows or {}).get("correctable"), "uncorrectable": dict(rows or {}).get("uncorrectable")},
     )
     yield "gpu_remapped_rows_failed", None if rows is None else int(rows["failure"]), {}
 
 
-def judge_gpu(gpu: dict[str, Any], judge: JudgeLike, node: str) -> None:
+def judge_gpu(gpu: GpuHealth, judge: JudgeLike, node: str) -> None:
     """Every health metric of one GPU."""
     label = gpu_label(gpu)
     errors = gpu.get("errors", {})
@@ -172,7 +173,7 @@ def judge_gpu(gpu: dict[str, Any], judge: JudgeLike, node: str) -> None:
     )
 
 
-def judge_health(data: dict[str, Any], judge: JudgeLike, node: str, declared_gpus: int) -> None:
+def judge_health(data: HealthRecord, judge: JudgeLike, node: str, declared_gpus: int) -> None:
     """Judge a node's ``gpu_health`` record: every GPU the node declares is there, one model, and each
     GPU's health readings."""
     gpus = data.get("gpus") or []
