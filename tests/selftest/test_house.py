@@ -18,6 +18,9 @@ import pytest
 pytestmark = pytest.mark.selftest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gpuaccept"
+ACCEPTANCE = PACKAGE.parent / "tests" / "acceptance"
+#: tests whose area has its module in gpuaccept/hardware/: they say what to measure and hand it over
+HARDWARE_AREA_TESTS = ("gpu_health", "compute", "memory", "interconnect", "hygiene", "environment")
 LONG_MODULE = 400
 #: what the judging core may import from gpuaccept: itself, the results and thresholds it judges with
 CORE_MAY_IMPORT = ("gpuaccept.judging", "gpuaccept.results", "gpuaccept.thresholds", "gpuaccept.errors")
@@ -86,3 +89,17 @@ def test_the_judging_core_knows_no_domain() -> None:
     core = {m: p for m, p in MODULES.items() if m.startswith("gpuaccept.judging")}
     wrong = {m: sorted(i for i in _imports(p, False) if not i.startswith(CORE_MAY_IMPORT)) for m, p in core.items()}
     assert not {m: w for m, w in wrong.items() if w}, wrong
+
+
+def test_hardware_area_tests_judge_nothing_themselves() -> None:
+    """One home per area: a hardware area's test hands its measurement to its module in
+    gpuaccept/hardware/; a ``judge.check`` / ``expect`` / ``unreadable`` in the test itself is a second home."""
+    found = []
+    for area in HARDWARE_AREA_TESTS:
+        tree = ast.parse((ACCEPTANCE / f"test_{area}.py").read_text())
+        for node in ast.walk(tree):
+            call = node.func if isinstance(node, ast.Call) else None
+            if isinstance(call, ast.Attribute) and call.attr in ("check", "expect", "unreadable", "stragglers"):
+                if isinstance(call.value, ast.Name) and call.value.id == "judge":
+                    found.append(f"test_{area}.py:{node.lineno} judge.{call.attr}")
+    assert not found, found
