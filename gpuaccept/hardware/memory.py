@@ -15,7 +15,16 @@ from gpuaccept.hardware.bench import bench_parts, p2p_result, record_busy
 from gpuaccept.hardware.protocol import JudgeLike, gpu_label
 from gpuaccept.probes.payloads import Sample, best_size_figure
 
-__all__ = ["HOSTBW_METRICS", "MEMBW_METRICS", "P2P_METRICS", "judge_hostbw", "judge_membw", "judge_p2p"]
+__all__ = [
+    "HOSTBW_METRICS",
+    "MEMBW_METRICS",
+    "P2P_METRICS",
+    "judge_hostbw",
+    "judge_membw",
+    "judge_p2p",
+    "judge_replay_window",
+    "replay_growth",
+]
 
 #: what each judge here judges: its test's ``@pytest.mark.judges``
 MEMBW_METRICS = ("membw_tbps",)
