@@ -28,11 +28,15 @@ def trim(record: dict[str, Any], note: str) -> dict[str, Any]:
         if entry not in checks:
             checks.append(entry)
     gpus = {
-        node: {"gpus": {"count": fp.get("gpus", {}).get("count"),
-                        "devices": [{"name": d.get("name")} for d in fp.get("gpus", {}).get("devices", [])]}}
+        node: {
+            "gpus": {
+                "count": fp.get("gpus", {}).get("count"),
+                "devices": [{"name": d.get("name")} for d in fp.get("gpus", {}).get("devices", [])],
+            }
+        }
         for node, fp in record["fingerprints"].items()
         if isinstance(fp, dict) and "gpus" in fp
-    }  # fmt: skip
+    }
     return {
         "note": note,
         "schema": record["schema"],

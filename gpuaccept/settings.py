@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.units import parse_bytes as _size
+
 __all__ = ["OPTIONS", "Option", "Settings", "SettingsError", "add_options", "resolve"]
 
 
@@ -51,19 +53,6 @@ def _non_negative_float(text: str) -> float:
     value = float(text)
     if value < 0:
         raise ValueError("must be 0 or more")
-    return value
-
-
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
-def _size(text: str) -> int:
-    """Bytes from ``1048576``, ``1M``, ``8G`` or ``512K`` (binary units, as nccl-tests reads them)."""
-    stripped = text.strip().upper().removesuffix("B").removesuffix("I")
-    unit = stripped[-1] if stripped and stripped[-1] in _UNITS else ""
-    value = int(float(stripped[: len(stripped) - len(unit)]) * _UNITS[unit])
-    if value <= 0:
-        raise ValueError("must be a positive size such as 1M or 8G")
     return value
 
 

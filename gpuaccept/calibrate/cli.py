@@ -64,9 +64,24 @@ def _run_suite(args: argparse.Namespace, bootstrap: Path, pytest_args: Sequence[
     for run in range(1, args.runs + 1):
         record = args.records_dir / f"run-{run}.json"
         log = args.records_dir / f"run-{run}.log"
-        cmd = [sys.executable, "-m", "pytest", "-m", "acceptance", "-p", "no:cacheprovider", "--calibrate",
-               "--sku", args.sku, "--thresholds", str(bootstrap), "--run-record", str(record),
-               *(f"--calibrate-metric={g}" for g in args.metric), *pytest_args]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-m",
+            "acceptance",
+            "-p",
+            "no:cacheprovider",
+            "--calibrate",
+            "--sku",
+            args.sku,
+            "--thresholds",
+            str(bootstrap),
+            "--run-record",
+            str(record),
+            *(f"--calibrate-metric={g}" for g in args.metric),
+            *pytest_args,
+        ]
         print(f"run {run}/{args.runs}: {' '.join(cmd[1:])}", flush=True)
         with log.open("w") as handle:
             done = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, check=False)

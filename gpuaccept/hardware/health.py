@@ -13,11 +13,27 @@ load is judged by the hostbw test.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from gpuaccept.hardware.protocol import JudgeLike, gpu_label
+from gpuaccept.probes.payloads import GpuHealth, HealthRecord
 
-__all__ = ["FAILING_REASONS", "REPORTED_REASONS", "decode_reasons", "judge_health"]
+__all__ = ["FAILING_REASONS", "HEALTH_METRICS", "REPORTED_REASONS", "decode_reasons", "judge_health", "memory_errors"]
+
+#: what ``judge_health`` judges: its test's ``@pytest.mark.judges``
+HEALTH_METRICS = (
+    "gpu_memory_total_gib",
+    "gpu_ecc_mode",
+    "gpu_ecc_uncorrected_volatile",
+    "gpu_remapped_rows_pending",
+    "gpu_remapped_rows_failed",
+    "gpu_clock_events_failing",
+    "gpu_pcie_gen_max",
+    "gpu_pcie_width_max",
+    "gpu_temp_margin_c",
+    "gpu_power_limit_w",
+)
 
 FAILING_REASONS: dict[int, str] = {
     0x8: "hw_slowdown",
@@ -54,7 +70,24 @@ def _checked(judge: JudgeLike, metric: str, value: Any, node: str, gpu: str | No
     judge.check(metric, value, node=node, gpu=gpu, **extra)
 
 
-def judge_gpu(gpu: dict[str, Any], judge: JudgeLike, node: str) -> None:
+def memory_errors(gpu: GpuHealth) -> Iterator[tuple[str, Any, dict[str, Any]]]:
+    """One GPU's ECC and row-remap readings as (metric, value, extra): what this test and the node check
+    (``nodecheck.verdicts``) both judge. None is a reading NVML did not give."""
+    rows = gpu.get("remapped_rows")
+    yield (
+        "gpu_ecc_uncorrected_volatile",
+        gpu.get("ecc_uncorrected_volatile"),
+        {"corrected": gpu.get("ecc_corrected_volatile"), "aggregate": gpu.get("ecc_uncorrected_aggregate")},
+    )
+    yield (
+        "gpu_remapped_rows_pending",
+        None if rows is None else int(rows["pending"]),
+        {"correctable": dict(rows or {}).get("correctable"), "uncorrectable": dict(rows or {}).get("uncorrectable")},
+    )
+    yield "gpu_remapped_rows_failed", None if rows is None else int(rows["failure"]), {}
+
+
+def judge_gpu(gpu: GpuHealth, judge: JudgeLike, node: str) -> None:
     """Every health metric of one GPU."""
     label = gpu_label(gpu)
     errors = gpu.get("errors", {})
@@ -69,26 +102,9 @@ def judge_gpu(gpu: dict[str, Any], judge: JudgeLike, node: str) -> None:
         label,
         pending=gpu.get("ecc_mode_pending"),
     )
-    _checked(
-        judge,
-        "gpu_ecc_uncorrected_volatile",
-        gpu.get("ecc_uncorrected_volatile"),
-        node,
-        label,
-        corrected=gpu.get("ecc_corrected_volatile"),
-        aggregate=gpu.get("ecc_uncorrected_aggregate"),
-    )
+    for metric, value, extra in memory_errors(gpu):
+        _checked(judge, metric, value, node, label, **extra)
     rows = gpu.get("remapped_rows")
-    _checked(
-        judge,
-        "gpu_remapped_rows_pending",
-        None if rows is None else int(rows["pending"]),
-        node,
-        label,
-        correctable=(rows or {}).get("correctable"),
-        uncorrectable=(rows or {}).get("uncorrectable"),
-    )
-    _checked(judge, "gpu_remapped_rows_failed", None if rows is None else int(rows["failure"]), node, label)
     pending = gpu.get("retired_pages_pending")
     if pending is None and rows is not None:
         # Ampere and newer replaced page retirement with row remapping; NVML says "not supported".
@@ -157,7 +173,7 @@ def judge_gpu(gpu: dict[str, Any], judge: JudgeLike, node: str) -> None:
     )
 
 
-def judge_health(data: dict[str, Any], judge: JudgeLike, node: str, declared_gpus: int) -> None:
+def judge_health(data: HealthRecord, judge: JudgeLike, node: str, declared_gpus: int) -> None:
     """Judge a node's ``gpu_health`` record: every GPU the node declares is there, one model, and each
     GPU's health readings."""
     gpus = data.get("gpus") or []

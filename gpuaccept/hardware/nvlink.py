@@ -1,4 +1,5 @@
-"""Judge the ``nvlink`` probe: links per GPU, link speed and error counters, pair topology, affinity.
+"""Judge NVLink: the ``nvlink`` probe's links per GPU, link speed, error counters, pair topology and
+affinity, and the error counters read around the ``gpubench`` step's GPU-pair copies (under load).
 
 Topology per pair is asserted in NVLink terms because that is what an HGX SKU promises: every GPU pair
 joined by all its links through the NVSwitch fabric (NV18 on H100/H200 SXM, NV12 on A100 SXM4) and
@@ -11,9 +12,28 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuaccept.hardware.bench import p2p_result, record_busy
 from gpuaccept.hardware.protocol import JudgeLike, gpu_label
 
-__all__ = ["judge_affinity", "judge_nvlink", "judge_topology", "pair_matrix", "unread_text"]
+__all__ = [
+    "AFFINITY_METRICS",
+    "NVLINK_METRICS",
+    "TOPOLOGY_METRICS",
+    "UNDER_LOAD_METRICS",
+    "judge_affinity",
+    "judge_nvlink",
+    "judge_nvlink_under_load",
+    "judge_topology",
+    "link_errors",
+    "pair_matrix",
+    "unread_text",
+]
+
+#: what each judge here judges: its test's ``@pytest.mark.judges``
+NVLINK_METRICS = ("nvlink_links_active", "nvlink_speed_mbps", "nvlink_replay_errors", "nvlink_recovery_errors")
+UNDER_LOAD_METRICS = ("p2p_nvlink_crc_flit_per_s", "p2p_nvlink_replay_errors", "p2p_nvlink_recovery_errors")
+TOPOLOGY_METRICS = ("nvlink_pair_links", "p2p_nvlink_status")
+AFFINITY_METRICS = ("gpu_nic_pcie_distance",)
 
 
 def judge_nvlink(data: dict[str, Any], judge: JudgeLike, node: str, declared_gpus: int) -> None:
@@ -41,20 +61,29 @@ def judge_nvlink(data: dict[str, Any], judge: JudgeLike, node: str, declared_gpu
             else:
                 judge.check("nvlink_speed_mbps", speed, node=node, gpu=label)
             errors = link.get("errors") or {}
-            crc = (
-                None
-                if errors.get("crc_flit") is None or errors.get("crc_data") is None
-                else (errors["crc_flit"] + errors["crc_data"])
-            )
-            for metric, value in (
-                ("nvlink_crc_errors", crc),
-                ("nvlink_replay_errors", errors.get("replay")),
-                ("nvlink_recovery_errors", errors.get("recovery")),
-            ):
+            for metric, value in link_errors(errors).items():
                 if value is None:
                     judge.unreadable(metric, unread_text(errors), node=node, gpu=label)
                 else:
                     judge.check(metric, value, node=node, gpu=label, counted_by=errors.get("source"))
+
+
+#: the counters behind each NVLink error metric (CRC is flit + data)
+ERROR_COUNTERS = {
+    "nvlink_crc_errors": ("crc_flit", "crc_data"),
+    "nvlink_replay_errors": ("replay",),
+    "nvlink_recovery_errors": ("recovery",),
+}
+
+
+def link_errors(errors: dict[str, Any]) -> dict[str, int | None]:
+    """One GPU's NVLink error counts by metric (None if a counter went unread): what ``judge_nvlink`` and
+    the node check (``nodecheck.verdicts``) both judge."""
+    counts: dict[str, int | None] = {}
+    for metric, keys in ERROR_COUNTERS.items():
+        values = [errors.get(key) for key in keys]
+        counts[metric] = None if None in values else sum(int(v) for v in values if v is not None)
+    return counts
 
 
 def unread_text(errors: dict[str, Any]) -> str:
@@ -128,3 +157,58 @@ def judge_affinity(data: dict[str, Any], judge: JudgeLike, node: str) -> None:
             nic=nearest,
             relation=known.get(nearest or ""),
         )
+
+
+def _link_split(entry: dict[str, Any], kind: str) -> str:
+    """Where a GPU's CRC errors sat: one link (a cable/port to reseat) or spread over all of them."""
+    per_link = (entry.get("per_link") or {}).get(f"crc_{kind}") or {}
+    if not per_link:
+        return ""
+    worst, count = max(per_link.items(), key=lambda item: item[1])
+    return f"on {len(per_link)} of {entry.get('links') or '?'} links, most on link {worst} ({count})"
+
+
+def judge_nvlink_under_load(bench: dict[str, Any], judge: JudgeLike, node: str) -> None:
+    """NVLink errors that appeared while the P2P copies ran: CRC as a rate, replay/recovery as counts.
+
+    DCGM judges the flit and data CRC counters each as a rate, FAIL at >= 100/s (health watch
+    ``MonitorNVLink`` and the diag pcie plugin's per-second check, Hopper included); replay and
+    recovery are failures at any count. The failure names the links the errors sat on.
+    """
+    data = p2p_result(bench, node)
+    labels = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
+    record_busy(judge, node, data.get("busy") or [], labels)
+    for entry in data.get("nvlink_errors") or []:
+        label = labels.get(entry["gpu"], str(entry["gpu"]))
+        counts = {k: entry.get(k) for k in ("crc_flit", "crc_data", "replay", "recovery")}
+        seconds = max(float(entry.get("seconds") or 0), 1e-3)
+        for kind in ("flit", "data"):
+            count = counts[f"crc_{kind}"]
+            metric = f"p2p_nvlink_crc_{kind}_per_s"
+            if count is None:  # the SKU has NVLink (else the test skips): unreadable is not clean
+                judge.unreadable(
+                    metric,
+                    f"CRC {kind} counter unread while the copies ran ({unread_text(entry)})",
+                    node=node,
+                    gpu=label,
+                )
+                continue
+            where = _link_split(entry, kind)
+            judge.check(
+                metric,
+                round(count / seconds, 2),
+                node=node,
+                gpu=label,
+                count=count,
+                seconds=seconds,
+                links=(entry.get("per_link") or {}).get(f"crc_{kind}"),
+                details=[f"{count} CRC {kind} errors in {seconds:.1f} s {where}"] if count and where else [],
+            )
+        for kind in ("replay", "recovery"):
+            metric = f"p2p_nvlink_{kind}_errors"
+            if counts[kind] is None:
+                judge.unreadable(
+                    metric, f"{kind} counter unread while the copies ran ({unread_text(entry)})", node=node, gpu=label
+                )
+            else:
+                judge.check(metric, counts[kind], node=node, gpu=label, seconds=seconds)

@@ -8,6 +8,7 @@ the plugin ends each test from its recorded checks (``judging.outcome``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 __all__ = ["JudgeLike", "gpu_label"]
@@ -29,7 +30,7 @@ class JudgeLike(Protocol):
     def unreadable(self, metric: str, why: str, *, node: str, **subject: Any) -> Any: ...
 
 
-def gpu_label(gpu: dict[str, Any] | None) -> str | None:
+def gpu_label(gpu: Mapping[str, Any] | None) -> str | None:
     """``3 (00000000:9A:00.0)``: the same spelling as ``RankRecord.gpu_label``, so results line up."""
     if not gpu:
         return None

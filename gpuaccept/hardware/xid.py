@@ -21,7 +21,10 @@ from typing import Any
 from gpuaccept.errors import MeasurementError
 from gpuaccept.hardware.protocol import JudgeLike, gpu_label
 
-__all__ = ["XidEvent", "hardware_codes", "judge_xid", "parse_line", "parse_log"]
+__all__ = ["XID_METRICS", "XidEvent", "hardware_codes", "judge_xid", "parse_line", "parse_log"]
+
+#: what ``judge_xid`` judges: its test's ``@pytest.mark.judges``
+XID_METRICS = ("xid_hardware_events", "xid_hardware_codes")
 
 _XID = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?[^)]*\):\s*"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaccept.nccl.formulas import COLLECTIVES, algbw_gbs, bus_factor, effective_bytes, memory_per_rank
+from gpuaccept.units import parse_bytes
 
 __all__ = [
     "GroupTable",
@@ -52,18 +53,6 @@ def format_bytes(size: int) -> str:
             value = size / unit
             return f"{value:.0f} {name}" if value == int(value) else f"{value:.1f} {name}"
     return f"{size} B"
-
-
-def parse_bytes(text: str) -> int:
-    """``1M``, ``8G``, ``512K``, ``1048576`` (binary units, as nccl-tests' ``-b/-e`` read them)."""
-    stripped = text.strip().upper().removesuffix("B").removesuffix("I")
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    unit = units.get(stripped[-1:], 1)
-    number = stripped[:-1] if stripped[-1:] in units else stripped
-    value = int(float(number) * unit)
-    if value <= 0:
-        raise ValueError(f"{text!r} is not a positive size")
-    return value
 
 
 def sweep_sizes(min_bytes: int, max_bytes: int, factor: int = 4) -> list[int]:

@@ -23,9 +23,9 @@ from typing import Any
 from gpuaccept.nodecheck.watchdog import progress
 from gpuaccept.probes import hygiene, infiniband, xid
 from gpuaccept.probes._gpu import active_nvlinks, nvlink_error_counters
-from gpuaccept.probes._nvml import nvml, text
+from gpuaccept.probes._nvml import nvml
 from gpuaccept.probes.fingerprint import _python_stack
-from gpuaccept.probes.gpu_health import read_gpu
+from gpuaccept.probes.gpu_health import NO_NVML, driver_versions, read_gpu
 
 __all__ = [
     "Sources",
@@ -121,17 +121,11 @@ def _live_gpus() -> dict[str, Any]:
     progress("nvmlInit")
     lib = nvml()
     if lib is None:
-        return {"nvml": False, "driver": None, "cuda_driver": None, "gpus": []}
+        return dict(NO_NVML, gpus=[])
     progress("nvmlDeviceGetCount")
     count = lib.nvmlDeviceGetCount()
     progress("nvmlSystemGetDriverVersion")
-    cuda = lib.nvmlSystemGetCudaDriverVersion()
-    data: dict[str, Any] = {
-        "nvml": True,
-        "driver": text(lib.nvmlSystemGetDriverVersion()),
-        "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}",
-        "gpus": [],
-    }
+    data: dict[str, Any] = {**driver_versions(lib), "gpus": []}
     for index in range(count):
         progress(f"GPU {index}: nvmlDeviceGetHandleByIndex")
         handle = lib.nvmlDeviceGetHandleByIndex(index)

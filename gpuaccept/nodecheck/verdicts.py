@@ -1,11 +1,13 @@
 """Judge the node check's readings with the suite's judging core, against the node SKU's limits.
 
 Every figure goes through ``Judge.check`` / ``Judge.expect`` (the same metrics, limits and sources as
-the acceptance tests; Xids and InfiniBand through the very functions those tests call), so the gate
-has no rules of its own. What it adds is only what a gate needs: a check the node's SKU sets no limit
-for is not part of that SKU's contract and is left out (the suite would call it unjudged); a reading
-that hung past the watchdog is a finding that drains (a hung driver or filesystem is a node fault);
-a reading that could not be taken for another reason is reported and does not drain.
+the acceptance tests; which reading is which metric comes from the area modules those tests call:
+``hardware.health`` for ECC and row remaps, ``hardware.nvlink`` for NVLink errors, ``hardware.xid`` and
+``hardware.ib`` whole), so the gate has no rules of its own. What it adds is only what a gate needs: a
+check the node's SKU sets no limit for is not part of that SKU's contract and is left out (the suite
+would call it unjudged); a reading that hung past the watchdog is a finding that drains (a hung driver
+or filesystem is a node fault); a reading that could not be taken for another reason is reported and
+does not drain.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaccept.errors import MeasurementError
+from gpuaccept.hardware.health import memory_errors
+from gpuaccept.hardware.hygiene import LIMITS as HYGIENE_LIMITS
 from gpuaccept.hardware.ib import judge_ib
+from gpuaccept.hardware.nvlink import link_errors
 from gpuaccept.hardware.protocol import gpu_label
 from gpuaccept.hardware.xid import hardware_codes, judge_xid, parse_log
 from gpuaccept.judging.judge import Judge
@@ -109,10 +114,8 @@ def _gpus(n: _Node, gpus: dict[str, Any], declared: int | None, context: str, jo
         n.judge.expect("gpu_count", len(rows), declared, node=n.node, nvml=gpus.get("nvml", True))
     for gpu in rows:
         label = gpu_label(gpu)
-        n.check("gpu_ecc_uncorrected_volatile", gpu.get("ecc_uncorrected_volatile"), label)
-        remaps = gpu.get("remapped_rows")
-        n.check("gpu_remapped_rows_pending", None if remaps is None else int(remaps["pending"]), label)
-        n.check("gpu_remapped_rows_failed", None if remaps is None else int(remaps["failure"]), label)
+        for metric, value, extra in memory_errors(gpu):
+            n.check(metric, value, label, **extra)
         foreign = [
             p for p in gpu.get("processes") or [] if p.get("job") is None or (context == "epilog" and p["job"] == job)
         ]
@@ -142,9 +145,10 @@ def _nvlink(n: _Node, gpus: dict[str, Any], boot: str, before: dict[str, Any]) -
             continue
         errors = link.get("errors") or {}
         last = before.get(str(gpu.get("uuid"))) or {}
-        for metric, key in (("nvlink_replay_errors", "replay"), ("nvlink_recovery_errors", "recovery")):
-            value = errors.get(key)
-            delta = None if value is None or last.get(key) is None else value - last[key]
+        counts, was = link_errors(errors), link_errors(last)
+        for metric in ("nvlink_replay_errors", "nvlink_recovery_errors"):  # CRC counts are reported, not judged
+            value, earlier = counts[metric], was[metric]
+            delta = None if value is None or earlier is None else value - earlier
             n.check(metric, value, label, since_last_check=delta, crc_flit=errors.get("crc_flit"))
         keep[str(gpu.get("uuid"))] = {k: v for k, v in errors.items() if isinstance(v, int)}
     return {"boot_id": boot, "counters": keep}
@@ -185,7 +189,7 @@ def _ib(n: _Node, ib: dict[str, Any]) -> None:
 def _hygiene(n: _Node, data: dict[str, Any], job: str | None) -> None:
     """/dev/shm size and ulimits always; /dev/shm free space only on a node no other job runs on (a
     running job's own files there are its business; what is left when none runs is a leftover)."""
-    for metric in ("dev_shm_gib", "nofile", "memlock_kib"):
+    for metric in HYGIENE_LIMITS:
         n.check(metric, data.get(metric))
     others = [j for j in data.get("jobs") or [] if j != job]
     if others:

@@ -11,6 +11,7 @@ itself as a foreign process.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,9 @@ def field_values(lib: Any, handle: Any, ids: dict[str, int | tuple[int, int]]) -
 
 
 def sample(lib: Any, handle: Any) -> dict[str, Any]:
-    """What the GPU is doing right now: clocks, temperature, power, clock-event reasons, PCIe link."""
+    """What the GPU is doing right now: clocks, temperature, power, clock-event reasons, PCIe link, and
+    the PCIe replay counter (cumulative since the driver loaded) with the monotonic time it was read at,
+    so two samples give its growth over the window between them."""
 
     def get(call: Any, *args: Any) -> Any:
         try:
@@ -143,6 +146,8 @@ def sample(lib: Any, handle: Any) -> dict[str, Any]:
         "clock_event_reasons": reasons,
         "pcie_gen": get(lib.nvmlDeviceGetCurrPcieLinkGeneration),
         "pcie_width": get(lib.nvmlDeviceGetCurrPcieLinkWidth),
+        "pcie_replay_counter": get(lib.nvmlDeviceGetPcieReplayCounter),
+        "monotonic_s": round(time.monotonic(), 3),
     }
 
 

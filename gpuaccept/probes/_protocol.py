@@ -24,6 +24,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from gpuaccept.probes._gpu import handle_for_rank, identity
+from gpuaccept.probes._nvml import nvml
+
 __all__ = ["PART_SENTINEL", "SENTINEL", "RankInfo", "emit", "gpu_identity", "node_name", "rank_info"]
 
 SENTINEL = "GPUACCEPT_RESULT "
@@ -101,43 +104,19 @@ def _resolve(host: str) -> str:
 
 
 def gpu_identity(device_index: int | None = None) -> dict[str, Any] | None:
-    """NVML identity of the GPU this rank uses (index, UUID, PCI bus id, name), or None.
+    """NVML identity of the GPU this rank uses (index, UUID, PCI bus id, name), or None without NVML.
 
     ``device_index`` is the CUDA ordinal within ``CUDA_VISIBLE_DEVICES``; the physical index and
-    UUID come from NVML so a failure message can name the board an operator must pull.
+    UUID come from NVML so a failure message can name the board an operator must pull. The one
+    reading of a GPU's identity is ``_gpu.identity``; this finds the rank's handle for it.
     """
-    try:
-        import pynvml  # type: ignore[import-untyped]
-    except ImportError:
+    lib = nvml()
+    if lib is None:
         return None
     try:
-        pynvml.nvmlInit()
+        return identity(lib, handle_for_rank(lib, device_index or 0))
     except Exception:
         return None
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ordinal = device_index or 0
-    try:
-        if visible:
-            token = visible.split(",")[ordinal].strip()
-            handle = (
-                pynvml.nvmlDeviceGetHandleByUUID(token)
-                if token.startswith(("GPU-", "MIG-"))
-                else pynvml.nvmlDeviceGetHandleByIndex(int(token))
-            )
-        else:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(ordinal)
-        return {
-            "index": pynvml.nvmlDeviceGetIndex(handle),
-            "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
-            "pci_bus_id": _text(pynvml.nvmlDeviceGetPciInfo(handle).busId),
-            "name": _text(pynvml.nvmlDeviceGetName(handle)),
-        }
-    except Exception:
-        return None
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _clean(value: Any) -> Any:

@@ -20,6 +20,7 @@ from typing import Any
 
 from gpuaccept.probes import _inject
 from gpuaccept.probes._cpus import granted_cpus
+from gpuaccept.probes._gpu import identity
 from gpuaccept.probes._nvml import nvml, safe, text
 from gpuaccept.probes._protocol import emit, node_name
 
@@ -113,10 +114,7 @@ def _gpus() -> dict[str, Any]:
         handle = lib.nvmlDeviceGetHandleByIndex(index)
         devices.append(
             {
-                "index": index,
-                "name": text(lib.nvmlDeviceGetName(handle)),
-                "uuid": text(lib.nvmlDeviceGetUUID(handle)),
-                "pci_bus_id": text(lib.nvmlDeviceGetPciInfo(handle).busId),
+                **identity(lib, handle),
                 "vbios": safe(functools.partial(_vbios, lib, handle)),
                 "memory_gib": round(lib.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 2),
             }

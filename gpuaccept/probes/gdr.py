@@ -94,9 +94,13 @@ def collect(root: Path = Path("/sys"), proc: Path = Path("/proc"), cuda: bool = 
         for hca in near:
             bridges = bridges_between(gchain, hca_chains[hca])
             paths.append(
-                {"hca": hca, "hca_bdf": hcas[hca], "iommu_hca": iommu_type(root, hcas[hca] or ""),
-                 "bridges": [_acs(root, b) for b in bridges]}
-            )  # fmt: skip
+                {
+                    "hca": hca,
+                    "hca_bdf": hcas[hca],
+                    "iommu_hca": iommu_type(root, hcas[hca] or ""),
+                    "bridges": [_acs(root, b) for b in bridges],
+                }
+            )
         out_gpus.append(
             {"bdf": bdf, "chain": gchain, "iommu": iommu_type(root, bdf), "shared_prefix": common, "paths": paths}
         )

@@ -28,7 +28,10 @@ from gpuaccept.probes._gpu import cpu_affinity, field_values, foreign_processes,
 from gpuaccept.probes._nvml import nvml, text
 from gpuaccept.probes._protocol import emit
 
-__all__ = ["collect", "read_gpu"]
+__all__ = ["NO_NVML", "collect", "driver_versions", "read_gpu"]
+
+#: the node's reading where NVML cannot be initialised (no driver, or nvidia-ml-py missing)
+NO_NVML: dict[str, Any] = {"nvml": False, "driver": None, "cuda_driver": None, "gpus": []}
 
 
 def _get(errors: dict[str, str], key: str, call: Any, *args: Any) -> Any:
@@ -113,6 +116,16 @@ def read_gpu(lib: Any, handle: Any) -> dict[str, Any]:
     return gpu
 
 
+def driver_versions(lib: Any) -> dict[str, Any]:
+    """The driver's version and the CUDA version it supports (``13.0``), as the node check reads them too."""
+    cuda = lib.nvmlSystemGetCudaDriverVersion()
+    return {
+        "nvml": True,
+        "driver": text(lib.nvmlSystemGetDriverVersion()),
+        "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}",
+    }
+
+
 def collect() -> dict[str, Any]:
     """The node's driver versions and every GPU's readings (``{"gpus": []}`` without a driver)."""
     injected = _inject.reading("gpu_health")  # test hook, off by default (probes/_inject.py)
@@ -120,12 +133,9 @@ def collect() -> dict[str, Any]:
         return injected
     lib = nvml()
     if lib is None:
-        return {"nvml": False, "driver": None, "cuda_driver": None, "gpus": []}
-    cuda = lib.nvmlSystemGetCudaDriverVersion()
+        return dict(NO_NVML, gpus=[])
     return {
-        "nvml": True,
-        "driver": text(lib.nvmlSystemGetDriverVersion()),
-        "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}",
+        **driver_versions(lib),
         "nvml_version": text(lib.nvmlSystemGetNVMLVersion()),
         "gpus": [read_gpu(lib, lib.nvmlDeviceGetHandleByIndex(i)) for i in range(lib.nvmlDeviceGetCount())],
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),

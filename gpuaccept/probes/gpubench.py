@@ -15,8 +15,9 @@ measures in this order:
 
 Nothing runs on a GPU that another part is measuring, and the parts run one after another. A GPU with
 someone else's processes on it is named and not measured (the others are); the pairs are skipped
-then. The result holds each part per GPU (``per_gpu``), the all-at-once host figures, the pairs, and
-``phases``: start-up (interpreter, imports, NVML, CUDA contexts), warm-up, timed measurement, the rest
+then. The result holds each part per GPU (``per_gpu``, with an ``idle`` sample before the parts and an
+``end`` sample after them: the PCIe replay counter's window), the all-at-once host figures, the pairs,
+and ``phases``: start-up (interpreter, imports, NVML, CUDA contexts), warm-up, timed measurement, the rest
 (allocations, checksums, NVML reads) and each part's wall time. Run by hand:
 ``python -m gpuaccept.probes.gpubench`` (every visible GPU).
 """
@@ -34,7 +35,7 @@ from typing import Any  # noqa: E402
 from gpuaccept.probes import hostbw, matmul, membw, p2p  # noqa: E402
 from gpuaccept.probes._bench import preflight, torch_device_bus, visible_count  # noqa: E402
 from gpuaccept.probes._protocol import emit  # noqa: E402
-from gpuaccept.probes.membw import parse_size  # noqa: E402
+from gpuaccept.units import parse_bytes  # noqa: E402
 
 __all__ = ["PARTS", "main"]
 
@@ -56,14 +57,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--matmul-repeats", type=int, default=20, help="timed matmul batches per size")
     p.add_argument("--matmul-warmup", type=float, default=1.0, help="seconds of warm-up before the first size")
     p.add_argument("--no-burst", action="store_true", help="skip the matmul burst figure")
-    p.add_argument("--membw-size", type=parse_size, default=2 << 30, help="HBM copy bytes")
+    p.add_argument("--membw-size", type=parse_bytes, default=2 << 30, help="HBM copy bytes")
     p.add_argument("--membw-repeats", type=int, default=20)
     p.add_argument("--membw-warmup", type=float, default=0.5)
-    p.add_argument("--hostbw-size", type=parse_size, default=256 << 20, help="host copy bytes")
+    p.add_argument("--hostbw-size", type=parse_bytes, default=256 << 20, help="host copy bytes")
     p.add_argument("--hostbw-repeats", type=int, default=6)
     p.add_argument("--hostbw-warmup", type=float, default=0.05)
     p.add_argument("--no-bind", action="store_true", help="do not bind to each GPU's NUMA-local CPUs")
-    p.add_argument("--p2p-size", type=parse_size, default=1 << 30, help="GPU-to-GPU copy bytes")
+    p.add_argument("--p2p-size", type=parse_bytes, default=1 << 30, help="GPU-to-GPU copy bytes")
     p.add_argument("--p2p-repeats", type=int, default=10)
     p.add_argument("--p2p-warmup", type=float, default=0.2)
     p.add_argument("--p2p-serial", action="store_true", help="one GPU pair at a time instead of rounds")
@@ -123,6 +124,8 @@ def main(argv: list[str] | None = None) -> None:
     for device in devices:
         torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
+    for i in ordinals:  # the window's second reading (the first is ``idle``): counters that grew under load
+        per_gpu[i]["end"] = pre.sample(i)
     PHASES.mark("parts")
     phases = PHASES.as_dict()
     # the parts' wall beyond their warm-up and timed batches: allocations, checksums, NVML reads

@@ -63,14 +63,12 @@ def _copy(direction: str, host: Any, dev: Any) -> Callable[[], Any]:
     return lambda: host.copy_(dev, non_blocking=True)
 
 
-#: A timed window whose batches spread wider than this was disturbed, not a measurement of the link: a
-#: healthy Gen5 x16 link's batches spread 0.06-0.7% (docs/measurements.md 'Host links in the whole suite'),
-#: while on the lent H100 VM windows right after the matmul had batches from 27.82 to 54.7 GB/s. Such a
-#: window is measured again (ATTEMPTS in all, stopping at the first steady one) and the attempt with the
-#: highest median reported, every attempt recorded: something else's traffic can only slow a copy down, so
-#: the best window is the nearest to the link (on the lent H100, 10 runs: the steadiest of three disturbed
-#: windows read 47.63 GB/s, the best 54.95). A link that trained down (Gen4, x8) is slow in every batch
-#: and every attempt, so it still misses its floor.
+#: A timed window whose batches spread wider than this was disturbed, not a measurement of the link (a
+#: steady window spreads 0.06-0.73%; the disturbed ones and what retrying gave: docs/measurements.md
+#: 'Session 5: host-link windows disturbed on the lent H100'). It is measured again (ATTEMPTS in all,
+#: stopping at the first steady one) and the attempt with the highest median reported, every attempt
+#: recorded: other traffic can only slow a copy down. A link that trained down (Gen4, x8) is slow in
+#: every attempt, so it still fails.
 DISTURBED_SPREAD_PCT = 10.0
 ATTEMPTS = 3
 

@@ -15,17 +15,7 @@ from typing import Any
 
 from gpuaccept.probes._bench import Lane, spread, time_lanes
 
-__all__ = ["measure", "measure_sizes", "parse_size"]
-
-_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    """Bytes from ``2G``, ``512M``, ``65536``."""
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
-    if text and text[-1] in _UNITS:
-        return int(float(text[:-1]) * _UNITS[text[-1]])
-    return int(text)
+__all__ = ["measure", "measure_sizes"]
 
 
 def _batch(size: int) -> int:

@@ -17,8 +17,8 @@ import shutil
 import subprocess
 
 from gpuaccept.nccl.nccltests import parse_nccl_tests
-from gpuaccept.nccl.sweep import parse_bytes
 from gpuaccept.probes._protocol import emit
+from gpuaccept.units import parse_bytes
 
 __all__ = ["BINARIES", "find_binary", "main"]
 
@@ -66,12 +66,31 @@ def main(argv: list[str] | None = None) -> None:
         searched_all += searched
         if binary is None:
             continue
-        argv_run = [binary, "-g", str(args.ngpus), "-b", str(args.min_bytes), "-e", str(args.max_bytes),
-                    "-f", str(args.factor), "-n", str(args.iters), "-w", str(args.warmup), "-c", "1"]  # fmt: skip
+        argv_run = [
+            binary,
+            "-g",
+            str(args.ngpus),
+            "-b",
+            str(args.min_bytes),
+            "-e",
+            str(args.max_bytes),
+            "-f",
+            str(args.factor),
+            "-n",
+            str(args.iters),
+            "-w",
+            str(args.warmup),
+            "-c",
+            "1",
+        ]
         try:
             done = subprocess.run(argv_run, capture_output=True, text=True, timeout=args.timeout, env=env, check=False)
-            runs[collective] = {"command": argv_run, "returncode": done.returncode, **parse_nccl_tests(done.stdout),
-                                "stderr_tail": done.stderr[-2000:]}  # fmt: skip
+            runs[collective] = {
+                "command": argv_run,
+                "returncode": done.returncode,
+                **parse_nccl_tests(done.stdout),
+                "stderr_tail": done.stderr[-2000:],
+            }
         except subprocess.TimeoutExpired:
             runs[collective] = {"command": argv_run, "returncode": None, "error": f"timeout after {args.timeout:g} s"}
     emit({"found": bool(runs), "searched": searched_all, "runs": runs}, probe="nccl_tests")

@@ -123,8 +123,9 @@ def _endpoint(role: str, test: Pairing, args: argparse.Namespace, gpu_bus: str |
     except PerftestError:
         out["error"] = f"ib_write_bw {'exit ' + str(code) if code is not None else 'timed out'}: {failure_kind(text)}"
     lat_deadline = time.monotonic() + args.timeout
-    code, text = _tool("ib_write_lat", role, me[1], test.lat_port, server, ["-s", "2", "-n", str(args.lat_iters)],
-                       lat_deadline)  # fmt: skip
+    code, text = _tool(
+        "ib_write_lat", role, me[1], test.lat_port, server, ["-s", "2", "-n", str(args.lat_iters)], lat_deadline
+    )
     out["lat_tail"] = "\n".join(text.strip().splitlines()[-8:])
     try:
         out["lat"] = parse_lat(text).__dict__

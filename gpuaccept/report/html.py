@@ -178,15 +178,21 @@ def build_summary_file(
     except SummaryError as exc:
         raise ReportError(str(exc)) from None
     cluster = dict(view.identity).get("Cluster", "the cluster")
-    facts = {"verdict": view.verdict, "accepted": view.accepted, "reason": view.reason, "counts": view.counts,
-             "cluster": cluster}  # fmt: skip
+    facts = {
+        "verdict": view.verdict,
+        "accepted": view.accepted,
+        "reason": view.reason,
+        "counts": view.counts,
+        "cluster": cluster,
+    }
     return html, facts
 
 
 def with_summary(index: Path, summary_html: str, facts: dict[str, Any], *, single_file: bool) -> Path:
     """Put the verdict bar and the summary first in the report; refuse a page that would call out."""
-    page = inject_summary(index.read_text(encoding="utf-8"), facts, summary_html,
-                          link=None if single_file else "summary.html")  # fmt: skip
+    page = inject_summary(
+        index.read_text(encoding="utf-8"), facts, summary_html, link=None if single_file else "summary.html"
+    )
     if not single_file:
         (index.parent / "summary.html").write_text(summary_html, encoding="utf-8")
     outside = external_loads(page)

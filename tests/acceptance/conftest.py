@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.hardware.perf import BENCH_TIMEOUT_S
+from gpuaccept.hardware.bench import BENCH_TIMEOUT_S
 
 
 @pytest.fixture

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaccept.hardware.perf import judge_burn_in, judge_matmul
+from gpuaccept.hardware.compute import BURN_IN_METRICS, MATMUL_METRICS, judge_burn_in, judge_matmul
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.compute]
 
 
-@pytest.mark.judges("matmul_bf16_tflops", "matmul_checksum", gpus="gpu")
+@pytest.mark.judges(*MATMUL_METRICS, gpus="gpu")
 def test_matmul(node, gpubench, judge):
     """BF16 TFLOP/s per GPU above the SKU floor and within the straggler margin; checksums agree. The
     node's gpubench step's wall time and phases are recorded here (the memory tests read the same step)."""
@@ -25,15 +25,7 @@ def test_matmul(node, gpubench, judge):
     judge_matmul(bench, judge, node)
 
 
-@pytest.mark.judges(
-    "burnin_tflops",
-    "burnin_tflops_drop_pct",
-    "burnin_clock_events_failing",
-    "burnin_checksum_stable",
-    "burnin_checksum",
-    gpus="gpu",
-    optional="--burn-in SECONDS",
-)
+@pytest.mark.judges(*BURN_IN_METRICS, gpus="gpu", optional="--burn-in SECONDS")
 def test_burn_in(node, cluster, judge, settings):
     """``--burn-in SECONDS`` of sustained matmul: no drop over time, no throttling, identical results."""
     gpus = cluster.require_gpus(node)

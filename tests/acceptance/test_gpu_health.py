@@ -8,25 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaccept.hardware.health import judge_health
-from gpuaccept.hardware.xid import hardware_codes, judge_xid
+from gpuaccept.hardware.health import HEALTH_METRICS, judge_health
+from gpuaccept.hardware.xid import XID_METRICS, hardware_codes, judge_xid
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.gpu_health]
 
 
-@pytest.mark.judges(
-    "gpu_memory_total_gib",
-    "gpu_ecc_mode",
-    "gpu_ecc_uncorrected_volatile",
-    "gpu_remapped_rows_pending",
-    "gpu_remapped_rows_failed",
-    "gpu_clock_events_failing",
-    "gpu_pcie_gen_max",
-    "gpu_pcie_width_max",
-    "gpu_temp_margin_c",
-    "gpu_power_limit_w",
-    gpus="gpu",
-)
+@pytest.mark.judges(*HEALTH_METRICS, gpus="gpu")
 def test_gpu_health(node, cluster, judge):
     """Every declared GPU present; ECC on and clean; no pending/failed row remaps; no hardware clock events;
     PCIe link capable of the SKU's generation and width; cool; power limit not capped."""
@@ -35,7 +23,7 @@ def test_gpu_health(node, cluster, judge):
     judge_health(data, judge, node, declared_gpus=gpus)
 
 
-@pytest.mark.judges("xid_hardware_events", "xid_hardware_codes", gpus="gpu")
+@pytest.mark.judges(*XID_METRICS, gpus="gpu")
 def test_xid(node, cluster, judge):
     """No hardware Xid (codes listed in thresholds.yaml) in the kernel log since boot; unreadable log = error."""
     gpus = cluster.require_gpus(node)

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from gpuaccept.hardware.hygiene import HYGIENE_METRICS, judge_hygiene
+
 pytestmark = [pytest.mark.acceptance, pytest.mark.hygiene]
 
 
-@pytest.mark.judges("dev_shm_gib", "nofile", "memlock_kib")
+@pytest.mark.judges(*HYGIENE_METRICS)
 def test_node_limits(node, cluster, judge):
     """/dev/shm size and the open-file limit everywhere; locked memory where the SKU needs RDMA pinning."""
-    data = cluster.run("hygiene", nodes=[node]).one().data
-    judge.check("dev_shm_gib", data["dev_shm_gib"], node=node)
-    judge.check("nofile", data["nofile"], node=node)
-    judge.check("memlock_kib", data["memlock_kib"], node=node)
-    judge.info("swap_total_gib", data["swap_total_gib"], node=node)
-    judge.info("hugepages_total", data["hugepages_total"], node=node, page_kib=data["hugepage_size_kib"])
+    judge_hygiene(cluster.run("hygiene", nodes=[node]).one().data, judge, node)

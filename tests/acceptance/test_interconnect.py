@@ -13,8 +13,16 @@ from __future__ import annotations
 import pytest
 
 from gpuaccept.hardware.ib import judge_ib
-from gpuaccept.hardware.nvlink import judge_affinity, judge_nvlink, judge_topology
-from gpuaccept.hardware.perf import judge_nvlink_under_load
+from gpuaccept.hardware.nvlink import (
+    AFFINITY_METRICS,
+    NVLINK_METRICS,
+    TOPOLOGY_METRICS,
+    UNDER_LOAD_METRICS,
+    judge_affinity,
+    judge_nvlink,
+    judge_nvlink_under_load,
+    judge_topology,
+)
 from gpuaccept.thresholds.coverage import declares_absent
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect]
@@ -31,14 +39,7 @@ def _no_nvlink(judge, node: str, data: dict) -> bool:
     return declares_absent(judge.declared("nvlink_links_active", node)) and not shown
 
 
-@pytest.mark.judges(
-    "nvlink_links_active",
-    "nvlink_speed_mbps",
-    "nvlink_replay_errors",
-    "nvlink_recovery_errors",
-    gpus="gpu",
-    absent="nvlink",
-)
+@pytest.mark.judges(*NVLINK_METRICS, gpus="gpu", absent="nvlink")
 def test_nvlink(node, cluster, judge):
     """Links active per GPU as the SKU has them, common link speed, CRC/replay/recovery counters bounded."""
     gpus = cluster.require_gpus(node)
@@ -48,9 +49,7 @@ def test_nvlink(node, cluster, judge):
     judge_nvlink(data, judge, node, declared_gpus=gpus)
 
 
-@pytest.mark.judges(
-    "p2p_nvlink_crc_flit_per_s", "p2p_nvlink_replay_errors", "p2p_nvlink_recovery_errors", gpus="pair", absent="nvlink"
-)
+@pytest.mark.judges(*UNDER_LOAD_METRICS, gpus="pair", absent="nvlink")
 def test_nvlink_errors_under_load(node, cluster, gpubench, judge):
     """NVLink CRC error rate (flit, data: DCGM's 100/s) and replay/recovery counts while the P2P copies ran.
 
@@ -65,7 +64,7 @@ def test_nvlink_errors_under_load(node, cluster, gpubench, judge):
     judge_nvlink_under_load(gpubench(node), judge, node)
 
 
-@pytest.mark.judges("nvlink_pair_links", "p2p_nvlink_status", gpus="pair", absent="nvlink")
+@pytest.mark.judges(*TOPOLOGY_METRICS, gpus="pair", absent="nvlink")
 def test_gpu_topology(node, cluster, judge):
     """Every GPU pair joined by the SKU's NVLinks (NV18 on HGX H100/H200) with NVLink P2P OK. A PCIe-only SKU
     (L40S) has no NVLink topology to judge; its pairs' bandwidth is test_p2p's."""
@@ -78,7 +77,7 @@ def test_gpu_topology(node, cluster, judge):
     judge_topology(data, judge, node)
 
 
-@pytest.mark.judges("gpu_nic_pcie_distance", gpus="gpu", absent="ib")
+@pytest.mark.judges(*AFFINITY_METRICS, gpus="gpu", absent="ib")
 def test_gpu_nic_affinity(node, cluster, judge):
     """Each GPU's nearest InfiniBand HCA close enough for GPUDirect RDMA (same PCIe root complex or closer);
     NUMA node and local CPUs shown beside it. A node without HCAs whose SKU expects none is skipped."""

@@ -9,25 +9,32 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaccept.hardware.perf import judge_hostbw, judge_membw, judge_p2p
+from gpuaccept.hardware.memory import (
+    HOSTBW_METRICS,
+    MEMBW_METRICS,
+    P2P_METRICS,
+    judge_hostbw,
+    judge_membw,
+    judge_p2p,
+)
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.memory]
 
 
-@pytest.mark.judges("membw_tbps", gpus="gpu")
+@pytest.mark.judges(*MEMBW_METRICS, gpus="gpu")
 def test_membw(node, gpubench, judge):
     """Device copy (read + write counted) per GPU above the SKU floor and within the straggler margin."""
     judge_membw(gpubench(node), judge, node)
 
 
-@pytest.mark.judges("hostbw_h2d_gbps", "hostbw_d2h_gbps", "pcie_gen_loaded", "pcie_width_loaded", gpus="gpu")
+@pytest.mark.judges(*HOSTBW_METRICS, gpus="gpu")
 def test_hostbw(node, gpubench, judge):
     """Pinned H2D and D2H per GPU link alone, from its NUMA node; the PCIe link under that load at the SKU's
     gen/width; every GPU at once reported beside it."""
     judge_hostbw(gpubench(node), judge, node)
 
 
-@pytest.mark.judges("p2p_gbps", gpus="pair")
+@pytest.mark.judges(*P2P_METRICS, gpus="pair")
 def test_p2p(node, cluster, gpubench, judge):
     """Copy bandwidth of every ordered GPU pair above the SKU floor; the slowest pair is named."""
     gpus = cluster.require_gpus(node)

@@ -42,9 +42,16 @@ def test_step_runs(node, cluster, judge):
     judge.expect("slurm_step_node", record.node, node, node=node)
     usable, granted, host = len(record.data["cpus"]), record.data.get("granted_cpus"), record.data.get("host_cpus")
     if granted is not None:  # under Slurm: the mask against the grant (">= 1 CPU" holds for any process)
-        judge.expect("usable_cpus_granted", cpus_granted_observed(usable, granted, host), GRANTED, node=node,
-                     usable_cpus=usable, granted_cpus=granted, host_cpus=host,
-                     cpu_bind=record.data["slurm_cpu_bind"])  # fmt: skip
+        judge.expect(
+            "usable_cpus_granted",
+            cpus_granted_observed(usable, granted, host),
+            GRANTED,
+            node=node,
+            usable_cpus=usable,
+            granted_cpus=granted,
+            host_cpus=host,
+            cpu_bind=record.data["slurm_cpu_bind"],
+        )
 
 
 @pytest.mark.judges("gpu_foreign_devices_openable", "task_cpu_overlap_pairs", gpus="gpu")

@@ -77,8 +77,12 @@ def render() -> str:
     lines += [f"| all rows | {sum(BEFORE.values())} | {len(ROWS)} |", ""]
     for section in SECTIONS:
         rows = [r for r in ROWS if r.section == section]
-        lines += [f"## {section}", "", "| fault | how it is injected | what the run says | proof | proven by |",
-                  "|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            f"## {section}",
+            "",
+            "| fault | how it is injected | what the run says | proof | proven by |",
+            "|---|---|---|---|---|",
+        ]
         for r in rows:
             proven = "<br>".join(f"`{s}`" if not s.startswith(("`", "docs/")) else s for s in r.selftests)
             lines.append(f"| {_cell(r.fault)} | {_cell(r.injected)} | {_cell(r.says)} | {r.proof} | {proven} |")

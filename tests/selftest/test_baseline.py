@@ -149,8 +149,12 @@ def _metric(metric: str, value: float, node: str = "n1", gpu: str | None = "0", 
 
 def _baseline(tmp_path: Path, metrics: list[MetricResult], fingerprints: dict | None = None, site: str = ""):
     path = tmp_path / "base.json"
-    record = {"schema": "gpuaccept.run/1", "started": "2026-11-01T00:00:00+00:00",
-              "metrics": [m.to_dict() for m in metrics], "fingerprints": fingerprints or {}}  # fmt: skip
+    record = {
+        "schema": "gpuaccept.run/1",
+        "started": "2026-11-01T00:00:00+00:00",
+        "metrics": [m.to_dict() for m in metrics],
+        "fingerprints": fingerprints or {},
+    }
     path.write_text(json.dumps(record))
     site_path = None
     if site:
@@ -209,9 +213,11 @@ def test_fingerprint_diff_groups_nodes():
 def test_regression_lines_read_like_the_upgrade_story(tmp_path):
     metrics = [_metric("host_memcpy_gbps", 100.0, node=n, gpu=g) for n in ("a17", "a18") for g in "01"]
     base = _baseline(tmp_path, metrics)
-    checks = [_metric("host_memcpy_gbps", 88.0, node="a17", gpu="0"),
-              _metric("host_memcpy_gbps", 87.6, node="a18", gpu="1"),
-              _metric("host_memcpy_gbps", 99.0, node="a18", gpu="0")]  # fmt: skip
+    checks = [
+        _metric("host_memcpy_gbps", 88.0, node="a17", gpu="0"),
+        _metric("host_memcpy_gbps", 87.6, node="a18", gpu="1"),
+        _metric("host_memcpy_gbps", 99.0, node="a18", gpu="0"),
+    ]
     for check in checks:  # what the judge carries on each check
         check.extra["baseline"] = base.compare(check).to_dict()
     lines = regression_lines(checks, ["driver 550.54 -> 570.86 on a17, a18"])
@@ -223,14 +229,20 @@ def test_regression_lines_read_like_the_upgrade_story(tmp_path):
 
 def test_side_by_side_statuses(tmp_path):
     base = _baseline(tmp_path, [_metric("host_memcpy_gbps", 100.0, gpu=g) for g in "012"])
-    checks = [_metric("host_memcpy_gbps", 50.0, gpu="0"), _metric("host_memcpy_gbps", 101.0, gpu="1"),
-              _metric("host_memcpy_gbps", 1.0, gpu="7")]  # fmt: skip
+    checks = [
+        _metric("host_memcpy_gbps", 50.0, gpu="0"),
+        _metric("host_memcpy_gbps", 101.0, gpu="1"),
+        _metric("host_memcpy_gbps", 1.0, gpu="7"),
+    ]
     for check in checks:
         check.extra["baseline"] = base.compare(check).to_dict()
     frame = side_by_side(checks, base.not_measured(checks))
     assert dict(zip(frame["subject"], frame["status"], strict=True)) == {
-        "0": "regressed", "1": "within tolerance", "7": "new", "2": "not measured now"
-    }  # fmt: skip
+        "0": "regressed",
+        "1": "within tolerance",
+        "7": "new",
+        "2": "not measured now",
+    }
 
 
 def test_latest_and_bad_files(tmp_path):
@@ -277,12 +289,29 @@ def test_run2_record_is_migrated_to_run3(tmp_path) -> None:
     """gpuaccept.run/2 carried ``extra.baseline`` (value and file) on a regressed check only; read back,
     it is the comparison run/3 carries on every compared check (its tolerance was not recorded)."""
     stamp = "20261101T000000Z.json"
-    check = {"test": "t", "metric": "host_memcpy_gbps", "value": 50.0, "unit": "GB/s", "node": "n1", "sku": "cpu",
-             "subject": "0", "subject_kind": "gpu", "verdict": "fail",
-             "extra": {"regressed_only": True, "baseline": {"value": 100.0, "file": stamp}}}  # fmt: skip
+    check = {
+        "test": "t",
+        "metric": "host_memcpy_gbps",
+        "value": 50.0,
+        "unit": "GB/s",
+        "node": "n1",
+        "sku": "cpu",
+        "subject": "0",
+        "subject_kind": "gpu",
+        "verdict": "fail",
+        "extra": {"regressed_only": True, "baseline": {"value": 100.0, "file": stamp}},
+    }
     path = tmp_path / "run2.json"
-    path.write_text(json.dumps({"schema": "gpuaccept.run/2", "started": "2026-11-02T00:00:00+00:00",
-                                "tests": [{"nodeid": "t", "verdict": "failed"}], "metrics": [check]}))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "schema": "gpuaccept.run/2",
+                "started": "2026-11-02T00:00:00+00:00",
+                "tests": [{"nodeid": "t", "verdict": "failed"}],
+                "metrics": [check],
+            }
+        )
+    )
     record = read_record(path)
     assert isinstance(record, RunRecord) and record.schema == "gpuaccept.run/2" and record.counts == {"failed": 1}
     (migrated,) = record.metrics

@@ -34,8 +34,22 @@ SELECT = ["tests/acceptance/test_nccl.py::test_nccl_node"]
 
 
 def _calibrate(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "gpuaccept.calibrate.cli", "--sku", SKU, "--gpu-name", NAME, "--inherits", "none",
-           "--straggler-pct", "90", "--k", "30", *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpuaccept.calibrate.cli",
+        "--sku",
+        SKU,
+        "--gpu-name",
+        NAME,
+        "--inherits",
+        "none",
+        "--straggler-pct",
+        "90",
+        "--k",
+        "30",
+        *args,
+    ]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -43,8 +57,21 @@ def _calibrate(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[s
 def calibrated(dev_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("calibrate")
     env = {**dev_cluster.env, "PYTHONPATH": str(REPO)}
-    done = _calibrate(env, "--runs", "2", "--records-dir", str(folder), "--out", str(folder / "site.yaml"), "--",
-                      "--launcher", "slurm", "--nodes", "2", *SELECT)  # fmt: skip
+    done = _calibrate(
+        env,
+        "--runs",
+        "2",
+        "--records-dir",
+        str(folder),
+        "--out",
+        str(folder / "site.yaml"),
+        "--",
+        "--launcher",
+        "slurm",
+        "--nodes",
+        "2",
+        *SELECT,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return folder, folder / "site.yaml"
 
@@ -65,10 +92,30 @@ def test_written_file_loads_with_exact_match_and_sourced_limits(calibrated: tupl
 def test_rerun_with_the_file_is_accepted(calibrated: tuple[Path, Path], dev_cluster: DevCluster) -> None:
     folder, site = calibrated
     record = folder / "rerun.json"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "acceptance", "--launcher", "slurm",
-           "--nodes", "2", "--thresholds", str(site), "--sku", SKU, "--run-record", str(record), *SELECT]  # fmt: skip
-    done = subprocess.run(cmd, cwd=REPO, env={**dev_cluster.env, "PYTHONPATH": str(REPO)}, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "acceptance",
+        "--launcher",
+        "slurm",
+        "--nodes",
+        "2",
+        "--thresholds",
+        str(site),
+        "--sku",
+        SKU,
+        "--run-record",
+        str(record),
+        *SELECT,
+    ]
+    done = subprocess.run(
+        cmd, cwd=REPO, env={**dev_cluster.env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stdout[-3000:]
     view = overview(read_record(record))
     assert view.verdict == "ACCEPTED", view.reason
@@ -85,8 +132,9 @@ def test_slow_node_in_the_records_is_refused_by_name(calibrated: tuple[Path, Pat
         path = folder / f"slow-{name}"
         path.write_text(json.dumps(record))
         slowed.append(str(path))
-    done = _calibrate({**dev_cluster.env, "PYTHONPATH": str(REPO)}, "--from-records", *slowed,
-                      "--out", str(folder / "never.yaml"))  # fmt: skip
+    done = _calibrate(
+        {**dev_cluster.env, "PYTHONPATH": str(REPO)}, "--from-records", *slowed, "--out", str(folder / "never.yaml")
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "refused" in done.stderr and "node node2: median" in done.stderr
     assert "node node1" not in done.stderr and not (folder / "never.yaml").exists()
@@ -111,8 +159,17 @@ def test_a_listed_gpu_calibrated_as_unlisted_gets_no_competing_match(
     folder, _ = calibrated
     out = folder / "as-unlisted.yaml"
     records = [str(folder / "run-1.json"), str(folder / "run-2.json")]
-    done = _calibrate({**dev_cluster.env, "PYTHONPATH": str(REPO)}, "--gpu-name", "NVIDIA H100 80GB HBM3",
-                      "--inherits", "gpu-node", "--from-records", *records, "--out", str(out))  # fmt: skip
+    done = _calibrate(
+        {**dev_cluster.env, "PYTHONPATH": str(REPO)},
+        "--gpu-name",
+        "NVIDIA H100 80GB HBM3",
+        "--inherits",
+        "gpu-node",
+        "--from-records",
+        *records,
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "is listed as SKU H100-SXM-80GB" in done.stdout
     thresholds = load_thresholds(out)

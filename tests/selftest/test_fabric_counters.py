@@ -66,8 +66,10 @@ def test_flap_during_the_window_fails_naming_the_port(tree: Path) -> None:
     bump(tree, "mlx5_5", "link_downed", 1)  # mlx5_5 already carries one from boot: only the delta counts
     bump(tree, "mlx5_6", "link_error_recovery", 2)
     failures, _ = judge(before, infiniband.collect(tree, counters_only=True))
-    assert failures == ["n1 HCA mlx5_5 port 1: ib_window_link_downed = 1",
-                        "n1 HCA mlx5_6 port 1: ib_window_link_error_recovery = 2"]  # fmt: skip
+    assert failures == [
+        "n1 HCA mlx5_5 port 1: ib_window_link_downed = 1",
+        "n1 HCA mlx5_6 port 1: ib_window_link_error_recovery = 2",
+    ]
 
 
 def test_symbol_errors_judged_per_bit_received(tree: Path) -> None:
@@ -78,8 +80,10 @@ def test_symbol_errors_judged_per_bit_received(tree: Path) -> None:
     bump(tree, "mlx5_1", "symbol_error", 50)  # 5e-11: fails
     bump(tree, "mlx5_3", "port_rcv_errors", 3)  # errors with no traffic at all: an infinite rate
     failures, _ = judge(before, infiniband.collect(tree, counters_only=True))
-    assert failures == ["n1 HCA mlx5_1 port 1: ib_window_symbol_error_rate = 5e-11",
-                        "n1 HCA mlx5_3 port 1: ib_window_rcv_error_rate = inf"]  # fmt: skip
+    assert failures == [
+        "n1 HCA mlx5_1 port 1: ib_window_symbol_error_rate = 5e-11",
+        "n1 HCA mlx5_3 port 1: ib_window_rcv_error_rate = inf",
+    ]
 
 
 def test_reset_and_saturated_counters_are_unknown_not_zero(tree: Path) -> None:

@@ -82,8 +82,10 @@ def test_config_space_read_without_root_is_unreadable(tree: Path) -> None:
     config = tree / "bus" / "pci" / "devices" / "0000:16:00.0" / "config"
     config.write_bytes(config.read_bytes()[:64])
     _, missing = judged(gdr.collect(tree, PROC, cuda=False))
-    assert missing == ["GPU 0000:18:00.0 -> mlx5_0 via bridge 0000:16:00.0: 64 bytes of config space (extended "
-                       "capabilities start at 0x100): run as root to read ACS"]  # fmt: skip
+    assert missing == [
+        "GPU 0000:18:00.0 -> mlx5_0 via bridge 0000:16:00.0: 64 bytes of config space (extended "
+        "capabilities start at 0x100): run as root to read ACS"
+    ]
 
 
 def test_acs_parser_and_path() -> None:

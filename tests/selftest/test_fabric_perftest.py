@@ -114,8 +114,15 @@ def test_plan_round_trip_and_bad_entry() -> None:
 
 def test_results_from_both_ends_and_missing_tools() -> None:
     p = schedule.Pairing(("n1", "mlx5_0"), ("n2", "mlx5_0"), 18515)
-    client = {"hca": "mlx5_0", "role": "client", "partner": "n1/mlx5_0", "port": 18515, "memory": "cuda",
-              "bw": {"average_gbps": 391.6}, "lat": {"p99": 1.24, "t_typical": 1.06}}  # fmt: skip
+    client = {
+        "hca": "mlx5_0",
+        "role": "client",
+        "partner": "n1/mlx5_0",
+        "port": 18515,
+        "memory": "cuda",
+        "bw": {"average_gbps": 391.6},
+        "lat": {"p99": 1.24, "t_typical": 1.06},
+    }
     server = {"hca": "mlx5_0", "role": "server", "partner": "n2/mlx5_0", "port": 18515, "bw": {"average_gbps": 391.6}}
     recs = [
         SimpleNamespace(node="n1", data={"endpoints": [server]}),
@@ -163,13 +170,22 @@ def test_probe_runs_server_and_client_with_retry(tmp_path: Path) -> None:
         (bin_dir / tool).write_text(STANDIN)
         (bin_dir / tool).chmod(0o755)
     plan = "node1/mlx5_0>node2/mlx5_0@18515,node1/mlx5_1>node2/mlx5_1@18516"
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO),
-           "STANDIN_LOG": str(tmp_path / "calls.log"), "STANDIN_FIX": str(FIX)}  # fmt: skip
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHONPATH": str(REPO),
+        "STANDIN_LOG": str(tmp_path / "calls.log"),
+        "STANDIN_FIX": str(FIX),
+    }
     out = {}
     for node in ("node1", "node2"):
-        done = subprocess.run([sys.executable, "-m", "gpuaccept.probes.perftest", f"--plan={plan}", "--timeout=20"],
-                              env={**env, "GPUACCEPT_NODE": node, "SLURMD_NODENAME": node},
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "gpuaccept.probes.perftest", f"--plan={plan}", "--timeout=20"],
+            env={**env, "GPUACCEPT_NODE": node, "SLURMD_NODENAME": node},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         out[node] = parse_records("perftest", done.stdout, 1, (node,))[0].data
     calls = (tmp_path / "calls.log").read_text().splitlines()

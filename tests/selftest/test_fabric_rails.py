@@ -65,10 +65,18 @@ def test_fabric_limits_have_sources_for_the_reference_skus() -> None:
     t = load_thresholds()
     for sku in ("H100-SXM-80GB", "H200"):
         limits = t.limits_for(sku)
-        for metric in ("nccl_all_reduce_busbw_multinode_gbs", "nccl_all_gather_busbw_multinode_gbs",
-                       "nccl_reduce_scatter_busbw_multinode_gbs", "nccl_rail_all_reduce_busbw_gbs",
-                       "rdma_write_bw_gbps", "rdma_write_bw_pct_of_rate", "rdma_write_lat_p99_us",
-                       "nccl_busbw_fabric_pct", "nccl_net_transport", "nccl_net_gdr"):  # fmt: skip
+        for metric in (
+            "nccl_all_reduce_busbw_multinode_gbs",
+            "nccl_all_gather_busbw_multinode_gbs",
+            "nccl_reduce_scatter_busbw_multinode_gbs",
+            "nccl_rail_all_reduce_busbw_gbs",
+            "rdma_write_bw_gbps",
+            "rdma_write_bw_pct_of_rate",
+            "rdma_write_lat_p99_us",
+            "nccl_busbw_fabric_pct",
+            "nccl_net_transport",
+            "nccl_net_gdr",
+        ):
             assert metric in limits and ("issue" in limits[metric].source or "/" in limits[metric].source), metric
         assert limits["nccl_all_reduce_busbw_multinode_gbs"].min == 330
     assert t.limits_for("H100-SXM-80GB")["rdma_write_bw_gbps"].min == 380
@@ -84,9 +92,18 @@ def test_probe_reports_rails_over_gloo() -> None:
     procs = []
     for rank in range(4):
         node, local = f"node{rank // 2 + 1}", rank % 2
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "4", "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": "2",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "GPUACCEPT_NODE": node, "PYTHONPATH": str(REPO),
-               "OMP_NUM_THREADS": "1"}  # fmt: skip
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": "4",
+            "LOCAL_RANK": str(local),
+            "LOCAL_WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+            "GPUACCEPT_NODE": node,
+            "PYTHONPATH": str(REPO),
+            "OMP_NUM_THREADS": "1",
+        }
         for var in ("SLURMD_NODENAME", "SLURM_PROCID", "SLURM_JOB_ID"):
             env.pop(var, None)
         argv = [sys.executable, "-m", "gpuaccept.probes.nccl", "--backend=gloo", "--rails=all", "--min-bytes=64K"]

@@ -38,12 +38,16 @@ def nvlink_like() -> dict:
     """The nvlink probe's view of an HGX node: GPU k shares a PCIe switch (PXB) with mlx5_k only."""
     return {
         "gpus": [
-            {"pci_bus_id": f"00000000:{bus:02X}:00.0",
-             "nics": [{"name": h, "relation": "PXB" if i == k else ("NODE" if (i < 4) == (k < 4) else "SYS")}
-                      for i, h in enumerate(HCAS)]}
+            {
+                "pci_bus_id": f"00000000:{bus:02X}:00.0",
+                "nics": [
+                    {"name": h, "relation": "PXB" if i == k else ("NODE" if (i < 4) == (k < 4) else "SYS")}
+                    for i, h in enumerate(HCAS)
+                ],
+            }
             for k, bus in enumerate(GPU_BUSES)
         ]
-    }  # fmt: skip
+    }
 
 
 def observe(text: str, affine: dict[str, list[str]] | None = None) -> list[RankTransport]:
@@ -52,8 +56,16 @@ def observe(text: str, affine: dict[str, list[str]] | None = None) -> list[RankT
     for key, lines in split_processes(text).items():
         net = parse_net_facts(lines)
         bus = bus_key(f"0000:{GPU_BUSES[net['nvml_dev']]:02x}:00.0")
-        out.append(observe_rank(net, node=key.split(":")[0], rank=net["nvml_dev"], gpu=str(net["nvml_dev"]),
-                                affine=affine.get(bus), multinode=True))  # fmt: skip
+        out.append(
+            observe_rank(
+                net,
+                node=key.split(":")[0],
+                rank=net["nvml_dev"],
+                gpu=str(net["nvml_dev"]),
+                affine=affine.get(bus),
+                multinode=True,
+            )
+        )
     return out
 
 
@@ -134,9 +146,15 @@ def test_no_network_channel_in_a_multinode_job() -> None:
 
 
 def test_affinity_needs_a_shared_switch() -> None:
-    data = {"gpus": [{"pci_bus_id": "0000:18:00.0", "nics": [{"name": "mlx5_0", "relation": "NODE"}]},
-                     {"pci_bus_id": "0000:2a:00.0", "nics": [{"name": "mlx5_1", "relation": "PIX"},
-                                                              {"name": "mlx5_8", "relation": "PIX"}]}]}  # fmt: skip
+    data = {
+        "gpus": [
+            {"pci_bus_id": "0000:18:00.0", "nics": [{"name": "mlx5_0", "relation": "NODE"}]},
+            {
+                "pci_bus_id": "0000:2a:00.0",
+                "nics": [{"name": "mlx5_1", "relation": "PIX"}, {"name": "mlx5_8", "relation": "PIX"}],
+            },
+        ]
+    }
     assert affine_hcas(data) == {"0000:18:00": [], "0000:2a:00": ["mlx5_1", "mlx5_8"]}
     assert affine_hcas(data, compute=["mlx5_1"]) == {"0000:18:00": [], "0000:2a:00": ["mlx5_1"]}
 
@@ -166,8 +184,9 @@ def test_recorded_socket_fallback_on_the_lent_h200(rank: int) -> None:
     NCCL_SHM_DISABLE=1): every NET channel is NET/Socket without GPUDirect, so the packaged H200 expectation
     fails naming Socket and the socket site file accepts it."""
     text = (Path(__file__).parents[2] / "fixtures" / "nccl" / f"nccl_socket_2nodes_rank{rank}.log").read_text()
-    seen = observe_rank(parse_net_facts(text), node=f"node{rank + 1}", rank=rank, gpu=str(rank), affine=None,
-                        multinode=True)  # fmt: skip
+    seen = observe_rank(
+        parse_net_facts(text), node=f"node{rank + 1}", rank=rank, gpu=str(rank), affine=None, multinode=True
+    )
     assert (seen.transport, seen.gdr) == ("Socket", 0) and seen.channels > 0
     packaged = checker("H200")
     packaged.check("nccl_net_transport", seen.transport, node=f"node{rank + 1}")

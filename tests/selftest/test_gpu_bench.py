@@ -5,7 +5,7 @@ the wall clock (CPU ops finish before ``record`` returns, so the elapsed time is
 devices the probe names (``cuda:3``) all map to the CPU. That runs the probe's own control flow on a
 machine without a GPU: lanes queued round-robin, the host links one GPU at a time with NUMA binding,
 all at once afterwards, GPU pairs in rounds, busy GPUs left out, the phases, one sentinel line; and the
-perf judges read the result as the tests do.
+area judges (hardware.compute, hardware.memory) read the result as the tests do.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 import torch as real_torch
 
 from gpuaccept.dispatch.result import ProbeResult, parse_records
-from gpuaccept.hardware import perf
+from gpuaccept.hardware import compute, memory
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import _bench, _gpu, _nvml, gpubench, hostbw, matmul, membw, p2p
 from gpuaccept.thresholds.loader import load_thresholds
@@ -220,7 +220,7 @@ def test_busy_gpu_is_named_and_left_out(bench: Any) -> None:
     assert "matmul" not in data["per_gpu"][2] and "matmul" in data["per_gpu"][1]
     assert data["p2p"]["skipped"].startswith("GPU busy")
     judge = _judge()
-    perf.judge_matmul(data, judge, "n1")
+    compute.judge_matmul(data, judge, "n1")
     (busy,) = [r for r in judge.results if r.verdict == "unmeasured"]
     assert busy.where == "n1 GPU 2 (00000000:3A:00.0)" and "pid 4242" in busy.reason, busy
     assert {r.subject for r in judge.results if r.metric == "matmul_bf16_tflops"} == {
@@ -233,16 +233,24 @@ def test_busy_gpu_is_named_and_left_out(bench: Any) -> None:
 def test_judges_read_the_bench_as_the_tests_do(bench: Any) -> None:
     data, _, _ = bench(SMALL, count=2)
     judge = _judge()
-    perf.judge_hostbw(data, judge, "n1")
+    memory.judge_hostbw(data, judge, "n1")
     metrics = [(r.metric, r.subject) for r in judge.results]
     assert ("hostbw_h2d_gbps", "1 (00000000:2A:00.0)") in metrics
     assert ("hostbw_d2h_concurrent_gbps", "0 (00000000:18:00.0)") in metrics
     assert ("hostbw_h2d_concurrent_total_gbps", None) in metrics
+    # the PCIe replay counter's window: read before the parts (idle) and after them (end), judged by its growth
+    first, last = data["per_gpu"][1]["idle"], data["per_gpu"][1]["end"]
+    assert first["pcie_replay_counter"] == last["pcie_replay_counter"] == 0
+    assert last["monotonic_s"] > first["monotonic_s"]
+    (replays,) = [
+        r for r in judge.results if r.metric == "pcie_replays_per_min" and r.subject == "1 (00000000:2A:00.0)"
+    ]
+    assert replays.value == 0 and replays.verdict == "pass", replays
     judge = _judge()
-    perf.judge_membw(data, judge, "n1")
+    memory.judge_membw(data, judge, "n1")
     assert len([r for r in judge.results if r.metric == "membw_tbps"]) == 2
     judge = _judge()
-    perf.judge_p2p(data, judge, "n1")
+    memory.judge_p2p(data, judge, "n1")
     assert len([r for r in judge.results if r.metric == "p2p_gbps"]) == 2
 
 

@@ -14,16 +14,10 @@ from typing import Any
 import pytest
 
 from gpuaccept.dispatch.result import RankRecord
-from gpuaccept.hardware.perf import (
-    agreement,
-    judge_burn_in,
-    judge_hostbw,
-    judge_matmul,
-    judge_membw,
-    judge_nvlink_under_load,
-    judge_p2p,
-    tflops_drop_pct,
-)
+from gpuaccept.hardware.bench import agreement
+from gpuaccept.hardware.compute import judge_burn_in, judge_matmul, tflops_drop_pct
+from gpuaccept.hardware.memory import judge_hostbw, judge_membw, judge_p2p
+from gpuaccept.hardware.nvlink import judge_nvlink_under_load
 from gpuaccept.judging.judge import Judge
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.loader import load_thresholds as _load
@@ -191,7 +185,50 @@ def test_membw_and_hostbw(judge: Judge) -> None:
         )
     assert "GPU 1 (00000000:00:07.0): pcie_gen_loaded = 4" in str(caught.value)
     assert "hostbw_h2d_gbps = 27.6" in str(caught.value)
-    judge_hostbw(bench("hostbw", [record(0, host), record(1, copy.deepcopy(host))]), judge, "vm")
+    healthy = bench("hostbw", [record(0, host), record(1, copy.deepcopy(host))])
+    with ends(judge, "passed"):
+        judge_hostbw(window(healthy, (0, 0), (0, 0)), judge, "vm")
+
+
+def window(data: dict[str, Any], before: tuple[Any, ...], after: tuple[Any, ...], seconds: float = 60.0) -> dict:
+    """``data`` with each GPU's ``idle`` and ``end`` samples holding these replay counter readings."""
+    for entry, first, last in zip(data["per_gpu"], before, after, strict=True):
+        entry["idle"] = {"pcie_gen": 1, "pcie_replay_counter": first, "monotonic_s": 1000.0}
+        entry["end"] = {"pcie_gen": 5, "pcie_replay_counter": last, "monotonic_s": 1000.0 + seconds}
+    return data
+
+
+HOST = {"busy": [], "h2d_gbps": 55.5, "d2h_gbps": 55.37, "pcie_gen_loaded": 5, "pcie_width_loaded": 16}
+
+
+def hostbw_bench() -> dict[str, Any]:
+    return bench("hostbw", [record(0, copy.deepcopy(HOST)), record(1, copy.deepcopy(HOST))])
+
+
+def test_pcie_replay_counter_judged_by_its_growth(judge: Judge) -> None:
+    """The counter is cumulative: a GPU that logged 5000 replays before the run and none in it passes;
+    one whose counter grew faster than DCGM's 8 per minute over the step fails, named with its count."""
+    with ends(judge, "passed"):
+        judge_hostbw(window(hostbw_bench(), (5000, 3), (5000, 11), seconds=60.0), judge, "vm")
+    (ok,) = [r for r in judge.results if r.metric == "pcie_replays_per_min" and r.subject.startswith("1 ")]
+    assert ok.value == 8.0 and ok.extra["replays"] == 8
+    j = Judge(load_thresholds(), lambda n: "H200", lambda r: None, "t")
+    with ends(j, "failed", match=r"GPU 1 \(00000000:00:07\.0\): pcie_replays_per_min = 9\.0"):
+        judge_hostbw(window(hostbw_bench(), (0, 0), (0, 3), seconds=20.0), j, "vm")
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "why"),
+    [
+        ((0, None), (0, 4), "replay counter unread"),
+        ((0, 9), (0, 2), r"went down \(9 -> 2"),
+    ],
+)
+def test_pcie_replay_window_unreadable_is_an_error(before: tuple, after: tuple, why: str) -> None:
+    """An unread counter, or one that went down (the driver reloaded), is could-not-measure, never a pass."""
+    j = Judge(load_thresholds(), lambda n: "H200", lambda r: None, "t")
+    with ends(j, "error", match=why):
+        judge_hostbw(window(hostbw_bench(), before, after), j, "vm")
 
 
 def p2p(gbps: tuple[float, float] = (395.0, 394.0), crc: int = 0, replay: int = 0) -> dict[str, Any]:
@@ -244,8 +281,12 @@ def test_nvlink_error_unread_link_named(judge: Judge) -> None:
     """One link NVML would not read: could not measure, naming the GPU and the link (never a legacy 0)."""
     record = p2p()
     record["p2p"]["nvlink_errors"][1].update(replay=None, unread_links={"replay": [11]})
-    with ends(judge, "error", match=r"GPU 1 \(00000000:00:07.0\): p2p_nvlink_replay_errors \(.*"
-              r"could not read replay on link\(s\) 11"):  # fmt: skip
+    with ends(
+        judge,
+        "error",
+        match=r"GPU 1 \(00000000:00:07.0\): p2p_nvlink_replay_errors \(.*"
+        r"could not read replay on link\(s\) 11",
+    ):
         judge_nvlink_under_load(record, judge, "vm")
 
 

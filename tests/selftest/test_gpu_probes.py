@@ -18,7 +18,7 @@ import pytest
 
 from gpuaccept.hardware.health import judge_health
 from gpuaccept.hardware.nvlink import judge_nvlink, judge_topology
-from gpuaccept.probes import _bench, _gpu, _nvml, gpu_health, nvlink, xid
+from gpuaccept.probes import _bench, _gpu, _nvml, _protocol, fingerprint, gpu_health, nvlink, xid
 
 pytestmark = pytest.mark.selftest
 
@@ -204,7 +204,7 @@ class FakeNVML:
 @pytest.fixture()
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeNVML:
     lib = FakeNVML()
-    for module in (_nvml, gpu_health, nvlink, xid, _bench):
+    for module in (_nvml, gpu_health, nvlink, xid, _bench, _protocol, fingerprint):
         monkeypatch.setattr(module, "nvml", lambda: lib)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return lib
@@ -309,6 +309,19 @@ def test_preflight_names_foreign_processes_before_cuda(fake: FakeNVML, monkeypat
     ]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     assert _bench.preflight(1).busy == []
+
+
+def test_a_ranks_identity_is_the_preflights(fake: FakeNVML, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The torch probes' ``gpu_identity`` and the benchmarks' preflight read a GPU's identity one way."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,2")
+    assert _protocol.gpu_identity(1) == _bench.preflight(2).gpus[1]
+    assert _protocol.gpu_identity(1)["index"] == 2  # type: ignore[index]
+    monkeypatch.setattr(_protocol, "nvml", lambda: None)
+    assert _protocol.gpu_identity(0) is None
+    monkeypatch.delenv("GPUACCEPT_TEST_INJECT", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    devices = fingerprint._gpus()["devices"]  # the fingerprint names its GPUs the same way
+    assert [{k: d[k] for k in ("index", "uuid", "pci_bus_id", "name")} for d in devices] == _bench.preflight(8).gpus
 
 
 def test_preflight_ignores_own_pid(fake: FakeNVML, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -83,8 +83,12 @@ def test_unread_nvlink_counter_errors_naming_gpu_and_link() -> None:
         "pci_bus_id": "00000000:18:00.0",
         "nvlink": {"supported": True, "active": 18, "links": [], "speed_mbps_common": 53125, "errors": errors},
     }
-    with ends(judge, "error", match=r"GPU 0 \(00000000:18:00.0\): nvlink_recovery_errors \(could not "
-              r"read recovery on link\(s\) 5\)"):  # fmt: skip
+    with ends(
+        judge,
+        "error",
+        match=r"GPU 0 \(00000000:18:00.0\): nvlink_recovery_errors \(could not "
+        r"read recovery on link\(s\) 5\)",
+    ):
         judge_nvlink({"gpus": [gpu]}, judge, "n1", declared_gpus=1)
 
 

@@ -73,10 +73,19 @@ def test_nccl_tests_in_place_alltoall_is_not_applicable():
 def _table() -> GroupTable:
     rows = [
         Row("all_reduce", 1 << 20, 2, 45.9, 22.8, 22.8, {0: 45.0, 1: 46.8}, {0: 0, 1: 0}, {}),
-        Row("all_reduce", 4 << 30, 2, 12481.3, 344.1, 344.1, {0: 1.0, 1: 1.0}, {0: 0, 1: 5}, {1: {"row": 1, "index": 9,
-            "got": 4.0, "want": 3.0}}),
+        Row(
+            "all_reduce",
+            4 << 30,
+            2,
+            12481.3,
+            344.1,
+            344.1,
+            {0: 1.0, 1: 1.0},
+            {0: 0, 1: 5},
+            {1: {"row": 1, "index": 9, "got": 4.0, "want": 3.0}},
+        ),
         Row("broadcast", 4 << 30, 2, 11580.1, 370.9, 370.9, {0: 1.0, 1: 1.0}, {0: 0, 1: 0}, {}),
-    ]  # fmt: skip
+    ]
     return GroupTable(0, ("n1",), (0, 1), rows=rows)
 
 

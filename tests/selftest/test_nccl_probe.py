@@ -35,9 +35,18 @@ def _run(args: list[str], env_extra: dict[str, str], timeout: float = 60) -> lis
     port = str(_port())
     procs = []
     for rank in (0, 1):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "GPUACCEPT_NODE": "fake-node",
-               "CUDA_VISIBLE_DEVICES": "", **env_extra}  # fmt: skip
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+            "GPUACCEPT_NODE": "fake-node",
+            "CUDA_VISIBLE_DEVICES": "",
+            **env_extra,
+        }
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "gpuaccept.probes.nccl", "--backend=gloo", *args],
@@ -69,8 +78,12 @@ def test_sweep_runs_and_verifies():
 
 
 def test_slow_node_and_wrong_result_are_seen():
-    env = {"GPUACCEPT_SELFTEST": "1", "GPUACCEPT_FAULT_SLOW_NODE": "fake-node", "GPUACCEPT_FAULT_SLOW_S": "0.03",
-           "GPUACCEPT_FAULT_CORRUPT_RANK": "1"}  # fmt: skip
+    env = {
+        "GPUACCEPT_SELFTEST": "1",
+        "GPUACCEPT_FAULT_SLOW_NODE": "fake-node",
+        "GPUACCEPT_FAULT_SLOW_S": "0.03",
+        "GPUACCEPT_FAULT_CORRUPT_RANK": "1",
+    }
     done = _run([*TINY, "--collectives=all_reduce,alltoall"], env)
     assert [d.returncode for d in done] == [0, 0], done[1].stderr[-2000:]
     (table,) = _tables(done)
@@ -142,7 +155,8 @@ def test_watchdog_disarmed_stays_quiet():
 
 
 def test_describe_hang_when_every_rank_waits():
-    finals = {r: Position(rank=r, node=f"n{r}", step=4, what="alltoall 8 GiB", phase="trial 2/3", launched=27)
-              for r in (0, 1)}  # fmt: skip
+    finals = {
+        r: Position(rank=r, node=f"n{r}", step=4, what="alltoall 8 GiB", phase="trial 2/3", launched=27) for r in (0, 1)
+    }
     text = describe_hang("alltoall 8 GiB", 120, [0, 1], ["n0", "n1"], finals)
     assert "every rank reached alltoall 8 GiB trial 2/3 and launched 27 ops" in text

@@ -40,11 +40,27 @@ def rec(tmp_path: Path) -> dict[str, Any]:
     proc = tmp_path / "proc"  # this host's jobs (other selftests' loopback clusters) are not the node's
     proc.mkdir()
     args = [
-        "--node", "nodeA", "--gpus", "2", "--state-dir", str(tmp_path / "state"),
-        "--nvml-load", str(health), "--nvlink-load", str(links), "--sysfs-root", str(sysfs),
-        "--kernel-log", str(log), "--expected", str(tmp_path / "expected.json"),
-        "--thresholds", str(host_site(tmp_path / "site.yaml")), "--proc-root", str(proc),
-    ]  # fmt: skip
+        "--node",
+        "nodeA",
+        "--gpus",
+        "2",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--nvml-load",
+        str(health),
+        "--nvlink-load",
+        str(links),
+        "--sysfs-root",
+        str(sysfs),
+        "--kernel-log",
+        str(log),
+        "--expected",
+        str(tmp_path / "expected.json"),
+        "--thresholds",
+        str(host_site(tmp_path / "site.yaml")),
+        "--proc-root",
+        str(proc),
+    ]
     return {"proc": proc, "dir": tmp_path, "health": health, "links": links, "log": log, "sysfs": sysfs, "args": args}
 
 
@@ -92,24 +108,41 @@ def test_recorded_h200_is_healthy(rec, capsys):
 @pytest.mark.parametrize(
     ("fault", "expected"),
     [
-        (lambda n: edit(n["health"], lambda d: d["gpus"][1].update(ecc_uncorrected_volatile=2)),
-         "gpu_ecc_uncorrected_volatile GPU1 2 (limit <= 0)"),
-        (lambda n: edit(n["health"], lambda d: d["gpus"][0]["remapped_rows"].update(pending=True)),
-         "gpu_remapped_rows_pending GPU0 1 (limit <= 0)"),
+        (
+            lambda n: edit(n["health"], lambda d: d["gpus"][1].update(ecc_uncorrected_volatile=2)),
+            "gpu_ecc_uncorrected_volatile GPU1 2 (limit <= 0)",
+        ),
+        (
+            lambda n: edit(n["health"], lambda d: d["gpus"][0]["remapped_rows"].update(pending=True)),
+            "gpu_remapped_rows_pending GPU0 1 (limit <= 0)",
+        ),
         (lambda n: edit(n["health"], lambda d: d["gpus"].pop()), "gpu_count 1 (limit == 2)"),
-        (lambda n: edit(n["links"], lambda d: d["gpus"][1]["nvlink"].update(active=17)),
-         "nvlink_links_active GPU1 17 (limit >= 18)"),
-        (lambda n: edit(n["links"], lambda d: d["gpus"][0]["nvlink"]["errors"].update(replay=3)),
-         "nvlink_replay_errors GPU0 3 (limit <= 0)"),
-        (lambda n: (n["sysfs"] / "class/infiniband/mlx5_3/ports/1/state").write_text("1: DOWN\n"),
-         "ib_port_state mlx5_3:1 DOWN (limit == ACTIVE)"),
-        (lambda n: (n["sysfs"] / "class/infiniband/mlx5_2/ports/1/rate").write_text("200 Gb/sec (4X HDR)\n"),
-         "ib_port_rate_gbps mlx5_2:1 200.0 (limit >= 400)"),
-        (lambda n: (n["dir"] / "expected.json").write_text(json.dumps(
-            {"schema": "gpuaccept.expected-fingerprint/1", "fields": {"driver": "570.86.15", "CUDA": "13.0"}})),
-         "versions_consistent driver 580.159.04 (limit == 570.86.15)"),
+        (
+            lambda n: edit(n["links"], lambda d: d["gpus"][1]["nvlink"].update(active=17)),
+            "nvlink_links_active GPU1 17 (limit >= 18)",
+        ),
+        (
+            lambda n: edit(n["links"], lambda d: d["gpus"][0]["nvlink"]["errors"].update(replay=3)),
+            "nvlink_replay_errors GPU0 3 (limit <= 0)",
+        ),
+        (
+            lambda n: (n["sysfs"] / "class/infiniband/mlx5_3/ports/1/state").write_text("1: DOWN\n"),
+            "ib_port_state mlx5_3:1 DOWN (limit == ACTIVE)",
+        ),
+        (
+            lambda n: (n["sysfs"] / "class/infiniband/mlx5_2/ports/1/rate").write_text("200 Gb/sec (4X HDR)\n"),
+            "ib_port_rate_gbps mlx5_2:1 200.0 (limit >= 400)",
+        ),
+        (
+            lambda n: (n["dir"] / "expected.json").write_text(
+                json.dumps(
+                    {"schema": "gpuaccept.expected-fingerprint/1", "fields": {"driver": "570.86.15", "CUDA": "13.0"}}
+                )
+            ),
+            "versions_consistent driver 580.159.04 (limit == 570.86.15)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_each_fault_is_named(rec, capsys, fault, expected):
     fault(rec)
     code, out = run(rec["args"], capsys)
@@ -223,8 +256,11 @@ def test_console_script_runs_without_pytest_collection(rec):
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "SLURMD_NODENAME": "nodeA"}
     done = subprocess.run(
         [sys.executable, "-m", "gpuaccept.nodecheck", *rec["args"]],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "nodeA healthcheck" in done.stdout, done.stdout + done.stderr
 
 
@@ -276,8 +312,11 @@ def test_overall_watchdog_ends_a_check_that_hangs_outside_the_readers(rec):
     start = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "gpuaccept.nodecheck", *rec["args"], "--timeout", "4", "--check-timeout", "2"],
-        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     took = time.monotonic() - start
     assert done.returncode == 2, done.stdout + done.stderr
     assert "node check watchdog: no verdict after 4 s" in done.stderr

@@ -113,8 +113,12 @@ def test_results_default_to_reports_dir_and_carry_labels(fake_run):
     results = _results(alluredir)
     assert set(results) == {"test_node_limits", "test_host_memcpy", FAILED_TEST, "test_probe_crashes"}
     statuses = {name: r["status"] for name, r in results.items()}
-    assert statuses == {"test_node_limits": "passed", "test_host_memcpy": "passed", FAILED_TEST: "failed",
-                        "test_probe_crashes": "broken"}  # fmt: skip
+    assert statuses == {
+        "test_node_limits": "passed",
+        "test_host_memcpy": "passed",
+        FAILED_TEST: "failed",
+        "test_probe_crashes": "broken",
+    }
     node = run.record["metrics"][0]["node"]
     expected = {
         "test_node_limits": ("Environment", "OS limits and node configuration", "normal"),
@@ -138,8 +142,12 @@ def test_commands_raw_output_tables_and_plots_are_attached(fake_run):
     node = run.record["metrics"][0]["node"]
     memcpy = results["test_host_memcpy"]
     names = {a["name"]: a for a in memcpy["attachments"]}
-    assert {f"command: _cpubench on {node}", f"stdout: _cpubench on {node}", "checks",
-            "plot: host_memcpy_gbps per GPU"} <= set(names)  # fmt: skip
+    assert {
+        f"command: _cpubench on {node}",
+        f"stdout: _cpubench on {node}",
+        "checks",
+        "plot: host_memcpy_gbps per GPU",
+    } <= set(names)
     command = (alluredir / names[f"command: _cpubench on {node}"]["source"]).read_text()
     assert "gpuaccept.probes._cpubench --size-mib 16" in command
     assert "GPUACCEPT_RESULT" in (alluredir / names[f"stdout: _cpubench on {node}"]["source"]).read_text()
@@ -237,8 +245,13 @@ def test_placement_follows_the_plugin_markers():
 
 
 def test_environment_escapes_for_java():
-    values = environment(RunRecord(cluster={"name": "a=b: c", "launcher": "slurm"}), None,
-                         baseline="x.json", changes=["driver 550 -> 570 on a17"], regressions=[])  # fmt: skip
+    values = environment(
+        RunRecord(cluster={"name": "a=b: c", "launcher": "slurm"}),
+        None,
+        baseline="x.json",
+        changes=["driver 550 -> 570 on a17"],
+        regressions=[],
+    )
     assert values["Cluster"] == "a=b: c"
     assert values["Changes vs baseline"] == "driver 550 -> 570 on a17"
     assert values["Regressions vs baseline"] == "0"

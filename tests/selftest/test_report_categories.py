@@ -157,9 +157,13 @@ def test_allure_report_lists_all_five_categories(runs):
     """Allure's own matching, in the built report: each category of the core holds its one test."""
     _first, _second, suite = runs
     done = subprocess.run(
-        [sys.executable, "-m", "gpuaccept.report.html", "--root", str(suite)], cwd=REPO, capture_output=True,
-        text=True, timeout=180, env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
+        [sys.executable, "-m", "gpuaccept.report.html", "--root", str(suite)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     tree = json.loads((suite / "reports" / "html" / "data" / "categories.json").read_text())
     found = {c["name"]: _leaves(c) for c in tree["children"]}

@@ -154,8 +154,11 @@ def test_a_blank_screenshot_is_caught(tmp_path):
 
 def test_missing_results_say_what_to_run(tmp_path):
     done = subprocess.run(
-        [*_report_command(), "--root", str(tmp_path)], capture_output=True, text=True, timeout=60,
+        [*_report_command(), "--root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
+    )
     assert done.returncode == 2
     assert "no Allure results" in done.stderr and "pytest -m acceptance" in done.stderr

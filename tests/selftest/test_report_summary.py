@@ -112,8 +112,11 @@ def test_a_new_heat_map_column_is_one_catalogue_entry(tmp_path):
     (tmp_path / "thresholds.yaml").write_text(text)
     thresholds = load_thresholds(defaults=tmp_path / "thresholds.yaml")
     record = gpu_record()
-    record["metrics"] += [m | {"metric": "gpu_fp8_tflops", "value": 1500.0, "min": 1000.0}
-                          for m in record["metrics"] if m["metric"] == "matmul_bf16_tflops"]  # fmt: skip
+    record["metrics"] += [
+        m | {"metric": "gpu_fp8_tflops", "value": 1500.0, "min": 1000.0}
+        for m in record["metrics"]
+        if m["metric"] == "matmul_bf16_tflops"
+    ]
     (panel,) = gpus.heat_panels(_metrics(record), thresholds.metrics)
     assert panel.columns[1] == ("gpu_fp8_tflops", "matmul FP8", "TFLOP/s")  # in the catalogue's order
     assert "matmul FP8" in build_summary(_typed(record), thresholds=thresholds)
@@ -134,8 +137,9 @@ def test_nccl_busbw_per_scale_with_floor_and_curves():
 
 def test_changes_since_an_earlier_run():
     record = gpu_record()
-    changes = changes_since(_typed(record), _typed(older(record)), Path("runs/20261020T100000Z.json"), None,
-                            given=False)  # fmt: skip
+    changes = changes_since(
+        _typed(record), _typed(older(record)), Path("runs/20261020T100000Z.json"), None, given=False
+    )
     assert changes.versions == ["driver 550.54.15 -> 570.124.06 on gpu-a01, gpu-a02"]
     matmul = next(g for g in changes.groups if g["metric"] == "matmul_bf16_tflops")
     assert matmul["status"] == "regressed" and matmul["nodes"] == list(NODES) and matmul["count"] == 16
@@ -150,11 +154,17 @@ def test_page_is_self_contained_and_says_it_all(tmp_path):
     record = gpu_record()
     training = tmp_path / "reports" / "training" / "8r-gpu-a01" / "ddp"
     training.mkdir(parents=True)
-    (training / "history.json").write_text(json.dumps({"losses": [5.0 - 0.05 * i for i in range(60)],
-                                                       "evals": [[30, 3.6], [60, 2.1]]}))  # fmt: skip
+    (training / "history.json").write_text(
+        json.dumps({"losses": [5.0 - 0.05 * i for i in range(60)], "evals": [[30, 3.6], [60, 2.1]]})
+    )
     earlier = (_typed(older(record)), tmp_path / "old.json", False)
-    html = build_summary(_typed(record), record_path=tmp_path / "r.json", reports_dir=tmp_path / "reports",
-                         baseline=earlier, cluster_name="h200-east")  # fmt: skip
+    html = build_summary(
+        _typed(record),
+        record_path=tmp_path / "r.json",
+        reports_dir=tmp_path / "reports",
+        baseline=earlier,
+        cluster_name="h200-east",
+    )
     assert html.index('id="verdict"') < html.index('id="matrix"') < html.index('id="identity"')
     assert "<script" not in html and external_loads(html) == []
     assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", html)
@@ -194,8 +204,13 @@ def test_allure_page_loses_analytics_and_gains_the_verdict_first():
     assert external_loads(page) == ["https://www.googletagmanager.com/gtag/js?id=G-X"]
     clean = strip_analytics(page)
     assert external_loads(clean) == [] and "dataLayer" not in clean and '<script src="app.js"></script>' in clean
-    facts = {"verdict": "ACCEPTED", "accepted": True, "reason": "all passed", "counts": {"passed": 2},
-             "cluster": "c<1>"}  # fmt: skip
+    facts = {
+        "verdict": "ACCEPTED",
+        "accepted": True,
+        "reason": "all passed",
+        "counts": {"passed": 2},
+        "cluster": "c<1>",
+    }
     done = inject_summary(clean, facts, '<html><b>"quoted"</b></html>', link=None)
     assert done.index('id="gpuaccept-bar"') < done.index('id="content"')
     assert "c&lt;1&gt;" in done and 'srcdoc="&lt;html&gt;&lt;b&gt;&#34;quoted&#34;' in done
@@ -204,9 +219,13 @@ def test_allure_page_loses_analytics_and_gains_the_verdict_first():
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gpuaccept.report.html", *args], cwd=REPO, capture_output=True, text=True,
-        timeout=180, env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
+        [sys.executable, "-m", "gpuaccept.report.html", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
 
 
 def test_summary_only_from_a_record_file(tmp_path):

@@ -83,8 +83,10 @@ def test_a_sku_without_a_fabric_leaves_only_the_network_floors_to_the_site():
     two_nodes = Shape(gpus=8, nvlink=False, ib=False, nodes=2)
     l40s = coverage(PACKAGED, "L40S", two_nodes)
     assert set(l40s.site_declares) == {
-        "test_fabric.py::test_nccl_rails", "test_nccl.py::test_nccl_scale", "test_nccl.py::test_nccl_node_at_fault"
-    }  # fmt: skip
+        "test_fabric.py::test_nccl_rails",
+        "test_nccl.py::test_nccl_scale",
+        "test_nccl.py::test_nccl_node_at_fault",
+    }
     assert {m for ms in l40s.site_declares.values() for m in ms} <= NETWORK_METRICS
     for sku in ("H100-SXM-80GB", "H200", "A100-SXM4-80GB", "B200"):
         assert not coverage(PACKAGED, sku, Shape(8, True, True, 2)).site_declares, sku
@@ -99,11 +101,17 @@ def test_a_declared_absence_skips_and_a_missing_limit_is_found():
     assert "declares no NVLink" in l40s.skipped["test_interconnect.py::test_gpu_topology"]
     assert "test_memory.py::test_p2p" in l40s.judged
     stripped = Thresholds(
-        PACKAGED.metrics, PACKAGED.settings, PACKAGED.defaults,
-        {**PACKAGED.skus, "L40S": PACKAGED.skus["L40S"].model_copy(update={"limits": {
-            k: v for k, v in PACKAGED.skus["L40S"].limits.items() if not k.startswith("nccl_")}})},
+        PACKAGED.metrics,
+        PACKAGED.settings,
+        PACKAGED.defaults,
+        {
+            **PACKAGED.skus,
+            "L40S": PACKAGED.skus["L40S"].model_copy(
+                update={"limits": {k: v for k, v in PACKAGED.skus["L40S"].limits.items() if not k.startswith("nccl_")}}
+            ),
+        },
         PACKAGED.files,
-    )  # fmt: skip
+    )
     assert "test_nccl.py::test_nccl_node" not in l40s.missing
     missing = coverage(stripped, "L40S", eight_pcie).missing["test_nccl.py::test_nccl_node"]
     assert "nccl_all_reduce_busbw_gbs" in missing and "nccl_wrong_elements" not in missing

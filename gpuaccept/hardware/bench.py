@@ -1,0 +1,116 @@
+"""What the compute, memory and NVLink judges share about a node's ``gpubench`` result (or a per-GPU probe's
+ranks): which GPUs were measured, which were busy, and whether their checksums agree.
+
+matmul, HBM, host and GPU-pair figures come from one ``gpubench`` step per node (one process drives
+every GPU, so torch's start-up is paid once; the tests run it once per session through
+``cluster.run_shared``). A GPU that had someone else's processes on it before the benchmark is not
+measured and is recorded busy (``judge.busy``: the test is an error naming it), while the node's other
+GPUs are still judged. A fixed-seed product must give the same checksum on every GPU of a node:
+identical GPUs running identical inputs through the same cuBLAS agree bit for bit, so the odd one out
+computes wrong results.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpuaccept.errors import MeasurementError
+from gpuaccept.hardware.protocol import JudgeLike, gpu_label
+
+__all__ = [
+    "BENCH_TIMEOUT_S",
+    "Part",
+    "agreement",
+    "bench_parts",
+    "judge_checksums",
+    "p2p_result",
+    "rank_parts",
+    "record_busy",
+]
+
+
+#: The one-process node benchmark: start-up plus a few seconds per part on 2 GPUs; 8 GPUs add host links
+#: measured one at a time and 14 rounds of GPU pairs.
+BENCH_TIMEOUT_S = 300
+
+#: One GPU's figures: its label (``3 (0000:9A:00.0)``) and what the probe measured on it.
+Part = tuple[str | None, dict[str, Any]]
+
+
+def record_busy(
+    judge: JudgeLike,
+    node: str,
+    busy: Iterable[dict[str, Any]],
+    labels: Mapping[Any, str | None] | None = None,
+    label: str | None = None,
+) -> set[Any]:
+    """Record every GPU the probe found others' processes on (``judge.busy``), and return their indices:
+    the one place the busy-GPU preamble is written. A GPU is named by ``label`` (a per-GPU rank's own
+    GPU), else by its index in ``labels`` (a node-wide probe's GPUs), else by its index."""
+    found = set()
+    for entry in busy:
+        procs = ", ".join(f"pid {p['pid']} {p.get('name')} ({p.get('used_mib')} MiB)" for p in entry["processes"])
+        judge.busy(procs, node=node, gpu=label or (labels or {}).get(entry.get("gpu")) or entry.get("gpu"))
+        found.add(entry.get("gpu"))
+    return found
+
+
+def bench_parts(data: dict[str, Any], part: str, judge: JudgeLike, node: str) -> list[Part]:
+    """Each measured GPU's ``part`` (matmul, membw, hostbw) of a node's gpubench result; a busy GPU is
+    recorded busy and left out."""
+    labels = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
+    busy = record_busy(judge, node, data.get("busy") or [], labels)
+    parts: list[Part] = []
+    for gpu, entry in zip(data.get("gpus") or [], data.get("per_gpu") or [], strict=False):
+        if gpu["index"] in busy:
+            continue
+        if part not in entry:
+            raise MeasurementError(f"{node} GPU {gpu_label(gpu)}: the gpubench result holds no {part} figures")
+        parts.append((gpu_label(gpu), entry[part]))
+    if not parts and not busy:
+        raise MeasurementError(f"{node}: gpubench measured no GPU ({data.get('error') or 'no GPU in its result'})")
+    return parts
+
+
+def rank_parts(records: Iterable[Any], judge: JudgeLike, node: str) -> list[Part]:
+    """Each measured GPU of a per-GPU probe (one rank per GPU); a busy GPU is recorded busy and left out."""
+    parts: list[Part] = []
+    for record in records:
+        record_busy(judge, node, record.data.get("busy") or [], label=record.gpu_label)
+        if "skipped" not in record.data:
+            parts.append((record.gpu_label, record.data))
+    return parts
+
+
+def agreement(values: dict[str, Any]) -> dict[str, str]:
+    """Per GPU: ``match`` if its checksum equals the majority's, else why not (2 GPUs: both named)."""
+    if len(values) < 2:
+        return dict.fromkeys(values, "match")
+    counts = Counter(values.values())
+    top, top_count = counts.most_common(1)[0]
+    if top_count * 2 > len(values):
+        return {
+            label: "match" if value == top else f"differs from the other {top_count} GPUs"
+            for label, value in values.items()
+        }
+    return {label: "no majority: " + ", ".join(f"{k}={v}" for k, v in values.items()) for label in values}
+
+
+def judge_checksums(parts: list[Part], judge: JudgeLike, node: str, metric: str, key: str) -> None:
+    """A check per GPU that its checksum agrees with the node's majority (nothing to compare on one GPU)."""
+    values = {str(label): data.get(key) for label, data in parts}
+    if len(values) < 2:
+        return  # one GPU: nothing to compare it with (its checksum rides on its throughput check)
+    for label, verdict in agreement(values).items():
+        judge.check(metric, verdict, node=node, gpu=label, checksum=values[label])
+
+
+def p2p_result(bench: dict[str, Any], node: str) -> dict[str, Any]:
+    """The GPU-pair copies of the node's gpubench result: judged by the bandwidth and the NVLink-error
+    tests, one measurement, so the two verdicts speak of the same load."""
+    if "p2p" not in bench:
+        raise MeasurementError(f"{node}: the gpubench result holds no GPU-pair figures", nodes=(node,))
+    data: dict[str, Any] = bench["p2p"]
+    return data

@@ -1,0 +1,96 @@
+"""Compute: judge dense BF16 matmul (from the node's ``gpubench`` step) and the optional burn-in (one
+``matmul`` rank per GPU). Every figure is checked against the SKU floor, then against the node's median
+(``judge.stragglers``); checksums must agree across the node's GPUs (``bench.judge_checksums``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from typing import Any
+
+from gpuaccept.hardware.bench import bench_parts, judge_checksums, rank_parts
+from gpuaccept.hardware.health import decode_reasons
+from gpuaccept.hardware.protocol import JudgeLike
+from gpuaccept.probes.payloads import best_size_figure
+
+__all__ = ["BURN_IN_METRICS", "MATMUL_METRICS", "judge_burn_in", "judge_matmul", "tflops_drop_pct"]
+
+#: what ``judge_matmul`` and ``judge_burn_in`` judge: their tests' ``@pytest.mark.judges``
+MATMUL_METRICS = ("matmul_bf16_tflops", "matmul_checksum")
+BURN_IN_METRICS = (
+    "burnin_tflops",
+    "burnin_tflops_drop_pct",
+    "burnin_clock_events_failing",
+    "burnin_checksum_stable",
+    "burnin_checksum",
+)
+
+
+def judge_matmul(bench: dict[str, Any], judge: JudgeLike, node: str) -> None:
+    """BF16 TFLOP/s per GPU of the node's gpubench result against the floor and the node median;
+    checksums agree."""
+    parts = bench_parts(bench, "matmul", judge, node)
+    for label, data in parts:
+        judge.check(
+            "matmul_bf16_tflops",
+            data.get("tflops"),
+            node=node,
+            gpu=label,
+            size=data.get("best_size"),
+            checksum=data.get("checksum"),
+            by_size={k: v["tflops"] for k, v in data.get("by_size", {}).items()},
+            spread_pct=best_size_figure(data).get("spread_pct"),
+            during=best_size_figure(data).get("during"),
+        )
+        if data.get("tflops_burst") is not None:
+            judge.info("matmul_bf16_burst_tflops", data["tflops_burst"], node=node, gpu=label)
+    judge_checksums(parts, judge, node, "matmul_checksum", "checksum")
+    judge.stragglers("matmul_bf16_tflops")
+
+
+def tflops_drop_pct(intervals: list[dict[str, Any]]) -> float | None:
+    """How far the last third of the run fell below the first third (median TFLOP/s), in percent."""
+    values = [i["tflops"] for i in intervals if isinstance(i.get("tflops"), (int, float))]
+    if len(values) < 2:
+        return None
+    third = max(1, len(values) // 3)
+    first, last = statistics.median(values[:third]), statistics.median(values[-third:])
+    return round(max(0.0, (first - last) / first * 100), 2) if first > 0 else None
+
+
+def judge_burn_in(records: Iterable[Any], judge: JudgeLike, node: str) -> None:
+    """Sustained matmul (one rank per GPU): no drop over time, no failing clock events, checksums
+    stable and agreeing."""
+    parts = rank_parts(records, judge, node)
+    for label, data in parts:
+        intervals = (data.get("burn_in") or {}).get("intervals") or []
+        judge.check("burnin_tflops_drop_pct", tflops_drop_pct(intervals), node=node, gpu=label, intervals=intervals)
+        failing = sorted({name for i in intervals for name in decode_reasons(i.get("clock_event_reasons"))[0]})
+        judge.check("burnin_clock_events_failing", "+".join(failing) or "none", node=node, gpu=label)
+        values = [i["tflops"] for i in intervals]
+        judge.check(
+            "burnin_tflops",
+            round(statistics.mean(values), 1) if values else None,
+            node=node,
+            gpu=label,
+            min=min(values, default=None),
+            max=max(values, default=None),
+        )
+        temps = [i["temperature_c"] for i in intervals if i.get("temperature_c") is not None]
+        powers = [i["power_w"] for i in intervals if i.get("power_w") is not None]
+        clocks = [i["sm_clock_mhz"] for i in intervals if i.get("sm_clock_mhz") is not None]
+        judge.info("burnin_max_temperature_c", max(temps, default=None), node=node, gpu=label)
+        judge.info("burnin_max_power_w", max(powers, default=None), node=node, gpu=label)
+        judge.info("burnin_min_sm_clock_mhz", min(clocks, default=None), node=node, gpu=label)
+        stable = data.get("checksum") == data.get("checksum_end")
+        judge.check(
+            "burnin_checksum_stable",
+            "match" if stable else "changed during the burn-in",
+            node=node,
+            gpu=label,
+            start=data.get("checksum"),
+            end=data.get("checksum_end"),
+        )
+    judge_checksums(parts, judge, node, "burnin_checksum", "checksum_end")
+    judge.stragglers("burnin_tflops")

@@ -1,0 +1,55 @@
+"""Environment: judge a node's fingerprint (complete, every declared GPU shown, the CPUs Slurm granted
+usable) and whether the nodes' fingerprints agree (``judging.fields.drift`` finds the odd node)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuaccept.hardware.cpus import GRANTED, cpus_granted_observed
+from gpuaccept.hardware.protocol import JudgeLike
+from gpuaccept.judging.fields import drift
+
+__all__ = ["judge_fingerprint", "judge_versions"]
+
+
+def judge_fingerprint(fp: dict[str, Any], declared_gpus: int, judge: JudgeLike, node: str) -> None:
+    """The step answered from ``node``, read every field the suite needs, and shows the GPUs it declares."""
+    judge.expect("slurm_step_node", fp["node"], node, node=node, probe="fingerprint")
+    shown = fp["gpus"]["count"]
+    missing = [name for name, ok in (("kernel", fp["kernel"]), ("OS", fp["os"] != "unknown")) if not ok]
+    if shown:
+        gpu_fields = (("GPU driver", fp["gpus"]["driver"]), ("torch", fp["stack"]["torch"]))
+        missing += [name for name, ok in gpu_fields if not ok]
+    observed = "complete" if not missing else "missing: " + ", ".join(missing)
+    judge.expect("fingerprint_complete", observed, "complete", node=node, torch_error=fp["stack"].get("torch_error"))
+    buses = [d["pci_bus_id"] for d in fp["gpus"]["devices"]]
+    judge.expect("gpu_count", shown, declared_gpus, node=node, pci_bus_ids=buses)
+    judge.info("memory_gib", fp["memory_gib"], node=node)
+    judge.info("cpu_cores", fp["cpu"]["cores"], node=node)
+    usable, granted, host = fp["cpu"]["usable_cpus"], fp["cpu"].get("granted_cpus"), fp["cpu"]["threads"]
+    if granted is not None:  # under Slurm: the mask against the grant (">= 1 CPU" holds for any process)
+        judge.expect(
+            "usable_cpus_granted",
+            cpus_granted_observed(usable, granted, host),
+            GRANTED,
+            node=node,
+            usable_cpus=usable,
+            granted_cpus=granted,
+            host_cpus=host,
+        )
+
+
+def judge_versions(fingerprints: dict[str, Any], judge: JudgeLike) -> None:
+    """Every fingerprint field on every node against the value most nodes have."""
+    values, odd = drift(fingerprints)
+    majority = {d.field: d.majority for d in odd}
+    for field, per_node in values.items():
+        reference = majority.get(field, next(iter(per_node.values())))
+        for node, value in per_node.items():
+            judge.expect(
+                "versions_consistent",
+                "absent" if value is None else value,
+                "absent" if reference is None else reference,
+                node=node,
+                field=field,
+            )
