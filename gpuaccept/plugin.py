@@ -12,7 +12,6 @@ import importlib
 import signal
 import threading
 from collections.abc import Generator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,13 +24,14 @@ from gpuaccept.fleet.drain import run_drain
 from gpuaccept.judging.baseline import BASELINE_KEY, load_session_baseline
 from gpuaccept.judging.categories import category
 from gpuaccept.judging.judge import Judge
-from gpuaccept.judging.outcome import outcome, suite_error
+from gpuaccept.judging.outcome import outcome
+from gpuaccept.judging.suite_error import suite_error
 from gpuaccept.markers import MARKERS
 from gpuaccept.nodecheck.expected import write_expected
 from gpuaccept.results.metrics import MetricResult
-from gpuaccept.results.record import RunRecord, record_id
+from gpuaccept.results.record import record_id
 from gpuaccept.results.summary import node_summary_lines, not_run_notes
-from gpuaccept.results.verdict import exit_code, loosened_lines
+from gpuaccept.results.verdict import exit_code, session_lines
 from gpuaccept.settings import Settings, SettingsError, add_options, resolve
 from gpuaccept.state import STATE_KEY, SessionState
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
@@ -201,11 +201,9 @@ def pytest_runtest_makereport(
         verdict = "error"
     else:
         verdict = "failed" if report.when == "call" else "error"
-    bug = _suite_error(report, call, item) if report.failed else None
+    bug = suite_error(report, call, item, checks) if report.failed else None
     if bug is not None:  # an exception of ours is never the hardware's failure; a failed check still is
-        failed = any(c.verdict == "fail" for c in checks)
-        verdict = "failed" if failed else "error"
-        _say(report, outcome(checks).message + "\nalso " + bug["message"] if failed else bug["message"])
+        verdict = "failed" if any(c.verdict == "fail" for c in checks) else "error"
     state = _state(item.config)
     callspec = getattr(item, "callspec", None)
     nodes = [callspec.params[k] for k in ("node", "suspect") if callspec is not None and callspec.params.get(k)]
@@ -217,7 +215,7 @@ def pytest_runtest_makereport(
         "verdict": verdict,
         "category": category(verdict, checks, fault_of, _regressed_only, suite_error=bug is not None),
         "suite_error": bug,
-        "test_hooks": {name: dict(hook, where=list(hook["where"])) for name, hook in state.record.test_hooks.items()},
+        "test_hooks": state.record.test_hooks,
         "nodes": nodes,
         "commands": list(entry.commands) if entry else [],
         "metrics": [m.to_dict() for m in checks],
@@ -230,30 +228,6 @@ def pytest_runtest_makereport(
         "fingerprints": state._fingerprints.collected(nodes) if state._fingerprints is not None else {},
     }
     return report
-
-
-def _suite_error(report: pytest.TestReport, call: pytest.CallInfo[None], item: pytest.Item) -> dict[str, str] | None:
-    """An exception of ours (not a ``MeasurementError``) that ended the test: its type, where it was raised
-    and the message that says so (``judging.outcome.suite_error``); None for any other ending."""
-    excinfo = call.excinfo
-    if excinfo is None or excinfo.errisinstance((MeasurementError, pytest.skip.Exception)):
-        return None
-    last = excinfo.traceback[-1] if excinfo.traceback else None
-    path = Path(str(last.path)) if last is not None else None
-    if path is not None and path.is_relative_to(item.config.rootpath):
-        path = path.relative_to(item.config.rootpath)
-    where = f"{path}:{last.lineno + 1}" if last is not None else "unknown"
-    return suite_error(excinfo.typename, str(excinfo.value), where, record_id(item.nodeid))
-
-
-def _say(report: pytest.TestReport, message: str) -> None:
-    """``message`` as the report's one-line reason (the terminal's short summary, the record), the
-    traceback kept below it for whoever fixes the bug."""
-    crash = getattr(report.longrepr, "reprcrash", None)
-    if crash is not None:
-        crash.message = message
-    else:
-        report.longrepr = f"{message}\n{report.longreprtext}"
 
 
 def _regressed_only(check: MetricResult) -> bool:
@@ -311,9 +285,7 @@ class _RecordKeeper:
         entry.category = data.get("category")
         entry.not_run = data.get("not_run") or entry.not_run
         entry.suite_error = data.get("suite_error") or entry.suite_error
-        for name, hook in (data.get("test_hooks") or {}).items():  # seen by an xdist worker's probes
-            for where in hook.get("where") or []:
-                record.hook_seen(name, hook.get("value", ""), where)
+        record.merge_hooks(data.get("test_hooks") or {})  # seen by an xdist worker's probes
         entry.duration_s = round(entry.duration_s + report.duration, 3)
         entry.nodes = data.get("nodes") or entry.nodes
         entry.commands = data.get("commands") or entry.commands
@@ -343,7 +315,7 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
     return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before junitxml writes its file: the session verdict goes into it
+@pytest.hookimpl(tryfirst=True)  # before junitxml writes its file: the report adds the session verdict
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(STATE_KEY, None)
     if state is None or hasattr(session.config, "workerinput"):
@@ -358,26 +330,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             state.config._gpuaccept_record_path = path = state.write_record(status)  # type: ignore[attr-defined]
             # what the node check (gpuaccept-node-check) compares each node's driver, CUDA and NCCL with
             write_expected(state.record.fingerprints, state.reports_dir / "expected-fingerprint.json", path, status)
-            _junit_verdict(session.config, state.record)
         session.exitstatus = exit_code(int(exitstatus), state.record.counts, session.testsfailed)
         if state.settings.drain_on_fail != "off" and state.started and state.cluster.kind == "slurm":
             state.drain_lines = run_drain(state.record, state.settings.drain_on_fail)
     finally:
         state.close()
-
-
-def _junit_verdict(config: pytest.Config, record: RunRecord) -> None:
-    """The session verdict, the test hooks and the loosened limits as ``--junitxml`` global properties."""
-    from _pytest.junitxml import xml_key
-
-    xml = config.stash.get(xml_key, None)
-    if xml is None:
-        return
-    xml.add_global_property("gpuaccept.verdict", record.verdict)
-    if record.test_hooks:
-        xml.add_global_property("gpuaccept.test_hooks", ", ".join(sorted(record.test_hooks)))
-    for line in loosened_lines(record):
-        xml.add_global_property("gpuaccept.loosened", line)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -391,12 +348,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(f"not run: {note}", yellow=True)
     for line in state.drain_lines:
         terminalreporter.write_line(line)
-    for name, hook in sorted(state.record.test_hooks.items()):
-        terminalreporter.write_line(f"TEST HOOK {name}={hook['value']} ({', '.join(hook['where'])})", red=True)
-    for line in loosened_lines(state.record):
-        terminalreporter.write_line(f"a site file loosens {line}", yellow=True)
-    if state.record.verdict:
-        terminalreporter.write_line(f"session verdict: {state.record.verdict}", bold=True)
+    for line, colour in session_lines(state.record):
+        terminalreporter.write_line(line, **{colour: True})
     path = getattr(config, "_gpuaccept_record_path", None)
     if path is not None:
         terminalreporter.write_line(f"run record: {path}")

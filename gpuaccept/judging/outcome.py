@@ -14,7 +14,7 @@ rules hold for every test whatever its body did:
 * else it passed.
 
 An exception that is not a ``MeasurementError`` (a bug of ours: a ``KeyError`` in a judging call) is
-no check at all: ``suite_error`` makes the test an ERROR of category ``suite error`` naming the
+no check at all: ``judging.suite_error`` makes the test an ERROR of category ``suite error`` naming the
 exception, where it was raised and the test, unless a judged check had already failed.
 
 ``nodecheck`` (the Slurm health check) and the plugin both end through ``outcome``.
@@ -28,7 +28,7 @@ from typing import Literal
 
 from gpuaccept.results.metrics import MetricResult
 
-__all__ = ["BUSY_METRIC", "Outcome", "outcome", "suite_error"]
+__all__ = ["BUSY_METRIC", "Outcome", "outcome"]
 
 #: the check ``judge.busy`` records: a GPU other processes used while it was measured
 BUSY_METRIC = "gpu_idle"
@@ -103,14 +103,3 @@ def outcome(checks: Sequence[MetricResult], test: str = "") -> Outcome:
         names = ", ".join(sorted({c.metric for c in checks if c.verdict == "measured"}))
         return Outcome("measured", f"calibration: measured {names} (no limit yet)")
     return Outcome("passed")
-
-
-def suite_error(typename: str, text: str, where: str, test: str) -> dict[str, str]:
-    """What the record says of a test an exception of ours ended (a bug of the suite, not a
-    ``MeasurementError``): an ERROR of category ``suite error``, never FAILED, never the hardware's
-    fault. ``where`` is ``file:line`` of the frame that raised."""
-    message = (
-        f"suite error: {typename}: {text} raised at {where} in {test}; the suite could not judge this test "
-        "(a fault of gpuaccept, not of the hardware)"
-    )
-    return {"type": typename, "where": where, "test": test, "message": message}

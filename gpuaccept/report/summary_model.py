@@ -295,5 +295,5 @@ def overview(record: RunRecord, *, cluster_name: str | None = None) -> Overview:
 def suite_text(suite: Mapping[str, Any]) -> str:
     """``gpuaccept 0.1.0, commit 1a2b3c4d5e6f (tracked files edited)``: the suite that judged."""
     edited = suite.get("edited")
-    state = {True: " (tracked files edited)", False: " (unedited)"}.get(edited, f" (edited: {edited})")
+    state = " (tracked files edited)" if edited is True else " (unedited)" if edited is False else " (edited: unknown)"
     return f"gpuaccept {suite.get('version') or 'unknown'}, commit {suite.get('commit') or 'unknown'}{state}"

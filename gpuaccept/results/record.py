@@ -110,6 +110,12 @@ class RunRecord:
         if where not in entry["where"]:
             entry["where"].append(where)
 
+    def merge_hooks(self, hooks: Mapping[str, Mapping[str, Any]]) -> None:
+        """Another process's ``test_hooks`` (an xdist worker's) into this record's."""
+        for name, hook in list(hooks.items()):
+            for where in list(hook.get("where") or []):
+                self.hook_seen(name, str(hook.get("value", "")), where)
+
     @property
     def counts(self) -> dict[str, int]:
         """How many tests ended with each verdict."""

@@ -20,7 +20,15 @@ from gpuaccept.judging.categories import SUITE_ERROR
 from gpuaccept.results.record import RunRecord
 from gpuaccept.results.summary import not_run_notes
 
-__all__ = ["EXIT_COULD_NOT_JUDGE", "cluster_verdict", "exit_code", "loosened_lines", "verdict_line", "verdict_text"]
+__all__ = [
+    "EXIT_COULD_NOT_JUDGE",
+    "cluster_verdict",
+    "exit_code",
+    "loosened_lines",
+    "session_lines",
+    "verdict_line",
+    "verdict_text",
+]
 
 #: pytest's exit code when tests errored (could not measure, suite error) and no hardware check failed
 EXIT_COULD_NOT_JUDGE = 6
@@ -103,3 +111,16 @@ def loosened_lines(record: RunRecord) -> list[str]:
         f"{x['metric']} on {x['sku']}: {x['bound']} {x['packaged']} (packaged) -> {x['site']} ({x['file']})"
         for x in record.loosened
     ]
+
+
+def session_lines(record: RunRecord) -> list[tuple[str, str]]:
+    """The end of the terminal output, with the colour of each line: every test hook that was set,
+    every limit a site file loosens, then the session verdict (as the record states it)."""
+    lines = [
+        (f"TEST HOOK {name}={hook.get('value', '')} ({', '.join(hook.get('where') or [])})", "red")
+        for name, hook in sorted(record.test_hooks.items())
+    ]
+    lines += [(f"a site file loosens {line}", "yellow") for line in loosened_lines(record)]
+    if record.verdict:
+        lines.append((f"session verdict: {record.verdict}", "green" if record.accepted else "red"))
+    return lines
