@@ -39,7 +39,7 @@ CATEGORY_TITLES: dict[str, str] = {
     "drift": "Configuration drift (nodes disagree)",
     "regression": "Regression against the baseline run",
     "could not measure": "Could not measure (infrastructure)",
-    "suite error": "Suite error (the suite could not judge: its fault, not the hardware's)",
+    "suite error": "Suite error (the suite could not judge: a fault of gpuaccept, not of the hardware)",
 }
 assert set(CATEGORY_TITLES) == set(CORE_CATEGORIES), "every category of the judging core needs a title"
 
@@ -66,10 +66,17 @@ CATEGORIES: list[dict[str, Any]] = [
         {"name": CATEGORY_TITLES[name], "matchedStatuses": ["failed"], "messageRegex": _prefix_regex(name)}
         for name in ("hardware fault", "drift", "threshold miss", "regression")
     ),
-    *(
-        {"name": CATEGORY_TITLES[name], "matchedStatuses": ["broken"], "messageRegex": _prefix_regex(name)}
-        for name in ("could not measure", "suite error")
-    ),
+    {
+        "name": CATEGORY_TITLES["suite error"],
+        "matchedStatuses": ["broken"],
+        "messageRegex": _prefix_regex("suite error"),
+    },
+    {
+        # every other broken test: ours that could not measure, and any crash the core did not sort
+        "name": CATEGORY_TITLES["could not measure"],
+        "matchedStatuses": ["broken"],
+        "messageRegex": f"(?!{_literal('suite error')}).*",
+    },
     {
         # a failure the core did not sort (a test outside the acceptance suite, a plugin of a site's own)
         "name": "Other failed check",
