@@ -126,7 +126,7 @@ def _junit_verdict(config: pytest.Config, record: RunRecord) -> None:
     xml = config.stash.get(xml_key, None)
     if xml is None:
         return
-    xml.add_global_property("gpuaccept.verdict", record.verdict)
+    xml.add_global_property("gpuaccept.session_verdict", record.verdict)
     if record.test_hooks:
         xml.add_global_property("gpuaccept.test_hooks", ", ".join(sorted(record.test_hooks)))
     for line in loosened_lines(record):
