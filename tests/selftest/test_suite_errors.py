@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,13 +34,13 @@ NODES, GPUS_PER_NODE = 2, 2
 AREAS = ("test_gpu_health", "test_interconnect", "test_environment", "test_hygiene", "test_node_state", "test_fabric")
 
 
-@pytest.fixture(scope="module")
-def broken_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InnerRun]:
+def injected_run(tmp: Path, readings: dict[str, Any], *args: str) -> Iterator[InnerRun]:
+    """One inner acceptance run of ``AREAS`` on a fresh loopback cluster of ``NODES`` nodes, the probes
+    reading ``readings`` through GPUACCEPT_TEST_INJECT; the cluster is stopped after."""
     if shutil.which("slurmctld") is None:
         if os.environ.get("CI"):
             pytest.fail("Slurm is not installed in CI")
         pytest.skip("Slurm (slurm-wlm) is not installed on this machine")
-    tmp = tmp_path_factory.mktemp("suite-errors")
     for i in range(NODES * GPUS_PER_NODE):
         (tmp / f"nvidia{i}").touch()
     env = {**os.environ, "GPUACCEPT_DEV_GPU_FILE": str(tmp / "nvidia")}
@@ -51,17 +52,23 @@ def broken_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InnerRun]:
     exports = _parse_exports(done.stdout)
     cluster = DevCluster({**env, **exports}, Path(exports["GPUACCEPT_DEV_CLUSTER"]), [])
     spec = tmp / "inject.json"
-    spec.write_text(json.dumps({"readings": COMMON}))
+    spec.write_text(json.dumps({"readings": readings}))
     site = host_site(tmp / "site.yaml")
     inner = tmp / "inner"
     inner.mkdir()
-    args = ["-m", "acceptance", "--launcher", "slurm", "--nodes", str(NODES), "--thresholds", str(site)]
-    args += ["--rootdir", str(REPO), "-p", "tests.selftest._raise_in_judge", "-k", DESELECT]
-    args += ["--drain-on-fail", "print", *(str(REPO / "tests" / "acceptance" / f"{a}.py") for a in AREAS)]
+    argv = ["-m", "acceptance", "--launcher", "slurm", "--nodes", str(NODES), "--thresholds", str(site)]
+    argv += ["--rootdir", str(REPO), "-k", DESELECT, *args]
+    argv += [str(REPO / "tests" / "acceptance" / f"{a}.py") for a in AREAS]
     try:
-        yield run_inner(inner, *args, env={**cluster.env, "GPUACCEPT_TEST_INJECT": str(spec)}, timeout=400)
+        yield run_inner(inner, *argv, env={**cluster.env, "GPUACCEPT_TEST_INJECT": str(spec)}, timeout=400)
     finally:
         stop_cluster(cluster)
+
+
+@pytest.fixture(scope="module")
+def broken_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InnerRun]:
+    tmp = tmp_path_factory.mktemp("suite-errors")
+    yield from injected_run(tmp, COMMON, "-p", "tests.selftest._raise_in_judge", "--drain-on-fail", "print")
 
 
 def test_no_test_fails_and_each_area_has_a_suite_error(broken_run: InnerRun) -> None:
