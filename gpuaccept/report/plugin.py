@@ -293,8 +293,10 @@ class ReportSession:
             attach.table(frame, f"vs baseline {self.baseline.name}", highlight="status", values=("regressed",))
             if (frame["status"] == "regressed").any():
                 changes = summarize_changes(self.baseline.fingerprint_changes(self.fingerprints))
-                attach.text("\n".join(changes or ["no change in driver, CUDA, NCCL, torch, kernel, OS, GPUs"]) + "\n",
-                            "what changed since the baseline")  # fmt: skip
+                attach.text(
+                    "\n".join(changes or ["no change in driver, CUDA, NCCL, torch, kernel, OS, GPUs"]) + "\n",
+                    "what changed since the baseline",
+                )
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_makereport(

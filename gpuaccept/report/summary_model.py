@@ -46,8 +46,14 @@ __all__ = [
 
 #: The matrix row of tests that ran on several nodes at once (NCCL scales, multi-node training).
 CLUSTER_ROW = "all nodes together"
-WORDS = {"passed": "passed", "failed": "failed", "error": "could not measure", "skipped": "skipped",
-         "not run": "not run", "measured": "measured (calibration)"}  # fmt: skip
+WORDS = {
+    "passed": "passed",
+    "failed": "failed",
+    "error": "could not measure",
+    "skipped": "skipped",
+    "not run": "not run",
+    "measured": "measured (calibration)",
+}
 _AREA_ORDER = list(dict.fromkeys(area.title for area in AREAS))
 
 
@@ -259,8 +265,22 @@ def overview(record: RunRecord, *, cluster_name: str | None = None) -> Overview:
 
     accepted, reason = cluster_verdict(record)
     env = environment(record, None, cluster_name=cluster_name)
-    keys = ("Cluster", "Partition", "Slurm job", "Launcher", "Nodes", "GPU model", "SKU", "Driver", "CUDA", "NCCL",
-            "torch", "Kernel", "OS", "Thresholds digest")  # fmt: skip
+    keys = (
+        "Cluster",
+        "Partition",
+        "Slurm job",
+        "Launcher",
+        "Nodes",
+        "GPU model",
+        "SKU",
+        "Driver",
+        "CUDA",
+        "NCCL",
+        "torch",
+        "Kernel",
+        "OS",
+        "Thresholds digest",
+    )
     identity = [(key, env[key]) for key in keys if key in env]
     sha = record.thresholds.get("sha256") or {}
     files = record.thresholds.get("files") or list(sha)
