@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from gpuaccept.results.verdict import EXIT_COULD_NOT_JUDGE
 from ._raise_in_judge import MESSAGE
 from .conftest import REPO, UP, DevCluster, InnerRun, _parse_exports, run_inner, stop_cluster
 from .test_faults_loopback import COMMON, DESELECT
-from .test_nodecheck import host_site
+from .test_nodecheck import host_site, memlock_kib
 
 pytestmark = pytest.mark.selftest
 
@@ -99,3 +100,18 @@ def test_the_session_says_the_suite_could_not_judge(broken_run: InnerRun) -> Non
     assert "the suite could not judge" in record["verdict"] and "failed" not in record["verdict"], record["verdict"]
     assert "would drain" not in output  # a suite error never drains a node
     assert f"session verdict: {record['verdict']}" in output  # the terminal says it as the record does
+
+
+def test_the_limit_the_site_file_loosens_is_named(broken_run: InnerRun) -> None:
+    """host_site declares this host's locked-memory limit for the H200 where the packaged SKU asks for
+    unlimited: the record, the terminal and the summary name it with both values."""
+    if memlock_kib() == -1:
+        pytest.skip("this host's locked memory is unlimited: the site file loosens nothing")
+    (found,) = [x for x in broken_run.record["loosened"] if x["metric"] == "memlock_kib" and x["sku"] == "H200"]
+    assert (found["bound"], found["packaged"], found["site"]) == ("equal", -1.0, float(memlock_kib())), found
+    assert f"a site file loosens memlock_kib on H200: equal -1.0 (packaged) -> {float(memlock_kib())}" in (
+        broken_run.output
+    )
+    (summary,) = re.findall(r"^acceptance summary: (\S+)", broken_run.output, re.M)
+    page = Path(summary).read_text()
+    assert 'id="loosened"' in page and "memlock_kib on H200" in page
