@@ -28,6 +28,7 @@ from gpuaccept.judging.outcome import outcome
 from gpuaccept.judging.suite_error import suite_error
 from gpuaccept.markers import MARKERS
 from gpuaccept.nodecheck.expected import write_expected
+from gpuaccept.record_keeper import RecordKeeper, report_data
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import record_id
 from gpuaccept.results.summary import node_summary_lines, not_run_notes
@@ -66,7 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE_KEY] = state
     # the baseline changes verdicts, so the core reads it, now: before this run overwrites latest.json
     config.stash[BASELINE_KEY] = baseline = load_session_baseline(settings, state.reports_dir, thresholds)
-    config.pluginmanager.register(_RecordKeeper(state), "gpuaccept-record")
+    config.pluginmanager.register(RecordKeeper(state), "gpuaccept-record")
     if not config.pluginmanager.has_plugin("gpuaccept-report"):
         config.pluginmanager.register(importlib.import_module("gpuaccept.report.plugin"), "gpuaccept-report")
     config.hook.pytest_gpuaccept_configured.call_historic(kwargs={"thresholds": thresholds, "baseline": baseline})
@@ -259,57 +260,9 @@ def _end(report: pytest.TestReport, item: pytest.Item, checks: list[MetricResult
     report._gpuaccept_error = ended.verdict == "error"  # type: ignore[attr-defined]
 
 
-def _data(report: pytest.TestReport) -> dict[str, Any] | None:
-    data = getattr(report, "gpuaccept", None)
-    return data if isinstance(data, dict) else None
-
-
-class _RecordKeeper:
-    """Merges each test's outcome into the run record from its reports (in the xdist controller too,
-    where the tests' own process state is out of reach and only the reports arrive)."""
-
-    def __init__(self, state: SessionState) -> None:
-        self.state = state
-        self._merged: set[str] = set()
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        data = _data(report)
-        if data is None:
-            return
-        verdict = data["verdict"]
-        record = self.state.record
-        entry = record.test(record_id(report.nodeid))
-        if entry.verdict in ("failed", "error") and verdict in ("passed", "skipped", "not run", "measured"):
-            return  # a teardown success never hides a failed call
-        entry.verdict = verdict
-        entry.category = data.get("category")
-        entry.not_run = data.get("not_run") or entry.not_run
-        entry.suite_error = data.get("suite_error") or entry.suite_error
-        record.merge_hooks(data.get("test_hooks") or {})  # seen by an xdist worker's probes
-        entry.duration_s = round(entry.duration_s + report.duration, 3)
-        entry.nodes = data.get("nodes") or entry.nodes
-        entry.commands = data.get("commands") or entry.commands
-        if report.longrepr is not None and verdict != "passed":
-            entry.message = _short(report)
-        if entry.nodeid not in self._merged:  # a failing teardown reports the same metrics again
-            self._merged.add(entry.nodeid)
-            checks = [MetricResult.from_dict(raw) for raw in data.get("metrics") or []]
-            record.metrics.extend(checks)
-            entry.checks = [c.check_entry() for c in checks]
-        for node, fingerprint in (data.get("fingerprints") or {}).items():
-            record.fingerprints.setdefault(node, fingerprint)
-
-
-def _short(report: pytest.TestReport) -> str:
-    if report.skipped and isinstance(report.longrepr, tuple):
-        return str(report.longrepr[2])
-    crash = getattr(report.longrepr, "reprcrash", None)
-    return str(crash.message) if crash is not None else str(report.longrepr)[-2000:]
-
-
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, Any] | None:
     """Show could-not-measure as ERROR (``E``), apart from threshold failures (``F``)."""
-    data = _data(report)
+    data = report_data(report)
     if report.when == "call" and report.failed and data is not None and data["verdict"] == "error":
         return "error", "E", ("ERROR", {"red": True})
     return None
