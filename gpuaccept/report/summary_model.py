@@ -154,6 +154,8 @@ class Overview:
     loosened: list[str] = field(default_factory=list)
     #: the suite that judged: ``gpuaccept 0.1.0, commit 1a2b3c4 (edited)``
     suite: str = ""
+    #: tests an exception of the suite's own ended (counted among the errors, shown apart)
+    suite_errors: int = 0
 
 
 def _cell(entries: list[TestEntry], by_test: Mapping[str, list[MetricResult]], node: str | None) -> Cell:
@@ -309,6 +311,7 @@ def overview(record: RunRecord, *, cluster_name: str | None = None) -> Overview:
         ],
         loosened=loosened_lines(record),
         suite=suite_text(record.suite),
+        suite_errors=sum(1 for t in tests if t.verdict == "error" and t.category == SUITE_ERROR),
     )
 
 

@@ -100,6 +100,15 @@ def test_the_session_says_the_suite_could_not_judge(broken_run: InnerRun) -> Non
     assert "the suite could not judge" in record["verdict"] and "failed" not in record["verdict"], record["verdict"]
     assert "would drain" not in output  # a suite error never drains a node
     assert f"session verdict: {record['verdict']}" in output  # the terminal says it as the record does
+    page = _summary(broken_run)
+    count = sum(1 for t in record["tests"] if t["category"] == "suite error")
+    assert f"<b>{count}</b> suite error (the suite could not judge)" in page and "<b>0</b> failed" in page
+    assert "the suite could not judge" in page[: page.index('class="counts"')]  # the verdict's reason
+
+
+def _summary(run: InnerRun) -> str:
+    (path,) = re.findall(r"^acceptance summary: (\S+)", run.output, re.M)
+    return Path(path).read_text()
 
 
 def test_the_limit_the_site_file_loosens_is_named(broken_run: InnerRun) -> None:
@@ -112,6 +121,5 @@ def test_the_limit_the_site_file_loosens_is_named(broken_run: InnerRun) -> None:
     assert f"a site file loosens memlock_kib on H200: equal -1.0 (packaged) -> {float(memlock_kib())}" in (
         broken_run.output
     )
-    (summary,) = re.findall(r"^acceptance summary: (\S+)", broken_run.output, re.M)
-    page = Path(summary).read_text()
+    page = _summary(broken_run)
     assert 'id="loosened"' in page and "memlock_kib on H200" in page
