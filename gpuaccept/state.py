@@ -54,9 +54,6 @@ class SessionState:
             "digest": thresholds.digest,
             "sha256": dict(thresholds.file_digests),
         }
-        self.record.suite = suite_identity()
-        if len(thresholds.files) > 1:
-            self.record.loosened = loosened(thresholds, load_thresholds(defaults=thresholds.files[0]))
         for name, value in testhooks.active().items():
             self.record.hook_seen(name, value, "the pytest process")
         self.current_item: pytest.Item | None = None
@@ -169,6 +166,13 @@ class SessionState:
 
     def write_record(self, status: str) -> Path:
         self.record.status = status
+        self.record.suite = suite_identity()  # here, not at start: a session that never runs asks git nothing
+        if len(self.thresholds.files) > 1:
+            try:
+                packaged = load_thresholds(defaults=self.thresholds.files[0])
+                self.record.loosened = loosened(self.thresholds, packaged)
+            except Exception as exc:  # the record is written whatever else fails
+                self.record.errors.append(f"could not compare the site limits with the packaged ones: {exc}")
         self.record.accepted, self.record.verdict = verdict_line(self.record)
         if self._cluster is not None:
             self.record.cluster["lost_nodes"] = self._cluster.lost
