@@ -149,3 +149,16 @@ def test_loosened_limits_are_named(tmp_path: Path) -> None:
         },
     ]
     assert loosened(packaged, packaged) == []
+
+
+def test_a_busbw_check_without_its_sweep_still_gets_a_summary() -> None:
+    """A busbw check whose sweep was not recorded (its step failed half way) draws no chart, and the page is
+    still written (it raised ZeroDivisionError in the chart before, and no summary was written)."""
+    from gpuaccept.report.summary import build_summary
+
+    check = {**CHECK, "metric": "nccl_all_reduce_busbw_gbs", "value": 0.01, "unit": "GB/s", "min": 0.04}
+    record = RunRecord.from_dict(
+        {"status": "failed", "tests": [{"nodeid": "t", "verdict": "failed"}]}
+        | {"metrics": [check | {"verdict": "fail"}]}
+    )
+    assert "NOT ACCEPTED" in build_summary(record)
