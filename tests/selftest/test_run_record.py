@@ -157,8 +157,9 @@ def test_a_busbw_check_without_its_sweep_still_gets_a_summary() -> None:
     from gpuaccept.report.summary import build_summary
 
     check = {**CHECK, "metric": "nccl_all_reduce_busbw_gbs", "value": 0.01, "unit": "GB/s", "min": 0.04}
+    check["extra"] = {"scale": 2}  # the scale it was judged at, and no size or curve
     record = RunRecord.from_dict(
         {"status": "failed", "tests": [{"nodeid": "t", "verdict": "failed"}]}
         | {"metrics": [check | {"verdict": "fail"}]}
     )
-    assert "NOT ACCEPTED" in build_summary(record)
+    assert "NOT ACCEPTED" in build_summary(record, thresholds=load_thresholds())
