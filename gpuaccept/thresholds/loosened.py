@@ -2,8 +2,9 @@
 record and the summary name every one (metric, SKU, bound, packaged value, site value, file).
 
 Looser means: a ``min`` lowered or dropped, a ``max`` raised or dropped, an ``equal`` changed or
-dropped, a ``straggler_pct`` or ``regression_pct`` widened. A tighter limit, or a limit for a SKU
-or metric the packaged file does not have, loosens nothing and is not listed.
+dropped, a ``straggler_pct`` or ``regression_pct`` widened (on a limit, or in ``settings`` for every
+SKU). A tighter limit, or a limit for a SKU or metric the packaged file does not have, loosens nothing
+and is not listed.
 """
 
 from __future__ import annotations
@@ -33,7 +34,11 @@ def _bounds(old: Limit, new: Limit) -> list[tuple[str, Any, Any]]:
 def loosened(merged: Thresholds, packaged: Thresholds) -> list[dict[str, Any]]:
     """Every limit of ``merged`` (packaged + site) looser than ``packaged``'s for the same SKU and metric."""
     site = str(merged.files[-1]) if len(merged.files) > 1 else ""
-    found = []
+    found = [
+        {"metric": f"settings.{name}", "sku": "every SKU", "bound": "value", "packaged": was, "site": now, "file": site}
+        for name, was in sorted(packaged.settings.items())
+        if (now := merged.settings.get(name, was)) > was  # a wider straggler or regression tolerance
+    ]
     for sku in sorted(set(merged.skus) & set(packaged.skus)):
         before = packaged.limits_for(sku)
         for metric, limit in sorted(merged.limits_for(sku).items()):

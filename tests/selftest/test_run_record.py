@@ -127,6 +127,8 @@ def test_loosened_limits_are_named(tmp_path: Path) -> None:
     limit and a SKU of the site's own are not."""
     site = tmp_path / "site.yaml"
     site.write_text(
+        "settings:\n"
+        "  straggler_pct: {value: 25, source: 'selftest: a site widening the straggler rule'}\n"
         "skus:\n"
         "  cpu:\n"
         "    limits:\n"
@@ -139,6 +141,14 @@ def test_loosened_limits_are_named(tmp_path: Path) -> None:
     before = packaged.limits_for("cpu")
     assert before["dev_shm_gib"].min is not None and before["dev_shm_gib"].min > 0.5
     assert found == [
+        {
+            "metric": "settings.straggler_pct",
+            "sku": "every SKU",
+            "bound": "value",
+            "packaged": packaged.settings["straggler_pct"],
+            "site": 25.0,
+            "file": str(site),
+        },
         {
             "metric": "dev_shm_gib",
             "sku": "cpu",
