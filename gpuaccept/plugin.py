@@ -25,11 +25,14 @@ from gpuaccept.judging.baseline import BASELINE_KEY, load_session_baseline
 from gpuaccept.judging.categories import category
 from gpuaccept.judging.judge import Judge
 from gpuaccept.judging.outcome import outcome
+from gpuaccept.judging.suite_error import suite_error
 from gpuaccept.markers import MARKERS
 from gpuaccept.nodecheck.expected import write_expected
+from gpuaccept.record_keeper import RecordKeeper, report_data
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import record_id
 from gpuaccept.results.summary import node_summary_lines, not_run_notes
+from gpuaccept.results.verdict import exit_code, session_lines
 from gpuaccept.settings import Settings, SettingsError, add_options, resolve
 from gpuaccept.state import STATE_KEY, SessionState
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
@@ -64,7 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE_KEY] = state
     # the baseline changes verdicts, so the core reads it, now: before this run overwrites latest.json
     config.stash[BASELINE_KEY] = baseline = load_session_baseline(settings, state.reports_dir, thresholds)
-    config.pluginmanager.register(_RecordKeeper(state), "gpuaccept-record")
+    config.pluginmanager.register(RecordKeeper(state), "gpuaccept-record")
     if not config.pluginmanager.has_plugin("gpuaccept-report"):
         config.pluginmanager.register(importlib.import_module("gpuaccept.report.plugin"), "gpuaccept-report")
     config.hook.pytest_gpuaccept_configured.call_historic(kwargs={"thresholds": thresholds, "baseline": baseline})
@@ -199,6 +202,9 @@ def pytest_runtest_makereport(
         verdict = "error"
     else:
         verdict = "failed" if report.when == "call" else "error"
+    bug = suite_error(report, call, item, checks) if report.failed else None
+    if bug is not None:  # an exception of ours is never the hardware's failure; a failed check still is
+        verdict = "failed" if any(c.verdict == "fail" for c in checks) else "error"
     state = _state(item.config)
     callspec = getattr(item, "callspec", None)
     nodes = [callspec.params[k] for k in ("node", "suspect") if callspec is not None and callspec.params.get(k)]
@@ -208,7 +214,9 @@ def pytest_runtest_makereport(
     fault_of = _fault_of(state)
     report.gpuaccept = {  # type: ignore[attr-defined]  # travels from xdist workers with the report
         "verdict": verdict,
-        "category": category(verdict, checks, fault_of, _regressed_only),
+        "category": category(verdict, checks, fault_of, _regressed_only, suite_error=bug is not None),
+        "suite_error": bug,
+        "test_hooks": state.record.test_hooks,
         "nodes": nodes,
         "commands": list(entry.commands) if entry else [],
         "metrics": [m.to_dict() for m in checks],
@@ -252,60 +260,15 @@ def _end(report: pytest.TestReport, item: pytest.Item, checks: list[MetricResult
     report._gpuaccept_error = ended.verdict == "error"  # type: ignore[attr-defined]
 
 
-def _data(report: pytest.TestReport) -> dict[str, Any] | None:
-    data = getattr(report, "gpuaccept", None)
-    return data if isinstance(data, dict) else None
-
-
-class _RecordKeeper:
-    """Merges each test's outcome into the run record from its reports (in the xdist controller too,
-    where the tests' own process state is out of reach and only the reports arrive)."""
-
-    def __init__(self, state: SessionState) -> None:
-        self.state = state
-        self._merged: set[str] = set()
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        data = _data(report)
-        if data is None:
-            return
-        verdict = data["verdict"]
-        record = self.state.record
-        entry = record.test(record_id(report.nodeid))
-        if entry.verdict in ("failed", "error") and verdict in ("passed", "skipped", "not run", "measured"):
-            return  # a teardown success never hides a failed call
-        entry.verdict = verdict
-        entry.category = data.get("category")
-        entry.not_run = data.get("not_run") or entry.not_run
-        entry.duration_s = round(entry.duration_s + report.duration, 3)
-        entry.nodes = data.get("nodes") or entry.nodes
-        entry.commands = data.get("commands") or entry.commands
-        if report.longrepr is not None and verdict != "passed":
-            entry.message = _short(report)
-        if entry.nodeid not in self._merged:  # a failing teardown reports the same metrics again
-            self._merged.add(entry.nodeid)
-            checks = [MetricResult.from_dict(raw) for raw in data.get("metrics") or []]
-            record.metrics.extend(checks)
-            entry.checks = [c.check_entry() for c in checks]
-        for node, fingerprint in (data.get("fingerprints") or {}).items():
-            record.fingerprints.setdefault(node, fingerprint)
-
-
-def _short(report: pytest.TestReport) -> str:
-    if report.skipped and isinstance(report.longrepr, tuple):
-        return str(report.longrepr[2])
-    crash = getattr(report.longrepr, "reprcrash", None)
-    return str(crash.message) if crash is not None else str(report.longrepr)[-2000:]
-
-
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, Any] | None:
     """Show could-not-measure as ERROR (``E``), apart from threshold failures (``F``)."""
-    data = _data(report)
+    data = report_data(report)
     if report.when == "call" and report.failed and data is not None and data["verdict"] == "error":
         return "error", "E", ("ERROR", {"red": True})
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before junitxml writes its file: the report adds the session verdict
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(STATE_KEY, None)
     if state is None or hasattr(session.config, "workerinput"):
@@ -320,6 +283,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             state.config._gpuaccept_record_path = path = state.write_record(status)  # type: ignore[attr-defined]
             # what the node check (gpuaccept-node-check) compares each node's driver, CUDA and NCCL with
             write_expected(state.record.fingerprints, state.reports_dir / "expected-fingerprint.json", path, status)
+        session.exitstatus = exit_code(int(exitstatus), state.record.counts, session.testsfailed)
         if state.settings.drain_on_fail != "off" and state.started and state.cluster.kind == "slurm":
             state.drain_lines = run_drain(state.record, state.settings.drain_on_fail)
     finally:
@@ -337,6 +301,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(f"not run: {note}", yellow=True)
     for line in state.drain_lines:
         terminalreporter.write_line(line)
+    for line, colour in session_lines(state.record):
+        terminalreporter.write_line(line, **{colour: True})
     path = getattr(config, "_gpuaccept_record_path", None)
     if path is not None:
         terminalreporter.write_line(f"run record: {path}")

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from gpuaccept import testhooks
 from gpuaccept.cluster import Cluster, FanoutGroup
 from gpuaccept.dispatch import SlurmUnusable, choose_launcher, make_launcher
 from gpuaccept.dispatch.result import ProbeResult
@@ -27,8 +28,11 @@ from gpuaccept.dispatch.slurm_cli import SlurmError, cluster_name, share_node_re
 from gpuaccept.dispatch.step import Step, shell_join
 from gpuaccept.fingerprints import Fingerprints
 from gpuaccept.results.record import RunRecord, record_id
+from gpuaccept.results.suite import suite_identity
+from gpuaccept.results.verdict import verdict_line
 from gpuaccept.settings import Settings
-from gpuaccept.thresholds.loader import Thresholds
+from gpuaccept.thresholds.loader import Thresholds, load_thresholds
+from gpuaccept.thresholds.loosened import loosened
 
 __all__ = ["STATE_KEY", "SessionState"]
 
@@ -50,6 +54,8 @@ class SessionState:
             "digest": thresholds.digest,
             "sha256": dict(thresholds.file_digests),
         }
+        for name, value in testhooks.active().items():
+            self.record.hook_seen(name, value, "the pytest process")
         self.current_item: pytest.Item | None = None
         self._cluster: Cluster | None = None
         self._fingerprints: Fingerprints | None = None
@@ -129,6 +135,9 @@ class SessionState:
 
     def _on_step(self, step: Step, command: list[str], result: ProbeResult | None) -> None:
         self._record_command(command)
+        for rank in result.records if result is not None else []:
+            for name, value in rank.test_hooks.items():
+                self.record.hook_seen(name, value, f"probes on {rank.node}")
         item = self.current_item
         self.config.hook.pytest_gpuaccept_step_finished(item=item, step=step, command=command, result=result)
 
@@ -157,6 +166,14 @@ class SessionState:
 
     def write_record(self, status: str) -> Path:
         self.record.status = status
+        self.record.suite = suite_identity()  # here, not at start: a session that never runs asks git nothing
+        if len(self.thresholds.files) > 1:
+            try:
+                packaged = load_thresholds(defaults=self.thresholds.files[0])
+                self.record.loosened = loosened(self.thresholds, packaged)
+            except Exception as exc:  # the record is written whatever else fails
+                self.record.errors.append(f"could not compare the site limits with the packaged ones: {exc}")
+        self.record.accepted, self.record.verdict = verdict_line(self.record)
         if self._cluster is not None:
             self.record.cluster["lost_nodes"] = self._cluster.lost
             self.record.cluster["srun_steps"] = getattr(self._cluster.launcher, "steps_launched", None)

@@ -28,6 +28,8 @@ class RankRecord:
     local_rank: int
     gpu: dict[str, Any] | None
     data: dict[str, Any]
+    #: the test hooks set where this rank ran (``gpuaccept.testhooks``): name -> value
+    test_hooks: dict[str, str] = field(default_factory=dict)
 
     @property
     def gpu_label(self) -> str | None:
@@ -120,6 +122,7 @@ def parse_records(probe: str, stdout: str, expected_ranks: int, nodes: tuple[str
                 local_rank=int(raw.get("local_rank", 0)),
                 gpu=raw.get("gpu"),
                 data=dict(raw["data"]),
+                test_hooks={str(k): str(v) for k, v in (raw.get("test_hooks") or {}).items()},
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ProbeError(

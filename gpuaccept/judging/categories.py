@@ -1,5 +1,7 @@
-"""Why a test did not pass, in the five words a customer's report sorts failures by.
+"""Why a test did not pass, in the six words a customer's report sorts failures by.
 
+* ``suite error``: the test is an ERROR because an exception of ours (not a ``MeasurementError``)
+  ended it: a bug of the suite, never the hardware's fault, never a FAILED, never a drain;
 * ``could not measure``: the test is an ERROR (launch failure, node down, timeout, a needed limit
   missing, nothing judged);
 * ``regression``: every failed check passed its floor and failed only against the baseline run;
@@ -18,9 +20,11 @@ from collections.abc import Callable, Iterable
 
 from gpuaccept.results.metrics import MetricResult
 
-__all__ = ["CATEGORIES", "category"]
+__all__ = ["CATEGORIES", "SUITE_ERROR", "category"]
 
-CATEGORIES = ("could not measure", "regression", "hardware fault", "drift", "threshold miss")
+#: an exception of the suite's own ended the test: the suite could not judge
+SUITE_ERROR = "suite error"
+CATEGORIES = (SUITE_ERROR, "could not measure", "regression", "hardware fault", "drift", "threshold miss")
 
 
 def category(
@@ -28,10 +32,12 @@ def category(
     checks: Iterable[MetricResult],
     fault_of: Callable[[str], str],
     regressed_only: Callable[[MetricResult], bool],
+    suite_error: bool = False,
 ) -> str | None:
-    """The category of a test that did not pass (None for passed and skipped tests)."""
+    """The category of a test that did not pass (None for passed and skipped tests); ``suite_error``:
+    an exception of ours ended it."""
     if verdict == "error":
-        return "could not measure"
+        return SUITE_ERROR if suite_error else "could not measure"
     if verdict != "failed":
         return None
     failed = [c for c in checks if c.verdict == "fail"]

@@ -13,6 +13,10 @@ rules hold for every test whatever its body did:
 * a calibration run's figures without a limit (``measured``) end the test ``measured``;
 * else it passed.
 
+An exception that is not a ``MeasurementError`` (a bug of ours: a ``KeyError`` in a judging call) is
+no check at all: ``judging.suite_error`` makes the test an ERROR of category ``suite error`` naming the
+exception, where it was raised and the test, unless a judged check had already failed.
+
 ``nodecheck`` (the Slurm health check) and the plugin both end through ``outcome``.
 """
 

@@ -21,6 +21,7 @@ import os
 import sys
 import time
 
+from gpuaccept import testhooks
 from gpuaccept.probes._protocol import emit, node_name, rank_info
 
 __all__ = ["measure", "slowdown"]
@@ -28,12 +29,13 @@ __all__ = ["measure", "slowdown"]
 
 def slowdown() -> int:
     """The selftest slow-down factor for this node (1 = none); refused outside selftests."""
-    raw = os.environ.get("GPUACCEPT_FAULT_MEMCPY_SLOWDOWN")
+    try:
+        raw = testhooks.gated("GPUACCEPT_FAULT_MEMCPY_SLOWDOWN")
+    except testhooks.HookRefused as exc:
+        sys.exit(str(exc))
     if not raw:
         return 1
-    if os.environ.get("GPUACCEPT_SELFTEST") != "1":
-        sys.exit("GPUACCEPT_FAULT_MEMCPY_SLOWDOWN is a selftest knob (set GPUACCEPT_SELFTEST=1 to use it)")
-    target = os.environ.get("GPUACCEPT_FAULT_NODE")
+    target = testhooks.value("GPUACCEPT_FAULT_NODE")
     if target and target != node_name():
         return 1
     if not raw.isdigit() or int(raw) < 1:

@@ -8,7 +8,8 @@ readings the file names for *this* node instead of reading the hardware. Nothing
 probes emit what they always emit, the tests and the judging core judge it as they judge a live node.
 The selftests use it to prove every row of docs/faults.md end to end on a loopback Slurm cluster
 without GPUs (tests/selftest/test_faults_loopback.py). Never set it on a cluster you are accepting:
-the run then judges the file, not the machine (the plugin does not read it; only the probes do).
+the run then judges the file, not the machine. It is registered in ``gpuaccept.testhooks``: every
+probe's result line names it, and a run with it set is never ACCEPTED (its record names the hook).
 
 The file is read on the node, inside the probe (under srun), and keyed by the node's Slurm name
 (``SLURMD_NODENAME``, else ``GPUACCEPT_NODE``), so one node can carry a fault while the others read the
@@ -45,12 +46,12 @@ import atexit
 import copy
 import functools
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from gpuaccept import testhooks
 from gpuaccept.probes._protocol import node_name
 
 __all__ = [
@@ -107,7 +108,7 @@ def _plan(path: str, node: str) -> dict[str, Any]:
 
 
 def _active() -> dict[str, Any] | None:
-    path = os.environ.get(ENV)
+    path = testhooks.value(ENV)
     return _plan(path, node_name()) if path else None
 
 

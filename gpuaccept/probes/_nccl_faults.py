@@ -1,15 +1,19 @@
 """The NCCL probe's test-only faults (refused unless GPUACCEPT_SELFTEST=1): a slow node, a hung rank, a
 rank whose results are corrupted. The selftests use them to prove the NCCL tests name the node or rank
-at fault (tests/selftest/test_nccl_probe.py, test_faults_nccl.py); see gpuaccept/probes/nccl.py.
+at fault (tests/selftest/test_nccl_probe.py, test_faults_nccl.py); see gpuaccept/probes/nccl.py. The
+knobs and their gate are registered in ``gpuaccept.testhooks``.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
-__all__ = ["test_faults"]
+from gpuaccept import testhooks
+
+__all__ = ["selftest_faults"]
+
+_SLOW, _HANG, _CORRUPT = "GPUACCEPT_FAULT_SLOW_NODE", "GPUACCEPT_FAULT_HANG_RANK", "GPUACCEPT_FAULT_CORRUPT_RANK"
 
 
 def _chosen(value: str | None, node: str, rank: int, local_rank: int) -> bool:
@@ -20,16 +24,17 @@ def _chosen(value: str | None, node: str, rank: int, local_rank: int) -> bool:
     return which == str(local_rank) and where == node if where else which == str(rank)
 
 
-def test_faults(node: str, rank: int, local_rank: int) -> dict[str, Any]:
-    """Test-only faults; refused outside selftests so a production run can never be slowed on purpose."""
-    env = os.environ
-    names = ("GPUACCEPT_FAULT_SLOW_NODE", "GPUACCEPT_FAULT_HANG_RANK", "GPUACCEPT_FAULT_CORRUPT_RANK")
-    if not any(env.get(n) for n in names):
+def selftest_faults(node: str, rank: int, local_rank: int) -> dict[str, Any]:
+    """The faults this rank must show; refused outside selftests so a production run can never be slowed
+    on purpose."""
+    try:
+        slow, hang, corrupt = (testhooks.gated(name) for name in (_SLOW, _HANG, _CORRUPT))
+    except testhooks.HookRefused as exc:
+        sys.exit(f"gpuaccept.probes.nccl: {exc}")
+    if not (slow or hang or corrupt):
         return {}
-    if env.get("GPUACCEPT_SELFTEST") != "1":
-        sys.exit(f"gpuaccept.probes.nccl: {', '.join(n for n in names if env.get(n))} is for selftests only")
     return {
-        "slow_s": float(env.get("GPUACCEPT_FAULT_SLOW_S", "0.05")) if env.get(names[0]) == node else 0.0,
-        "hang": _chosen(env.get(names[1]), node, rank, local_rank),
-        "corrupt": _chosen(env.get(names[2]), node, rank, local_rank),
+        "slow_s": float(testhooks.value("GPUACCEPT_FAULT_SLOW_S") or "0.05") if slow == node else 0.0,
+        "hang": _chosen(hang, node, rank, local_rank),
+        "corrupt": _chosen(corrupt, node, rank, local_rank),
     }

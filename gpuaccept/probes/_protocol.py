@@ -2,7 +2,7 @@
 
 A probe is a plain module (``python -m gpuaccept.probes.<name>``) that an operator can run by hand
 on a node. It must not import pytest or anything from the plugin: only this module, the standard
-library and what the measurement itself needs (torch, pynvml).
+library, ``gpuaccept.testhooks`` and what the measurement itself needs (torch, pynvml).
 
 Each rank prints exactly one line ``GPUACCEPT_RESULT {json}`` on stdout. The JSON carries the rank's
 identity (node, rank, world size, local rank, GPU index/UUID/PCI bus when it has one) and the
@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from gpuaccept import testhooks
 from gpuaccept.probes._gpu import handle_for_rank, identity
 from gpuaccept.probes._nvml import nvml
 
@@ -131,7 +132,8 @@ def _clean(value: Any) -> Any:
 
 
 def emit(data: dict[str, Any], *, gpu: dict[str, Any] | None = None, probe: str | None = None) -> None:
-    """Print this rank's one result line: identity plus ``data``."""
+    """Print this rank's one result line: identity plus ``data``, and ``test_hooks`` (name -> value) when
+    a test hook of ``gpuaccept.testhooks`` is set where the probe ran: the run is then not an acceptance."""
     info = rank_info()
     line = {
         "probe": probe or os.path.basename(sys.argv[0]).removesuffix(".py"),
@@ -142,6 +144,9 @@ def emit(data: dict[str, Any], *, gpu: dict[str, Any] | None = None, probe: str 
         "gpu": gpu,
         "data": _clean(data),
     }
+    hooks = testhooks.active()
+    if hooks:
+        line["test_hooks"] = hooks
     text = json.dumps(line, sort_keys=True)
     if len(text) + len(SENTINEL) < PART_BYTES:
         sys.stdout.write(SENTINEL + text + "\n")

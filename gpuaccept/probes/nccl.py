@@ -39,7 +39,7 @@ from gpuaccept.nccl.formulas import COLLECTIVES, busbw_gbs
 from gpuaccept.nccl.ncclinfo import collect_facts, debug_env
 from gpuaccept.nccl.sweep import cap_sizes, format_bytes, parse_bytes, requested_sizes, sweep_sizes
 from gpuaccept.nccl.watchdog import Watchdog
-from gpuaccept.probes._nccl_faults import test_faults
+from gpuaccept.probes._nccl_faults import selftest_faults
 from gpuaccept.probes._protocol import emit, gpu_identity, node_name, rank_info
 
 __all__ = ["main"]
@@ -272,7 +272,7 @@ class _Sweep:
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
     info, node = rank_info(), node_name()
-    faults = test_faults(node, info.rank, info.local_rank)
+    faults = selftest_faults(node, info.rank, info.local_rank)
     import torch
     import torch.distributed as dist
 

@@ -10,7 +10,7 @@ checks (``gpuaccept.judging.categories``) and the report plugin writes it at the
 status message in Allure, ``[threshold miss] 2 failed check(s): ...``. Each category below
 matches one such prefix (Allure matches a category's regex against the whole status message with
 Java's ``matches()`` and DOTALL), so the Allure tab, the run record and the summary page say the
-same thing. Could-not-measure tests are *broken* in Allure, every other non-pass *failed*.
+same thing. Could-not-measure and suite-error tests are *broken* in Allure, every other non-pass *failed*.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ CATEGORY_TITLES: dict[str, str] = {
     "drift": "Configuration drift (nodes disagree)",
     "regression": "Regression against the baseline run",
     "could not measure": "Could not measure (infrastructure)",
+    "suite error": "Suite error (the suite could not judge: a fault of gpuaccept, not of the hardware)",
 }
 assert set(CATEGORY_TITLES) == set(CORE_CATEGORIES), "every category of the judging core needs a title"
 
@@ -66,8 +67,15 @@ CATEGORIES: list[dict[str, Any]] = [
         for name in ("hardware fault", "drift", "threshold miss", "regression")
     ),
     {
+        "name": CATEGORY_TITLES["suite error"],
+        "matchedStatuses": ["broken"],
+        "messageRegex": _prefix_regex("suite error"),
+    },
+    {
+        # every other broken test: ours that could not measure, and any crash the core did not sort
         "name": CATEGORY_TITLES["could not measure"],
         "matchedStatuses": ["broken"],
+        "messageRegex": f"(?!{_literal('suite error')}).*",
     },
     {
         # a failure the core did not sort (a test outside the acceptance suite, a plugin of a site's own)

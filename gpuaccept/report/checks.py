@@ -134,6 +134,9 @@ def junit_properties(data: Mapping[str, Any], checks: Sequence[MetricResult]) ->
     ]
     if data.get("category"):
         props.append(("category", str(data["category"])))
+    bug = data.get("suite_error")
+    if bug:
+        props.append(("suite_error", f"{bug['type']} raised at {bug['where']}: the suite could not judge this test"))
     if failed:
         named = "; ".join(check_line(c) for c in failed[:MAX_NAMED])
         more = f"; and {len(failed) - MAX_NAMED} more" if len(failed) > MAX_NAMED else ""

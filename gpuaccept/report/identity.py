@@ -107,13 +107,18 @@ def environment(
         "Python": _across(fps, lambda fp: _get(fp, ("stack", "python"))),
         "Kernel": _across(fps, lambda fp: fp.get("kernel")),
         "OS": _across(fps, lambda fp: fp.get("os")),
-        "Suite version": f"gpuaccept {_suite_version()}",
+        "Suite version": f"gpuaccept {record.suite.get('version') or _suite_version()}",
+        "Suite commit": f"{record.suite.get('commit') or 'unknown'} (edited: {record.suite.get('edited')})",
         "Thresholds digest": str(thresholds.get("digest") or "unknown"),
         "Thresholds files": ", ".join(Path(f).name for f in thresholds.get("files") or []) or "unknown",
         "Started": record.started.isoformat(),
         "Status": record.status,
         "Tests": ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "none",
     }
+    if record.test_hooks:
+        out["Test hooks"] = ", ".join(sorted(record.test_hooks))
+    if record.loosened:
+        out["Limits loosened by a site file"] = str(len(record.loosened))
     if record_path is not None:
         out["Run record"] = str(record_path)
     if baseline is not None:

@@ -18,7 +18,8 @@ written) and the core's verdict on each report; it reads no session state and ch
 - each report (``pytest_runtest_makereport``, outermost): Allure's status and message follow the
   core's verdict and category (``[threshold miss] ...``: categories.json sorts by it), the test's
   description lists its checks, and ``--junitxml`` gets short properties (node, GPUs, verdict,
-  category, failed checks) for GitLab and Jenkins.
+  category, failed checks, a suite error) for GitLab and Jenkins, and the session verdict, the test
+  hooks and the loosened limits as global properties.
 - session end: the metrics CSV beside the run record, the baseline comparison CSV,
   ``environment.properties`` and ``categories.json``, ``reports/summary.html`` (the acceptance
   summary), and a terminal section on the baseline.
@@ -113,6 +114,23 @@ def _junit_properties(item: pytest.Item, report: pytest.TestReport, data: dict[s
     props: list[tuple[str, object]] = list(junit_properties(data, _checks(item)))
     for holder in (item.user_properties, report.user_properties):
         holder[:] = [p for p in holder if not str(p[0]).startswith(JUNIT_PREFIX)] + props
+
+
+def _junit_verdict(config: pytest.Config, record: RunRecord) -> None:
+    """The session verdict, the test hooks and the loosened limits as ``--junitxml`` global properties
+    (the record is written before junitxml writes its file)."""
+    from _pytest.junitxml import xml_key
+
+    from gpuaccept.results.verdict import loosened_lines
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return
+    xml.add_global_property("gpuaccept.session_verdict", record.verdict)
+    if record.test_hooks:
+        xml.add_global_property("gpuaccept.test_hooks", ", ".join(sorted(record.test_hooks)))
+    for line in loosened_lines(record):
+        xml.add_global_property("gpuaccept.loosened", line)
 
 
 def _allure_test(item: pytest.Item) -> Any:
@@ -302,6 +320,7 @@ class ReportSession:
     def pytest_gpuaccept_record_written(self, path: Path, record: RunRecord) -> None:
         """Everything the session end writes is drawn from ``record`` (and the baseline the core loaded)."""
         self.record = record
+        _junit_verdict(self.config, record)
         self.written.extend(write_metrics_csv(path, record.metrics))
         if self.baseline is not None:
             self.changes = summarize_changes(self.baseline.fingerprint_changes(record.fingerprints))

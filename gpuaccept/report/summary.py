@@ -208,7 +208,7 @@ def build_summary(
     catalogue = thresholds.metrics if thresholds is not None else {}
     panels = gpus.heat_panels(metrics, catalogue)
     heatmap = data_uri(gpus.heatmap_png(panels)) if panels else None
-    scales = nccl.nccl_scales(metrics, catalogue)
+    scales = [s for s in nccl.nccl_scales(metrics, catalogue) if s.series]  # a scale whose checks had no sweep
     busbw = [{"title": s.title, "curves": s.curves, "png": data_uri(nccl.nccl_png(s))} for s in scales]
     since = record.started.timestamp()
     sweep_pngs: list[dict[str, str]] = []

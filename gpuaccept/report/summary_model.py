@@ -21,13 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.judging.categories import SUITE_ERROR
 from gpuaccept.markers import AREAS, area_named
 from gpuaccept.report.allure_files import CATEGORY_TITLES
 from gpuaccept.report.checks import check_line, worst_failure
 from gpuaccept.report.identity import environment
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import RunRecord, TestEntry
-from gpuaccept.results.summary import VERDICT_RANK, margin, not_run_notes, worst_verdict
+from gpuaccept.results.summary import VERDICT_RANK, margin, worst_verdict
+from gpuaccept.results.verdict import cluster_verdict, loosened_lines, verdict_text
 
 __all__ = [
     "CLUSTER_ROW",
@@ -44,8 +46,14 @@ __all__ = [
 
 #: The matrix row of tests that ran on several nodes at once (NCCL scales, multi-node training).
 CLUSTER_ROW = "all nodes together"
-WORDS = {"passed": "passed", "failed": "failed", "error": "could not measure", "skipped": "skipped",
-         "not run": "not run", "measured": "measured (calibration)"}  # fmt: skip
+WORDS = {
+    "passed": "passed",
+    "failed": "failed",
+    "error": "could not measure",
+    "skipped": "skipped",
+    "not run": "not run",
+    "measured": "measured (calibration)",
+}
 _AREA_ORDER = list(dict.fromkeys(area.title for area in AREAS))
 
 
@@ -140,36 +148,14 @@ class Overview:
     skipped: list[tuple[str, int]]
     started: str
     status: str
-
-
-def cluster_verdict(record: RunRecord) -> tuple[bool, str]:
-    """ACCEPTED only when the session ran to its end, something passed, and nothing failed or errored;
-    checks that could not run (a tool missing) are listed in the reason, never counted as passed."""
-    counts = record.counts
-    status = record.status
-    bad = [f"{counts[k]} {WORDS[k]}" for k in ("failed", "error") if counts.get(k)]
-    if status not in ("passed", "failed"):
-        return False, f"the run did not finish ({status})" + (": " + ", ".join(bad) if bad else "")
-    if bad:
-        return False, ", ".join(bad)
-    if counts.get("measured"):
-        return False, f"a calibration run: {counts['measured']} tests measured figures no limit judged yet"
-    if not counts.get("passed"):
-        return False, "no test passed"
-    if status != "passed":
-        return False, f"the session ended {status}"
-    ran = f"all {counts['passed']} tests that apply to this cluster passed"
-    missing = not_run_notes(record.tests.values())
-    return True, ran + (f"; not run: {'; '.join(missing)}" if missing else "")
-
-
-def verdict_text(record: RunRecord, accepted: bool) -> str:
-    """``ACCEPTED``, ``NOT ACCEPTED``, or ``ACCEPTED (not run: nccl-tests fidelity \u2014 nccl-tests not
-    installed (node1))``: an acceptance never hides a check that could not run."""
-    if not accepted:
-        return "NOT ACCEPTED"
-    missing = not_run_notes(record.tests.values())
-    return "ACCEPTED" + (f" (not run: {'; '.join(missing)})" if missing else "")
+    #: the test hooks set during the run, ``NAME=value (where)``: the run is not an acceptance
+    hooks: list[str] = field(default_factory=list)
+    #: the limits a site file loosened against the packaged ones
+    loosened: list[str] = field(default_factory=list)
+    #: the suite that judged: ``gpuaccept 0.1.0, commit 1a2b3c4 (edited)``
+    suite: str = ""
+    #: tests an exception of the suite's own ended (counted among the errors, shown apart)
+    suite_errors: int = 0
 
 
 def _cell(entries: list[TestEntry], by_test: Mapping[str, list[MetricResult]], node: str | None) -> Cell:
@@ -206,7 +192,8 @@ def _node_note(node: str, verdict: str, metrics: list[MetricResult], problems: l
         return f"worst: {_figure(worst)}" if worst is not None else "a test failed"
     if verdict == "error":
         hit = [p for p in problems if node in p.nodes and p.verdict == "error"]
-        return f"could not measure: {hit[0].test}" if hit else "a test could not measure"
+        word = "suite error" if hit and hit[0].category == CATEGORY_TITLES[SUITE_ERROR] else "could not measure"
+        return f"{word}: {hit[0].test}" if hit else "a test could not measure"
     scored = [(m, c) for c in mine if c.verdict == "pass" and (m := margin(c)) is not None]
     if not scored:
         return "no figure with a limit" if verdict == "passed" else ""
@@ -280,8 +267,22 @@ def overview(record: RunRecord, *, cluster_name: str | None = None) -> Overview:
 
     accepted, reason = cluster_verdict(record)
     env = environment(record, None, cluster_name=cluster_name)
-    keys = ("Cluster", "Partition", "Slurm job", "Launcher", "Nodes", "GPU model", "SKU", "Driver", "CUDA", "NCCL",
-            "torch", "Kernel", "OS", "Thresholds digest")  # fmt: skip
+    keys = (
+        "Cluster",
+        "Partition",
+        "Slurm job",
+        "Launcher",
+        "Nodes",
+        "GPU model",
+        "SKU",
+        "Driver",
+        "CUDA",
+        "NCCL",
+        "torch",
+        "Kernel",
+        "OS",
+        "Thresholds digest",
+    )
     identity = [(key, env[key]) for key in keys if key in env]
     sha = record.thresholds.get("sha256") or {}
     files = record.thresholds.get("files") or list(sha)
@@ -304,4 +305,18 @@ def overview(record: RunRecord, *, cluster_name: str | None = None) -> Overview:
         skipped=_skip_reasons(tests, nodes),
         started=record.started.isoformat(),
         status=record.status,
+        hooks=[
+            f"{name}={hook.get('value', '')} ({', '.join(hook.get('where') or [])})"
+            for name, hook in sorted(record.test_hooks.items())
+        ],
+        loosened=loosened_lines(record),
+        suite=suite_text(record.suite),
+        suite_errors=sum(1 for t in tests if t.verdict == "error" and t.category == SUITE_ERROR),
     )
+
+
+def suite_text(suite: Mapping[str, Any]) -> str:
+    """``gpuaccept 0.1.0, commit 1a2b3c4d5e6f (tracked files edited)``: the suite that judged."""
+    edited = suite.get("edited")
+    state = " (tracked files edited)" if edited is True else " (unedited)" if edited is False else " (edited: unknown)"
+    return f"gpuaccept {suite.get('version') or 'unknown'}, commit {suite.get('commit') or 'unknown'}{state}"

@@ -140,8 +140,14 @@ def _regression_of_run2(old: dict[str, Any], now: Any) -> dict[str, Any]:
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (base, now))
     delta = (now - base) / abs(base) * 100 if numbers and base else None
     better = "higher" if numbers and now < base else "lower"
-    return {"value": base, "file": old.get("file"), "status": "regressed", "delta_pct": delta, "tolerance_pct": None,
-            "better": better}  # fmt: skip
+    return {
+        "value": base,
+        "file": old.get("file"),
+        "status": "regressed",
+        "delta_pct": delta,
+        "tolerance_pct": None,
+        "better": better,
+    }
 
 
 def subject_of(raw: dict[str, Any]) -> tuple[str | None, SubjectKind]:

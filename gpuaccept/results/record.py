@@ -22,10 +22,17 @@ from gpuaccept.results.metrics import MetricResult
 
 __all__ = ["SCHEMA", "RecordError", "RunRecord", "TestEntry", "read_record", "record_id"]
 
-#: The record's layout. 3: a check compared with a ``--baseline`` carries the comparison
-#: (``extra.baseline``: value, file, delta_pct, tolerance_pct, better, status); 2: metrics name
-#: ``subject`` + ``subject_kind`` (1: ``gpu`` + ``extra.component``). Older ones are migrated on read.
-SCHEMA = "gpuaccept.run/3"
+#: The record's layout. 4: the session's ``verdict`` and ``accepted``, the ``test_hooks`` that were set
+#: (``gpuaccept.testhooks``), the limits a site file ``loosened`` against the packaged ones and the
+#: ``suite`` that judged (version, commit, edited); 3: a check compared with a ``--baseline`` carries the
+#: comparison (``extra.baseline``: value, file, delta_pct, tolerance_pct, better, status); 2: metrics
+#: name ``subject`` + ``subject_kind`` (1: ``gpu`` + ``extra.component``). Older ones are migrated on
+#: read; a newer one is refused (this gpuaccept cannot know what its fields mean).
+SCHEMA = "gpuaccept.run/4"
+_SCHEMA_PREFIX = "gpuaccept.run/"
+_SCHEMA_VERSION = int(SCHEMA.removeprefix(_SCHEMA_PREFIX))
+#: what a record written before ``gpuaccept.run/4`` says of the suite that judged it
+UNKNOWN_SUITE: dict[str, Any] = {"version": None, "commit": "unknown", "edited": "unknown"}
 
 
 _XDIST_GROUP = re.compile(r"@(?:node-[^@\s]+|all-nodes)$")
@@ -60,6 +67,8 @@ class TestEntry:
     checks: list[dict[str, Any]] = field(default_factory=list)
     #: verdict "not run" because a tool is missing: ``{"check", "tool", "detail"}`` (``Judge.tool_missing``)
     not_run: dict[str, str] | None = None
+    #: category "suite error": the exception of ours that ended the test ``{"type", "where", "message"}``
+    suite_error: dict[str, str] | None = None
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> TestEntry:
@@ -85,6 +94,27 @@ class RunRecord:
     finished: _dt.datetime | None = None
     #: the schema the record was written with (a record read back keeps its own; migrated on read)
     schema: str = SCHEMA
+    #: every test hook set during the run (``gpuaccept.testhooks``): name -> {"value", "where": [...]}
+    test_hooks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: every limit a site file sets looser than the packaged one: metric, sku, bound, packaged, site, file
+    loosened: list[dict[str, Any]] = field(default_factory=list)
+    #: the suite that judged: its version, commit and whether its tracked files were edited
+    suite: dict[str, Any] = field(default_factory=lambda: dict(UNKNOWN_SUITE))
+    #: the session verdict as the summary states it (``results.verdict``), set when the record is written
+    verdict: str = ""
+    accepted: bool = False
+
+    def hook_seen(self, name: str, value: str, where: str) -> None:
+        """Note that test hook ``name`` was set (to ``value``) at ``where`` (the login node, a probe's node)."""
+        entry = self.test_hooks.setdefault(name, {"value": value, "where": []})
+        if where not in entry["where"]:
+            entry["where"].append(where)
+
+    def merge_hooks(self, hooks: Mapping[str, Mapping[str, Any]]) -> None:
+        """Another process's ``test_hooks`` (an xdist worker's) into this record's."""
+        for name, hook in list(hooks.items()):
+            for where in list(hook.get("where") or []):
+                self.hook_seen(name, str(hook.get("value", "")), where)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -119,6 +149,11 @@ class RunRecord:
             "finished": finished.isoformat(),
             "duration_s": round((finished - self.started).total_seconds(), 3),
             "status": self.status,
+            "verdict": self.verdict,
+            "accepted": self.accepted,
+            "test_hooks": self.test_hooks,
+            "loosened": self.loosened,
+            "suite": self.suite,
             "command": self.command,
             "counts": self.counts,
             "settings": self.settings,
@@ -149,9 +184,10 @@ class RunRecord:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], path: Path | str = "run record") -> RunRecord:
         """A record from its JSON, every check a ``MetricResult`` and every test a ``TestEntry``; records
-        of ``gpuaccept.run/1`` and ``/2`` are migrated (``MetricResult.from_dict``). The one place a
-        record's JSON becomes objects: the baseline, the summary, Allure, the CSV and calibration read
-        this."""
+        of ``gpuaccept.run/1`` and ``/2`` are migrated (``MetricResult.from_dict``), ``/3`` gets the
+        fields of ``/4`` as unknown (no hook recorded, the suite ``unknown``; the verdict is worked out
+        again by whoever reads it). The one place a record's JSON becomes objects: the baseline, the
+        summary, Allure, the CSV and calibration read this."""
         try:
             started = _time(raw.get("started"))
             tests = [TestEntry.from_dict(t) for t in raw.get("tests") or [] if isinstance(t, dict) and t.get("nodeid")]
@@ -171,6 +207,11 @@ class RunRecord:
             command=str(raw.get("command") or ""),
             finished=_time(raw.get("finished")),
             schema=str(raw.get("schema") or SCHEMA),
+            test_hooks={str(k): dict(v) for k, v in (raw.get("test_hooks") or {}).items()},
+            loosened=[dict(x) for x in raw.get("loosened") or []],
+            suite=dict(raw.get("suite") or UNKNOWN_SUITE),
+            verdict=str(raw.get("verdict") or ""),
+            accepted=bool(raw.get("accepted", False)),
         )
 
 
@@ -195,6 +236,13 @@ def read_record(path: Path) -> RunRecord:
         raise RecordError(f"run record {path} not found") from None
     except (OSError, ValueError) as exc:
         raise RecordError(f"{path} is not a readable run record: {exc}") from None
-    if not isinstance(record, dict) or not str(record.get("schema", "")).startswith("gpuaccept.run/"):
+    if not isinstance(record, dict) or not str(record.get("schema", "")).startswith(_SCHEMA_PREFIX):
         raise RecordError(f"{path} is not a gpuaccept run record (no 'schema: gpuaccept.run/...')")
+    schema = str(record["schema"])
+    version = schema.removeprefix(_SCHEMA_PREFIX)
+    if not version.isdigit() or int(version) > _SCHEMA_VERSION:
+        raise RecordError(
+            f"{path}: run record schema {schema} is not one this gpuaccept reads (up to {SCHEMA}); "
+            "read it with the gpuaccept that wrote it, or a newer one"
+        )
     return RunRecord.from_dict(record, path)

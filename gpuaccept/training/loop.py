@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from gpuaccept import testhooks
 from gpuaccept.training.config import TrainConfig
 from gpuaccept.training.data import Example, batches, eval_shards
 from gpuaccept.training.model import trainable_state
@@ -95,10 +96,10 @@ def fault_point(rank: int) -> int | None:
     Honoured only under ``GPUACCEPT_SELFTEST=1``: the knob exists to prove that one dead rank ends the
     whole step at once, and must never fire in a real acceptance run.
     """
-    spec = os.environ.get(FAULT_ENV)
+    spec = testhooks.value(FAULT_ENV)
     if not spec:
         return None
-    if os.environ.get("GPUACCEPT_SELFTEST") != "1":
+    if not testhooks.selftest_on():
         print(f"gpuaccept finetune: ignoring {FAULT_ENV} (only honoured with GPUACCEPT_SELFTEST=1)", file=sys.stderr)
         return None
     fault_rank, step = (int(part) for part in spec.split(":"))

@@ -51,6 +51,16 @@ def _declares_ib(judge, node) -> bool:
     return limit is not None and bool(limit.min or limit.equal not in (None, 0, 0.0, "0"))
 
 
+def _no_hca(judge, node, what: str) -> str:
+    """Why a test skips a node whose SKU declares InfiniBand but that shows no compute HCA: the absence is
+    test_infiniband's failure (``ib_hca_count``), and a site file declares a node without it."""
+    return (
+        f"{node} has no compute HCA, so {what}: its SKU {judge.sku(node)} declares InfiniBand (ib_hca_count, "
+        f"ib_link_layer), which test_infiniband judges; a site file declares a node without it: skus.{judge.sku(node)}"
+        ".limits.ib_hca_count: {equal: 0, source: ...}"
+    )
+
+
 def _link_layer(judge, node) -> str | None:
     limit = judge.declared("ib_link_layer", node)
     return None if limit is None else str(limit.equal)
@@ -121,6 +131,8 @@ def test_gdr_enablement(node, cluster, judge):
     hcas = _fabric(cluster, judge)[node]
     if not hcas and not _declares_ib(judge, node):
         pytest.skip(f"{node}: SKU {judge.sku(node)} declares no InfiniBand and the node has no HCA")
+    if not hcas:
+        pytest.skip(_no_hca(judge, node, "no GPU -> HCA path to judge"))
     data = cluster.run("gdr", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=120).one().data
     judge_gdr(data, judge, node)
 
@@ -360,6 +372,9 @@ def test_ib_counter_window(cluster, judge):
     before = _STATE.get("ib_before")
     if isinstance(before, MeasurementError) or before is None:
         raise MeasurementError(f"no first IB counter reading to open the window: {before}")
+    bare = [n for n in nodes if not rates[n]]
+    if bare == nodes:
+        pytest.skip("; ".join(_no_hca(judge, n, "no counter window to judge") for n in bare))
     after = _ib(cluster, nodes, counters_only=True)
     for node in nodes:
         for w in port_windows(before[node], after[node], _link_layer(judge, node)):

@@ -186,6 +186,51 @@ OTHER_ROWS: tuple[Row, ...] = (
             "tests/selftest/test_thresholds_file.py::test_bad_site_file_names_file_and_key[duplicate key]",
         ),
     ),
+    Row(
+        RULES,
+        "suite-error",
+        "a bug of ours in a judging call",
+        "every `judge.check` and `judge.expect` raises `KeyError` (`-p tests.selftest._raise_in_judge`) in the "
+        "GPU-health, interconnect, environment, hygiene, node-state and fabric tests, 2 loopback nodes reading the "
+        "recorded healthy H200 through the test seam",
+        "every test that reached its judging ERRORs, category `suite error`: `suite error: KeyError: '...' raised at "
+        "tests/selftest/_raise_in_judge.py:16 in <test>; the suite could not judge this test (a fault of gpuaccept, "
+        "not of the hardware)`; none FAILED, nothing drained, exit 6, the verdict `NOT ACCEPTED: ...; the suite could "
+        "not judge 23 tests (suite error: a fault of the suite, not of the hardware)`",
+        END_TO_END,
+        (
+            "tests/selftest/test_suite_errors.py::test_no_test_fails_and_each_area_has_a_suite_error",
+            "tests/selftest/test_suite_errors.py::test_the_session_says_the_suite_could_not_judge",
+        ),
+    ),
+    Row(
+        RULES,
+        "test-hook",
+        "a test hook set on the run",
+        "`GPUACCEPT_TEST_INJECT` set to an empty file (or to `{}`: "
+        "no readings, the probes read the machine), `GPUACCEPT_SELFTEST` unset",
+        "`NOT ACCEPTED: test hooks active: GPUACCEPT_TEST_INJECT`; the record's `test_hooks` names it where it was "
+        "set (the pytest process, the probes' nodes), the terminal `TEST HOOK GPUACCEPT_TEST_INJECT=...`, the summary "
+        "and JUnit (`gpuaccept.test_hooks`) too; with `{}` both tests pass as judged, and still nothing is accepted",
+        END_TO_END,
+        ("tests/selftest/test_test_hooks.py::test_a_run_with_the_inject_hook_is_not_accepted",),
+    ),
+    Row(
+        RULES,
+        "no-hca",
+        "a node without the HCAs its SKU declares",
+        "the recorded healthy H200 without its sysfs trees: the probes read the loopback host's /sys, which has no "
+        "InfiniBand (as the lent H100 had none), while the packaged H200 declares 8 HCAs",
+        "`test_infiniband[nodeN]` FAILED `ib_hca_count = 0`; `test_gdr_enablement[nodeN]` and `test_ib_counter_window` "
+        "skip `nodeN has no compute HCA, so ...: its SKU H200 declares InfiniBand (ib_hca_count, ib_link_layer), which "
+        "test_infiniband judges; a site file declares a node without it: skus.H200.limits.ib_hca_count: ...`; no test "
+        "says `nothing was measured`",
+        END_TO_END,
+        (
+            "tests/selftest/test_declared_absence.py::test_the_missing_hca_is_named",
+            "tests/selftest/test_declared_absence.py::test_nothing_reads_nothing_was_measured",
+        ),
+    ),
     # ---- only a GPU can show --------------------------------------------------------------------------
     Row(
         GPU,

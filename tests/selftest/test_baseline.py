@@ -321,5 +321,5 @@ def test_run2_record_is_migrated_to_run3(tmp_path) -> None:
     assert regression_lines(record.metrics) == [
         "REGRESSED host_memcpy_gbps fell 50.0% on n1 (GPU 0) (e.g. 100 -> 50 GB/s)"
     ]
-    again = RunRecord.from_dict(record.to_dict())  # run/3 round trip
-    assert again.metrics == record.metrics and again.to_dict()["schema"] == "gpuaccept.run/3"
+    again = RunRecord.from_dict(record.to_dict())  # round trip at the current schema
+    assert again.metrics == record.metrics and again.to_dict()["schema"] == "gpuaccept.run/4"

@@ -108,8 +108,8 @@ def test_faults_are_refused_outside_selftests(monkeypatch):
 
     monkeypatch.setenv("GPUACCEPT_FAULT_SLOW_NODE", "x")
     monkeypatch.delenv("GPUACCEPT_SELFTEST", raising=False)
-    with pytest.raises(SystemExit, match="selftests only"):
-        _nccl_faults.test_faults("x", 0, 0)
+    with pytest.raises(SystemExit, match="is a selftest knob"):
+        _nccl_faults.selftest_faults("x", 0, 0)
 
 
 class _DictStore:

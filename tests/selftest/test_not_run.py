@@ -57,8 +57,12 @@ def test_missing_tool_is_not_run_on_the_record(inner) -> None:
 
 
 def test_verdict_lists_what_did_not_run(inner) -> None:
-    accepted, reason = cluster_verdict(read_record(inner.record_path))
-    view = overview(read_record(inner.record_path))
+    record = read_record(inner.record_path)
+    assert sorted(record.test_hooks) == ["GPUACCEPT_SELFTEST"]  # an inner run is a selftest: never ACCEPTED
+    assert overview(record).verdict == "NOT ACCEPTED" and not record.accepted
+    record.test_hooks = {}  # the verdict the tests alone call for
+    accepted, reason = cluster_verdict(record)
+    view = overview(record)
     node = _entry(inner, "test_needs_a_tool")["nodes"][0]
     assert accepted and view.accepted
     assert view.verdict == f"ACCEPTED (not run: nccl-tests fidelity \u2014 nccl-tests not installed ({node}))"

@@ -21,6 +21,7 @@ from gpuaccept.report.allure_files import CATEGORIES, CATEGORY_TITLES, category_
 from gpuaccept.report.identity import environment
 from gpuaccept.report.labels import placement, topics
 from gpuaccept.results.record import RunRecord
+from gpuaccept.results.verdict import EXIT_COULD_NOT_JUDGE
 
 from .conftest import InnerRun, run_inner, write_suite
 
@@ -233,6 +234,9 @@ def test_unsorted_failures_and_broken_tests():
         "Could not measure (infrastructure)"
     ]
     assert _match("broken", "any crash") == ["Could not measure (infrastructure)"]
+    assert _match("broken", "[suite error] suite error: KeyError: 'x' raised at gpuaccept/judging/judge.py:9") == [
+        CATEGORY_TITLES["suite error"]
+    ]
 
 
 def test_placement_follows_the_plugin_markers():
@@ -269,6 +273,7 @@ def test_an_explicit_alluredir_wins(tmp_path):
     suite = write_suite(tmp_path / "suite", source)
     run = run_inner(suite, "-m", "acceptance", "--launcher", "local", "--alluredir", str(target))
     # an acceptance test that judged nothing does not pass, whatever its body asserted
-    assert run.returncode == 1 and "nothing was judged, so nothing can pass" in run.output, run.output[-2000:]
+    assert run.returncode == EXIT_COULD_NOT_JUDGE, run.output[-2000:]  # errors only: the suite could not judge
+    assert "nothing was judged, so nothing can pass" in run.output, run.output[-2000:]
     assert list(target.glob("*-result.json")) and (target / "categories.json").is_file()
     assert not (suite / "reports" / "allure-results").exists()

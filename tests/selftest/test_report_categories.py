@@ -61,6 +61,11 @@ def test_regression(node, judge):
 @pytest.mark.nccl
 def test_could_not_measure(node, cluster):
     cluster.run("_faults", nodes=[node], args=["--fault", "exit3"])
+
+
+@pytest.mark.training
+def test_suite_error(node, judge):
+    judge.check("dev_shm_gib", {}["a bug of ours"], node=node)
 """
 SITE = """
 skus:
@@ -80,6 +85,7 @@ EXPECTED = {
     "test_drift": "drift",
     "test_regression": "regression",
     "test_could_not_measure": "could not measure",
+    "test_suite_error": "suite error",
 }
 
 
@@ -117,7 +123,7 @@ def test_allure_sorts_each_failure_into_its_category(runs):
     results = _results(suite / "reports" / "allure-results")
     for name, category in EXPECTED.items():
         result = results[name]
-        assert result["status"] == ("broken" if category == "could not measure" else "failed"), name
+        assert result["status"] == ("broken" if category in ("could not measure", "suite error") else "failed"), name
         assert result["statusDetails"]["message"].startswith(f"[{category}] "), result["statusDetails"]
         assert _categories(result) == [CATEGORY_TITLES[category]], (name, result["statusDetails"]["message"])
 
@@ -136,6 +142,8 @@ def test_junit_xml_carries_node_gpu_category_and_failed_checks(runs):
     assert fault["gpuaccept.failed_checks"] == ecc
     assert fault["gpuaccept.metrics"] == "gpu_ecc_uncorrected_volatile"
     assert props["test_could_not_measure"]["gpuaccept.verdict"] == "error"
+    assert props["test_suite_error"]["gpuaccept.verdict"] == "error"
+    assert props["test_suite_error"]["gpuaccept.suite_error"].startswith("KeyError raised at test_inner.py:")
     assert "host_memcpy_gbps = 50 GB/s" in props["test_regression"]["gpuaccept.failed_checks"]
     assert all(len(value) < 2000 for p in props.values() for value in p.values())  # concise, not lists
 
@@ -153,7 +161,7 @@ def test_summary_lists_each_category_and_the_regression(runs):
 
 
 @pytest.mark.usefixtures("tools")
-def test_allure_report_lists_all_five_categories(runs):
+def test_allure_report_lists_all_six_categories(runs):
     """Allure's own matching, in the built report: each category of the core holds its one test."""
     _first, _second, suite = runs
     done = subprocess.run(
