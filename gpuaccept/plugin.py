@@ -21,6 +21,7 @@ from gpuaccept.cluster import Cluster
 from gpuaccept.errors import MeasurementError, ToolMissing
 from gpuaccept.fingerprints import Fingerprints
 from gpuaccept.fleet.drain import run_drain
+from gpuaccept.inputs import InputError, check_inputs
 from gpuaccept.judging.baseline import BASELINE_KEY, load_session_baseline
 from gpuaccept.judging.categories import category
 from gpuaccept.judging.judge import Judge
@@ -30,11 +31,11 @@ from gpuaccept.nodecheck.expected import write_expected
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import record_id
 from gpuaccept.results.summary import node_summary_lines, not_run_notes
-from gpuaccept.settings import Settings, SettingsError, add_options, resolve
+from gpuaccept.settings import Settings, SettingsError, add_options, asked, resolve
 from gpuaccept.state import STATE_KEY, SessionState
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
 
-_OUR_FIXTURES = frozenset({"cluster", "judge", "fingerprints", "node"})
+_OUR_FIXTURES = frozenset({"gpuaccept_state", "node"})
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -47,16 +48,60 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    """Inert until asked (as pytest-xdist and pytest-timeout are): a gpuaccept option, a gpuaccept ini key
+    or ``-m acceptance`` starts the session now, every input checked; else the first acceptance test
+    collected starts it (``_start_late``), and another project's tests never see the plugin."""
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
+    if asked(config):
+        _start(config)
+
+
+def _start_late(config: pytest.Config, where: str) -> SessionState:
+    """Start the session at the first acceptance test collected; a usage error then stops the run (exit 4)
+    from ``pytest_make_collect_report``, as at configure time, not as one collection error per module."""
+    if hasattr(config, "workerinput"):  # the controller did not start: its workers must not allocate apart
+        error = SettingsError(
+            f"{where} is an acceptance test, but under pytest-xdist the session must be asked for at start: "
+            "add -m acceptance (or any gpuaccept option)"
+        )
+        config.stash[_LATE_ERROR] = error
+        raise error
+    try:
+        return _start(config)
+    except pytest.UsageError as exc:
+        config.stash[_LATE_ERROR] = exc
+        raise
+
+
+_LATE_ERROR = pytest.StashKey[pytest.UsageError]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    report = yield
+    late = collector.config.stash.get(_LATE_ERROR, None)
+    if report.failed and late is not None:
+        raise late
+    return report
+
+
+def _start(config: pytest.Config) -> SessionState:
+    """Resolve and check every input (exit 4 naming it, before any job), then set the session up."""
     settings = resolve(config)
-    thresholds = load_thresholds(settings.thresholds)
+    thresholds = load_thresholds(settings.thresholds, sku=settings.sku)
     if settings.sku and settings.sku not in thresholds.skus:
         raise SettingsError(
             f"{settings.sources['sku']}: SKU {settings.sku!r} is not in {', '.join(map(str, thresholds.files))} "
             f"(known: {', '.join(thresholds.skus)})"
         )
     state = SessionState(config, settings, thresholds)
+    try:
+        check_inputs(settings, state.reports_dir)
+    except InputError as exc:
+        raise SettingsError(str(exc)) from None
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     if workerinput is not None and workerinput.get("gpuaccept_job"):
         job_id, nodes = workerinput["gpuaccept_job"]
@@ -72,6 +117,7 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, _sigterm)
     if workerinput is None and config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None):
         config.pluginmanager.register(_XdistController(state), "gpuaccept-xdist")
+    return state
 
 
 def _sigterm(signum: int, frame: Any) -> None:
@@ -98,9 +144,15 @@ def _state(config: pytest.Config) -> SessionState:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """One case per node for every test that takes ``node``: ``test_x[node1]``."""
-    if "node" in metafunc.fixturenames:
-        nodes = _state(metafunc.config).cluster.nodes
+    """One case per node for every acceptance test that takes ``node`` (``test_x[node1]``); in a session
+    not asked for, another project's ``node`` is its own."""
+    if "node" not in metafunc.fixturenames:
+        return
+    state = metafunc.config.stash.get(STATE_KEY, None)
+    if state is None and metafunc.definition.get_closest_marker("acceptance"):
+        state = _start_late(metafunc.config, metafunc.definition.nodeid)
+    if state is not None:
+        nodes = state.cluster.nodes
         metafunc.parametrize("node", nodes, ids=nodes)
 
 
@@ -112,6 +164,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     marks came too late, one node's tests spread over every worker, and each worker fingerprinted the
     node again (what slowed the fleet runs: 6.5 -> 3.0 s of test time per node at 4 loopback nodes).
     """
+    if STATE_KEY not in config.stash:
+        first = next((item for item in items if item.get_closest_marker("acceptance")), None)
+        if first is None:
+            return
+        _start_late(config, first.nodeid)
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and "node" in callspec.params:
@@ -149,7 +206,9 @@ def pytest_runtestloop(session: pytest.Session) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
-    state = _state(item.config)
+    state = item.config.stash.get(STATE_KEY, None)
+    if state is None:
+        return (yield)
     state.current_item = item
     item.stash[_METRICS] = []
     try:
@@ -176,7 +235,7 @@ def pytest_runtest_makereport(
     """
     report = yield
     ours = item.get_closest_marker("acceptance") or set(getattr(item, "fixturenames", ())) & _OUR_FIXTURES
-    if not (ours and (report.when == "call" or report.failed or report.skipped)):
+    if STATE_KEY not in item.config.stash or not (ours and (report.when == "call" or report.failed or report.skipped)):
         return report
     checks = item.stash.get(_METRICS, [])
     if (
@@ -317,9 +376,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     )
     try:
         if state.started or state.record.errors:
-            state.config._gpuaccept_record_path = path = state.write_record(status)  # type: ignore[attr-defined]
-            # what the node check (gpuaccept-node-check) compares each node's driver, CUDA and NCCL with
-            write_expected(state.record.fingerprints, state.reports_dir / "expected-fingerprint.json", path, status)
+            try:
+                state.config._gpuaccept_record_path = path = state.write_record(status)  # type: ignore[attr-defined]
+                # what the node check (gpuaccept-node-check) compares each node's driver, CUDA and NCCL with
+                write_expected(state.record.fingerprints, state.reports_dir / "expected-fingerprint.json", path, status)
+            except OSError as exc:  # a full or read-only disk at the end: said, and never an exit 0
+                state.notify(f"gpuaccept: could not write the run record: {exc}")
+                session.exitstatus = session.exitstatus or pytest.ExitCode.INTERNAL_ERROR
         if state.settings.drain_on_fail != "off" and state.started and state.cluster.kind == "slurm":
             state.drain_lines = run_drain(state.record, state.settings.drain_on_fail)
     finally:
@@ -347,35 +410,41 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 @pytest.fixture(scope="session")
 def gpuaccept_state(request: pytest.FixtureRequest) -> SessionState:
-    return _state(request.config)
+    """The session's state; a test that asks for it in a session not started yet starts it."""
+    state = request.config.stash.get(STATE_KEY, None)
+    return state if state is not None else _start(request.config)
+
+
+# every fixture's name starts with ``gpuaccept_``, so none collides with another plugin's (pytest-django's
+# ``settings``); the acceptance tests get the short names from ``gpuaccept.fixtures`` through their conftest
 
 
 @pytest.fixture(scope="session")
-def settings(gpuaccept_state: SessionState) -> Settings:
+def gpuaccept_settings(gpuaccept_state: SessionState) -> Settings:
     """The resolved gpuaccept settings."""
     return gpuaccept_state.settings
 
 
 @pytest.fixture(scope="session")
-def thresholds(gpuaccept_state: SessionState) -> Thresholds:
+def gpuaccept_thresholds(gpuaccept_state: SessionState) -> Thresholds:
     """The merged thresholds in force."""
     return gpuaccept_state.thresholds
 
 
 @pytest.fixture(scope="session")
-def cluster(gpuaccept_state: SessionState) -> Cluster:
+def gpuaccept_cluster(gpuaccept_state: SessionState) -> Cluster:
     """Run probes on nodes: ``cluster.run("probe", nodes=[node], ...)``."""
     return gpuaccept_state.cluster
 
 
 @pytest.fixture(scope="session")
-def fingerprints(gpuaccept_state: SessionState) -> Fingerprints:
+def gpuaccept_fingerprints(gpuaccept_state: SessionState) -> Fingerprints:
     """Per-node fingerprints and SKU detection."""
     return gpuaccept_state.fingerprints
 
 
 @pytest.fixture()
-def judge(request: pytest.FixtureRequest, gpuaccept_state: SessionState) -> Judge:
+def gpuaccept_judge(request: pytest.FixtureRequest, gpuaccept_state: SessionState) -> Judge:
     """The judging core for this test: ``judge.check/expect/info/stragglers/busy/unreadable``; the test
     then returns and ``_end`` decides its outcome from the checks."""
     item = request.node

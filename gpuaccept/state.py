@@ -27,7 +27,7 @@ from gpuaccept.dispatch.slurm_cli import SlurmError, cluster_name, share_node_re
 from gpuaccept.dispatch.step import Step, shell_join
 from gpuaccept.fingerprints import Fingerprints
 from gpuaccept.results.record import RunRecord, record_id
-from gpuaccept.settings import Settings
+from gpuaccept.settings import Settings, reports_root
 from gpuaccept.thresholds.loader import Thresholds
 
 __all__ = ["STATE_KEY", "SessionState"]
@@ -67,7 +67,7 @@ class SessionState:
 
     @property
     def reports_dir(self) -> Path:
-        return Path(self.config.rootpath) / "reports"
+        return reports_root(self.config) / "reports"
 
     @property
     def cluster(self) -> Cluster:
@@ -162,8 +162,11 @@ class SessionState:
             self.record.cluster["srun_steps"] = getattr(self._cluster.launcher, "steps_launched", None)
         if self._fingerprints is not None:
             self.record.fingerprints = self._fingerprints.collected()
-        path = self.settings.run_record or self.record.default_path(self.reports_dir)
-        written = self.record.write(path)
+        job_id = self.record.cluster.get("job_id")
+        path = self.settings.run_record or self.record.default_path(self.reports_dir, job_id)
+        # a dry run or a collection measured nothing: never the ``latest.json`` a baseline would compare with
+        rehearsal = self.settings.dry_run or bool(self.config.option.collectonly)
+        written = self.record.write(path, latest=not rehearsal, unique=self.settings.run_record is None)
         self.config.hook.pytest_gpuaccept_record_written(path=written, record=self.record)
         return written
 

@@ -39,6 +39,7 @@ from gpuaccept.results.comparison import comparison_of, regressed, side_by_side
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.summary import regression_lines
 from gpuaccept.results.table import write_metrics_csv
+from gpuaccept.settings import reports_root
 
 if TYPE_CHECKING:
     from gpuaccept.dispatch.result import ProbeResult
@@ -73,7 +74,7 @@ def default_alluredir(config: pytest.Config) -> Path | None:
         return Path(given).resolve()
     if not _acceptance_selected(config) or config.option.collectonly:
         return None
-    path = Path(config.rootpath) / "reports" / "allure-results"
+    path = reports_root(config) / "reports" / "allure-results"
     if not hasattr(config, "workerinput"):
         shutil.rmtree(path, ignore_errors=True)  # one run per report; reports/runs keeps the history
         path.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ to compare runs, pivot by node, or plot a fleet, without writing a JSON walker f
 
 from __future__ import annotations
 
+import filecmp
 import os
 import tempfile
 from collections.abc import Iterable
@@ -75,10 +76,14 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def write_metrics_csv(record_path: Path, metrics: Iterable[MetricResult]) -> list[Path]:
-    """Write the CSV beside the run record and refresh ``latest.metrics.csv`` (atomically, like the JSON)."""
+    """Write the CSV beside the run record and, when ``latest.json`` is this record (a dry run or a collection
+    leaves it alone), refresh ``latest.metrics.csv`` (atomically, like the JSON)."""
     record_path.parent.mkdir(parents=True, exist_ok=True)
     text = metrics_frame(metrics).to_csv(index=False)
-    targets = [csv_path_for(record_path), record_path.parent / "latest.metrics.csv"]
+    targets = [csv_path_for(record_path)]
+    latest = record_path.parent / "latest.json"
+    if record_path.is_file() and latest.is_file() and filecmp.cmp(record_path, latest, shallow=False):
+        targets.append(record_path.parent / "latest.metrics.csv")
     for target in targets:
         _atomic_write(target, text)
     return targets

@@ -186,7 +186,7 @@ def write_suite(directory: Path, source: str, name: str = "test_inner.py") -> Pa
 def run_inner(directory: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> InnerRun:
     """Run ``python -m pytest`` in ``directory`` with our plugin (installed entry point)."""
     record = directory / "record.json"
-    argv = [sys.executable, "-m", "pytest", "-q", "-rA", "--run-record", str(record), *args]
+    argv = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "gpuaccept.fixtures", "--run-record", str(record), *args]
     start = time.monotonic()
     env = {**(env or os.environ), "GPUACCEPT_SELFTEST": "1", "PYTHONPATH": str(REPO)}
     done = subprocess.run(argv, cwd=directory, env=env, capture_output=True, text=True, timeout=timeout)
