@@ -138,8 +138,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("thresholds", "site thresholds YAML merged over the packaged defaults", Path),
     Option("sku", "force this SKU from thresholds.yaml instead of detecting it from NVML"),
     Option("probe_timeout", "seconds one probe step may take before it is cancelled", _positive_float, 300.0),
-    Option("run_record", "path of the run record JSON (default reports/runs/<UTC>.json)", Path),
-    Option("sharedfs_path", "folder on the shared filesystem to test (default: <rootdir>/reports/.sharedfs)", Path),
+    Option("run_record", "path of the run record JSON (default reports/runs/<UTC start>[-job<id>].json)", Path),
+    Option(
+        "sharedfs_path",
+        "folder on the shared filesystem to test (default: reports/.sharedfs beside the ini file, else in the "
+        "start folder)",
+        Path,
+    ),
     Option("dry_run", "print every test's exact srun command instead of running it", _bool, False, flag_only=True),
     Option(
         "calibrate",

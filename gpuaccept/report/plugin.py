@@ -8,8 +8,8 @@ A pure listener: it learns everything through gpuaccept's typed hooks (``hookspe
 thresholds and the baseline at configure time, each step, each check as judged, the run record once
 written) and the core's verdict on each report; it reads no session state and changes no verdict.
 
-- configure: ``reports/allure-results`` under the rootdir when the acceptance marker is selected
-  and no ``--alluredir`` was given (emptied first by the controller, so a report is one run).
+- configure: ``reports/allure-results`` beside the ini file (else in the start folder) when the acceptance
+  marker is selected and no ``--alluredir`` was given (emptied first by the controller, so a report is one run).
 - collection: area/topic/check/severity/node labels (see ``labels.py``).
 - during a test: the exact srun command and raw probe output of every step; at the end of the call
   the "checks" table (every check the test judged: observed, expected, verdict, source), a per-GPU
@@ -334,7 +334,7 @@ class ReportSession:
             write_summary,
         )
 
-        reports_dir = Path(self.config.rootpath) / "reports"
+        reports_dir = reports_root(self.config) / "reports"
         try:
             baseline: tuple[RunRecord, Path, bool] | None = None
             if self.baseline is not None:
