@@ -41,9 +41,13 @@ class _Parser(argparse.ArgumentParser):
     """A bad argument is an error of the check's own (its configuration), so it exits as one: argparse's
     exit 2 from a prolog would drain the node for a typo in slurm.conf."""
 
+    def __init__(self, argv: list[str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.argv = argv
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        context = _context(_context_arg(sys.argv[1:]))
+        context = _context(_context_arg(self.argv))
         sys.stderr.write(f"gpuaccept-node-check: cannot check: {message}\n")
         raise SystemExit(_could_not_check(context))
 
@@ -67,8 +71,8 @@ def _could_not_check(context: str) -> int:
     return EXIT_ERROR if context == "healthcheck" else 0
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="gpuaccept-node-check", description=__doc__.splitlines()[0])
+def _parser(argv: list[str]) -> argparse.ArgumentParser:
+    p = _Parser(argv, prog="gpuaccept-node-check", description=__doc__.splitlines()[0])
     p.add_argument("--context", choices=CONTEXTS, default="auto", help="how Slurm runs it (default: from the env)")
     p.add_argument("--drain", action="store_true", help="drain this node on failure; resume it if it is ours")
     p.add_argument("--node", help="Slurm node name (default: SLURMD_NODENAME, else the short hostname)")
@@ -157,7 +161,8 @@ def _watchdog(seconds: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser(argv).parse_args(argv)
     start = time.monotonic()
     _watchdog(args.timeout)
     context = _context(args.context)
