@@ -137,6 +137,7 @@ class _XdistController:
         allocation = getattr(cluster.launcher, "allocation", None)
         if allocation is not None:
             node.workerinput["gpuaccept_job"] = [allocation.job_id, list(allocation.nodes)]
+        node.workerinput["gpuaccept_alluredir"] = getattr(self.state.config.option, "allure_report_dir", None)
 
 
 def _state(config: pytest.Config) -> SessionState:

@@ -27,7 +27,6 @@ written) and the core's verdict on each report; it reads no session state and ch
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,8 +34,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpuaccept.judging.baseline import summarize_changes
+from gpuaccept.report.allure_runs import claim_run_folder, point_latest
 from gpuaccept.results.comparison import comparison_of, regressed, side_by_side
 from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.record import is_latest
 from gpuaccept.results.summary import regression_lines
 from gpuaccept.results.table import write_metrics_csv
 from gpuaccept.settings import reports_root
@@ -74,10 +75,11 @@ def default_alluredir(config: pytest.Config) -> Path | None:
         return Path(given).resolve()
     if not _acceptance_selected(config) or config.option.collectonly:
         return None
-    path = reports_root(config) / "reports" / "allure-results"
-    if not hasattr(config, "workerinput"):
-        shutil.rmtree(path, ignore_errors=True)  # one run per report; reports/runs keeps the history
-        path.mkdir(parents=True, exist_ok=True)
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and workerinput.get("gpuaccept_alluredir"):  # the controller's run folder
+        path = Path(workerinput["gpuaccept_alluredir"])
+    else:  # one folder per run, so two runs never mix (reports/allure-results links to the newest)
+        path = claim_run_folder(reports_root(config) / "reports")
     config.option.allure_report_dir = str(path)
     return path
 
@@ -321,6 +323,8 @@ class ReportSession:
             )
             write_environment(self.alluredir, values)
             write_categories(self.alluredir)
+            if self.alluredir.parent.name == "allure" and is_latest(path):
+                point_latest(self.alluredir.parent.parent, self.alluredir)
         if record.tests:
             self._write_summary(path, record)
 

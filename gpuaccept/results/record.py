@@ -8,6 +8,7 @@ so a baseline comparison never reads half a file.
 from __future__ import annotations
 
 import datetime as _dt
+import filecmp
 import json
 import os
 import re
@@ -20,7 +21,7 @@ from typing import Any
 
 from gpuaccept.results.metrics import MetricResult
 
-__all__ = ["SCHEMA", "RecordError", "RunRecord", "TestEntry", "read_record", "record_id"]
+__all__ = ["SCHEMA", "RecordError", "RunRecord", "TestEntry", "is_latest", "read_record", "record_id"]
 
 #: The record's layout. 3: a check compared with a ``--baseline`` carries the comparison
 #: (``extra.baseline``: value, file, delta_pct, tolerance_pct, better, status); 2: metrics name
@@ -178,6 +179,13 @@ class RunRecord:
             finished=_time(raw.get("finished")),
             schema=str(raw.get("schema") or SCHEMA),
         )
+
+
+def is_latest(path: Path) -> bool:
+    """Whether ``latest.json`` beside the record at ``path`` is that record (a dry run's or a collection's
+    record never becomes it)."""
+    latest = path.parent / "latest.json"
+    return path.is_file() and latest.is_file() and filecmp.cmp(path, latest, shallow=False)
 
 
 def _claim(path: Path) -> Path:

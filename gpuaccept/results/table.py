@@ -7,7 +7,6 @@ to compare runs, pivot by node, or plot a fleet, without writing a JSON walker f
 
 from __future__ import annotations
 
-import filecmp
 import os
 import tempfile
 from collections.abc import Iterable
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.record import is_latest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -81,8 +81,7 @@ def write_metrics_csv(record_path: Path, metrics: Iterable[MetricResult]) -> lis
     record_path.parent.mkdir(parents=True, exist_ok=True)
     text = metrics_frame(metrics).to_csv(index=False)
     targets = [csv_path_for(record_path)]
-    latest = record_path.parent / "latest.json"
-    if record_path.is_file() and latest.is_file() and filecmp.cmp(record_path, latest, shallow=False):
+    if is_latest(record_path):
         targets.append(record_path.parent / "latest.metrics.csv")
     for target in targets:
         _atomic_write(target, text)

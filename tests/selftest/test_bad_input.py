@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +22,7 @@ from gpuaccept.nodecheck.cli import main as node_check
 from gpuaccept.results.record import SCHEMA, RunRecord
 from gpuaccept.thresholds.loader import ThresholdsError, load_thresholds
 
-from .conftest import run_inner, write_suite
+from .conftest import REPO, run_inner, write_suite
 
 SUITE = """
 import pytest
@@ -162,6 +165,22 @@ def test_runs_started_in_the_same_second_keep_two_records(tmp_path):
     assert [p.name for p in paths] == ["20261125T130000Z.json", "20261125T130000Z-2.json"]
     assert [json.loads(p.read_text())["status"] for p in paths] == ["passed", "failed"]
     assert RunRecord(started=started).default_path(tmp_path, "4711").name == "20261125T130000Z-job4711.json"
+
+
+def test_two_runs_at_once_keep_two_records_and_two_allure_folders(tmp_path):
+    """Was: one ``reports/runs/<UTC-second>.json`` for both, and one Allure folder emptied by the second."""
+    suite = write_suite(tmp_path, SUITE)
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "gpuaccept.fixtures", "-m", "acceptance", "--launcher", "local"]
+    env = {**os.environ, "GPUACCEPT_SELFTEST": "1", "PYTHONPATH": str(REPO)}
+    runs = [subprocess.Popen(argv, cwd=suite, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in "ab"]
+    outputs = [run.communicate(timeout=300)[0].decode() for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outputs
+    records = sorted(p.name for p in (suite / "reports" / "runs").glob("2*.json"))
+    assert len(records) == 2, (records, outputs)
+    folders = sorted((suite / "reports" / "allure").iterdir())
+    assert len(folders) == 2 and all(any(f.glob("*-result.json")) for f in folders), folders
+    latest = (suite / "reports" / "allure-results").resolve()
+    assert latest in [f.resolve() for f in folders]
 
 
 # ---- the checks themselves, without a session -----------------------------------------------------
