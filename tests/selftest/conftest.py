@@ -179,7 +179,8 @@ class InnerRun:
 def write_suite(directory: Path, source: str, name: str = "test_inner.py") -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / name).write_text(source)
-    (directory / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    # the short fixture names (cluster, judge, ...) for the suite's tests, as tests/acceptance/conftest.py has them
+    (directory / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider -p gpuaccept.fixtures\n")
     return directory
 
 
