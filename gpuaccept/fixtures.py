@@ -1,8 +1,9 @@
-"""The short fixture names the acceptance tests use, for the acceptance tests only.
+"""The plugin's fixtures, all named ``gpuaccept_*``, and the short names the acceptance tests use.
 
-The plugin registers its fixtures as ``gpuaccept_*`` so that, installed in an environment, it shares
-no fixture name with another plugin or project (pytest-django has ``settings``). A suite of
-acceptance tests takes these into its ``conftest.py``::
+The plugin registers only the ``gpuaccept_*`` fixtures (``gpuaccept_state`` and ``gpuaccept_judge``
+live in the plugin), so that, installed in an environment, it shares no fixture name with another
+plugin or project (pytest-django has ``settings``). A suite of acceptance tests takes the short names
+into its ``conftest.py``::
 
     from gpuaccept.fixtures import cluster, fingerprints, judge, settings, thresholds  # noqa: F401
 
@@ -10,6 +11,8 @@ acceptance tests takes these into its ``conftest.py``::
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,7 +22,47 @@ from gpuaccept.judging.judge import Judge
 from gpuaccept.settings import Settings
 from gpuaccept.thresholds.loader import Thresholds
 
-__all__ = ["cluster", "fingerprints", "judge", "settings", "thresholds"]
+__all__ = [
+    "cluster",
+    "fingerprints",
+    "gpuaccept_cluster",
+    "gpuaccept_fingerprints",
+    "gpuaccept_settings",
+    "gpuaccept_thresholds",
+    "judge",
+    "settings",
+    "thresholds",
+]
+
+if TYPE_CHECKING:
+    from gpuaccept.state import SessionState
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_settings(gpuaccept_state: SessionState) -> Settings:
+    """The resolved gpuaccept settings."""
+    return gpuaccept_state.settings
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_thresholds(gpuaccept_state: SessionState) -> Thresholds:
+    """The merged thresholds in force."""
+    return gpuaccept_state.thresholds
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_cluster(gpuaccept_state: SessionState) -> Cluster:
+    """Run probes on nodes: ``cluster.run("probe", nodes=[node], ...)``."""
+    return gpuaccept_state.cluster
+
+
+@pytest.fixture(scope="session")
+def gpuaccept_fingerprints(gpuaccept_state: SessionState) -> Fingerprints:
+    """Per-node fingerprints and SKU detection."""
+    return gpuaccept_state.fingerprints
+
+
+# ---- the short names, for acceptance tests -----------------------------------------------------------
 
 
 @pytest.fixture(scope="session")

@@ -17,11 +17,14 @@ from typing import Any
 import pytest
 
 from gpuaccept import hookspecs
-from gpuaccept.cluster import Cluster
 from gpuaccept.errors import MeasurementError, ToolMissing
-from gpuaccept.fingerprints import Fingerprints
+from gpuaccept.fixtures import (  # noqa: F401  (registered as the plugin's fixtures)
+    gpuaccept_cluster,
+    gpuaccept_fingerprints,
+    gpuaccept_settings,
+    gpuaccept_thresholds,
+)
 from gpuaccept.fleet.drain import run_drain
-from gpuaccept.inputs import InputError, check_inputs
 from gpuaccept.judging.baseline import BASELINE_KEY, load_session_baseline
 from gpuaccept.judging.categories import category
 from gpuaccept.judging.judge import Judge
@@ -31,9 +34,9 @@ from gpuaccept.nodecheck.expected import write_expected
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import record_id
 from gpuaccept.results.summary import node_summary_lines, not_run_notes
-from gpuaccept.settings import Settings, SettingsError, add_options, asked, resolve
+from gpuaccept.settings import add_options, asked
+from gpuaccept.startup import LateStart, checked_inputs
 from gpuaccept.state import STATE_KEY, SessionState
-from gpuaccept.thresholds.loader import Thresholds, load_thresholds
 
 _OUR_FIXTURES = frozenset({"gpuaccept_state", "node"})
 
@@ -48,60 +51,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Inert until asked (as pytest-xdist and pytest-timeout are): a gpuaccept option, a gpuaccept ini key
-    or ``-m acceptance`` starts the session now, every input checked; else the first acceptance test
-    collected starts it (``_start_late``), and another project's tests never see the plugin."""
+    """Inert until asked (``settings.asked``): then the session starts now, every input checked; else at
+    the first acceptance test collected (``startup.LateStart``); another project's tests never see it."""
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
+    config.pluginmanager.register(LateStart(_start), LateStart.name)
     if asked(config):
         _start(config)
 
 
-def _start_late(config: pytest.Config, where: str) -> SessionState:
-    """Start the session at the first acceptance test collected; a usage error then stops the run (exit 4)
-    from ``pytest_make_collect_report``, as at configure time, not as one collection error per module."""
-    if hasattr(config, "workerinput"):  # the controller did not start: its workers must not allocate apart
-        error = SettingsError(
-            f"{where} is an acceptance test, but under pytest-xdist the session must be asked for at start: "
-            "add -m acceptance (or any gpuaccept option)"
-        )
-        config.stash[_LATE_ERROR] = error
-        raise error
-    try:
-        return _start(config)
-    except pytest.UsageError as exc:
-        config.stash[_LATE_ERROR] = exc
-        raise
-
-
-_LATE_ERROR = pytest.StashKey[pytest.UsageError]()
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_make_collect_report(
-    collector: pytest.Collector,
-) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
-    report = yield
-    late = collector.config.stash.get(_LATE_ERROR, None)
-    if report.failed and late is not None:
-        raise late
-    return report
-
-
 def _start(config: pytest.Config) -> SessionState:
-    """Resolve and check every input (exit 4 naming it, before any job), then set the session up."""
-    settings = resolve(config)
-    thresholds = load_thresholds(settings.thresholds, sku=settings.sku)
-    if settings.sku and settings.sku not in thresholds.skus:
-        raise SettingsError(
-            f"{settings.sources['sku']}: SKU {settings.sku!r} is not in {', '.join(map(str, thresholds.files))} "
-            f"(known: {', '.join(thresholds.skus)})"
-        )
+    """Check every input (exit 4 naming it, before any job), then set the session up."""
+    settings, thresholds = checked_inputs(config)
     state = SessionState(config, settings, thresholds)
-    try:
-        check_inputs(settings, state.reports_dir)
-    except InputError as exc:
-        raise SettingsError(str(exc)) from None
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     if workerinput is not None and workerinput.get("gpuaccept_job"):
         job_id, nodes = workerinput["gpuaccept_job"]
@@ -145,13 +107,12 @@ def _state(config: pytest.Config) -> SessionState:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """One case per node for every acceptance test that takes ``node`` (``test_x[node1]``); in a session
-    not asked for, another project's ``node`` is its own."""
+    """One case per node for each acceptance test taking ``node`` (``test_x[node1]``); others keep theirs."""
     if "node" not in metafunc.fixturenames:
         return
     state = metafunc.config.stash.get(STATE_KEY, None)
     if state is None and metafunc.definition.get_closest_marker("acceptance"):
-        state = _start_late(metafunc.config, metafunc.definition.nodeid)
+        state = LateStart.of(metafunc.config).start(metafunc.config, metafunc.definition.nodeid)
     if state is not None:
         nodes = state.cluster.nodes
         metafunc.parametrize("node", nodes, ids=nodes)
@@ -165,11 +126,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     marks came too late, one node's tests spread over every worker, and each worker fingerprinted the
     node again (what slowed the fleet runs: 6.5 -> 3.0 s of test time per node at 4 loopback nodes).
     """
-    if STATE_KEY not in config.stash:
-        first = next((item for item in items if item.get_closest_marker("acceptance")), None)
-        if first is None:
-            return
-        _start_late(config, first.nodeid)
+    if STATE_KEY not in config.stash:  # not asked for, and no acceptance test collected (``LateStart``)
+        return
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and "node" in callspec.params:
@@ -414,34 +372,6 @@ def gpuaccept_state(request: pytest.FixtureRequest) -> SessionState:
     """The session's state; a test that asks for it in a session not started yet starts it."""
     state = request.config.stash.get(STATE_KEY, None)
     return state if state is not None else _start(request.config)
-
-
-# every fixture's name starts with ``gpuaccept_``, so none collides with another plugin's (pytest-django's
-# ``settings``); the acceptance tests get the short names from ``gpuaccept.fixtures`` through their conftest
-
-
-@pytest.fixture(scope="session")
-def gpuaccept_settings(gpuaccept_state: SessionState) -> Settings:
-    """The resolved gpuaccept settings."""
-    return gpuaccept_state.settings
-
-
-@pytest.fixture(scope="session")
-def gpuaccept_thresholds(gpuaccept_state: SessionState) -> Thresholds:
-    """The merged thresholds in force."""
-    return gpuaccept_state.thresholds
-
-
-@pytest.fixture(scope="session")
-def gpuaccept_cluster(gpuaccept_state: SessionState) -> Cluster:
-    """Run probes on nodes: ``cluster.run("probe", nodes=[node], ...)``."""
-    return gpuaccept_state.cluster
-
-
-@pytest.fixture(scope="session")
-def gpuaccept_fingerprints(gpuaccept_state: SessionState) -> Fingerprints:
-    """Per-node fingerprints and SKU detection."""
-    return gpuaccept_state.fingerprints
 
 
 @pytest.fixture()
