@@ -130,6 +130,24 @@ def test_a_record_folder_that_cannot_be_written_is_refused_at_start(tmp_path):
     assert "--run-record (command line): cannot write in" in run.output and "INTERNALERROR" not in run.output
 
 
+BLOCKS_ITS_RECORD = """
+import pathlib, pytest
+pytestmark = pytest.mark.acceptance
+
+def test_x(node, cluster, judge):
+    judge.check("nofile", 65536, node=node)
+    pathlib.Path("record.json").mkdir()  # the disk the record goes to turns unusable during the run
+"""
+
+
+def test_a_record_that_cannot_be_written_at_the_end_is_said_and_never_exit_0(tmp_path):
+    """Was: INTERNALERROR (a traceback) and no word of the record."""
+    suite = write_suite(tmp_path, BLOCKS_ITS_RECORD)
+    run = run_inner(suite, "-m", "acceptance", "--launcher", "local")
+    assert run.returncode != 0 and "INTERNALERROR" not in run.output, run.output[-2000:]
+    assert "gpuaccept: could not write the run record" in run.output and "record.json" in run.output
+
+
 def test_reports_stay_in_the_start_folder_whatever_the_arguments(tmp_path):
     """Was: ``--thresholds /abs/site.yaml`` moved pytest's rootdir, and the reports beside the file."""
     suite = write_suite(tmp_path / "suite", SUITE)
