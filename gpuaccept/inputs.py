@@ -94,9 +94,18 @@ def check_model_path(model: Path, source: str) -> None:
 
 
 def check_writable(folder: Path, what: str) -> None:
-    """That the run can write ``folder`` (made if missing): found now, not when the record is written."""
+    """That the run can write ``folder``, or make it: found now, not when the record is written. Makes
+    nothing: a folder that does not exist yet is judged by its nearest existing parent."""
+    existing = folder.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"{what}: cannot write in {folder}: {existing} is not a folder")
+    if existing != folder.absolute():
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise InputError(f"{what}: cannot write in {folder}: {existing} is not writable")
+        return
     try:
-        folder.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".gpuaccept-write-check-")
         os.close(fd)
         os.unlink(probe)
