@@ -18,7 +18,17 @@ from typing import Any
 
 import pytest
 
-__all__ = ["OPTIONS", "Option", "Settings", "SettingsError", "add_options", "asked", "reports_root", "resolve"]
+__all__ = [
+    "OPTIONS",
+    "Option",
+    "Settings",
+    "SettingsError",
+    "acceptance_selected",
+    "add_options",
+    "asked",
+    "reports_root",
+    "resolve",
+]
 
 
 class SettingsError(pytest.UsageError):  # type: ignore[misc]  # final in typing; pytest maps it to exit 4
@@ -264,6 +274,11 @@ def asked(config: pytest.Config) -> bool:
         return True
     if any(config.getini(opt.ini) not in (None, "", []) for opt in OPTIONS if not opt.flag_only):
         return True
+    return acceptance_selected(config)
+
+
+def acceptance_selected(config: pytest.Config) -> bool:
+    """``-m`` selects the acceptance marker (``-m acceptance``, ``-m "acceptance and not training"``)."""
     expr = str(getattr(config.option, "markexpr", "") or "")
     return bool(re.search(r"\bacceptance\b", expr)) and not re.search(r"\bnot\s+acceptance\b", expr)
 

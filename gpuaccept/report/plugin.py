@@ -26,7 +26,6 @@ written) and the core's verdict on each report; it reads no session state and ch
 
 from __future__ import annotations
 
-import re
 from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,7 +39,7 @@ from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import is_latest
 from gpuaccept.results.summary import regression_lines
 from gpuaccept.results.table import write_metrics_csv
-from gpuaccept.settings import reports_root
+from gpuaccept.settings import acceptance_selected, reports_root
 
 if TYPE_CHECKING:
     from gpuaccept.dispatch.result import ProbeResult
@@ -61,11 +60,6 @@ _SHOWN = pytest.StashKey[str]()
 MAX_OUTPUT_BYTES = 1 << 20
 
 
-def _acceptance_selected(config: pytest.Config) -> bool:
-    expr = str(getattr(config.option, "markexpr", "") or "")
-    return bool(re.search(r"\bacceptance\b", expr)) and not re.search(r"\bnot\s+acceptance\b", expr)
-
-
 def default_alluredir(config: pytest.Config) -> Path | None:
     """The alluredir in force: the user's, else reports/allure-results for an acceptance run, else None."""
     if not hasattr(config.option, "allure_report_dir"):
@@ -73,7 +67,7 @@ def default_alluredir(config: pytest.Config) -> Path | None:
     given = config.option.allure_report_dir
     if given:
         return Path(given).resolve()
-    if not _acceptance_selected(config) or config.option.collectonly:
+    if not acceptance_selected(config) or config.option.collectonly:
         return None
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and workerinput.get("gpuaccept_alluredir"):  # the controller's run folder
