@@ -76,3 +76,14 @@ def test_asking_for_it_is_checked_at_start(project):
     done = _pytest(project, "--launcher", "local", "--nccl-min-bytes", "8G", "--nccl-max-bytes", "1M")
     assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
     assert "--nccl-min-bytes (command line)" in done.stderr
+
+
+def test_the_plugin_registers_only_gpuaccept_fixture_names():
+    """Every fixture the plugin registers for the whole environment is ``gpuaccept_*``; the short names
+    live in ``gpuaccept.fixtures`` for acceptance suites to import."""
+    from _pytest.fixtures import getfixturemarker
+
+    import gpuaccept.plugin
+
+    names = {name for name, obj in vars(gpuaccept.plugin).items() if getfixturemarker(obj) is not None}
+    assert names and all(name.startswith("gpuaccept_") for name in names), names
