@@ -19,6 +19,7 @@ import pytest
 
 from gpuaccept.inputs import InputError, check_dataset, read_chat_jsonl
 from gpuaccept.nodecheck.cli import main as node_check
+from gpuaccept.report.allure_runs import KEEP, claim_run_folder, point_latest
 from gpuaccept.results.record import SCHEMA, RunRecord
 from gpuaccept.thresholds.loader import ThresholdsError, load_thresholds
 
@@ -199,6 +200,18 @@ def test_two_runs_at_once_keep_two_records_and_two_allure_folders(tmp_path):
     assert len(folders) == 2 and all(any(f.glob("*-result.json")) for f in folders), folders
     latest = (suite / "reports" / "allure-results").resolve()
     assert latest in [f.resolve() for f in folders]
+
+
+def test_allure_folders_are_claimed_per_run_and_the_oldest_go_at_the_end(tmp_path):
+    second = dt.datetime(2026, 11, 25, 13, 0, 0, tzinfo=dt.timezone.utc)
+    first, again = claim_run_folder(tmp_path, second), claim_run_folder(tmp_path, second)
+    assert (first.name, again.name) == ("20261125T130000Z", "20261125T130000Z-2")
+    (tmp_path / "allure-results").mkdir()  # the shared folder of the layout before
+    older = [claim_run_folder(tmp_path, second - dt.timedelta(minutes=m)) for m in range(1, KEEP + 1)]
+    link = point_latest(tmp_path, again)
+    assert link.is_symlink() and link.resolve() == again.resolve()
+    kept = sorted((tmp_path / "allure").iterdir())
+    assert len(kept) == KEEP and first in kept and again in kept and older[-1] not in kept
 
 
 # ---- the checks themselves, without a session -----------------------------------------------------
