@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.inputs import InputError, check_dataset, read_chat_jsonl
+from gpuaccept.judging.baseline import Baseline
 from gpuaccept.nodecheck.cli import main as node_check
 from gpuaccept.report.allure_runs import KEEP, claim_run_folder, point_latest
+from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import SCHEMA, RunRecord
 from gpuaccept.thresholds.loader import ThresholdsError, load_thresholds
 
@@ -200,6 +202,15 @@ def test_two_runs_at_once_keep_two_records_and_two_allure_folders(tmp_path):
     assert len(folders) == 2 and all(any(f.glob("*-result.json")) for f in folders), folders
     latest = (suite / "reports" / "allure-results").resolve()
     assert latest in [f.resolve() for f in folders]
+
+
+def test_a_latest_baseline_is_named_by_its_own_record_whatever_its_suffix(tmp_path):
+    """``--baseline latest`` shows the record's own name (``<UTC>-job<id>.json``), which the next run keeps."""
+    started = dt.datetime(2026, 11, 25, 13, 0, 0, tzinfo=dt.timezone.utc)
+    record = RunRecord(started=started, status="passed")
+    record.metrics.append(MetricResult("t", "nofile", 65536, "files", "node1", "cpu", verdict="pass"))
+    record.write(record.default_path(tmp_path, "4711"), unique=True)
+    assert Baseline.load(tmp_path / "runs" / "latest.json").name == "20261125T130000Z-job4711.json"
 
 
 def test_allure_folders_are_claimed_per_run_and_the_oldest_go_at_the_end(tmp_path):
