@@ -17,9 +17,13 @@ from typing import Any
 import pytest
 
 from gpuaccept import hookspecs
-from gpuaccept.cluster import Cluster
 from gpuaccept.errors import MeasurementError, ToolMissing
-from gpuaccept.fingerprints import Fingerprints
+from gpuaccept.fixtures import (  # noqa: F401  (registered as the plugin's fixtures)
+    gpuaccept_cluster,
+    gpuaccept_fingerprints,
+    gpuaccept_settings,
+    gpuaccept_thresholds,
+)
 from gpuaccept.fleet.drain import run_drain
 from gpuaccept.judging.baseline import BASELINE_KEY, load_session_baseline
 from gpuaccept.judging.categories import category
@@ -33,11 +37,11 @@ from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import record_id
 from gpuaccept.results.summary import node_summary_lines, not_run_notes
 from gpuaccept.results.verdict import exit_code, session_lines
-from gpuaccept.settings import Settings, SettingsError, add_options, resolve
+from gpuaccept.settings import add_options, asked
+from gpuaccept.startup import LateStart, checked_inputs
 from gpuaccept.state import STATE_KEY, SessionState
-from gpuaccept.thresholds.loader import Thresholds, load_thresholds
 
-_OUR_FIXTURES = frozenset({"cluster", "judge", "fingerprints", "node"})
+_OUR_FIXTURES = frozenset({"gpuaccept_state", "node"})
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -50,15 +54,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    """Inert until asked (``settings.asked``): then the session starts now, every input checked; else at
+    the first acceptance test collected (``startup.LateStart``); another project's tests never see it."""
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
-    settings = resolve(config)
-    thresholds = load_thresholds(settings.thresholds)
-    if settings.sku and settings.sku not in thresholds.skus:
-        raise SettingsError(
-            f"{settings.sources['sku']}: SKU {settings.sku!r} is not in {', '.join(map(str, thresholds.files))} "
-            f"(known: {', '.join(thresholds.skus)})"
-        )
+    config.pluginmanager.register(LateStart(_start), LateStart.name)
+    if asked(config):
+        _start(config)
+
+
+def _start(config: pytest.Config) -> SessionState:
+    """Check every input (exit 4 naming it, before any job), then set the session up."""
+    settings, thresholds = checked_inputs(config)
     state = SessionState(config, settings, thresholds)
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     if workerinput is not None and workerinput.get("gpuaccept_job"):
@@ -75,6 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, _sigterm)
     if workerinput is None and config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None):
         config.pluginmanager.register(_XdistController(state), "gpuaccept-xdist")
+    return state
 
 
 def _sigterm(signum: int, frame: Any) -> None:
@@ -94,6 +102,7 @@ class _XdistController:
         allocation = getattr(cluster.launcher, "allocation", None)
         if allocation is not None:
             node.workerinput["gpuaccept_job"] = [allocation.job_id, list(allocation.nodes)]
+        node.workerinput["gpuaccept_alluredir"] = getattr(self.state.config.option, "allure_report_dir", None)
 
 
 def _state(config: pytest.Config) -> SessionState:
@@ -101,9 +110,14 @@ def _state(config: pytest.Config) -> SessionState:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """One case per node for every test that takes ``node``: ``test_x[node1]``."""
-    if "node" in metafunc.fixturenames:
-        nodes = _state(metafunc.config).cluster.nodes
+    """One case per node for each acceptance test taking ``node`` (``test_x[node1]``); others keep theirs."""
+    if "node" not in metafunc.fixturenames:
+        return
+    state = metafunc.config.stash.get(STATE_KEY, None)
+    if state is None and metafunc.definition.get_closest_marker("acceptance"):
+        state = LateStart.of(metafunc.config).start(metafunc.config, metafunc.definition.nodeid)
+    if state is not None:
+        nodes = state.cluster.nodes
         metafunc.parametrize("node", nodes, ids=nodes)
 
 
@@ -115,6 +129,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     marks came too late, one node's tests spread over every worker, and each worker fingerprinted the
     node again (what slowed the fleet runs: 6.5 -> 3.0 s of test time per node at 4 loopback nodes).
     """
+    if STATE_KEY not in config.stash:  # not asked for, and no acceptance test collected (``LateStart``)
+        return
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and "node" in callspec.params:
@@ -152,7 +168,9 @@ def pytest_runtestloop(session: pytest.Session) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
-    state = _state(item.config)
+    state = item.config.stash.get(STATE_KEY, None)
+    if state is None:
+        return (yield)
     state.current_item = item
     item.stash[_METRICS] = []
     try:
@@ -179,7 +197,7 @@ def pytest_runtest_makereport(
     """
     report = yield
     ours = item.get_closest_marker("acceptance") or set(getattr(item, "fixturenames", ())) & _OUR_FIXTURES
-    if not (ours and (report.when == "call" or report.failed or report.skipped)):
+    if STATE_KEY not in item.config.stash or not (ours and (report.when == "call" or report.failed or report.skipped)):
         return report
     checks = item.stash.get(_METRICS, [])
     if (
@@ -278,12 +296,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     status = {0: "passed", 1: "failed", 2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests"}.get(
         int(exitstatus), str(exitstatus)
     )
+    unwritten = False
     try:
         if state.started or state.record.errors:
-            state.config._gpuaccept_record_path = path = state.write_record(status)  # type: ignore[attr-defined]
-            # what the node check (gpuaccept-node-check) compares each node's driver, CUDA and NCCL with
-            write_expected(state.record.fingerprints, state.reports_dir / "expected-fingerprint.json", path, status)
+            try:
+                state.config._gpuaccept_record_path = path = state.write_record(status)  # type: ignore[attr-defined]
+                # what the node check (gpuaccept-node-check) compares each node's driver, CUDA and NCCL with
+                write_expected(state.record.fingerprints, state.reports_dir / "expected-fingerprint.json", path, status)
+            except OSError as exc:  # a full or read-only disk at the end: said, and never an exit 0
+                state.notify(f"gpuaccept: could not write the run record: {exc}")
+                unwritten = True
         session.exitstatus = exit_code(int(exitstatus), state.record.counts, session.testsfailed)
+        if unwritten:
+            session.exitstatus = session.exitstatus or pytest.ExitCode.INTERNAL_ERROR
         if state.settings.drain_on_fail != "off" and state.started and state.cluster.kind == "slurm":
             state.drain_lines = run_drain(state.record, state.settings.drain_on_fail)
     finally:
@@ -313,35 +338,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 @pytest.fixture(scope="session")
 def gpuaccept_state(request: pytest.FixtureRequest) -> SessionState:
-    return _state(request.config)
-
-
-@pytest.fixture(scope="session")
-def settings(gpuaccept_state: SessionState) -> Settings:
-    """The resolved gpuaccept settings."""
-    return gpuaccept_state.settings
-
-
-@pytest.fixture(scope="session")
-def thresholds(gpuaccept_state: SessionState) -> Thresholds:
-    """The merged thresholds in force."""
-    return gpuaccept_state.thresholds
-
-
-@pytest.fixture(scope="session")
-def cluster(gpuaccept_state: SessionState) -> Cluster:
-    """Run probes on nodes: ``cluster.run("probe", nodes=[node], ...)``."""
-    return gpuaccept_state.cluster
-
-
-@pytest.fixture(scope="session")
-def fingerprints(gpuaccept_state: SessionState) -> Fingerprints:
-    """Per-node fingerprints and SKU detection."""
-    return gpuaccept_state.fingerprints
+    """The session's state; a test that asks for it in a session not started yet starts it."""
+    state = request.config.stash.get(STATE_KEY, None)
+    return state if state is not None else _start(request.config)
 
 
 @pytest.fixture()
-def judge(request: pytest.FixtureRequest, gpuaccept_state: SessionState) -> Judge:
+def gpuaccept_judge(request: pytest.FixtureRequest, gpuaccept_state: SessionState) -> Judge:
     """The judging core for this test: ``judge.check/expect/info/stragglers/busy/unreadable``; the test
     then returns and ``_end`` decides its outcome from the checks."""
     item = request.node

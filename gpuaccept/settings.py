@@ -10,6 +10,7 @@ gpuaccept_partition``) so an operator knows which file or variable to fix.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,17 @@ import pytest
 
 from gpuaccept.units import parse_bytes as _size
 
-__all__ = ["OPTIONS", "Option", "Settings", "SettingsError", "add_options", "resolve"]
+__all__ = [
+    "OPTIONS",
+    "Option",
+    "Settings",
+    "SettingsError",
+    "acceptance_selected",
+    "add_options",
+    "asked",
+    "reports_root",
+    "resolve",
+]
 
 
 class SettingsError(pytest.UsageError):  # type: ignore[misc]  # final in typing; pytest maps it to exit 4
@@ -126,8 +137,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("thresholds", "site thresholds YAML merged over the packaged defaults", Path),
     Option("sku", "force this SKU from thresholds.yaml instead of detecting it from NVML"),
     Option("probe_timeout", "seconds one probe step may take before it is cancelled", _positive_float, 300.0),
-    Option("run_record", "path of the run record JSON (default reports/runs/<UTC>.json)", Path),
-    Option("sharedfs_path", "folder on the shared filesystem to test (default: <rootdir>/reports/.sharedfs)", Path),
+    Option("run_record", "path of the run record JSON (default reports/runs/<UTC start>[-job<id>].json)", Path),
+    Option(
+        "sharedfs_path",
+        "folder on the shared filesystem to test (default: reports/.sharedfs beside the ini file, else in the "
+        "start folder)",
+        Path,
+    ),
     Option("dry_run", "print every test's exact srun command instead of running it", _bool, False, flag_only=True),
     Option(
         "calibrate",
@@ -233,6 +249,29 @@ def add_options(parser: pytest.Parser) -> None:
             parser.addini(opt.ini, opt.help, type="string", default=None)
 
 
+def reports_root(config: pytest.Config) -> Path:
+    """Where ``reports/`` goes: the ini file's folder, else the folder the run started in. Not pytest's
+    rootdir, which an option's value moves (``--thresholds /abs/site.yaml`` reads to pytest as a path)."""
+    return Path(config.inipath).parent if config.inipath else Path(config.invocation_params.dir)
+
+
+def asked(config: pytest.Config) -> bool:
+    """Whether this session asks for gpuaccept at start: a gpuaccept option on the command line, a gpuaccept
+    key in the ini file, or ``-m`` selecting ``acceptance``. The environment alone does not: a
+    ``GPUACCEPT_*`` variable left in a shell must not take over another project's tests."""
+    if any(config.getoption(f"gpuaccept_{opt.name}", default=None) not in (None, []) for opt in OPTIONS):
+        return True
+    if any(config.getini(opt.ini) not in (None, "", []) for opt in OPTIONS if not opt.flag_only):
+        return True
+    return acceptance_selected(config)
+
+
+def acceptance_selected(config: pytest.Config) -> bool:
+    """``-m`` selects the acceptance marker (``-m acceptance``, ``-m "acceptance and not training"``)."""
+    expr = str(getattr(config.option, "markexpr", "") or "")
+    return bool(re.search(r"\bacceptance\b", expr)) and not re.search(r"\bnot\s+acceptance\b", expr)
+
+
 def _parse(opt: Option, raw: str, source: str) -> Any:
     try:
         return opt.parse(raw)
@@ -279,5 +318,10 @@ def resolve(config: pytest.Config, environ: dict[str, str] | None = None) -> Set
         both = ", ".join(sorted(set(settings.nodelist) & set(settings.exclude)))
         raise SettingsError(
             f"{sources['nodelist']} and {sources['exclude']} both name {both}: a node cannot be tested and excluded"
+        )
+    if settings.nccl_min_bytes > settings.nccl_max_bytes:
+        raise SettingsError(
+            f"{sources['nccl_min_bytes']}: the smallest NCCL message ({settings.nccl_min_bytes} bytes) is larger than "
+            f"the largest, {sources['nccl_max_bytes']} ({settings.nccl_max_bytes} bytes): the sweep would be empty"
         )
     return settings

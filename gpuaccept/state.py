@@ -30,7 +30,7 @@ from gpuaccept.fingerprints import Fingerprints
 from gpuaccept.results.record import RunRecord, record_id
 from gpuaccept.results.suite import suite_identity
 from gpuaccept.results.verdict import verdict_line
-from gpuaccept.settings import Settings
+from gpuaccept.settings import Settings, reports_root
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
 from gpuaccept.thresholds.loosened import loosened
 
@@ -73,7 +73,7 @@ class SessionState:
 
     @property
     def reports_dir(self) -> Path:
-        return Path(self.config.rootpath) / "reports"
+        return reports_root(self.config) / "reports"
 
     @property
     def cluster(self) -> Cluster:
@@ -179,8 +179,11 @@ class SessionState:
             self.record.cluster["srun_steps"] = getattr(self._cluster.launcher, "steps_launched", None)
         if self._fingerprints is not None:
             self.record.fingerprints = self._fingerprints.collected()
-        path = self.settings.run_record or self.record.default_path(self.reports_dir)
-        written = self.record.write(path)
+        job_id = self.record.cluster.get("job_id")
+        path = self.settings.run_record or self.record.default_path(self.reports_dir, job_id)
+        # a dry run or a collection measured nothing: never the ``latest.json`` a baseline would compare with
+        rehearsal = self.settings.dry_run or bool(self.config.option.collectonly)
+        written = self.record.write(path, latest=not rehearsal, unique=self.settings.run_record is None)
         self.config.hook.pytest_gpuaccept_record_written(path=written, record=self.record)
         return written
 

@@ -24,7 +24,7 @@ import pytest
 from gpuaccept.judging.fields import FINGERPRINT_FIELDS, field_value
 from gpuaccept.results.comparison import Comparison
 from gpuaccept.results.metrics import MetricResult
-from gpuaccept.results.record import RecordError, RunRecord, read_record
+from gpuaccept.results.record import RecordError, RunRecord, is_latest, read_record
 
 if TYPE_CHECKING:
     from gpuaccept.settings import Settings
@@ -136,8 +136,11 @@ class Baseline:
         if path.name != "latest.json":
             return path.name
         started = self.record.started
-        stamped = started.astimezone(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + ".json"
-        return stamped if path.with_name(stamped).is_file() else f"latest.json of {started:%Y-%m-%d %H:%M:%S}"
+        stamp = started.astimezone(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        for named in sorted(path.parent.glob(f"{stamp}*.json")):  # <stamp>[-job<id>][-n].json, the same bytes
+            if is_latest(named):
+                return named.name
+        return f"latest.json of {started:%Y-%m-%d %H:%M:%S}"
 
     @property
     def started(self) -> str:

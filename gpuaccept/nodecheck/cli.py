@@ -25,7 +25,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from gpuaccept.nodecheck import readers
 from gpuaccept.nodecheck.state import DEFAULT_STATE_DIR, NodeState
@@ -37,8 +37,42 @@ CONTEXTS = ("auto", "healthcheck", "prolog", "epilog")
 EXIT_ERROR = 2
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gpuaccept-node-check", description=__doc__.splitlines()[0])
+class _Parser(argparse.ArgumentParser):
+    """A bad argument is an error of the check's own (its configuration), so it exits as one: argparse's
+    exit 2 from a prolog would drain the node for a typo in slurm.conf."""
+
+    def __init__(self, argv: list[str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.argv = argv
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        context = _context(_context_arg(self.argv))
+        sys.stderr.write(f"gpuaccept-node-check: cannot check: {message}\n")
+        raise SystemExit(_could_not_check(context))
+
+
+def _context_arg(argv: list[str]) -> str:
+    """``--context`` as written, read before the parse that failed (else ``auto``)."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--context="):
+            value = arg.split("=", 1)[1]
+        elif arg == "--context" and i + 1 < len(argv):
+            value = argv[i + 1]
+        else:
+            continue
+        return value if value in CONTEXTS else "auto"
+    return "auto"
+
+
+def _could_not_check(context: str) -> int:
+    """The exit of a check that could not run: 2 for the health check, 0 for prolog and epilog (a non-zero
+    exit there drains the node, and our failing to look is no fault of the node's)."""
+    return EXIT_ERROR if context == "healthcheck" else 0
+
+
+def _parser(argv: list[str]) -> argparse.ArgumentParser:
+    p = _Parser(argv, prog="gpuaccept-node-check", description=__doc__.splitlines()[0])
     p.add_argument("--context", choices=CONTEXTS, default="auto", help="how Slurm runs it (default: from the env)")
     p.add_argument("--drain", action="store_true", help="drain this node on failure; resume it if it is ours")
     p.add_argument("--node", help="Slurm node name (default: SLURMD_NODENAME, else the short hostname)")
@@ -127,7 +161,8 @@ def _watchdog(seconds: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser(argv).parse_args(argv)
     start = time.monotonic()
     _watchdog(args.timeout)
     context = _context(args.context)
@@ -140,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         from gpuaccept.nodecheck.run import conclude
 
         return conclude(args, node, context, state, outcomes, start)
+    except Exception as exc:  # an error of ours (a file it cannot read, a bug): a clear line, never a drain
+        print(f"gpuaccept: {node}: cannot check: {type(exc).__name__}: {exc}")
+        return _could_not_check(context)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
 

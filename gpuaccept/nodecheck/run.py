@@ -100,7 +100,7 @@ def conclude(
     if args.acknowledge_xids and outcomes.get("kernel_log") and outcomes["kernel_log"].ok:
         saved["xid"] = {"uptime_s": outcomes["kernel_log"].data.get("uptime_s")}
     try:
-        thresholds = load_thresholds(args.thresholds)
+        thresholds = load_thresholds(args.thresholds, sku=args.sku)
         sku = _sku(thresholds, args.sku, gpus)
     except ThresholdsError as exc:
         print(f"gpuaccept: {node}: cannot judge: {exc}")

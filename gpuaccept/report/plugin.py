@@ -8,8 +8,8 @@ A pure listener: it learns everything through gpuaccept's typed hooks (``hookspe
 thresholds and the baseline at configure time, each step, each check as judged, the run record once
 written) and the core's verdict on each report; it reads no session state and changes no verdict.
 
-- configure: ``reports/allure-results`` under the rootdir when the acceptance marker is selected
-  and no ``--alluredir`` was given (emptied first by the controller, so a report is one run).
+- configure: ``reports/allure-results`` beside the ini file (else in the start folder) when the acceptance
+  marker is selected and no ``--alluredir`` was given (emptied first by the controller, so a report is one run).
 - collection: area/topic/check/severity/node labels (see ``labels.py``).
 - during a test: the exact srun command and raw probe output of every step; at the end of the call
   the "checks" table (every check the test judged: observed, expected, verdict, source), a per-GPU
@@ -27,8 +27,6 @@ written) and the core's verdict on each report; it reads no session state and ch
 
 from __future__ import annotations
 
-import re
-import shutil
 from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,10 +34,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpuaccept.judging.baseline import summarize_changes
+from gpuaccept.report.allure_runs import claim_run_folder, point_latest
 from gpuaccept.results.comparison import comparison_of, regressed, side_by_side
 from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.record import is_latest
 from gpuaccept.results.summary import regression_lines
 from gpuaccept.results.table import write_metrics_csv
+from gpuaccept.settings import acceptance_selected, reports_root
 
 if TYPE_CHECKING:
     from gpuaccept.dispatch.result import ProbeResult
@@ -60,11 +61,6 @@ _SHOWN = pytest.StashKey[str]()
 MAX_OUTPUT_BYTES = 1 << 20
 
 
-def _acceptance_selected(config: pytest.Config) -> bool:
-    expr = str(getattr(config.option, "markexpr", "") or "")
-    return bool(re.search(r"\bacceptance\b", expr)) and not re.search(r"\bnot\s+acceptance\b", expr)
-
-
 def default_alluredir(config: pytest.Config) -> Path | None:
     """The alluredir in force: the user's, else reports/allure-results for an acceptance run, else None."""
     if not hasattr(config.option, "allure_report_dir"):
@@ -72,12 +68,13 @@ def default_alluredir(config: pytest.Config) -> Path | None:
     given = config.option.allure_report_dir
     if given:
         return Path(given).resolve()
-    if not _acceptance_selected(config) or config.option.collectonly:
+    if not acceptance_selected(config) or config.option.collectonly:
         return None
-    path = Path(config.rootpath) / "reports" / "allure-results"
-    if not hasattr(config, "workerinput"):
-        shutil.rmtree(path, ignore_errors=True)  # one run per report; reports/runs keeps the history
-        path.mkdir(parents=True, exist_ok=True)
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and workerinput.get("gpuaccept_alluredir"):  # the controller's run folder
+        path = Path(workerinput["gpuaccept_alluredir"])
+    else:  # one folder per run, so two runs never mix (reports/allure-results links to the newest)
+        path = claim_run_folder(reports_root(config) / "reports")
     config.option.allure_report_dir = str(path)
     return path
 
@@ -341,6 +338,8 @@ class ReportSession:
             )
             write_environment(self.alluredir, values)
             write_categories(self.alluredir)
+            if self.alluredir.parent.name == "allure" and is_latest(path):
+                point_latest(self.alluredir.parent.parent, self.alluredir)
         if record.tests:
             self._write_summary(path, record)
 
@@ -354,7 +353,7 @@ class ReportSession:
             write_summary,
         )
 
-        reports_dir = Path(self.config.rootpath) / "reports"
+        reports_dir = reports_root(self.config) / "reports"
         try:
             baseline: tuple[RunRecord, Path, bool] | None = None
             if self.baseline is not None:

@@ -8,6 +8,7 @@ so a baseline comparison never reads half a file.
 from __future__ import annotations
 
 import datetime as _dt
+import filecmp
 import json
 import os
 import re
@@ -20,7 +21,7 @@ from typing import Any
 
 from gpuaccept.results.metrics import MetricResult
 
-__all__ = ["SCHEMA", "RecordError", "RunRecord", "TestEntry", "read_record", "record_id"]
+__all__ = ["SCHEMA", "RecordError", "RunRecord", "TestEntry", "is_latest", "read_record", "record_id"]
 
 #: The record's layout. 4: the session's ``verdict`` and ``accepted``, the ``test_hooks`` that were set
 #: (``gpuaccept.testhooks``), the limits a site file ``loosened`` against the packaged ones and the
@@ -166,15 +167,21 @@ class RunRecord:
             "errors": self.errors,
         }
 
-    def default_path(self, reports_dir: Path) -> Path:
-        return reports_dir / "runs" / f"{_utc_stamp(self.started)}.json"
+    def default_path(self, reports_dir: Path, job_id: str | None = None) -> Path:
+        """``reports/runs/<UTC start>[-job<id>].json``; ``write(unique=True)`` adds ``-2``, ``-3`` to a name
+        another run already took (two runs started in the same second)."""
+        job = f"-job{job_id}" if job_id else ""
+        return reports_dir / "runs" / f"{_utc_stamp(self.started)}{job}.json"
 
-    def write(self, path: Path) -> Path:
-        """Write atomically to ``path`` and refresh ``latest.json`` in the same folder."""
+    def write(self, path: Path, *, latest: bool = True, unique: bool = False) -> Path:
+        """Write atomically to ``path`` (with ``unique``, to the first of ``path``, ``<stem>-2``, ... no run
+        has taken, claimed with an exclusive create) and, with ``latest``, refresh ``latest.json`` beside it."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        if unique:
+            path = _claim(path)
         self.finished = _dt.datetime.now(_dt.timezone.utc)
         text = json.dumps(self.to_dict(), indent=2, sort_keys=False, default=str)
-        for target in (path, path.parent / "latest.json"):
+        for target in (path, path.parent / "latest.json") if latest else (path,):
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".record-", suffix=".json")
             with os.fdopen(fd, "w") as handle:
                 handle.write(text)
@@ -213,6 +220,25 @@ class RunRecord:
             verdict=str(raw.get("verdict") or ""),
             accepted=bool(raw.get("accepted", False)),
         )
+
+
+def is_latest(path: Path) -> bool:
+    """Whether ``latest.json`` beside the record at ``path`` is that record (a dry run's or a collection's
+    record never becomes it)."""
+    latest = path.parent / "latest.json"
+    return path.is_file() and latest.is_file() and filecmp.cmp(path, latest, shallow=False)
+
+
+def _claim(path: Path) -> Path:
+    """The first free name of ``path``, ``<stem>-2``, ``<stem>-3``, ..., created empty so no other run takes it."""
+    for n in range(1, 1000):
+        candidate = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
+        try:
+            os.close(os.open(candidate, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            continue
+        return candidate
+    raise FileExistsError(f"{path.parent}: 999 run records named {path.stem}: clean the folder up")
 
 
 def _time(value: Any) -> _dt.datetime | None:

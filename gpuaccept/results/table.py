@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.record import is_latest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -75,10 +76,13 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def write_metrics_csv(record_path: Path, metrics: Iterable[MetricResult]) -> list[Path]:
-    """Write the CSV beside the run record and refresh ``latest.metrics.csv`` (atomically, like the JSON)."""
+    """Write the CSV beside the run record and, when ``latest.json`` is this record (a dry run or a collection
+    leaves it alone), refresh ``latest.metrics.csv`` (atomically, like the JSON)."""
     record_path.parent.mkdir(parents=True, exist_ok=True)
     text = metrics_frame(metrics).to_csv(index=False)
-    targets = [csv_path_for(record_path), record_path.parent / "latest.metrics.csv"]
+    targets = [csv_path_for(record_path)]
+    if is_latest(record_path):
+        targets.append(record_path.parent / "latest.metrics.csv")
     for target in targets:
         _atomic_write(target, text)
     return targets

@@ -54,13 +54,19 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def _read(path: Path) -> ThresholdsFile:
     try:
-        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except FileNotFoundError:
         raise ThresholdsError(f"{path}: thresholds file not found") from None
+    except IsADirectoryError:
+        raise ThresholdsError(f"{path}: is a directory, not a thresholds YAML file") from None
+    except UnicodeDecodeError:
+        raise ThresholdsError(f"{path}: not a text file (not UTF-8): a thresholds file is YAML") from None
+    except OSError as exc:
+        raise ThresholdsError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         raise ThresholdsError(f"{path}: not valid YAML: {exc}") from None
-    if raw is None:
-        raw = {}
+    if raw is None:  # empty, or comments only: a site file that sets nothing is a mistake, not a no-op
+        raise ThresholdsError(f"{path}: empty: a thresholds file sets settings, defaults or skus")
     if not isinstance(raw, dict):
         raise ThresholdsError(f"{path}: the top level must be a mapping, not {type(raw).__name__}")
     try:
@@ -165,8 +171,59 @@ def _check_references(path: Path, data: ThresholdsFile, metrics: dict[str, Metri
             )
 
 
-def load_thresholds(site: Path | None = None, *, defaults: Path | None = None) -> Thresholds:
-    """Validate the defaults and the optional site file, then merge the site file over them."""
+def _literal(pattern: str) -> str | None:
+    """The one name a ``match`` pattern fits, or None when it fits more (``^NVIDIA\\ H100$`` -> ``NVIDIA
+    H100``, what gpuaccept-calibrate writes; ``NVIDIA H.*`` -> None)."""
+    body = pattern.removeprefix("^").removesuffix("$")
+    name: list[str] = []
+    escaped = False
+    for char in body:
+        if escaped:
+            if char.isalnum():  # \d, \s, \b: a class, not a character
+                return None
+            name.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char in ".^$*+?{}[]|()":
+            return None
+        else:
+            name.append(char)
+    return None if escaped else "".join(name)
+
+
+def _names(pattern: str) -> set[str]:
+    """The NVML names a packaged pattern lists: ``(NVIDIA )?H200`` -> ``NVIDIA H200`` and ``H200``."""
+    candidates = {re.sub(r"\((.*?)\)\?", r"\1", pattern), re.sub(r"\((.*?)\)\?", "", pattern)}
+    return {name for c in candidates if (name := _literal(c)) and re.fullmatch(pattern, name, re.IGNORECASE)}
+
+
+def _check_broad_site_skus(path: Path, data: ThresholdsFile, packaged: dict[str, SkuSpec], sku: str | None) -> None:
+    """A site SKU whose pattern fits more than one name and also a packaged SKU's board would judge that
+    board by the site's limits without anyone choosing it (``match: [".*"]`` takes every GPU): refused,
+    unless ``--sku`` picks it. Exact names (what calibration writes) win over the packaged SKU as before."""
+    for name, spec in data.skus.items():
+        if name in packaged or name == sku:
+            continue
+        for i, pattern in enumerate(spec.match):
+            if _literal(pattern) is not None:
+                continue
+            for other, other_spec in packaged.items():
+                hit = next(
+                    (n for p in other_spec.match for n in sorted(_names(p)) if re.fullmatch(pattern, n, re.IGNORECASE)),
+                    None,
+                )
+                if hit is not None:
+                    raise ThresholdsError(
+                        f"{path}: skus.{name}.match.{i}: {pattern!r} also matches {hit!r} of the packaged SKU "
+                        f"{other}, whose GPUs it would take over: match the exact NVML name (as gpuaccept-calibrate "
+                        f"writes it), or pick this SKU with --sku {name}"
+                    )
+
+
+def load_thresholds(site: Path | None = None, *, defaults: Path | None = None, sku: str | None = None) -> Thresholds:
+    """Validate the defaults and the optional site file, then merge the site file over them; ``sku``: the SKU
+    ``--sku`` forces (a site SKU with a broad pattern is allowed only so)."""
     base_path = defaults or default_path()
     files = [base_path] + ([site] if site is not None else [])
     metrics: dict[str, MetricSpec] = {}
@@ -181,17 +238,18 @@ def load_thresholds(site: Path | None = None, *, defaults: Path | None = None) -
         if path is not base_path and data.metrics:
             raise ThresholdsError(f"{path}: metrics: a site file cannot define metrics; the probes produce a fixed set")
         metrics.update(data.metrics)
-        for sku, spec in data.skus.items():
-            if path is not base_path and sku not in skus and not spec.match and spec.inherits is None:
-                raise ThresholdsError(f"{path}: skus.{sku}: unknown SKU; a new SKU needs 'match' patterns")
+        for name, spec in data.skus.items():
+            if path is not base_path and name not in skus and not spec.match and spec.inherits is None:
+                raise ThresholdsError(f"{path}: skus.{name}: unknown SKU; a new SKU needs 'match' patterns")
         _check_references(path, data, metrics, set(skus) | set(data.skus))
         if path is not base_path:
-            site_skus.update(sku for sku, spec in data.skus.items() if spec.match)
+            _check_broad_site_skus(path, data, skus, sku)
+            site_skus.update(name for name, spec in data.skus.items() if spec.match)
         settings.update({name: s.value for name, s in data.settings.items()})
         limits.update(data.defaults)
-        for sku, spec in data.skus.items():
-            if sku in skus:
-                old = skus[sku]
+        for name, spec in data.skus.items():
+            if name in skus:
+                old = skus[name]
                 spec = SkuSpec(
                     match=spec.match or old.match,
                     description=spec.description or old.description,
@@ -199,7 +257,7 @@ def load_thresholds(site: Path | None = None, *, defaults: Path | None = None) -
                     limits={**old.limits, **spec.limits},
                     datasheet={**old.datasheet, **spec.datasheet},
                 )
-            skus[sku] = spec
+            skus[name] = spec
     if CPU_SKU not in skus:
         raise ThresholdsError(f"{base_path}: skus.{CPU_SKU}: the defaults must define the '{CPU_SKU}' SKU")
     missing = KNOWN_SETTINGS - set(settings)

@@ -35,7 +35,10 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
         for number, line in enumerate(fh, 1):
             if not line.strip():
                 continue
-            row = json.loads(line)
+            try:
+                row = json.loads(line)
+            except ValueError as exc:  # its own "line 1" is the line's, not the file's
+                raise ValueError(f"{path}:{number}: not JSON: {getattr(exc, 'msg', exc)}") from None
             if not isinstance(row.get("messages"), list) or row["messages"][-1].get("role") != "assistant":
                 raise ValueError(f"{path}:{number}: each line needs 'messages' ending with an assistant turn")
             rows.append(row)

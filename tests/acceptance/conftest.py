@@ -13,16 +13,17 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.fixtures import cluster, fingerprints, judge, settings, thresholds  # noqa: F401  (the tests' names)
 from gpuaccept.hardware.bench import BENCH_TIMEOUT_S
 
 
 @pytest.fixture
-def gpubench(cluster: Any) -> Callable[[str], dict[str, Any]]:
+def gpubench(gpuaccept_cluster: Any) -> Callable[[str], dict[str, Any]]:
     """``gpubench(node)``: the node's shared gpubench result (skips a node that declares no GPU)."""
 
     def run(node: str) -> dict[str, Any]:
-        gpus = cluster.require_gpus(node)
-        result = cluster.run_shared(
+        gpus = gpuaccept_cluster.require_gpus(node)
+        result = gpuaccept_cluster.run_shared(
             "gpubench", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=BENCH_TIMEOUT_S
         )
         return {**result.one().data, "step_s": round(result.duration_s, 3)}

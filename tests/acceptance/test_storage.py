@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from gpuaccept.errors import MeasurementError
+from gpuaccept.settings import reports_root
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.storage, pytest.mark.multinode]
 
@@ -35,7 +36,7 @@ def test_shared_filesystem(cluster, settings, request, judge):
     nodes = cluster.nodes
     if len(nodes) < 2:
         pytest.skip("single-node allocation: a shared filesystem needs a second node to read it")
-    root = settings.sharedfs_path or request.config.rootpath / "reports" / ".sharedfs"
+    root = settings.sharedfs_path or reports_root(request.config) / "reports" / ".sharedfs"
     seed = random.randrange(2**31)
     first = root / f"gpuaccept-{uuid.uuid4().hex[:12]}.bin"
     renamed = first.with_suffix(".renamed")

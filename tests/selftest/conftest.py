@@ -7,6 +7,7 @@ Slurm installed the Slurm selftests skip locally, but fail in CI (``CI=true``): 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -25,10 +26,62 @@ UP = REPO / "slurm" / "dev-cluster" / "up.sh"
 DOWN = REPO / "slurm" / "dev-cluster" / "down.sh"
 
 
+#: what marks a selftest ``loopback`` (it starts or uses a loopback Slurm cluster) or ``inner`` (it runs
+#: pytest in a subprocess), found in its code and its fixtures' code, followed through the selftest helpers
+#: they call; ``pytest tests/selftest -m "not loopback and not inner"`` is the fast subset
+_LOOPBACK_NAMES = frozenset({"dev_cluster", "start_cluster", "UP", "KILL_NODE"})
+_INNER_NAMES = frozenset({"run_inner", "pytester", "testdir"})
+_INNER_STRINGS = frozenset({"gpuaccept-calibrate", "gpuaccept.calibrate.cli"})
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
     for item in items:
-        if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
-            item.add_marker(pytest.mark.selftest)
+        if not Path(str(item.fspath)).is_relative_to(here):
+            continue
+        item.add_marker(pytest.mark.selftest)
+        names, strings = _references(item, here)
+        if names & _LOOPBACK_NAMES:
+            item.add_marker(pytest.mark.loopback)
+        # ``[sys.executable, "-m", "pytest", ...]``: both strings (assertion rewriting adds "pytest" alone)
+        if names & _INNER_NAMES or strings & _INNER_STRINGS or {"-m", "pytest"} <= strings:
+            item.add_marker(pytest.mark.inner)
+
+
+def _references(item: pytest.Item, here: Path) -> tuple[set[str], set[str]]:
+    """The global names and string constants a selftest's code reaches: its function, its fixtures, and
+    every function or class of the selftest folder they name (the fixtures' own names count too)."""
+    names: set[str] = set(getattr(item, "fixturenames", ()))
+    strings: set[str] = set()
+    todo: list[Any] = [getattr(item, "obj", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in info.name2fixturedefs.values() if info is not None else ():
+        todo.extend(d.func for d in defs)
+    seen: set[int] = set()
+    while todo:
+        obj = inspect.unwrap(todo.pop()) if todo[-1] is not None else todo.pop()
+        if obj is None or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        file = inspect.getsourcefile(obj) if inspect.isfunction(obj) or inspect.isclass(obj) else None
+        if file is None or not Path(file).is_relative_to(here):
+            continue
+        members = [m for m in vars(obj).values() if inspect.isfunction(m)] if inspect.isclass(obj) else [obj]
+        for function in members:
+            codes = [function.__code__]
+            while codes:
+                code = codes.pop()
+                names.update(code.co_names)
+                for const in code.co_consts:
+                    if isinstance(const, str):
+                        strings.add(const)
+                    elif inspect.iscode(const):
+                        codes.append(const)
+                for name in code.co_names:
+                    target = function.__globals__.get(name)
+                    if inspect.isfunction(target) or inspect.isclass(target):
+                        todo.append(target)
+    return names, strings
 
 
 @dataclass
@@ -126,14 +179,15 @@ class InnerRun:
 def write_suite(directory: Path, source: str, name: str = "test_inner.py") -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / name).write_text(source)
-    (directory / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    # the short fixture names (cluster, judge, ...) for the suite's tests, as tests/acceptance/conftest.py has them
+    (directory / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider -p gpuaccept.fixtures\n")
     return directory
 
 
 def run_inner(directory: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> InnerRun:
     """Run ``python -m pytest`` in ``directory`` with our plugin (installed entry point)."""
     record = directory / "record.json"
-    argv = [sys.executable, "-m", "pytest", "-q", "-rA", "--run-record", str(record), *args]
+    argv = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "gpuaccept.fixtures", "--run-record", str(record), *args]
     start = time.monotonic()
     env = {**(env or os.environ), "GPUACCEPT_SELFTEST": "1", "PYTHONPATH": str(REPO)}
     done = subprocess.run(argv, cwd=directory, env=env, capture_output=True, text=True, timeout=timeout)

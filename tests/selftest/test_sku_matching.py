@@ -62,7 +62,7 @@ def test_a_name_two_skus_of_one_file_claim_is_a_usage_error(tmp_path):
     site = tmp_path / "site.yaml"
     site.write_text(
         'skus:\n  A:\n    match: ["NVIDIA L4"]\n    inherits: gpu-node\n'
-        '  B:\n    match: ["NVIDIA L4.*"]\n    inherits: gpu-node\n'
+        '  B:\n    match: ["NVIDIA L4( .*)?"]\n    inherits: gpu-node\n'
     )
     with pytest.raises(ThresholdsError, match="matches SKUs A and B"):
         load_thresholds(site).sku_for_gpu("NVIDIA L4")

@@ -1,0 +1,99 @@
+"""How an acceptance session starts: its inputs checked first, and a start that waits to be asked.
+
+The plugin is inert until asked (``settings.asked``). Asked at configure time, it starts at once;
+otherwise the first acceptance test collected starts it (``LateStart``), so ``pytest tests/acceptance``
+works without options while another project's tests in the same environment never meet the plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import cast
+
+import pytest
+
+from gpuaccept.inputs import InputError, check_inputs
+from gpuaccept.settings import Settings, SettingsError, reports_root, resolve
+from gpuaccept.state import STATE_KEY, SessionState
+from gpuaccept.thresholds.loader import Thresholds, load_thresholds
+
+__all__ = ["LateStart", "checked_inputs"]
+
+
+def checked_inputs(config: pytest.Config) -> tuple[Settings, Thresholds]:
+    """Every setting, the thresholds and every file and folder the run was given, checked before any job:
+    a usage error (exit 4) in one line naming the option or file and what is wrong."""
+    settings = resolve(config)
+    thresholds = load_thresholds(settings.thresholds, sku=settings.sku)
+    if settings.sku and settings.sku not in thresholds.skus:
+        raise SettingsError(
+            f"{settings.sources['sku']}: SKU {settings.sku!r} is not in {', '.join(map(str, thresholds.files))} "
+            f"(known: {', '.join(thresholds.skus)})"
+        )
+    try:
+        check_inputs(settings, reports_root(config) / "reports")
+    except InputError as exc:
+        raise SettingsError(str(exc)) from None
+    return settings, thresholds
+
+
+class LateStart:
+    """Starts the session at the first acceptance test collected. Its usage error stops the run (exit 4)
+    from ``pytest_make_collect_report``, as it would at configure time, not as a collection error per
+    module."""
+
+    name = "gpuaccept-late-start"
+
+    def __init__(self, start: Callable[[pytest.Config], SessionState]) -> None:
+        self._start = start
+        self.error: pytest.UsageError | None = None
+        self.worker_error: str | None = None
+
+    @classmethod
+    def of(cls, config: pytest.Config) -> LateStart:
+        return cast(LateStart, config.pluginmanager.get_plugin(cls.name))
+
+    def start(self, config: pytest.Config, where: str) -> SessionState:
+        if hasattr(config, "workerinput"):  # the controller did not start: workers must not allocate apart
+            raise SettingsError(_xdist_unasked(where))  # this module's collection error, in the worker
+        try:
+            return self._start(config)
+        except pytest.UsageError as exc:
+            self.error = exc
+            raise
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """An acceptance test not taking ``node`` starts the session too (registered after the plugin,
+        this runs before its own ``tryfirst`` hook, which then finds the session started)."""
+        first = next((item for item in items if item.get_closest_marker("acceptance")), None)
+        if first is None or self.started(config):
+            return
+        if hasattr(config, "workerinput"):  # raised here, it would crash the worker: each test errors instead
+            self.worker_error = _xdist_unasked(first.nodeid)
+            return
+        self.start(config, first.nodeid)
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if self.worker_error is not None and item.get_closest_marker("acceptance"):
+            raise SettingsError(self.worker_error)
+
+    @staticmethod
+    def started(config: pytest.Config) -> bool:
+        return STATE_KEY in config.stash
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(
+        self, collector: pytest.Collector
+    ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+        report = yield
+        if report.failed and self.error is not None:
+            raise self.error
+        return report
+
+
+def _xdist_unasked(where: str) -> str:
+    return (
+        f"{where} is an acceptance test, but under pytest-xdist the session must be asked for at start: "
+        "add -m acceptance (or any gpuaccept option)"
+    )
