@@ -30,7 +30,7 @@ from gpuaccept.fabric.gdr import judge_gdr
 from gpuaccept.fabric.rails import rail_groups_spec, rail_label, rail_rounds
 from gpuaccept.fabric.rdma import missing_tools, pair_results
 from gpuaccept.fabric.transport import hca_usage, observe_rank
-from gpuaccept.nccl.bisect import attribute
+from gpuaccept.nccl.blame import attribute
 from gpuaccept.nccl.lines import wrong_lines
 from gpuaccept.nccl.sweep import algo_args, group_tables
 
