@@ -112,8 +112,7 @@ class Cluster:
         while True:
             nodes = self.nodes
             if len(nodes) < at_least:
-                left = f"{len(nodes)} node{'' if len(nodes) == 1 else 's'} left of {len(self.launcher.nodes())}"
-                pytest.skip(f"{what} needs {at_least} nodes: {left} ({lost_text(self.lost)})")
+                pytest.skip(f"{what} needs {at_least} nodes: {self._left(len(nodes))}")
             try:
                 return measure(nodes)
             except MeasurementError:
@@ -121,6 +120,12 @@ class Cluster:
                 if not gone:
                     raise
                 print(f"{what}: {lost_text(gone)}; measured again on the nodes left")
+
+    def _left(self, live: int) -> str:
+        allocated = len(self.launcher.nodes())
+        if not self.lost:
+            return f"the allocation has {allocated} node{'' if allocated == 1 else 's'}"
+        return f"{live} node{'' if live == 1 else 's'} left of {allocated} ({lost_text(self.lost)})"
 
     @property
     def kind(self) -> str:
