@@ -1,7 +1,8 @@
 """Selftest-only pytest plugin (``-p tests.selftest.chaos_plugin``) for the chaos matrix: breaks the loopback
 cluster at one moment of one test of an inner acceptance run.
 
-``GPUACCEPT_CHAOS=<kind>:<test>:<node>``: ``kill-before`` kills the node's slurmd as the test starts,
+``GPUACCEPT_CHAOS=<kind>:<test>:<node>`` (what it did goes to ``GPUACCEPT_CHAOS_LOG``): ``kill-before``
+kills the node's slurmd as the test starts,
 ``kill-during`` half a second into the test's first srun step, ``kill-between`` right after that step
 (before the test's next one, or the next test's); ``scancel`` cancels the test's first step
 while it runs; ``ctld-restart`` restarts slurmctld with its state kept just before the test's first step.
@@ -23,13 +24,19 @@ from gpuaccept.dispatch import slurm
 from gpuaccept.dispatch.step import Step
 
 DEV = Path(__file__).resolve().parents[2] / "slurm" / "dev-cluster"
-KIND, TARGET, NODE = (os.environ.get("GPUACCEPT_CHAOS", "").split(":") + ["", "", ""])[:3]
+KIND, TARGET, NODE = [*os.environ.get("GPUACCEPT_CHAOS", "").split(":"), "", "", ""][:3]
 _state: dict[str, Any] = {"test": "", "steps": 0, "done": not KIND}
 
 
 def _script(name: str, *args: str) -> None:
     done = subprocess.run(["bash", str(DEV / name), *args], capture_output=True, text=True, timeout=60)
-    print(f"[chaos] {name} {' '.join(args)}: exit {done.returncode} {done.stderr.strip()}", flush=True)
+    _say(f"{name} {' '.join(args)}: exit {done.returncode} {done.stderr.strip()}")
+
+
+def _say(line: str) -> None:
+    """Into ``GPUACCEPT_CHAOS_LOG`` (past pytest's capture, whatever test ran): what the selftest reads."""
+    with open(os.environ["GPUACCEPT_CHAOS_LOG"], "a") as log:
+        log.write(f"[chaos] {line}\n")
 
 
 def _scancel(launcher: Any, step: Step) -> None:
@@ -40,7 +47,7 @@ def _scancel(launcher: Any, step: Step) -> None:
         ids = [row.split("|")[0] for row in rows.stdout.splitlines() if row.endswith("|" + step.name)]
         if ids:
             subprocess.run(["scancel", *ids], check=False)
-            print(f"[chaos] scancel {' '.join(ids)} ({step.probe})", flush=True)
+            _say(f"scancel {' '.join(ids)} ({step.probe}): exit 0")
             return
         time.sleep(0.05)
 
