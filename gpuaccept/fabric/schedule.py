@@ -108,8 +108,9 @@ def second_pass(
     failed = {e for p, ok in results.items() if not ok for e in (p.server, p.client)}
     good = [e for p, ok in results.items() if ok for e in (p.server, p.client) if e not in failed]
     good = list(dict.fromkeys(good))
-    partners_of = {e: {p.client if p.server == e else p.server for p in results if e in (p.server, p.client)}
-                   for e in failed}  # fmt: skip
+    partners_of = {
+        e: {p.client if p.server == e else p.server for p in results if e in (p.server, p.client)} for e in failed
+    }
     tests: list[Pairing] = []
     for suspect in sorted(failed):
         rail = _rail(hcas, suspect)

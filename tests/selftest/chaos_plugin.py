@@ -2,10 +2,10 @@
 cluster at one moment of one test of an inner acceptance run.
 
 ``GPUACCEPT_CHAOS=<kind>:<test>:<node>`` (what it did goes to ``GPUACCEPT_CHAOS_LOG``): ``kill-before``
-kills the node's slurmd as the test starts,
-``kill-during`` half a second into the test's first srun step, ``kill-between`` right after that step
-(before the test's next one, or the next test's); ``scancel`` cancels the test's first step
-while it runs; ``ctld-restart`` restarts slurmctld with its state kept just before the test's first step.
+kills the node's slurmd as the test starts, ``kill-during`` half a second into the test's first srun
+step, ``kill-between`` right after that step (before the test's next one, or the next test's);
+``scancel`` cancels the test's first step while it runs; ``ctld-restart`` restarts slurmctld with its
+state kept just before the test's first step.
 It wraps the Slurm launcher's one launch function, so every step of the real tests goes through it.
 """
 

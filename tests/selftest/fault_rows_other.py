@@ -13,44 +13,110 @@ __all__ = ["OTHER_ROWS", "SECTIONS"]
 SCHED = "The scheduler (faults injected with Slurm itself on a loopback cluster)"
 RULES = "Verdicts that are not earned (an inner suite of careless tests, through salloc on the loopback cluster)"
 GPU = "Faults only a GPU can show"
-SECTIONS = (SCHED, RULES, HW, GPU, NCCL, FABRIC)
+CHAOS = (
+    "A node lost, a step cancelled, the controller restarted, a full disk: the chaos matrix (3 loopback nodes, "
+    "every multi-node test)"
+)
+SECTIONS = (SCHED, CHAOS, RULES, HW, GPU, NCCL, FABRIC)
 
 A = "tests/selftest/test_allocation_faults.py::"
 D = "tests/selftest/test_dispatch_faults.py::"
+C = "tests/selftest/test_chaos.py::test_chaos"
+MULTI = (
+    "`test_versions_consistent`, `test_nccl_scale`, `test_nccl_node_at_fault`, `test_nccl_rails`, "
+    "`test_shared_filesystem`, `test_node_clocks` in turn (`tests/selftest/chaos_plugin.py` picks the moment)"
+)
+SURVIVE = (
+    "node1 and node3 end every test from the broken one on as a clean run of node1 and node3 alone "
+    "(`--nodelist node1,node3`) does; no verdict is an exception's text; the record and `summary.html` are "
+    "written; no job is left running"
+)
+LOST = (
+    "node2 is left out of every later step: a cross-node test whose step lost it measures node1 and node3 "
+    "again (`test_nccl_scale[all-3-nodes]` measures all 2 nodes left, `[2-nodes]` skips `scale 2 is now "
+    "measured as all 2 nodes left (node2 was lost during the run: ...)`), a second-pass pair that lost it is "
+    "incomplete and blames nobody; node2 is named once: its next node-local case ERRORs (`test_dev_shm_free"
+    "[node2]`), later ones and `test_nccl_node_at_fault[node2]` skip `node2 was lost during the run: ...`; "
+    "`cluster.lost_nodes = {node2: ...}`, the terminal's `node2: lost during the run`. "
+)
 V = "tests/selftest/test_verdict_rules.py::"
 
 OTHER_ROWS: tuple[Row, ...] = (
     # ---- the scheduler -------------------------------------------------------------------------------
-    Row(SCHED, "down-node", "down node at allocation",
+    Row(
+        SCHED,
+        "down-node",
+        "down node at allocation",
         "`kill-node.sh node2` (SIGKILL its slurmd), wait until the controller marks it not responding, then "
         "`pytest -m acceptance --launcher slurm --nodes 2`",
         "no test runs; exit 4 in seconds: `2 node(s) wanted (--nodes (command line)) but partition main has 1 usable "
         "(node1); not usable: node2 (idle*, not responding)` (later `down*, reason: Not responding`)",
-        END_TO_END, (A + "test_down_node_stops_the_run_naming_it",)),
-    Row(SCHED, "drained-node", "drained node at allocation", "`scontrol update nodename=node2 state=drain reason=...`",
+        END_TO_END,
+        (A + "test_down_node_stops_the_run_naming_it",),
+    ),
+    Row(
+        SCHED,
+        "drained-node",
+        "drained node at allocation",
+        "`scontrol update nodename=node2 state=drain reason=...`",
         "exit 4: `not usable: node2 (drained, reason: <Slurm's Reason field>)`; with `--nodelist node1,node2` the "
-        "same node named", END_TO_END, (A + "test_drained_node_is_named_with_its_reason",)),
-    Row(SCHED, "busy-nodes", "nodes busy, allocation pends", "another job holds both nodes (`salloc --exclusive -N2`)",
+        "same node named",
+        END_TO_END,
+        (A + "test_drained_node_is_named_with_its_reason",),
+    ),
+    Row(
+        SCHED,
+        "busy-nodes",
+        "nodes busy, allocation pends",
+        "another job holds both nodes (`salloc --exclusive -N2`)",
         "`gpuaccept: waiting for Slurm job N ...: PENDING, reason Resources (...)` every 5 s; after `--alloc-wait` the "
         "job is cancelled and exit 4 names the reason, every node's state and the job holding them",
-        END_TO_END, (A + "test_busy_nodes_print_the_pending_reason_then_give_up",)),
-    Row(SCHED, "partition", "mistyped partition", "`--launcher auto --partition nosuchpart`",
+        END_TO_END,
+        (A + "test_busy_nodes_print_the_pending_reason_then_give_up",),
+    ),
+    Row(
+        SCHED,
+        "partition",
+        "mistyped partition",
+        "`--launcher auto --partition nosuchpart`",
         "exit 4: `partition 'nosuchpart' (--partition (command line)): Slurm says: ... Partition nosuchpart not found`",
-        END_TO_END, (A + "test_mistyped_partition_is_usage_error",)),
-    Row(SCHED, "controller-down", "controller down", "SIGKILL the cluster's slurmctld before the run",
+        END_TO_END,
+        (A + "test_mistyped_partition_is_usage_error",),
+    ),
+    Row(
+        SCHED,
+        "controller-down",
+        "controller down",
+        "SIGKILL the cluster's slurmctld before the run",
         "exit 4: `the Slurm controller does not answer (SLURM_CONF=...): scontrol ping: exit 1: Slurmctld(primary) "
-        "at <host> is DOWN`", END_TO_END, (A + "test_controller_down_is_usage_error",)),
-    Row(SCHED, "scontrol-failure", "scontrol failure on a node",
+        "at <host> is DOWN`",
+        END_TO_END,
+        (A + "test_controller_down_is_usage_error",),
+    ),
+    Row(
+        SCHED,
+        "scontrol-failure",
+        "scontrol failure on a node",
         "SIGKILL slurmctld mid-run, then a test asks for the node's declared GPUs",
-        "that node's test ERROR: `nodeN: cannot read its declared GPUs from Slurm: ...` (never \"0 GPUs, skipped\"); "
+        'that node\'s test ERROR: `nodeN: cannot read its declared GPUs from Slurm: ...` (never "0 GPUs, skipped"); '
         "the failed release of the allocation is printed with the `scancel` to run by hand",
-        END_TO_END, (A + "test_scontrol_failure_is_an_error_naming_the_node",)),
-    Row(SCHED, "interrupt", "Ctrl-C / SIGTERM mid-step",
+        END_TO_END,
+        (A + "test_scontrol_failure_is_an_error_naming_the_node",),
+    ),
+    Row(
+        SCHED,
+        "interrupt",
+        "Ctrl-C / SIGTERM mid-step",
         "SIGINT or SIGTERM to pytest while a probe step hangs (the inner pytest started with default signal "
         "dispositions, even from a background CI)",
         "run ends `interrupted` (exit 2), the step and the allocation are cancelled, the run record is written",
-        END_TO_END, ("tests/selftest/test_interrupt.py::test_signal_cancels_allocation[SIGINT]", "`[SIGTERM]`")),
-    Row(SCHED, "killed-slurmd", "killed slurmd mid-run",
+        END_TO_END,
+        ("tests/selftest/test_interrupt.py::test_signal_cancels_allocation[SIGINT]", "`[SIGTERM]`"),
+    ),
+    Row(
+        SCHED,
+        "killed-slurmd",
+        "killed slurmd mid-run",
         "4-node loopback cluster; `kill-node.sh node3` from inside the session; the run then waits (up to "
         "2 x `SlurmdTimeout` + 10 s, `SlurmdTimeout=30` in `up.sh`) until `sinfo` shows node3 `down`, and goes on",
         "the allocation is made with `--no-kill`, so Slurm takes node3 out of the job instead of expiring it (without "
@@ -59,87 +125,278 @@ OTHER_ROWS: tuple[Row, ...] = (
         "skip `node3 was lost during the run: its slurmd did not take a step (...)`; node1, node2 and node4 pass "
         "every node-local test before and after Slurm marked node3 down; the summary prints `node3 ERROR` and "
         "`node3: lost during the run: ...`; the record has `cluster.lost_nodes = {node3: ...}`, status `failed`; "
-        "no job is left (`squeue` empty)", END_TO_END, ("tests/selftest/test_node_death.py::test_killed_slurmd",)),
-    Row(SCHED, "hanging-probe", "hanging probe", "`_faults --fault hang` on 2 ranks",
+        "no job is left (`squeue` empty)",
+        END_TO_END,
+        ("tests/selftest/test_node_death.py::test_killed_slurmd",),
+    ),
+    Row(
+        SCHED,
+        "hanging-probe",
+        "hanging probe",
+        "`_faults --fault hang` on 2 ranks",
         "the test ERRORs: `probe _faults on node1: no result within 8 s; step gpuaccept-... cancelled; ranks [0, 1] on "
-        "node1 did not finish`; no step or job left", END_TO_END, (D + "test_faults_slurm",)),
-    Row(SCHED, "probe-crash", "probe crash, malformed or missing output", "`_faults --fault exit3`, `garbage`, `short`",
+        "node1 did not finish`; no step or job left",
+        END_TO_END,
+        (D + "test_faults_slurm",),
+    ),
+    Row(
+        SCHED,
+        "probe-crash",
+        "probe crash, malformed or missing output",
+        "`_faults --fault exit3`, `garbage`, `short`",
         "the test ERRORs: `exit status 3`, `malformed result line`, `1 of 2 ranks reported`",
-        END_TO_END, (D + "test_faults_slurm",)),
-    Row(SCHED, "fanout-fault", "one node's probe crashes, hangs or prints garbage in a fan-out step",
+        END_TO_END,
+        (D + "test_faults_slurm",),
+    ),
+    Row(
+        SCHED,
+        "fanout-fault",
+        "one node's probe crashes, hangs or prints garbage in a fan-out step",
         "`_faults --fault exit3/hang/garbage --on node2`, one step for both nodes",
         "node2's case ERRORs naming node2 (`exit status 3`, `no result within 8 s; ranks [0, 1] on node2 did not "
         "finish`, `malformed result line`); node1's case of the same step passes",
-        END_TO_END, (D + "test_fanout_slices_and_one_node_faults",)),
+        END_TO_END,
+        (D + "test_fanout_slices_and_one_node_faults",),
+    ),
+    # ---- the chaos matrix -------------------------------------------------------------------------------
+    Row(
+        CHAOS,
+        "chaos-kill-before",
+        "a node lost before a multi-node test's first step",
+        "`kill-node.sh node2` as the test starts: " + MULTI,
+        LOST + SURVIVE,
+        END_TO_END,
+        (f"{C}[kill-before-nccl_scale]", "`GPUACCEPT_CHAOS_ALL=1`: every `kill-before-*` row"),
+    ),
+    Row(
+        CHAOS,
+        "chaos-kill-during",
+        "a node lost during a multi-node test's step",
+        "`kill-node.sh node2` half a second into the test's first srun step: " + MULTI,
+        "the step itself ends (node2's slurmstepd outlives its slurmd); the next step finds node2 gone. "
+        + LOST
+        + SURVIVE,
+        END_TO_END,
+        (f"{C}[kill-during-shared_filesystem]", "`GPUACCEPT_CHAOS_ALL=1`: every `kill-during-*` row"),
+    ),
+    Row(
+        CHAOS,
+        "chaos-kill-between",
+        "a node lost between a multi-node test's steps",
+        "`kill-node.sh node2` right after the test's first srun step: " + MULTI,
+        LOST + SURVIVE,
+        END_TO_END,
+        (f"{C}[kill-between-nccl_node_at_fault]", "`GPUACCEPT_CHAOS_ALL=1`: every `kill-between-*` row"),
+    ),
+    Row(
+        CHAOS,
+        "chaos-scancel",
+        "one srun step cancelled (`scancel`)",
+        "`scancel` of the test's first step while it runs (`test_nccl_rails`, `test_shared_filesystem`), "
+        "`--nodelist node1,node3`",
+        "that test ERRORs naming the step Slurm cancelled, no node is counted lost, every other test as in the "
+        "clean run. " + SURVIVE,
+        END_TO_END,
+        (f"{C}[scancel-nccl_rails]", f"{C}[scancel-shared_filesystem]"),
+    ),
+    Row(
+        CHAOS,
+        "chaos-ctld-restart",
+        "slurmctld restarted mid-run, its state kept",
+        "`slurm/dev-cluster/restart-ctld.sh` (SIGTERM, then slurmctld again without `-c`, as a production "
+        "controller restarts) just before the test's first step (`test_nccl_scale`, `test_shared_filesystem`)",
+        "the allocation survives the restart and the run goes on: every test as in the clean run. " + SURVIVE,
+        END_TO_END,
+        (f"{C}[ctld-restart-nccl_scale]", f"{C}[ctld-restart-shared_filesystem]"),
+    ),
+    Row(
+        CHAOS,
+        "chaos-full-fs",
+        "the run record on a full filesystem",
+        "`--run-record` on a filled 64 KiB tmpfs",
+        "the run exits non-zero (not 0 or 1: no verdict on the hardware), naming the record's path and `No space "
+        "left on device`; no job is left",
+        END_TO_END,
+        (f"{C}[full-fs]",),
+    ),
     # ---- the plugin's verdict rules --------------------------------------------------------------------
-    Row(RULES, "info-only", "a test passes on informational figures alone", "an acceptance test that only calls "
-        "`judge.info`", "ERROR `nothing was judged, so nothing can pass (only informational figures: memory_gib)`, "
-        "category could not measure", END_TO_END, (V + "test_verdict_follows_the_checks",)),
-    Row(RULES, "nothing-recorded", "a test asserts but records nothing", "`assert cluster.nodes` and return",
-        "ERROR `... (nothing was measured)`", END_TO_END, (V + "test_verdict_follows_the_checks",)),
-    Row(RULES, "miss-returned", "a test returns after a miss", "`judge.check` below the floor, then return",
-        "FAILED naming node, metric, value, limit", END_TO_END, (V + "test_verdict_follows_the_checks",)),
-    Row(RULES, "no-limit", "a metric the SKU has no limit for", "`judge.check(\"matmul_bf16_tflops\", ...)` on the "
-        "`cpu` SKU", "ERROR `cannot judge matmul_bf16_tflops on SKU cpu: no limit (add one in a site file)`",
-        END_TO_END, (V + "test_verdict_follows_the_checks", V + "test_judge_alone_errors_on_a_missing_limit")),
-    Row(RULES, "bad-thresholds", "an unusable thresholds file", "a site file with a limit written twice, or min "
-        "above max", "usage error (exit 4) naming file and key, before any job: the loopback run submits none",
-        END_TO_END, ("tests/selftest/test_thresholds_file.py::test_bad_thresholds_submit_no_job",
-                     "tests/selftest/test_thresholds_file.py::test_bad_site_file_names_file_and_key[duplicate key]")),
+    Row(
+        RULES,
+        "info-only",
+        "a test passes on informational figures alone",
+        "an acceptance test that only calls `judge.info`",
+        "ERROR `nothing was judged, so nothing can pass (only informational figures: memory_gib)`, "
+        "category could not measure",
+        END_TO_END,
+        (V + "test_verdict_follows_the_checks",),
+    ),
+    Row(
+        RULES,
+        "nothing-recorded",
+        "a test asserts but records nothing",
+        "`assert cluster.nodes` and return",
+        "ERROR `... (nothing was measured)`",
+        END_TO_END,
+        (V + "test_verdict_follows_the_checks",),
+    ),
+    Row(
+        RULES,
+        "miss-returned",
+        "a test returns after a miss",
+        "`judge.check` below the floor, then return",
+        "FAILED naming node, metric, value, limit",
+        END_TO_END,
+        (V + "test_verdict_follows_the_checks",),
+    ),
+    Row(
+        RULES,
+        "no-limit",
+        "a metric the SKU has no limit for",
+        '`judge.check("matmul_bf16_tflops", ...)` on the `cpu` SKU',
+        "ERROR `cannot judge matmul_bf16_tflops on SKU cpu: no limit (add one in a site file)`",
+        END_TO_END,
+        (V + "test_verdict_follows_the_checks", V + "test_judge_alone_errors_on_a_missing_limit"),
+    ),
+    Row(
+        RULES,
+        "bad-thresholds",
+        "an unusable thresholds file",
+        "a site file with a limit written twice, or min above max",
+        "usage error (exit 4) naming file and key, before any job: the loopback run submits none",
+        END_TO_END,
+        (
+            "tests/selftest/test_thresholds_file.py::test_bad_thresholds_submit_no_job",
+            "tests/selftest/test_thresholds_file.py::test_bad_site_file_names_file_and_key[duplicate key]",
+        ),
+    ),
     # ---- only a GPU can show --------------------------------------------------------------------------
-    Row(GPU, "hog", "another process on a GPU (a hog)", "a torch loop on GPU 1 of the lent 2 x H200 while the "
+    Row(
+        GPU,
+        "hog",
+        "another process on a GPU (a hog)",
+        "a torch loop on GPU 1 of the lent 2 x H200 while the "
         "hardware tests ran (docs/measurements.md 'Five hardware runs, a hog, the multi-node layout'; the node "
         "check's run in 'Session 5 on the lent H100')",
         "`test_matmul`, `test_membw`, `test_hostbw`, `test_p2p`, `test_nvlink_errors_under_load` ERROR `GPU busy on "
         "node1: ... GPU 1 (00000000:00:07.0): pid 3708 python3`, GPU 0 measured and passed; the node check FAILED "
-        "`gpu_foreign_processes GPU0 1703 python3`", GPU_RUN,
-        ("tests/selftest/test_gpu_perf_judges.py::test_busy_gpu_is_an_error_naming_only_it",)),
-    Row(GPU, "wrong-bits", "a GPU computing wrong bits", "`GPUACCEPT_TEST_PERTURB_TRAINING=gpu=0,step=10` (one bf16 "
+        "`gpu_foreign_processes GPU0 1703 python3`",
+        GPU_RUN,
+        ("tests/selftest/test_gpu_perf_judges.py::test_busy_gpu_is_an_error_naming_only_it",),
+    ),
+    Row(
+        GPU,
+        "wrong-bits",
+        "a GPU computing wrong bits",
+        "`GPUACCEPT_TEST_PERTURB_TRAINING=gpu=0,step=10` (one bf16 "
         "ulp on one weight of GPU 0) on the lent H200 (docs/measurements.md 'Training that tests the GPU')",
         "`test_finetune_agreement` FAILED `node1 GPU 0 (00000000:00:06.0): trajectory changed since ...` (first "
-        "departs at step 10); GPU 1 agrees; the matmul checksum rule is proven on edited figures only", GPU_RUN,
-        ("tests/selftest/test_training_agreement.py", "tests/selftest/test_gpu_perf_judges.py::"
-         "test_checksum_mismatch_fails")),
-    Row(GPU, "foreign-device", "a task can open its neighbour's GPU, tasks share CPUs", "no device cgroups / "
-        "`TaskPlugin=task/none` (the lent dev cluster)", "`gpu_foreign_devices_openable`, `task_cpu_overlap_pairs` "
-        "judged against the packaged 0 (FAILED) unless a site file declares the cluster so", GPU_RUN,
-        ("docs/measurements.md 'Five hardware runs, a hog, the multi-node layout'",)),
-    Row(GPU, "slow-gpu", "a slow GPU / a straggler above the floor", "one GPU's figure edited to 550 / to 15% under "
+        "departs at step 10); GPU 1 agrees; the matmul checksum rule is proven on edited figures only",
+        GPU_RUN,
+        (
+            "tests/selftest/test_training_agreement.py",
+            "tests/selftest/test_gpu_perf_judges.py::test_checksum_mismatch_fails",
+        ),
+    ),
+    Row(
+        GPU,
+        "foreign-device",
+        "a task can open its neighbour's GPU, tasks share CPUs",
+        "no device cgroups / `TaskPlugin=task/none` (the lent dev cluster)",
+        "`gpu_foreign_devices_openable`, `task_cpu_overlap_pairs` "
+        "judged against the packaged 0 (FAILED) unless a site file declares the cluster so",
+        GPU_RUN,
+        ("docs/measurements.md 'Five hardware runs, a hog, the multi-node layout'",),
+    ),
+    Row(
+        GPU,
+        "slow-gpu",
+        "a slow GPU / a straggler above the floor",
+        "one GPU's figure edited to 550 / to 15% under "
         "its siblings (no GPU run has had a slow GPU yet: benchmarks/fault_gpu_runs.sh locks one GPU's clock for "
-        "it)", "FAILED naming that GPU, the floor or the node median",
-        LOGIC, ("tests/selftest/test_gpu_perf_judges.py::test_slow_gpu_fails_with_its_name",
-                "tests/selftest/test_gpu_perf_judges.py::test_straggler_above_floor_fails")),
-    Row(GPU, "nvlink-load-errors", "NVLink errors under load", "CRC flit or replay counts edited into the P2P "
+        "it)",
+        "FAILED naming that GPU, the floor or the node median",
+        LOGIC,
+        (
+            "tests/selftest/test_gpu_perf_judges.py::test_slow_gpu_fails_with_its_name",
+            "tests/selftest/test_gpu_perf_judges.py::test_straggler_above_floor_fails",
+        ),
+    ),
+    Row(
+        GPU,
+        "nvlink-load-errors",
+        "NVLink errors under load",
+        "CRC flit or replay counts edited into the P2P "
         "copies' counters (the lent H200's 30 s soak counted none: docs/measurements.md 'NVLink soak')",
-        "FAILED naming the links the errors sat on", LOGIC,
-        ("tests/selftest/test_gpu_perf_judges.py::test_p2p_nvlink_errors_under_load",
-         "tests/selftest/test_gpu_perf_judges.py::test_nvlink_errors_name_the_links")),
+        "FAILED naming the links the errors sat on",
+        LOGIC,
+        (
+            "tests/selftest/test_gpu_perf_judges.py::test_p2p_nvlink_errors_under_load",
+            "tests/selftest/test_gpu_perf_judges.py::test_nvlink_errors_name_the_links",
+        ),
+    ),
     # ---- NCCL, training, runs --------------------------------------------------------------------------
-    Row(NCCL, "regression", "a figure worse than the last run", "`--baseline latest` with a 5x slower second run "
-        "(an inner test's host memcpy, slowed on node2)", "FAILED, category regression, the upgrade story in the "
-        "terminal; only node2 regresses", END_TO_END,
-        ("tests/selftest/test_baseline.py::test_only_the_slow_node_regresses_on_slurm",
-         "tests/selftest/test_baseline.py::test_slower_second_run_is_a_regression_unchanged_is_not")),
+    Row(
+        NCCL,
+        "regression",
+        "a figure worse than the last run",
+        "`--baseline latest` with a 5x slower second run (an inner test's host memcpy, slowed on node2)",
+        "FAILED, category regression, the upgrade story in the terminal; only node2 regresses",
+        END_TO_END,
+        (
+            "tests/selftest/test_baseline.py::test_only_the_slow_node_regresses_on_slurm",
+            "tests/selftest/test_baseline.py::test_slower_second_run_is_a_regression_unchanged_is_not",
+        ),
+    ),
     # ---- the fabric ------------------------------------------------------------------------------------
-    Row(FABRIC, "socket-fallback", "NCCL fell back to TCP sockets (IB not found, `NCCL_IB_DISABLE`, wrong "
-        "`NCCL_IB_HCA`)", "`NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1` on the lent 2 x H200 (no HCA): NCCL's network "
+    Row(
+        FABRIC,
+        "socket-fallback",
+        "NCCL fell back to TCP sockets (IB not found, `NCCL_IB_DISABLE`, wrong `NCCL_IB_HCA`)",
+        "`NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1` on the lent 2 x H200 (no HCA): NCCL's network "
         "path is `NET/Socket` (docs/measurements.md, the recorded logs in fixtures/nccl/)",
         "`test_nccl_transport` FAILED `node1 GPU 0: nccl_net_transport = Socket`, the same for node2 GPU 1; every "
-        "compute HCA `nccl_net_hca_used = 0` (synthesised 8-HCA log)", GPU_RUN,
-        ("tests/selftest/test_fabric_transport.py::test_recorded_socket_fallback_on_the_lent_h200",
-         "tests/selftest/test_fabric_transport.py::test_socket_fallback_fails_naming_the_transport_and_every_idle_hca")),
-    Row(FABRIC, "wrong-hca", "GPU sends through a NIC across the CPU", "synthesised NCCL log: GPU on mlx5_5 "
-        "(affine: mlx5_3)", "FAILED `nccl_net_hca_affinity = mlx5_5 (affine: mlx5_3)`, the unused HCA "
-        "`nccl_net_hca_used = 0`", LOGIC,
-        ("tests/selftest/test_fabric_transport.py::test_gpu_on_the_wrong_hca_fails_naming_gpu_and_hca",)),
-    Row(FABRIC, "slow-rail", "slow rail (one HCA, cable or leaf)", "per-rail results edited below the floor",
-        "FAILED naming rail (HCA) and node after the second pass (the loopback run judges 2 real gloo rails, "
-        "healthy)", LOGIC, ("tests/selftest/test_fabric_rails.py::test_failing_rail_bisected_to_the_node",)),
-    Row(FABRIC, "slow-hca", "a slow HCA on one node", "pass/fail per perftest pair given to the second pass "
+        "compute HCA `nccl_net_hca_used = 0` (synthesised 8-HCA log)",
+        GPU_RUN,
+        (
+            "tests/selftest/test_fabric_transport.py::test_recorded_socket_fallback_on_the_lent_h200",
+            "tests/selftest/test_fabric_transport.py::test_socket_fallback_fails_naming_the_transport_and_every_idle_hca",
+        ),
+    ),
+    Row(
+        FABRIC,
+        "wrong-hca",
+        "GPU sends through a NIC across the CPU",
+        "synthesised NCCL log: GPU on mlx5_5 (affine: mlx5_3)",
+        "FAILED `nccl_net_hca_affinity = mlx5_5 (affine: mlx5_3)`, the unused HCA `nccl_net_hca_used = 0`",
+        LOGIC,
+        ("tests/selftest/test_fabric_transport.py::test_gpu_on_the_wrong_hca_fails_naming_gpu_and_hca",),
+    ),
+    Row(
+        FABRIC,
+        "slow-rail",
+        "slow rail (one HCA, cable or leaf)",
+        "per-rail results edited below the floor",
+        "FAILED naming rail (HCA) and node after the second pass (the loopback run judges 2 real gloo rails, healthy)",
+        LOGIC,
+        ("tests/selftest/test_fabric_rails.py::test_failing_rail_bisected_to_the_node",),
+    ),
+    Row(
+        FABRIC,
+        "slow-hca",
+        "a slow HCA on one node",
+        "pass/fail per perftest pair given to the second pass "
         "(perftest stand-ins on the loopback cluster took 3 minutes for 6 x 8 HCAs: not in CI)",
-        "FAILED naming node and HCA; its partners cleared", LOGIC,
-        ("tests/selftest/test_fabric_perftest.py::test_second_pass_convicts_the_bad_hca_not_its_partners",)),
-    Row(FABRIC, "slow-fabric", "uniformly slow fabric", "busbw edited against the sysfs line rate",
-        "FAILED `nccl_busbw_fabric_pct` < 82 and the absolute multi-node floor missed", LOGIC,
-        ("tests/selftest/test_fabric_transport.py::test_fabric_line_rate_from_sysfs_judges_a_uniformly_slow_fabric",)),
-)  # fmt: skip
+        "FAILED naming node and HCA; its partners cleared",
+        LOGIC,
+        ("tests/selftest/test_fabric_perftest.py::test_second_pass_convicts_the_bad_hca_not_its_partners",),
+    ),
+    Row(
+        FABRIC,
+        "slow-fabric",
+        "uniformly slow fabric",
+        "busbw edited against the sysfs line rate",
+        "FAILED `nccl_busbw_fabric_pct` < 82 and the absolute multi-node floor missed",
+        LOGIC,
+        ("tests/selftest/test_fabric_transport.py::test_fabric_line_rate_from_sysfs_judges_a_uniformly_slow_fabric",),
+    ),
+)

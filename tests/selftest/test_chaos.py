@@ -5,9 +5,9 @@ into its first srun step (``kill-during``) and right after that step (``kill-bet
 cancelled with ``scancel``; slurmctld is restarted with its state kept before a step (``ctld-restart``,
 ``slurm/dev-cluster/restart-ctld.sh``); the run record is written onto a full filesystem (``full-fs``).
 The moment is chosen by ``chaos_plugin.py`` inside the inner run. Each row asserts from the run record:
-the lost node or the fault named, every survivor's verdicts equal to a clean run's on node1 and node3
-alone (``--nodelist node1,node3``) from the broken test on, no exception text as a verdict, the record and summary written
-(the full-fs row: a non-zero exit naming the record it could not write).
+the lost node or the fault named, every survivor's verdicts from the broken test on equal to a clean
+run's on node1 and node3 alone (``--nodelist node1,node3``), no exception text as a verdict, the record
+and summary written (the full-fs row: a non-zero exit naming the record it could not write).
 
 CI runs one row per fault kind (``ci=True``); the whole matrix runs with
 ``GPUACCEPT_CHAOS_ALL=1 python3 -m pytest tests/selftest/test_chaos.py -p no:cacheprovider`` (docs/faults.md).

@@ -108,12 +108,24 @@ def injected_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InnerRun]
         inner.mkdir()
         yield run_inner(
             inner,
-            "-m", "acceptance", "--launcher", "slurm", "--nodes", str(NODES), "--thresholds", str(site),
-            "--rootdir", str(REPO), "-p", "tests.selftest._inject_after", "-k", DESELECT,
+            "-m",
+            "acceptance",
+            "--launcher",
+            "slurm",
+            "--nodes",
+            str(NODES),
+            "--thresholds",
+            str(site),
+            "--rootdir",
+            str(REPO),
+            "-p",
+            "tests.selftest._inject_after",
+            "-k",
+            DESELECT,
             *(str(REPO / t) for t in TESTS),
             env={**cluster.env, "GPUACCEPT_TEST_INJECT": str(spec), **hook},
             timeout=400,
-        )  # fmt: skip
+        )
     finally:
         stop_cluster(cluster)
 

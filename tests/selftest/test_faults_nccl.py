@@ -32,11 +32,23 @@ def nccl_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InnerRun]:
     cluster = start_cluster(NODES, {**NCCL_ENV, "GPUACCEPT_TEST_INJECT": str(spec)})
     try:
         yield run_inner(
-            inner, "-m", "acceptance", "--launcher", "slurm", "--nodes", str(NODES), "--probe-timeout", "30",
-            "--rootdir", str(REPO), "-k", "test_nccl_node or test_rdma_perftest or test_finetune_multinode",
+            inner,
+            "-m",
+            "acceptance",
+            "--launcher",
+            "slurm",
+            "--nodes",
+            str(NODES),
+            "--probe-timeout",
+            "30",
+            "--rootdir",
+            str(REPO),
+            "-k",
+            "test_nccl_node or test_rdma_perftest or test_finetune_multinode",
             *(str(REPO / "tests/acceptance" / f) for f in ("test_nccl.py", "test_fabric.py", "test_training.py")),
-            env=cluster.env, timeout=400,
-        )  # fmt: skip
+            env=cluster.env,
+            timeout=400,
+        )
     finally:
         stop_cluster(cluster)
 
