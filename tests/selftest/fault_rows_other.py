@@ -36,7 +36,8 @@ LOST = (
     "again (`test_nccl_scale[all-3-nodes]` measures all 2 nodes left, `[2-nodes]` skips `scale 2 is now "
     "measured as all 2 nodes left (node2 was lost during the run: ...)`), a second-pass pair that lost it is "
     "incomplete and blames nobody; node2 is named once: its next node-local case ERRORs (`test_dev_shm_free"
-    "[node2]`), later ones and `test_nccl_node_at_fault[node2]` skip `node2 was lost during the run: ...`; "
+    "[node2]`, or `test_step_runs[node2]` after the clock test), later ones and `test_nccl_node_at_fault[node2]` "
+    "skip `node2 was lost during the run: ...`; "
     "`cluster.lost_nodes = {node2: ...}`, the terminal's `node2: lost during the run`. "
 )
 V = "tests/selftest/test_verdict_rules.py::"
@@ -194,8 +195,10 @@ OTHER_ROWS: tuple[Row, ...] = (
         "one srun step cancelled (`scancel`)",
         "`scancel` of the test's first step while it runs (`test_nccl_rails`, `test_shared_filesystem`), "
         "`--nodelist node1,node3`",
-        "that test ERRORs naming the step Slurm cancelled, no node is counted lost, every other test as in the "
-        "clean run. " + SURVIVE,
+        "that test ERRORs naming the step Slurm cancelled (`test_nccl_rails` ERROR `probe infiniband on node1: "
+        "killed by signal SIGKILL ... slurmstepd-node1: error: *** STEP N.3 ON node1 CANCELLED AT ...`, category "
+        "could not measure, no check on any node), no node is counted lost, every other test as in the clean run. "
+        + SURVIVE,
         END_TO_END,
         (f"{C}[scancel-nccl_rails]", f"{C}[scancel-shared_filesystem]"),
     ),
@@ -205,7 +208,10 @@ OTHER_ROWS: tuple[Row, ...] = (
         "slurmctld restarted mid-run, its state kept",
         "`slurm/dev-cluster/restart-ctld.sh` (SIGTERM, then slurmctld again without `-c`, as a production "
         "controller restarts) just before the test's first step (`test_nccl_scale`, `test_shared_filesystem`)",
-        "the allocation survives the restart and the run goes on: every test as in the clean run. " + SURVIVE,
+        "the allocation survives the restart and the run goes on: every test as in the clean run. For a few "
+        "seconds after the restart srun cannot create a step (`Unable to create step for job N: Memory required by "
+        "task is not available`, until the nodes register again; before the fix every later test ERRORed so): the "
+        "dispatcher asks again for up to 60 s (`dispatch/slurm.py` `TRANSIENT_STEP`). " + SURVIVE,
         END_TO_END,
         (f"{C}[ctld-restart-nccl_scale]", f"{C}[ctld-restart-shared_filesystem]"),
     ),
@@ -214,8 +220,9 @@ OTHER_ROWS: tuple[Row, ...] = (
         "chaos-full-fs",
         "the run record on a full filesystem",
         "`--run-record` on a filled 64 KiB tmpfs",
-        "the run exits non-zero (not 0 or 1: no verdict on the hardware), naming the record's path and `No space "
-        "left on device`; no job is left",
+        "the run exits non-zero and says `No space left on device`; no job is left. Today that is a traceback of "
+        "`OSError` from `RunRecord.write` at session end and exit 1, the code a hardware failure also gets (a clear "
+        "one-line error naming the record and an exit of its own are issue 30's usage-error work)",
         END_TO_END,
         (f"{C}[full-fs]",),
     ),
