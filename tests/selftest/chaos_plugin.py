@@ -36,7 +36,7 @@ def _script(name: str, *args: str) -> None:
 def _say(line: str) -> None:
     """Into ``GPUACCEPT_CHAOS_LOG`` (past pytest's capture, whatever test ran): what the selftest reads."""
     with open(os.environ["GPUACCEPT_CHAOS_LOG"], "a") as log:
-        log.write(f"[chaos] {line} (pid {os.getpid()}, {threading.current_thread().name})\n")
+        log.write(f"[chaos] {line}\n")
 
 
 def _scancel(launcher: Any, step: Step) -> None:
