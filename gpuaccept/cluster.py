@@ -25,6 +25,7 @@ from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.dispatch.slurm_cli import recording
 from gpuaccept.dispatch.step import Launcher, Step, shell_join
 from gpuaccept.errors import MeasurementError
+from gpuaccept.nccl.plan import NodePlan, lost_text
 
 if TYPE_CHECKING:  # typing.Unpack for **kwargs is Python 3.12; annotations are not evaluated at run time
     from typing_extensions import Unpack
@@ -85,7 +86,8 @@ class Cluster:
 
     @property
     def nodes(self) -> list[str]:
-        """The nodes under test, less any lost during the run (a cross-node check goes on without them)."""
+        """The nodes under test, less any lost during the run (a cross-node check goes on without them;
+        ``across_nodes`` also re-measures when one is lost during its step)."""
         lost = self.lost
         return [n for n in self.launcher.nodes() if n not in lost]
 
@@ -93,6 +95,37 @@ class Cluster:
     def lost(self) -> dict[str, str]:
         """Nodes lost during the run (slurmd gone, taken out of the allocation) and why."""
         return dict(getattr(self.launcher, "lost", {}))
+
+    def plan(self) -> NodePlan:
+        """The allocation's nodes and those lost so far: what every multi-node test plans from
+        (``nccl.plan``: scales, groups, suspects and pairs among the live nodes only)."""
+        return NodePlan(tuple(self.launcher.nodes()), self.lost)
+
+    def across_nodes(self, measure: Callable[[list[str]], T], *, what: str, at_least: int = 2) -> T:
+        """``measure(live nodes)`` for a cross-node test; a node lost on the way costs only that node.
+
+        A node lost before: left out of the plan. A node lost during ``measure`` (a step it was in
+        fails and the launcher now counts it lost): ``measure`` runs again on the survivors, so they
+        get the verdict a clean run of them alone gives (the lost node's own next case names it, as
+        ``state._NodeLoss`` does for node-local tests). Fewer than ``at_least`` left: skip naming the loss.
+        """
+        while True:
+            nodes = self.nodes
+            if len(nodes) < at_least:
+                pytest.skip(f"{what} needs {at_least} nodes: {self._left(len(nodes))}")
+            try:
+                return measure(nodes)
+            except MeasurementError:
+                gone = {n: why for n, why in self.lost.items() if n in nodes}
+                if not gone:
+                    raise
+                print(f"{what}: {lost_text(gone)}; measured again on the nodes left")
+
+    def _left(self, live: int) -> str:
+        allocated = len(self.launcher.nodes())
+        if not self.lost:
+            return f"the allocation has {allocated} node{'' if allocated == 1 else 's'}"
+        return f"{live} node{'' if live == 1 else 's'} left of {allocated} ({lost_text(self.lost)})"
 
     @property
     def kind(self) -> str:

@@ -227,6 +227,14 @@ def function_key(item: pytest.Item) -> tuple[str, ...] | None:
     return (str(item.path), getattr(item, "originalname", item.name), *others)
 
 
+def _case_node(report: pytest.TestReport) -> str | None:
+    """The node of a node-parametrized case's report (``test_x[node3]``), else None."""
+    name = report.nodeid.rsplit("::", 1)[-1]
+    if not name.endswith("]") or "[" not in name:
+        return None
+    return name[name.index("[") + 1 : -1] or None
+
+
 class _NodeLoss:
     """Nodes lost during the run: the fan-out groups, the skips, and the summary line.
 
@@ -259,11 +267,15 @@ class _NodeLoss:
             return
         node = item.callspec.params["node"]  # type: ignore[attr-defined]
         reason = self.state.cluster.lost.get(node)
-        if reason is None:
-            return
-        if node in self.announced:
+        if reason is not None and node in self.announced:
             pytest.skip(f"{node} was lost during the run: {reason}")
-        self.announced.add(node)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """A lost node is announced by the first of its cases that errors after the loss; a case that
+        skipped for a reason of its own (no GPU declared) leaves the naming to the next one."""
+        node = _case_node(report)
+        if node is not None and report.failed and self.state.started and node in self.state.cluster.lost:
+            self.announced.add(node)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import time
 
@@ -27,6 +28,14 @@ from gpuaccept.dispatch.step import STEP_ENV_DEFAULTS, Step, probe_argv
 from gpuaccept.errors import MeasurementError, ProbeError, ProbeTimeout
 
 __all__ = ["SlurmLauncher"]
+
+#: srun's words when a step cannot be created *yet*: seen on 22.05 in the seconds after slurmctld restarts
+#: with its state kept, until the nodes have registered again (tests/selftest/test_chaos.py); srun
+#: gives up at once instead of waiting, so the launch is tried again for up to ``STEP_RETRY_S``
+TRANSIENT_STEP = re.compile(
+    r"Unable to create step for job \d+: (Memory required by task is not available|Requested nodes are busy)"
+)
+STEP_RETRY_S = 60.0
 
 
 class SlurmLauncher:
@@ -128,7 +137,17 @@ class SlurmLauncher:
         return env
 
     def _launch(self, step: Step, argv: list[str]) -> tuple[ProbeResult, bool]:
+        """One srun step; a step Slurm cannot create yet (``TRANSIENT_STEP``) is asked for again."""
         self.steps_launched += 1
+        deadline = time.monotonic() + STEP_RETRY_S
+        while True:
+            result, timed_out = self._srun(step, argv)
+            transient = not timed_out and result.returncode != 0 and TRANSIENT_STEP.search(result.stderr)
+            if not transient or launched_any(result.stdout, result.stderr) or time.monotonic() > deadline:
+                return result, timed_out
+            time.sleep(2)
+
+    def _srun(self, step: Step, argv: list[str]) -> tuple[ProbeResult, bool]:
         finished = run_all([argv], [self._env(step)], step.timeout_s, first_signal=signal.SIGTERM)
         result = ProbeResult(
             probe=step.probe,

@@ -31,9 +31,11 @@ from dataclasses import dataclass, field
 
 __all__ = ["BwResult", "LatResult", "PerftestError", "failure_kind", "parse_bw", "parse_lat", "supports_cuda"]
 
-_HEADER_NAMES = re.compile(r"(#bytes|#iterations|#sl|BW peak\[[^\]]+\]|BW average\[[^\]]+\]|MsgRate\[[^\]]+\]"
-                           r"|t_min\[usec\]|t_max\[usec\]|t_typical\[usec\]|t_avg\[usec\]|t_stdev\[usec\]"
-                           r"|99% percentile\[usec\]|99\.9% percentile\[usec\]|CPU_Util\[%\])")  # fmt: skip
+_HEADER_NAMES = re.compile(
+    r"(#bytes|#iterations|#sl|BW peak\[[^\]]+\]|BW average\[[^\]]+\]|MsgRate\[[^\]]+\]"
+    r"|t_min\[usec\]|t_max\[usec\]|t_typical\[usec\]|t_avg\[usec\]|t_stdev\[usec\]"
+    r"|99% percentile\[usec\]|99\.9% percentile\[usec\]|CPU_Util\[%\])"
+)
 _FIELD = re.compile(r"^\s*([A-Za-z][A-Za-z .-]*?)\s*:\s*(\S+)")
 _GPU_BUFFER = re.compile(r"(allocated GPU buffer address|using DMA-BUF for GPU buffer|GPU buffer)")
 _CUDA_PICK = re.compile(r"Picking (?:device No\.|GPU number) (\d+)")

@@ -10,14 +10,14 @@ each process reports keeps that meaning under any distribution.
 
 Pure functions: the ``nccl`` probe splits with ``split_rails``; the fabric test names rails with
 ``rail_label`` and re-tests a failing rail's nodes in pairs with ``rail_rounds``
-(``gpuaccept.nccl.bisect`` gives the pairs and the blame).
+(``gpuaccept.nccl.plan`` gives the pairs, ``nccl.blame`` the blame).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from gpuaccept.nccl.bisect import plan_rounds
+from gpuaccept.nccl.plan import plan_rounds
 
 __all__ = ["parse_rails", "rail_groups_spec", "rail_label", "rail_rounds", "split_rails"]
 
@@ -78,7 +78,7 @@ def rail_rounds(nodes: Sequence[str], good: Sequence[str] = ()) -> list[list[tup
 
     With nodes known good on this rail (they passed it elsewhere), each suspect pairs with one of
     them; otherwise the suspects pair around a ring, so each meets two partners and the one failing
-    with both stands out (``gpuaccept.nccl.bisect.plan_rounds``).
+    with both stands out (``gpuaccept.nccl.plan.plan_rounds``).
     """
     return plan_rounds(list(nodes), list(good))
 

@@ -66,8 +66,8 @@ def pair_results(records: Iterable[Any]) -> dict[Pairing, PairResult]:
                 result.memory = side.get("memory")
                 result.detail["gpu_bus"] = side.get("gpu_bus")
             if side.get("error"):
-                result.errors.append(f"{role} {pairing.server[0] if role == 'server' else pairing.client[0]}: "
-                                     f"{side['error']}")  # fmt: skip
+                node = pairing.server[0] if role == "server" else pairing.client[0]
+                result.errors.append(f"{role} {node}: {side['error']}")
         out[pairing] = result
     return out
 

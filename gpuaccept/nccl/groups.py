@@ -4,7 +4,7 @@ A multi-node NCCL scale measures groups of nodes side by side. A group fails whe
 its floor (the limit keyed by the group's node count first, ``metric@N``), when its all_reduce busbw
 falls more than ``straggler_pct`` below the median group, when its scaling efficiency against the
 smallest scale misses its limit, or when a result was wrong. The second pass (Google
-cluster-health-scanner's) pairs each suspect with known-good nodes (``nccl.bisect``). These rules use
+cluster-health-scanner's) pairs each suspect with known-good nodes (``nccl.plan``, ``nccl.blame``). These rules use
 the judging core's one comparison (``judge_value``) and the limits the judge declares; the judging
 core itself knows nothing of NCCL.
 """
@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from gpuaccept.judging.judge import judge_value
-from gpuaccept.nccl.bisect import Group
 from gpuaccept.nccl.formulas import COLLECTIVES
 from gpuaccept.nccl.lines import metric_name
+from gpuaccept.nccl.plan import Group
 from gpuaccept.nccl.sweep import GroupTable, format_bytes
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Message-size sweeps, memory caps, node scales, and the per-group table built from probe records.
+"""Message-size sweeps, memory caps, and the per-group table built from probe records.
 
 The probe and the tests must agree on the sizes (every rank of a communicator has to run the same
 collective with the same count, or it hangs), so the sweep is computed here, in one place, from
@@ -25,8 +25,6 @@ __all__ = [
     "group_tables",
     "parse_bytes",
     "requested_sizes",
-    "scale_groups",
-    "scales_for",
     "sweep_sizes",
 ]
 
@@ -77,30 +75,6 @@ def cap_sizes(sizes: Sequence[int], collective: str, nranks: int, free_bytes: in
     """The sizes whose buffers fit in ``fraction`` of the free memory (the rest is NCCL's and the checks')."""
     budget = free_bytes * fraction
     return [s for s in sizes if memory_per_rank(collective, s, nranks) <= budget]
-
-
-def scales_for(nodes: int) -> list[int]:
-    """Multi-node scales: 2, 4, 8, ... below ``nodes``, then ``nodes`` itself (empty for one node)."""
-    out = []
-    scale = 2
-    while scale < nodes:
-        out.append(scale)
-        scale *= 2
-    if nodes >= 2:
-        out.append(nodes)
-    return out
-
-
-def scale_groups(nodes: Sequence[str], scale: int) -> list[tuple[str, ...]]:
-    """Disjoint groups of ``scale`` consecutive nodes, measured at once (leftovers sit this scale out).
-
-    Every node is measured at every scale it fits in, and groups at the same scale can be compared
-    with each other: a group far below its siblings points at one of its nodes (the first pass of
-    cluster-health-scanner, generalised from pairs to any power of two).
-    """
-    if scale < 2 or scale > len(nodes):
-        raise ValueError(f"scale {scale} does not fit {len(nodes)} nodes")
-    return [tuple(nodes[i : i + scale]) for i in range(0, len(nodes) - scale + 1, scale)]
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@
 #
 # Only `export` lines go to stdout (so eval works); progress and errors go to stderr.
 # Stop it with slurm/dev-cluster/down.sh. Not a production configuration: no auth, no cgroups.
+# slurmctld starts with -c (no state from an earlier cluster in DIR); restart-ctld.sh restarts it
+# without -c, its jobs and node states kept, as a production controller restarts.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

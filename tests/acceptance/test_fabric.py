@@ -14,6 +14,10 @@
 
 A cluster whose SKU declares no InfiniBand (no ``ib_hca_count``) and shows no HCA skips the IB parts;
 the rails run everywhere (gloo on CPU nodes: 2 ranks per node, 2 rails).
+
+Every cross-node step is planned on the nodes still in the run (``cluster.across_nodes``): a node lost
+before is left out, a step that loses one is measured again on the survivors, a second-pass pair that
+lost a member is incomplete (it clears and blames nobody), fewer than two nodes left skip naming the loss.
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ from gpuaccept.fabric.gdr import judge_gdr
 from gpuaccept.fabric.rails import rail_groups_spec, rail_label, rail_rounds
 from gpuaccept.fabric.rdma import missing_tools, pair_results
 from gpuaccept.fabric.transport import hca_usage, observe_rank
-from gpuaccept.nccl.bisect import attribute
+from gpuaccept.nccl.blame import attribute
 from gpuaccept.nccl.lines import wrong_lines
+from gpuaccept.nccl.plan import lost_text
 from gpuaccept.nccl.sweep import algo_args, group_tables
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect]
@@ -67,11 +72,14 @@ def _link_layer(judge, node) -> str | None:
 
 
 def _ib(cluster, nodes, counters_only=False) -> dict[str, dict]:
-    """The ``infiniband`` probe on every node at once; a node that did not answer is an error."""
+    """The ``infiniband`` probe on every node at once; a node that did not answer is an error, one lost
+    during the step is left out (the tests go on without it)."""
     args = ["--counters-only"] if counters_only else []
     out = {}
     for node, result in cluster.run_each("infiniband", nodes, args=args, timeout_s=60).items():
         if isinstance(result, MeasurementError):
+            if node in cluster.lost:
+                continue
             raise result
         out[node] = result.one().data
     return out
@@ -82,11 +90,12 @@ def _fabric(cluster, judge) -> dict[str, dict[str, float]]:
     if "ib" not in _STATE:
         _STATE["ib"] = _ib(cluster, cluster.nodes)
     ib = _STATE["ib"]
-    declared = [n for n in cluster.nodes if _declares_ib(judge, n)]
-    if not declared and not any(d.get("hcas") for d in ib.values()):
-        skus = sorted({judge.sku(n) for n in cluster.nodes})
+    nodes = [n for n in cluster.nodes if n in ib]  # a node lost since is out
+    declared = [n for n in nodes if _declares_ib(judge, n)]
+    if not declared and not any(ib[n].get("hcas") for n in nodes):
+        skus = sorted({judge.sku(n) for n in nodes})
         pytest.skip(f"SKU {', '.join(skus)} declares no InfiniBand (ib_hca_count) and no node has an HCA")
-    return {n: compute_hcas(ib[n], _link_layer(judge, n)) for n in cluster.nodes}
+    return {n: compute_hcas(ib[n], _link_layer(judge, n)) for n in nodes}
 
 
 def _affinity(cluster, node) -> dict[str, list[str]]:
@@ -153,17 +162,20 @@ def test_gdr_enablement(node, cluster, judge):
 @pytest.mark.nccl
 def test_nccl_transport(cluster, judge):
     """Inter-node NCCL channels use the declared plugin, GDRDMA where expected, each GPU's affine HCA, every HCA."""
-    nodes = cluster.nodes
-    if len(nodes) < 2:
-        pytest.skip("the allocation has one node: no inter-node channel")
-    if judge.declared("nccl_net_transport", nodes[0]) is None:
-        pytest.skip(f"SKU {judge.sku(nodes[0])} declares no NCCL network transport (nccl_net_transport)")
+    first = cluster.nodes[0]
+    if judge.declared("nccl_net_transport", first) is None:
+        pytest.skip(f"SKU {judge.sku(first)} declares no NCCL network transport (nccl_net_transport)")
     gpus = cluster.require_gpus()
-    ib = _STATE.get("ib") or _ib(cluster, nodes)
-    rates = {n: compute_hcas(ib[n], _link_layer(judge, n)) for n in nodes}
-    affinity = {n: _affinity(cluster, n) if rates[n] else {} for n in nodes}
-    args = ["--collectives=all_reduce", "--min-bytes=64M", "--max-bytes=64M", "--iters=5", "--trials=1"]
-    result = cluster.run("nccl", nodes=nodes, tasks_per_node=gpus, gpus_per_task=1, args=args)
+
+    def measure(nodes: list[str]) -> tuple[list[str], dict, dict, Any]:
+        ib = _STATE.get("ib") or _ib(cluster, nodes)
+        rates = {n: compute_hcas(ib[n], _link_layer(judge, n)) for n in nodes}
+        affinity = {n: _affinity(cluster, n) if rates[n] else {} for n in nodes}
+        args = ["--collectives=all_reduce", "--min-bytes=64M", "--max-bytes=64M", "--iters=5", "--trials=1"]
+        result = cluster.run("nccl", nodes=nodes, tasks_per_node=gpus, gpus_per_task=1, args=args)
+        return nodes, rates, affinity, result
+
+    nodes, rates, affinity, result = cluster.across_nodes(measure, what="an inter-node NCCL channel")
     seen = []
     for r in result.records:
         bus = bus_key(r.gpu["pci_bus_id"]) if r.gpu else None
@@ -198,8 +210,8 @@ def _run_rails(cluster, settings, nodes, groups: str = "", rails: str = "all"):
     for table in tables:
         table.info["rail"] = by_gid.get(table.group)
         table.info["gpus"] = {r.node: r.gpu for r in result.records if r.data.get("group") == table.group}
-        table.info["labels"] = {r.rank: f"rank {r.rank} ({r.node} rail {by_gid.get(table.group)})"
-                                for r in result.records}  # fmt: skip
+        rail = by_gid.get(table.group)
+        table.info["labels"] = {r.rank: f"rank {r.rank} ({r.node} rail {rail})" for r in result.records}
     return tables
 
 
@@ -221,13 +233,27 @@ def _judge_rail(judge, table, label, rates, hcas) -> bool:
             raise MeasurementError(f"{label}: no {collective} result", nodes=table.nodes)
         lines = [line_rate_gbs(rates[n], [hcas[n]]) for n in table.nodes if hcas.get(n) and rates.get(n)]
         for node in table.nodes:
-            r = judge.check(f"nccl_rail_{collective}_busbw_gbs", round(row.busbw, 3), node=node, rail=label,
-                             rail_index=table.info["rail"], size=row.size, nodes=list(table.nodes))  # fmt: skip
+            r = judge.check(
+                f"nccl_rail_{collective}_busbw_gbs",
+                round(row.busbw, 3),
+                node=node,
+                rail=label,
+                rail_index=table.info["rail"],
+                size=row.size,
+                nodes=list(table.nodes),
+            )
             ok &= r.verdict != "fail"
             if lines and len(lines) == len(table.nodes):
                 pct = round(100 * row.busbw / min(lines), 1)
-                r = judge.check("nccl_busbw_fabric_pct", pct, node=node, rail=label, collective=collective,
-                                 line_rate_gbs=min(lines), scope="rail")  # fmt: skip
+                r = judge.check(
+                    "nccl_busbw_fabric_pct",
+                    pct,
+                    node=node,
+                    rail=label,
+                    collective=collective,
+                    line_rate_gbs=min(lines),
+                    scope="rail",
+                )
                 ok &= r.verdict != "fail"
     wrong = sum(count for *_, count, _ in table.wrong_results())
     details = wrong_lines(table, table.info["labels"])
@@ -248,36 +274,47 @@ def _judge_rail(judge, table, label, rates, hcas) -> bool:
 @pytest.mark.nccl
 def test_nccl_rails(cluster, judge, settings):
     """Every rail (one GPU per node, split by local rank) at once: busbw per rail, then bad rail ends in pairs."""
-    nodes = cluster.nodes
-    if len(nodes) < 2:
-        pytest.skip("the allocation has one node: a rail needs two")
-    ib = _STATE.get("ib") or _ib(cluster, nodes)
-    rates = {n: compute_hcas(ib[n], _link_layer(judge, n)) for n in nodes}
-    affinity = {n: _affinity(cluster, n) if rates[n] and cluster.gpus_on(n) else {} for n in nodes}
+
+    def measure(nodes: list[str]) -> tuple[list[str], dict, dict, list]:
+        ib = _STATE.get("ib") or _ib(cluster, nodes)
+        rates = {n: compute_hcas(ib[n], _link_layer(judge, n)) for n in nodes}
+        affinity = {n: _affinity(cluster, n) if rates[n] and cluster.gpus_on(n) else {} for n in nodes}
+        return nodes, rates, affinity, _run_rails(cluster, settings, nodes)
+
+    nodes, rates, affinity, tables = cluster.across_nodes(measure, what="a rail")
     failing = []
-    for table in _run_rails(cluster, settings, nodes):
+    for table in tables:
         hcas = _rail_hcas(table, affinity)
         label = rail_label(table.info["rail"], hcas)
-        print(f"{label}: " + ", ".join(f"{c} {table.largest(c).busbw:.3f} GB/s" for c in RAIL_COLLECTIVES
-                                       if table.largest(c)))  # fmt: skip
+        figures = [f"{c} {row.busbw:.3f} GB/s" for c in RAIL_COLLECTIVES if (row := table.largest(c))]
+        print(f"{label}: " + ", ".join(figures))
         if not _judge_rail(judge, table, label, rates, hcas):
             failing.append((table.info["rail"], label))
     for rail, label in failing:
+        nodes = cluster.nodes  # a node lost since the first pass is not paired
         if len(nodes) < 3:
             print(f"{label} fails between {' and '.join(nodes)}: two nodes cannot tell which end is slow")
             continue
         pair_ok: dict[tuple[str, str], bool] = {}
         for batch in rail_rounds(nodes):
-            for table in _run_rails(
-                cluster, settings, [n for p in batch for n in p], rail_groups_spec(batch), str(rail)
-            ):
-                ok = _judge_rail(judge, table, f"{label} second pass {'+'.join(table.nodes)}", rates,
-                                 _rail_hcas(table, affinity))  # fmt: skip
-                pair_ok[tuple(table.nodes)] = ok  # type: ignore[index]
-        for node, blame in attribute(pair_ok, nodes, []).items():
+            try:
+                spec = rail_groups_spec(batch)
+                tables = _run_rails(cluster, settings, [n for p in batch for n in p], spec, str(rail))
+            except MeasurementError:
+                if not any(n in cluster.lost for p in batch for n in p):
+                    raise
+                print(f"{label} second pass: {lost_text(cluster.lost)}; its pairs are incomplete")
+                continue
+            for table in tables:
+                where = f"{label} second pass {'+'.join(table.nodes)}"
+                ok = _judge_rail(judge, table, where, rates, _rail_hcas(table, affinity))
+                pair_ok[(table.nodes[0], table.nodes[1])] = ok
+        pair_ok = {p: ok for p, ok in pair_ok.items() if not set(p) & set(cluster.lost)}  # incomplete: no blame
+        for node, blame in attribute(pair_ok, cluster.nodes, []).items():
             if blame.verdict != "undetermined":  # undetermined: its rail checks above already failed
-                judge.expect("nccl_node_verdict", blame.verdict.replace("_", " ").replace("cleared", "not at fault"),
-                             "not at fault", node=node, rail=label, evidence=list(blame.evidence))  # fmt: skip
+                verdict = blame.verdict.replace("_", " ").replace("cleared", "not at fault")
+                evidence = list(blame.evidence)
+                judge.expect("nccl_node_verdict", verdict, "not at fault", node=node, rail=label, evidence=evidence)
 
 
 # ---- RDMA data path ----------------------------------------------------------------------------------
@@ -292,8 +329,8 @@ def _perftest_round(cluster, batch, gpu_memory: bool, timeout: float):
     )
     gaps = missing_tools(result.records)
     if gaps:
-        raise MeasurementError("perftest cannot run: " + "; ".join(f"{n}: {why}" for n, why in gaps.items()),
-                               nodes=tuple(gaps))  # fmt: skip
+        why = "; ".join(f"{n}: {why}" for n, why in gaps.items())
+        raise MeasurementError(f"perftest cannot run: {why}", nodes=tuple(gaps))
     return pair_results(result.records)
 
 
@@ -307,12 +344,14 @@ def _judge_pairs(judge, results, rates, gpu_memory) -> dict[Any, bool]:
             if not res.ran:
                 continue
             info = {"memory": res.memory, "partner": pairing.label(), "p99_us": res.lat_p99_us}
-            for metric, value in (("rdma_write_bw_gbps", round(res.bw_gbps, 2)),
-                                  ("rdma_write_bw_pct_of_rate", round(100 * res.bw_gbps / rates[node][hca], 1)),
-                                  ("rdma_write_lat_p99_us", res.lat_p99_us),
-                                  ("rdma_gpu_memory", int(res.memory == "cuda"))):  # fmt: skip
-                if metric == "rdma_gpu_memory" and not gpu_memory:
-                    continue
+            figures = [
+                ("rdma_write_bw_gbps", round(res.bw_gbps, 2)),
+                ("rdma_write_bw_pct_of_rate", round(100 * res.bw_gbps / rates[node][hca], 1)),
+                ("rdma_write_lat_p99_us", res.lat_p99_us),
+            ]
+            if gpu_memory:
+                figures.append(("rdma_gpu_memory", int(res.memory == "cuda")))
+            for metric, value in figures:
                 ok &= judge.check(metric, value, node=node, hca=where, **info).verdict != "fail"
         verdicts[pairing] = ok
     return verdicts
@@ -324,18 +363,23 @@ def _judge_pairs(judge, results, rates, gpu_memory) -> dict[Any, bool]:
 @pytest.mark.multinode
 def test_rdma_perftest(cluster, judge, settings):
     """ib_write_bw / ib_write_lat for every HCA of every node against a partner HCA, concurrent rounds, second pass."""
-    rates = _fabric(cluster, judge)
-    nodes = [n for n in cluster.nodes if rates[n] or _declares_ib(judge, n)]
-    if len(nodes) < 2:
-        pytest.skip("fewer than two nodes with InfiniBand: no pair to test")
-    hcas = {n: sorted(rates[n]) for n in nodes}
-    bare = [n for n in nodes if not hcas[n]]
-    gpu_memory = judge.declared("rdma_gpu_memory", nodes[0]) is not None
     timeout = 2 * 60 + 30.0
-    first: dict[Any, Any] = {}
-    plan = schedule.first_pass(hcas)
-    for batch in plan:
-        first.update(_perftest_round(cluster, batch, gpu_memory, timeout))
+
+    def measure(live: list[str]) -> tuple[dict, list[str], dict, bool, list, dict]:
+        rates = _fabric(cluster, judge)
+        nodes = [n for n in live if rates.get(n) or _declares_ib(judge, n)]
+        if len(nodes) < 2:
+            pytest.skip("fewer than two nodes with InfiniBand: no pair to test")
+        hcas = {n: sorted(rates[n]) for n in nodes}
+        gpu_memory = judge.declared("rdma_gpu_memory", nodes[0]) is not None
+        plan = schedule.first_pass(hcas)
+        first: dict[Any, Any] = {}
+        for batch in plan:
+            first.update(_perftest_round(cluster, batch, gpu_memory, timeout))
+        return rates, nodes, hcas, gpu_memory, plan, first
+
+    rates, nodes, hcas, gpu_memory, plan, first = cluster.across_nodes(measure, what="an RDMA pair")
+    bare = [n for n in nodes if not hcas[n]]
     verdicts = _judge_pairs(judge, first, rates, gpu_memory)
     for n in bare:  # the SKU expects InfiniBand (else the node would not be here)
         judge.expect("rdma_pair_ran", f"no active compute HCA (SKU {judge.sku(n)} expects InfiniBand)", "ran", node=n)
@@ -346,10 +390,17 @@ def test_rdma_perftest(cluster, judge, settings):
             judge.expect("rdma_pair_ran", "; ".join(r.errors), "ran", node=p.client[0], hca=p.label())
     second: dict[Any, bool] = {}
     for batch in schedule.second_pass(verdicts, hcas):
-        second.update(_judge_pairs(judge, _perftest_round(cluster, batch, gpu_memory, timeout), rates, gpu_memory))
+        if any(e[0] in cluster.lost for p in batch for e in (p.server, p.client)):
+            print(f"perftest second pass: {lost_text(cluster.lost)}; its pairs are incomplete")
+            batch = [p for p in batch if p.server[0] not in cluster.lost and p.client[0] not in cluster.lost]
+        if batch:
+            second.update(_judge_pairs(judge, _perftest_round(cluster, batch, gpu_memory, timeout), rates, gpu_memory))
     for (node, hca), blame in schedule.blame(verdicts, second).items():
-        judge.expect("rdma_hca_verdict", blame.verdict.replace("_", " ").replace("cleared", "not at fault"),
-                     "not at fault", node=node, hca=hca, evidence=list(blame.evidence))  # fmt: skip
+        if node in cluster.lost:
+            continue
+        verdict = blame.verdict.replace("_", " ").replace("cleared", "not at fault")
+        evidence = list(blame.evidence)
+        judge.expect("rdma_hca_verdict", verdict, "not at fault", node=node, hca=hca, evidence=evidence)
     print(f"perftest: {len(first)} pairs in {len(plan)} rounds, {len(second)} re-tests")
 
 
@@ -368,15 +419,15 @@ def test_rdma_perftest(cluster, judge, settings):
 def test_ib_counter_window(cluster, judge):
     """No link went down or retrained while the fabric tests ran; symbol/receive errors per bit within 1e-12."""
     rates = _fabric(cluster, judge)
-    nodes = [n for n in cluster.nodes if rates[n] or _declares_ib(judge, n)]
     before = _STATE.get("ib_before")
     if isinstance(before, MeasurementError) or before is None:
         raise MeasurementError(f"no first IB counter reading to open the window: {before}")
-    bare = [n for n in nodes if not rates[n]]
-    if bare == nodes:
+    nodes = [n for n in cluster.nodes if (rates.get(n) or _declares_ib(judge, n)) and n in before]
+    bare = [n for n in nodes if not rates.get(n)]
+    if nodes and bare == nodes:
         pytest.skip("; ".join(_no_hca(judge, n, "no counter window to judge") for n in bare))
-    after = _ib(cluster, nodes, counters_only=True)
-    for node in nodes:
+    after = _ib(cluster, nodes, counters_only=True)  # a node lost during it is left out
+    for node in (n for n in nodes if n in after):
         for w in port_windows(before[node], after[node], _link_layer(judge, node)):
             for metric, why in w.unread:
                 judge.unreadable(metric, why, node=node, hca=w.where)
@@ -387,5 +438,12 @@ def test_ib_counter_window(cluster, judge):
             for counter, metric in RATE_COUNTERS.items():
                 rate = error_rate(w.deltas[counter], w.bits_received) if counter in w.deltas else None
                 if rate is not None:
-                    judge.check(metric, rate, node=node, hca=w.where, errors=w.deltas[counter],
-                                 bits_received=w.bits_received, **info)  # fmt: skip
+                    judge.check(
+                        metric,
+                        rate,
+                        node=node,
+                        hca=w.where,
+                        errors=w.deltas[counter],
+                        bits_received=w.bits_received,
+                        **info,
+                    )

@@ -8,6 +8,11 @@
   per group, groups against each other, scaling efficiency against the smallest scale.
 * ``test_nccl_node_at_fault[node]`` (multinode): when a scale fails, every node of its failing groups is
   re-tested with a node that passed (cluster-health-scanner's second pass); the verdict names the node.
+
+Scales, groups, suspects and pairs are planned by ``nccl.plan`` on the nodes still in the run
+(``cluster.plan()``, ``cluster.across_nodes``): a node lost mid-run is left out of every later step,
+a step that loses one is measured again on the survivors, and a scale that no longer fits is re-planned
+(all-nodes becomes all nodes left) or skipped naming the loss.
 """
 
 from __future__ import annotations
@@ -20,11 +25,12 @@ import pytest
 
 from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.errors import MeasurementError
-from gpuaccept.nccl.bisect import attribute, plan_rounds, suspects_and_good
+from gpuaccept.nccl.blame import attribute
 from gpuaccept.nccl.formulas import COLLECTIVES
 from gpuaccept.nccl.groups import group_failures, pair_verdict
 from gpuaccept.nccl.lines import median_busbw, metric_name, sweep_lines, wrong_lines
-from gpuaccept.nccl.sweep import GroupTable, algo_args, format_bytes, group_tables, scale_groups, scales_for
+from gpuaccept.nccl.plan import lost_text, plan_rounds, scale_groups, scale_id, scales_for, suspects_and_good
+from gpuaccept.nccl.sweep import GroupTable, algo_args, format_bytes, group_tables
 from gpuaccept.report.charts.nccl import plot_busbw
 from gpuaccept.state import STATE_KEY
 
@@ -38,14 +44,16 @@ _PAIRS: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[tuple[str, str], tupl
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """``scale``: 2, 4, ... and all nodes of the allocation; ``suspect``: every node (bad-node verdicts)."""
+    """``scale``: 2, 4, ... and all nodes of the allocation; ``suspect``: every node (bad-node verdicts).
+
+    Collected from the allocation, before any test runs; each case asks ``nccl.plan`` at run time what
+    its scale means on the nodes still in the run."""
     if "scale" not in metafunc.fixturenames and "suspect" not in metafunc.fixturenames:
         return
     nodes = metafunc.config.stash[STATE_KEY].cluster.nodes
     if "scale" in metafunc.fixturenames:
         scales = scales_for(len(nodes)) or [None]
-        ids = [("one-node" if s is None else f"all-{s}-nodes" if s == len(nodes) else f"{s}-nodes") for s in scales]
-        metafunc.parametrize("scale", scales, ids=ids)
+        metafunc.parametrize("scale", scales, ids=[scale_id(s, len(nodes)) for s in scales])
     if "suspect" in metafunc.fixturenames:
         metafunc.parametrize(
             "suspect", nodes if len(nodes) > 1 else [None], ids=nodes if len(nodes) > 1 else ["one-node"]
@@ -142,11 +150,12 @@ def _run_groups(
     return tables
 
 
-def _scale(cluster: Any, settings: Any, scale: int) -> list[GroupTable]:
-    """Every group of ``scale`` nodes measured side by side, once per session (``cluster.run_shared``):
-    the scale test and the bad-node verdicts judge the same step; a broken step errors every user."""
+def _scale(cluster: Any, settings: Any, scale: int, nodes: list[str]) -> list[GroupTable]:
+    """Every group of ``scale`` of ``nodes`` (the live ones) measured side by side, once per session
+    (``cluster.run_shared``): the scale test and the bad-node verdicts judge the same step; a broken
+    step errors every user (one that lost a node is re-planned by the caller's ``across_nodes``)."""
     try:
-        return _run_groups(cluster, settings, scale_groups(cluster.nodes, scale), shared=True)
+        return _run_groups(cluster, settings, scale_groups(nodes, scale), shared=True)
     except MeasurementError as exc:
         raise MeasurementError(f"NCCL at scale {scale} could not be measured: {exc}", nodes=exc.nodes) from None
 
@@ -158,10 +167,16 @@ def _node_sweep(cluster: Any, settings: Any, node: str, tasks: int, gpt: int) ->
     return cluster.run_shared("nccl", nodes=[node], tasks_per_node=tasks, gpus_per_task=gpt, args=args)
 
 
-def _scale_failures(cluster: Any, settings: Any, judge: Any, scale: int) -> dict:
-    scales = scales_for(len(cluster.nodes))
-    base = median_busbw(_scale(cluster, settings, scales[0])) if scale != scales[0] else None
-    return group_failures(_scale(cluster, settings, scale), judge, multinode=True, baseline=base)
+def _first_pass(cluster: Any, settings: Any, judge: Any, nodes: list[str]) -> tuple[dict, dict, float | None]:
+    """Every scale of ``nodes``: ``({scale: tables}, {scale: {group: why it failed}}, smallest scale's median)``."""
+    scales = scales_for(len(nodes))
+    tables = {s: _scale(cluster, settings, s, nodes) for s in scales}
+    base = median_busbw(tables[scales[0]])
+    failing = {
+        s: group_failures(t, judge, multinode=True, baseline=base if s != scales[0] else None)
+        for s, t in tables.items()
+    }
+    return tables, failing, base
 
 
 # ---- one node ---------------------------------------------------------------------------------------
@@ -195,11 +210,18 @@ def test_nccl_node(node, cluster, judge, settings, request):
             capped = result.records[0].data.get("capped", {}).get(collective)
             raise MeasurementError(f"{node}: no size of {collective} fit in GPU memory ({capped})", nodes=(node,))
         judge.check(
-            metric_name(collective, False), round(row.busbw, 2), node=node, scale=tasks, size=row.size,
+            metric_name(collective, False),
+            round(row.busbw, 2),
+            node=node,
+            scale=tasks,
+            size=row.size,
             curve=_curve(table, collective),
-            time_us=round(row.time_us, 1), algo=algos.get(collective, {}).get(str(row.size)),
-            nccl=facts.get("nccl_version"), transports=facts.get("transports"), nics=facts.get("nics"),
-        )  # fmt: skip
+            time_us=round(row.time_us, 1),
+            algo=algos.get(collective, {}).get(str(row.size)),
+            nccl=facts.get("nccl_version"),
+            transports=facts.get("transports"),
+            nics=facts.get("nics"),
+        )
     labels = _rank_labels(result)
     lines = wrong_lines(table, labels)
     for record in result.records:
@@ -223,15 +245,13 @@ def test_nccl_tests_fidelity(node, cluster, judge, settings):
         args.append(f"--dir={settings.nccl_tests_dir}")
     theirs = cluster.run("nccl_tests", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, args=args).one().data
     if not theirs["found"]:  # a missing tool, not a property of the cluster: "not run", listed in the verdict
-        judge.tool_missing("nccl-tests fidelity", "nccl-tests", node=node,
-                           detail=f"looked in {', '.join(theirs['searched'])}; --nccl-tests-dir")  # fmt: skip
+        detail = f"looked in {', '.join(theirs['searched'])}; --nccl-tests-dir"
+        judge.tool_missing("nccl-tests fidelity", "nccl-tests", node=node, detail=detail)
     tasks, gpt = _layout(cluster, node, multinode=False)
     table = group_tables(_node_sweep(cluster, settings, node, tasks, gpt).records)[0]
     if table.at("all_reduce", size) is None:  # the sweep stopped below this size (--nccl-max-bytes)
-        result = cluster.run(
-            "nccl", nodes=[node], tasks_per_node=gpus, gpus_per_task=1,
-            args=_sweep_args(settings, True, collectives="all_reduce,all_gather", min_bytes=size, max_bytes=size),
-        )  # fmt: skip
+        args = _sweep_args(settings, True, collectives="all_reduce,all_gather", min_bytes=size, max_bytes=size)
+        result = cluster.run("nccl", nodes=[node], tasks_per_node=gpus, gpus_per_task=1, args=args)
         table = group_tables(result.records)[0]
     print(f"{'collective':>12} {'size':>8} {'ours':>8} {'nccl-tests oop':>15} {'in-place':>9}")
     for collective, run in theirs["runs"].items():
@@ -253,9 +273,14 @@ def test_nccl_tests_fidelity(node, cluster, judge, settings):
         )
         judge.info("nccl_tests_busbw_gbs", their_busbw, node=node, collective=collective, size=ref["size"])
         judge.check(
-            "nccl_fidelity_pct", round(100 * ours.busbw / their_busbw, 1), node=node, collective=collective,
-            ours=round(ours.busbw, 2), nccl_tests=their_busbw, size=ref["size"],
-        )  # fmt: skip
+            "nccl_fidelity_pct",
+            round(100 * ours.busbw / their_busbw, 1),
+            node=node,
+            collective=collective,
+            ours=round(ours.busbw, 2),
+            nccl_tests=their_busbw,
+            size=ref["size"],
+        )
 
 
 # ---- across nodes -----------------------------------------------------------------------------------
@@ -274,38 +299,62 @@ def test_nccl_tests_fidelity(node, cluster, judge, settings):
 @pytest.mark.multinode
 def test_nccl_scale(scale, cluster, judge, settings, request):
     """Groups of ``scale`` nodes side by side: busbw per group, groups vs each other, scaling efficiency."""
-    if scale is None:
-        pytest.skip("the allocation has one node: no multi-node scale")
-    tables = _scale(cluster, settings, scale)
-    failures = _scale_failures(cluster, settings, judge, scale)
-    base_scale = scales_for(len(cluster.nodes))[0]
-    base = median_busbw(_scale(cluster, settings, base_scale)) if scale != base_scale else None
+
+    def measure(nodes: list[str]) -> tuple[int, dict, dict, float | None]:
+        live, why = cluster.plan().scale(scale)
+        if live is None:
+            pytest.skip(why)
+        tables, failing, base = _first_pass(cluster, settings, judge, nodes)
+        return live, tables, failing, base
+
+    live, tables_by_scale, failing, first_base = cluster.across_nodes(measure, what=f"NCCL at scale {scale}")
+    tables, failures = tables_by_scale[live], failing[live]
+    base = first_base if live != min(tables_by_scale) else None
+    if live != scale:
+        print(f"scale {scale} of the allocation measured as all {live} nodes left ({lost_text(cluster.lost)})")
     for table in tables:
         print(f"group {table.label} ({len(table.ranks)} ranks), NCCL {table.info['facts'].get('nccl_version')}:")
         print("\n".join(sweep_lines(table, table.info["facts"].get("algorithms"))))
         for collective in COLLECTIVES:
             row = table.largest(collective)
             for node in table.nodes if row is not None else ():
-                judge.check(metric_name(collective, True), round(row.busbw, 2), node=node, scale=scale,
-                             group=table.label, size=row.size, curve=_curve(table, collective),
-                             nccl_algo=table.info["algo"])  # fmt: skip
+                judge.check(
+                    metric_name(collective, True),
+                    round(row.busbw, 2),
+                    node=node,
+                    scale=live,
+                    group=table.label,
+                    size=row.size,
+                    curve=_curve(table, collective),
+                    nccl_algo=table.info["algo"],
+                )
         ar = table.largest("all_reduce")
         if base and ar is not None:
             for node in table.nodes:
-                judge.check("nccl_scaling_efficiency_pct", round(100 * ar.busbw / base, 1), node=node,
-                             scale=scale, group=table.label, baseline_gbs=round(base, 2))  # fmt: skip
+                efficiency = round(100 * ar.busbw / base, 1)
+                judge.check(
+                    "nccl_scaling_efficiency_pct",
+                    efficiency,
+                    node=node,
+                    scale=live,
+                    group=table.label,
+                    baseline_gbs=round(base, 2),
+                )
         why = failures.get(table.nodes, [])
         details = wrong_lines(table, table.info["labels"])
         if why:
             details.append("test_nccl_node_at_fault re-tests these nodes in pairs with nodes that passed")
         for node in table.nodes:  # the group's verdict: its floors, its place among the groups, its results
-            judge.expect("nccl_group_verdict", "; ".join(why) or "passed", "passed", node=node, scale=scale,
-                         group=table.label, details=details)  # fmt: skip
-    _plot(request, f"scale-{scale}", tables, judge, multinode=True)
+            verdict = "; ".join(why) or "passed"
+            judge.expect(
+                "nccl_group_verdict", verdict, "passed", node=node, scale=live, group=table.label, details=details
+            )
+    _plot(request, f"scale-{live}", tables, judge, multinode=True)
 
 
-def _pair_pass(cluster: Any, settings: Any, suspects: list[str], good: list[str], floor: Any, ref: float | None,
-               pct: float) -> dict[tuple[str, str], tuple[bool, str, float]]:  # fmt: skip
+def _pair_pass(
+    cluster: Any, settings: Any, suspects: list[str], good: list[str], floor: Any, ref: float | None, pct: float
+) -> dict[tuple[str, str], tuple[bool, str, float]]:
     """Second pass: each suspect with a known-good node; a round that breaks is re-run pair by pair."""
     key = (tuple(suspects), tuple(good))
     if key in _PAIRS:
@@ -344,24 +393,39 @@ def test_nccl_node_at_fault(suspect, cluster, judge, settings):
     """The node's verdict from the scales and, if one of its groups failed, from pairs with good nodes."""
     if suspect is None:
         pytest.skip("the allocation has one node: no multi-node scale")
-    nodes, scales = cluster.nodes, scales_for(len(cluster.nodes))
-    failing = {s: f for s in scales if (f := _scale_failures(cluster, settings, judge, s))}
     metric = metric_name("all_reduce", True)
-    groups = {s: [t.nodes for t in _scale(cluster, settings, s)] for s in scales}
-    first, suspects, good = suspects_and_good(nodes, groups, failing)
+
+    def measure(nodes: list[str]) -> tuple[list[str], dict, dict]:
+        if suspect in cluster.lost:  # named where it was lost (its own node-local case or the step's test)
+            pytest.skip(lost_text({suspect: cluster.lost[suspect]}))
+        tables, failing, _ = _first_pass(cluster, settings, judge, nodes)
+        return nodes, tables, {s: f for s, f in failing.items() if f}
+
+    nodes, tables, failing = cluster.across_nodes(measure, what=f"the NCCL verdict on {suspect}")
+    groups = {s: [t.nodes for t in ts] for s, ts in tables.items()}
+    first, suspects, good = suspects_and_good(nodes, groups, failing, lost=cluster.lost)
     if suspect not in suspects:
-        role = "every group passed" if not failing else f"not a suspect (suspects: {', '.join(suspects)})"
+        role = "every group passed" if not failing else f"not a suspect (suspects: {', '.join(suspects) or 'none'})"
         print(f"{suspect}: {role}")
-        worst = min((t.largest("all_reduce").busbw, s, t.label) for s in scales for t in _scale(cluster, settings, s)
-                    if suspect in t.nodes and t.largest("all_reduce") is not None)  # fmt: skip
+        figures = [
+            (row.busbw, s, t.label)
+            for s, ts in tables.items()
+            for t in ts
+            if suspect in t.nodes and (row := t.largest("all_reduce")) is not None
+        ]
+        if not figures:  # sat out every scale of the nodes left (e.g. the odd node of 3 at scale 2 only)
+            raise MeasurementError(f"{suspect}: in no NCCL group of the nodes left ({', '.join(nodes)})")
+        worst = min(figures)
         # judged on its own worst figure; no "not at fault" expectation: the blame rule did not run, and an
         # expected value the test wrote twice could not fail
         judge.check(metric, round(worst[0], 2), node=suspect, scale=worst[1], group=worst[2], role=role)
         return
     floor = judge.declared(metric, suspect, 2)
     # pairs are 2-node groups: compare them with the passing groups of the smallest scale
-    ref = median_busbw([t for t in _scale(cluster, settings, scales[0]) if t.nodes not in failing.get(scales[0], {})])
+    smallest = min(tables)
+    ref = median_busbw([t for t in tables[smallest] if t.nodes not in failing.get(smallest, {})])
     pairs = _pair_pass(cluster, settings, suspects, good, floor, ref, judge.setting("straggler_pct"))
+    pairs = {p: v for p, v in pairs.items() if all(n not in cluster.lost for n in p)}  # incomplete: blames nobody
     blame = attribute({p: ok for p, (ok, _, _) in pairs.items()}, suspects, good)[suspect]
     mine = {p: v for p, v in pairs.items() if suspect in p}
     evidence = []
@@ -371,8 +435,9 @@ def test_nccl_node_at_fault(suspect, cluster, judge, settings):
         evidence.append(
             {"partner": partner, "passed": ok, "why": why, "busbw_gbs": round(busbw, 2) if busbw == busbw else None}
         )
-    first_pass = "; ".join(f"group {'+'.join(g)} at scale {first}: {', '.join(r)}" for g, r in failing[first].items()
-                           if suspect in g)  # fmt: skip
+    first_pass = "; ".join(
+        f"group {'+'.join(g)} at scale {first}: {', '.join(r)}" for g, r in failing[first].items() if suspect in g
+    )
     observed = {"at_fault": "at fault", "undetermined": "undetermined"}.get(blame.verdict, "not at fault")
     why = {
         "at fault": "it fails paired with known-good nodes",

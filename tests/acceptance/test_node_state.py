@@ -34,7 +34,8 @@ def test_node_clocks(cluster, judge):
     errors = []
     for node, result in results.items():
         if isinstance(result, MeasurementError):
-            errors.append(str(result))
+            if node not in cluster.lost:  # lost during the step: named by its own next case, not here
+                errors.append(str(result))
             continue
         reading = result.one().data["clock_unix_s"]
         judge.check(

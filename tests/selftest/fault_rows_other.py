@@ -13,10 +13,33 @@ __all__ = ["OTHER_ROWS", "SECTIONS"]
 SCHED = "The scheduler (faults injected with Slurm itself on a loopback cluster)"
 RULES = "Verdicts that are not earned (an inner suite of careless tests, through salloc on the loopback cluster)"
 GPU = "Faults only a GPU can show"
-SECTIONS = (SCHED, RULES, HW, GPU, NCCL, FABRIC)
+CHAOS = (
+    "A node lost, a step cancelled, the controller restarted, a full disk: the chaos matrix (3 loopback nodes, "
+    "every multi-node test)"
+)
+SECTIONS = (SCHED, CHAOS, RULES, HW, GPU, NCCL, FABRIC)
 
 A = "tests/selftest/test_allocation_faults.py::"
 D = "tests/selftest/test_dispatch_faults.py::"
+C = "tests/selftest/test_chaos.py::test_chaos"
+MULTI = (
+    "`test_versions_consistent`, `test_nccl_scale`, `test_nccl_node_at_fault`, `test_nccl_rails`, "
+    "`test_shared_filesystem`, `test_node_clocks` in turn (`tests/selftest/chaos_plugin.py` picks the moment)"
+)
+SURVIVE = (
+    "node1 and node3 end every test from the broken one on as a clean run of node1 and node3 alone "
+    "(`--nodelist node1,node3`) does; no verdict is an exception's text; the record and `summary.html` are "
+    "written; no job is left running"
+)
+LOST = (
+    "node2 is left out of every later step: a cross-node test whose step lost it measures node1 and node3 "
+    "again (`test_nccl_scale[all-3-nodes]` measures all 2 nodes left, `[2-nodes]` skips `scale 2 is now "
+    "measured as all 2 nodes left (node2 was lost during the run: ...)`), a second-pass pair that lost it is "
+    "incomplete and blames nobody; node2 is named once: its next node-local case ERRORs (`test_dev_shm_free"
+    "[node2]`, or `test_step_runs[node2]` after the clock test), later ones and `test_nccl_node_at_fault[node2]` "
+    "skip `node2 was lost during the run: ...`; "
+    "`cluster.lost_nodes = {node2: ...}`, the terminal's `node2: lost during the run`. "
+)
 V = "tests/selftest/test_verdict_rules.py::"
 
 OTHER_ROWS: tuple[Row, ...] = (
@@ -135,6 +158,73 @@ OTHER_ROWS: tuple[Row, ...] = (
         "finish`, `malformed result line`); node1's case of the same step passes",
         END_TO_END,
         (D + "test_fanout_slices_and_one_node_faults",),
+    ),
+    # ---- the chaos matrix -------------------------------------------------------------------------------
+    Row(
+        CHAOS,
+        "chaos-kill-before",
+        "a node lost before a multi-node test's first step",
+        "`kill-node.sh node2` as the test starts: " + MULTI,
+        LOST + SURVIVE,
+        END_TO_END,
+        (f"{C}[kill-before-nccl_scale]", "`GPUACCEPT_CHAOS_ALL=1`: every `kill-before-*` row"),
+    ),
+    Row(
+        CHAOS,
+        "chaos-kill-during",
+        "a node lost during a multi-node test's step",
+        "`kill-node.sh node2` half a second into the test's first srun step: " + MULTI,
+        "the step itself ends (node2's slurmstepd outlives its slurmd); the next step finds node2 gone. "
+        + LOST
+        + SURVIVE,
+        END_TO_END,
+        (f"{C}[kill-during-shared_filesystem]", "`GPUACCEPT_CHAOS_ALL=1`: every `kill-during-*` row"),
+    ),
+    Row(
+        CHAOS,
+        "chaos-kill-between",
+        "a node lost between a multi-node test's steps",
+        "`kill-node.sh node2` right after the test's first srun step: " + MULTI,
+        LOST + SURVIVE,
+        END_TO_END,
+        (f"{C}[kill-between-nccl_node_at_fault]", "`GPUACCEPT_CHAOS_ALL=1`: every `kill-between-*` row"),
+    ),
+    Row(
+        CHAOS,
+        "chaos-scancel",
+        "one srun step cancelled (`scancel`)",
+        "`scancel` of the test's first step while it runs (`test_nccl_rails`, `test_shared_filesystem`), "
+        "`--nodelist node1,node3`",
+        "that test ERRORs naming the step Slurm cancelled (`test_nccl_rails` ERROR `probe infiniband on node1: "
+        "killed by signal SIGKILL ... slurmstepd-node1: error: *** STEP N.3 ON node1 CANCELLED AT ...`, category "
+        "could not measure, no check on any node), no node is counted lost, every other test as in the clean run. "
+        + SURVIVE,
+        END_TO_END,
+        (f"{C}[scancel-nccl_rails]", f"{C}[scancel-shared_filesystem]"),
+    ),
+    Row(
+        CHAOS,
+        "chaos-ctld-restart",
+        "slurmctld restarted mid-run, its state kept",
+        "`slurm/dev-cluster/restart-ctld.sh` (SIGTERM, then slurmctld again without `-c`, as a production "
+        "controller restarts) just before the test's first step (`test_nccl_scale`, `test_shared_filesystem`)",
+        "the allocation survives the restart and the run goes on: every test as in the clean run. For a few "
+        "seconds after the restart srun cannot create a step (`Unable to create step for job N: Memory required by "
+        "task is not available`, until the nodes register again; before the fix every later test ERRORed so): the "
+        "dispatcher asks again for up to 60 s (`dispatch/slurm.py` `TRANSIENT_STEP`). " + SURVIVE,
+        END_TO_END,
+        (f"{C}[ctld-restart-nccl_scale]", f"{C}[ctld-restart-shared_filesystem]"),
+    ),
+    Row(
+        CHAOS,
+        "chaos-full-fs",
+        "the run record on a full filesystem",
+        "`--run-record` on a filled 64 KiB tmpfs",
+        "the run exits non-zero and says `No space left on device`; no job is left. Today that is a traceback of "
+        "`OSError` from `RunRecord.write` at session end and exit 1, the code a hardware failure also gets (a clear "
+        "one-line error naming the record and an exit of its own are issue 30's usage-error work)",
+        END_TO_END,
+        (f"{C}[full-fs]",),
     ),
     # ---- the plugin's verdict rules --------------------------------------------------------------------
     Row(

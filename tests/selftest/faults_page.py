@@ -59,6 +59,16 @@ judging are otherwise unchanged. The format is in the docstring of `gpuaccept/pr
 Never set it on a cluster you are accepting. The loopback cluster declares GPUs without any
 (`GPUACCEPT_DEV_GPU_FILE=<stem> slurm/dev-cluster/up.sh --nodes 6 --gpus-per-node 2`), so the GPU
 tests run and judge the injected readings; the run is `tests/selftest/test_faults_loopback.py`.
+
+## The chaos matrix
+
+`tests/selftest/test_chaos.py` breaks a 3-node loopback cluster at one moment of one multi-node test of a
+real acceptance run (`tests/selftest/chaos_plugin.py`, loaded into that run: node2's slurmd killed before,
+during or between the test's steps, a step cancelled, slurmctld restarted with its state kept, the record
+on a full filesystem) and holds the survivors to a clean run of node1 and node3 alone. CI runs one row per
+fault kind (about 5 minutes); the whole matrix (21 rows, about 15 minutes on 2 cores) runs with
+
+    GPUACCEPT_CHAOS_ALL=1 python3 -m pytest tests/selftest/test_chaos.py -p no:cacheprovider
 """
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.fabric.rails import parse_rails, rail_groups_spec, rail_label, rail_rounds, split_rails
-from gpuaccept.nccl.bisect import attribute
+from gpuaccept.nccl.blame import attribute
 from gpuaccept.nccl.sweep import group_tables
 from gpuaccept.thresholds.loader import load_thresholds
 

@@ -1,4 +1,4 @@
-"""Sweep sizes, memory caps, scales, patterns and the per-group table built from a recorded H200 run."""
+"""Sweep sizes, memory caps, patterns and the per-group table built from a recorded H200 run."""
 
 from __future__ import annotations
 
@@ -16,8 +16,6 @@ from gpuaccept.nccl.sweep import (
     group_tables,
     parse_bytes,
     requested_sizes,
-    scale_groups,
-    scales_for,
     sweep_sizes,
 )
 
@@ -55,15 +53,6 @@ def test_requested_sizes_round_per_rank():
 def test_bytes_text():
     assert parse_bytes("8G") == 8 * G and parse_bytes("512K") == 512 << 10 and parse_bytes("1048576") == M
     assert format_bytes(4 * G) == "4 GiB" and format_bytes(1536 << 10) == "1.5 MiB" and format_bytes(12) == "12 B"
-
-
-def test_scales_are_powers_of_two_then_all_nodes():
-    assert scales_for(1) == []
-    assert scales_for(2) == [2]
-    assert scales_for(6) == [2, 4, 6]
-    assert scales_for(8) == [2, 4, 8]
-    assert scale_groups(list("abcde"), 2) == [("a", "b"), ("c", "d")]
-    assert scale_groups(list("abcde"), 5) == [tuple("abcde")]
 
 
 @pytest.mark.parametrize("collective", COLLECTIVES)

@@ -1,4 +1,5 @@
-"""Bad-node finding with a slowed node: the acceptance test's pipeline on a simulated cluster.
+"""Bad-node finding with a slowed node, and planning on the live nodes: the acceptance test's pipeline on a
+simulated cluster.
 
 The same functions test_nccl.py uses (scale_groups -> group_failures -> suspects_and_good -> plan_rounds
 -> attribute) are driven by a fake "measure" in which any group holding the slow node runs at a fifth of
@@ -9,10 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaccept.nccl.bisect import attribute, plan_rounds, suspects_and_good
+from gpuaccept.nccl.blame import attribute
 from gpuaccept.nccl.groups import group_failures, pair_verdict, slow_groups
 from gpuaccept.nccl.lines import median_busbw
-from gpuaccept.nccl.sweep import GroupTable, Row, scale_groups, scales_for
+from gpuaccept.nccl.plan import NodePlan, plan_rounds, scale_groups, scales_for, suspects_and_good
+from gpuaccept.nccl.sweep import GroupTable, Row
 from gpuaccept.thresholds.schema import Limit
 
 pytestmark = pytest.mark.selftest
@@ -144,3 +146,41 @@ def test_attribute_ring_without_good_nodes():
     ok = {("a", "b"): True, ("c", "d"): False, ("b", "c"): False, ("a", "d"): True}
     blame = attribute(ok, ["a", "b", "c", "d"], [])
     assert blame["c"].verdict == "at_fault" and blame["d"].verdict == "cleared"
+
+
+def test_scales_are_powers_of_two_then_all_nodes():
+    assert scales_for(1) == []
+    assert scales_for(2) == [2]
+    assert scales_for(6) == [2, 4, 6]
+    assert scales_for(8) == [2, 4, 8]
+    assert scale_groups(list("abcde"), 2) == [("a", "b"), ("c", "d")]
+    assert scale_groups(list("abcde"), 5) == [tuple("abcde")]
+    assert scale_groups(list("abc"), 4) == []
+
+
+def test_collected_scales_are_replanned_on_the_live_nodes():
+    """4 nodes collected (scales 2 and all-4), node4 lost: the plan is a clean 3-node run's (2, then all 3)."""
+    plan = NodePlan(("n1", "n2", "n3", "n4"), {"n4": "its slurmd did not take a step"})
+    assert plan.live == ["n1", "n2", "n3"] and plan.scales() == [2, 3]
+    assert plan.scale(2) == (2, "") and plan.groups(2) == [("n1", "n2")]
+    assert plan.scale(4) == (3, "") and plan.groups(3) == [("n1", "n2", "n3")]
+    assert not plan.complete(("n3", "n4")) and plan.complete(("n1", "n2"))
+
+
+def test_a_scale_that_no_longer_fits_is_dropped_naming_the_loss():
+    plan = NodePlan(("n1", "n2", "n3"), {"n3": "Slurm took it out of job 7"})
+    assert plan.scale(3) == (2, "")  # all live nodes
+    assert plan.scale(2)[0] is None and "n3 was lost during the run: Slurm took it out of job 7" in plan.scale(2)[1]
+    alone = NodePlan(("n1", "n2"), {"n2": "gone"})
+    scale, why = alone.scale(2)
+    assert scale is None and "1 node left of 2" in why and "n2 was lost during the run: gone" in why
+
+
+def test_a_group_that_lost_a_member_makes_no_survivor_a_suspect():
+    """n3+n4 failed at scale 2 because n4 died in it: incomplete, so n3 is neither suspect nor convicted."""
+    groups = {2: [("n1", "n2"), ("n3", "n4")], 4: [("n1", "n2", "n3", "n4")]}
+    failing = {2: [("n3", "n4")], 4: [("n1", "n2", "n3", "n4")]}
+    first, suspects, good = suspects_and_good(["n1", "n2", "n3", "n4"], groups, failing, lost=["n4"])
+    assert (first, suspects, good) == (None, [], [])
+    # the same failure without the loss makes n3 and n4 suspects, n1 and n2 good
+    assert suspects_and_good(["n1", "n2", "n3", "n4"], groups, failing) == (2, ["n3", "n4"], ["n1", "n2"])

@@ -1,0 +1,208 @@
+"""The chaos matrix: the multi-node acceptance tests on a 3-node loopback cluster, broken at one moment each.
+
+For each multi-node test, node2's slurmd is killed as the test starts (``kill-before``), half a second
+into its first srun step (``kill-during``) and right after that step (``kill-between``); one step is
+cancelled with ``scancel``; slurmctld is restarted with its state kept before a step (``ctld-restart``,
+``slurm/dev-cluster/restart-ctld.sh``); the run record is written onto a full filesystem (``full-fs``).
+The moment is chosen by ``chaos_plugin.py`` inside the inner run. Each row asserts from the run record:
+the lost node or the fault named, every survivor's verdicts from the broken test on equal to a clean
+run's on node1 and node3 alone (``--nodelist node1,node3``), no exception text as a verdict, the record
+and summary written (the full-fs row: a non-zero exit naming the record it could not write).
+
+CI runs one row per fault kind (``ci=True``); the whole matrix runs with
+``GPUACCEPT_CHAOS_ALL=1 python3 -m pytest tests/selftest/test_chaos.py -p no:cacheprovider`` (docs/faults.md).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import REPO, InnerRun, run_inner, start_cluster, stop_cluster
+
+NODES, LOST, SURVIVORS = 3, "node2", ("node1", "node3")
+TESTS = (
+    "test_versions_consistent",
+    "test_nccl_scale",
+    "test_nccl_node_at_fault",
+    "test_nccl_rails",
+    "test_shared_filesystem",
+    "test_node_clocks",
+)
+#: the fabric tests that skip on CPU nodes (they must skip the same way with a node lost)
+SKIPPED_ON_CPU = ("test_nccl_transport", "test_rdma_perftest", "test_ib_counter_window")
+#: the multi-node tests, those, and node-local tests after them, where a node lost in a cross-node test is named
+SELECT = " or ".join((*TESTS, *SKIPPED_ON_CPU, "test_dev_shm_free", "test_step_runs"))
+FILES = (
+    "test_environment.py",
+    "test_nccl.py",
+    "test_fabric.py",
+    "test_storage.py",
+    "test_node_state.py",
+    "test_slurm.py",
+)
+#: what a verdict message of ours must never be: a Python exception of the suite's own code
+EXCEPTION_TEXT = re.compile(
+    r"\b(ValueError|KeyError|TypeError|IndexError|AttributeError|ZeroDivisionError)\b|Traceback|min\(\) arg"
+)
+
+
+@dataclass(frozen=True)
+class Chaos:
+    kind: str
+    test: str
+    ci: bool = False
+
+    @property
+    def id(self) -> str:
+        return f"{self.kind}-{self.test.removeprefix('test_')}"
+
+
+CI_ROWS = {
+    ("kill-before", "test_nccl_scale"),
+    ("kill-during", "test_shared_filesystem"),
+    ("kill-between", "test_nccl_node_at_fault"),
+    ("scancel", "test_nccl_rails"),
+    ("ctld-restart", "test_nccl_scale"),
+    ("full-fs", ""),
+}
+MATRIX = (
+    *(
+        Chaos(kind, test, (kind, test) in CI_ROWS)
+        for test in TESTS
+        for kind in ("kill-before", "kill-during", "kill-between")
+        # the drift test reads the fingerprints taken before any test: no step of its own to break
+        if not (test == "test_versions_consistent" and kind != "kill-before")
+    ),
+    Chaos("scancel", "test_nccl_rails", True),
+    Chaos("scancel", "test_shared_filesystem"),
+    Chaos("ctld-restart", "test_nccl_scale", True),
+    Chaos("ctld-restart", "test_shared_filesystem"),
+    Chaos("full-fs", "", True),
+)
+
+
+def _run(directory: Path, chaos: str, *args: str) -> tuple[InnerRun, list[str]]:
+    log = directory / "chaos.log"
+    cluster = start_cluster(NODES, {"GPUACCEPT_CHAOS": chaos, "GPUACCEPT_CHAOS_LOG": str(log)})
+    try:
+        run = run_inner(
+            directory,
+            "-p",
+            "tests.selftest.chaos_plugin",
+            "-m",
+            "acceptance",
+            "--launcher",
+            "slurm",
+            "--probe-timeout",
+            "60",
+            "--rootdir",
+            str(REPO),
+            "-k",
+            SELECT,
+            *args,
+            *(str(REPO / "tests" / "acceptance" / f) for f in FILES),
+            env=cluster.env,
+            timeout=420,
+        )
+        # the allocation released: a job on a killed node stays COMPLETING until Slurm marks the node
+        # down (SlurmdTimeout; test_node_death.py waits that out), so only RUNNING/PENDING is a leak
+        left = [job for job in cluster.jobs() if not job.endswith("COMPLETING")]
+    finally:
+        stop_cluster(cluster)
+    return run, left
+
+
+def _by_node(record: dict[str, Any], node: str, since: str = "") -> dict[str, str]:
+    """Test function -> the worst verdict of its cases about ``node`` (the per-node view of the summary),
+    from the first test whose id holds ``since`` on (those before it ran before the fault)."""
+    rank = {"error": 4, "failed": 3, "not run": 2, "passed": 1, "skipped": 0}
+    tests = record["tests"]
+    first = next((i for i, t in enumerate(tests) if since in t["nodeid"]), len(tests))
+    out: dict[str, str] = {}
+    for test in tests[first:]:
+        if node in test["nodes"]:
+            name = test["nodeid"].split("::")[-1].split("[")[0]
+            if name not in out or rank.get(test["verdict"], 2) > rank.get(out[name], 2):
+                out[name] = test["verdict"]
+    return out
+
+
+def _written(run: InnerRun) -> None:
+    assert run.record_path.is_file(), run.output[-3000:]
+    match = re.search(r"^acceptance summary: (\S+)$", run.output, re.M)
+    assert match and Path(match.group(1)).is_file(), run.output[-3000:]
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    run, left = _run(tmp_path_factory.mktemp("chaos-clean"), "", "--nodelist", ",".join(SURVIVORS))
+    assert left == [] and run.returncode in (0, 1), run.output[-3000:]
+    yield run.record
+
+
+def _full_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs, filled (root: the dev cluster needs root anyway)."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=True)
+    try:
+        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'filler'}", "bs=4k"], capture_output=True)
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("chaos", MATRIX, ids=[c.id for c in MATRIX])
+def test_chaos(chaos: Chaos, clean: dict[str, Any], tmp_path: Path) -> None:
+    if not chaos.ci and not os.environ.get("GPUACCEPT_CHAOS_ALL"):
+        pytest.skip("not one of CI's rows: the whole matrix runs with GPUACCEPT_CHAOS_ALL=1 (docs/faults.md)")
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    if chaos.kind == "full-fs":
+        for mount in _full_filesystem(tmp_path):
+            target = mount / "record.json"
+            run, left = _run(inner, "", "--nodelist", ",".join(SURVIVORS), "--run-record", str(target))
+            assert left == [], left
+            assert run.returncode != 0, run.output[-3000:]
+            # the record could not be written, and the run says so (today a traceback of OSError, exit 1)
+            assert "No space left on device" in run.output, run.output[-3000:]
+            assert not target.exists() or not target.read_text().endswith("}"), target
+        return
+    kill = chaos.kind.startswith("kill")
+    args = ("--nodes", str(NODES)) if kill else ("--nodelist", ",".join(SURVIVORS))
+    run, left = _run(inner, f"{chaos.kind}:{chaos.test}:{LOST}", *args)
+    tail = run.output[-4000:]
+    did = (inner / "chaos.log").read_text() if (inner / "chaos.log").exists() else ""
+    assert did.startswith("[chaos] ") and ": exit 0" in did.splitlines()[0], (did, tail)
+    assert left == [], left
+    _written(run)
+    record = run.record
+    for test in record["tests"]:
+        assert not EXCEPTION_TEXT.search(test["message"]), (test["nodeid"], test["message"])
+    if kill:  # named: in the record, the terminal, and one ERROR (its next node-local case), skipped after
+        assert list(record["cluster"]["lost_nodes"]) == [LOST], record["cluster"]
+        assert f"{LOST}: lost during the run" in run.output, tail
+        errors = [t for t in record["tests"] if t["verdict"] == "error" and LOST in t["nodes"]]
+        assert len(errors) == 1 and LOST in errors[0]["message"], (errors, tail)
+    elif chaos.kind == "scancel":  # the cancelled step's test errors naming it; nothing else changes
+        assert not record["cluster"].get("lost_nodes"), record["cluster"]
+        errors = [t for t in record["tests"] if t["verdict"] == "error"]
+        assert [chaos.test in t["nodeid"] for t in errors] == [True], (errors, tail)
+        assert "cancel" in errors[0]["message"].lower(), errors[0]["message"]
+    else:  # the controller restarted: the run goes on as if nothing happened
+        assert not record["cluster"].get("lost_nodes") and "restarted with its state kept" in did, (did, tail)
+    # the survivors from the broken test on (the tests before it ran on all three nodes, before the fault)
+    # (a cancelled step's test is the fault named, an ERROR with no survivor's check: left out)
+    for node in SURVIVORS:
+        after, alone = _by_node(record, node, chaos.test), _by_node(clean, node, chaos.test)
+        if chaos.kind == "scancel":
+            alone.pop(chaos.test)
+        assert after == alone, (node, after, alone)
