@@ -50,6 +50,9 @@ def build_base(cfg: TrainConfig, seed: int, device: torch.device | None = None) 
     dtype = DTYPES[cfg.base_dtype]
     if cfg.model_path is not None:
         model = load_base(cfg.model_path, dtype, device)
+        # the adapters' random init (peft's kaiming A) draws from here: seeded, every GPU and rank starts
+        # from the same adapters, as with the built-in model (unseeded, 4 gloo ranks departed at step 2)
+        torch.manual_seed(seed)
     else:
         torch.manual_seed(seed)
         config = AutoConfig.from_pretrained(cfg.model_config)

@@ -263,8 +263,9 @@ def _check_speed(ctx: Ctx, scale: Scale, strategy: str, record: RankRecord, wher
         judge.check(metric, _mfu_pct(ctx, record), **where, **_mfu_extra(data), task_rank=record.rank)
     else:  # a checkpoint on CPU ranks: no BF16 peak to divide by, and no small-model limit applies
         judge.info("train_tokens_per_s", data["tokens_per_s"], **where, task_rank=record.rank)
-    if strategy == "solo" and _profile(ctx, scale) != "pretrained":
-        judge.check(
+    if strategy == "solo":  # a checkpoint's wall time depends on its size: recorded, not judged
+        record = judge.info if _profile(ctx, scale) == "pretrained" else judge.check
+        record(
             _metric(ctx, "train_wall_s", scale),
             data["wall_s"],
             **where,
@@ -346,10 +347,14 @@ def _check_lifecycle(ctx: Ctx, data0: dict[str, Any], node0: str, run: str, scal
     )
     # decode speed is judged where the model's size is known (the built-in 7B: measured per SKU); a
     # checkpoint of any size, and the small model, whose decode only times kernel launches, report it
-    record = judge.check if _profile(ctx, scale) == "scale" else judge.info
+    judged = _profile(ctx, scale) == "scale"
+    record = judge.check if judged else judge.info
     for model in ("base", "finetuned"):
-        record(_metric(ctx, f"train_gen_tokens_per_s_{model}", scale), data0[f"{model}_gen_tokens_per_s"], node=node0)
-        record(_metric(ctx, f"train_ttft_ms_{model}", scale), data0[f"{model}_ttft_ms"], node=node0)
+        for name, key in (
+            (f"train_gen_tokens_per_s_{model}", "gen_tokens_per_s"),
+            (f"train_ttft_ms_{model}", "ttft_ms"),
+        ):
+            record(_metric(ctx, name, scale) if judged else name, data0[f"{model}_{key}"], node=node0)
 
 
 def _attach(paths: list[Path], run: str) -> None:
@@ -398,7 +403,9 @@ def _check_run(strategy: str, scale: Scale, ctx: Ctx) -> None:
     # the run: loss, stability, wall time
     _check_losses(ctx, data0, {"node": node0}, scale)
     if _profile(ctx, scale) == "pretrained":  # a checkpoint's wall time depends on its size: not judged
-        judge.info("train_wall_s", data0["wall_s"], node=node0, startup_s=data0["startup_s"], run_s=data0["run_s"])
+        judge.info(
+            "train_pretrained_wall_s", data0["wall_s"], node=node0, startup_s=data0["startup_s"], run_s=data0["run_s"]
+        )
     else:
         _check_run_wall(ctx, scale, data0, node0, result.duration_s)
     _check_strategy(ctx, strategy, scale, records, gpu_run, result.duration_s)

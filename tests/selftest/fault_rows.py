@@ -510,8 +510,8 @@ NCCL_ROWS: tuple[Row, ...] = (
         "a training rank dies",
         "`GPUACCEPT_FAULT_RANK_EXIT=2:3`: rank 2 of the multi-node fine-tune (node2's first of 2 gloo ranks per "
         "node) exits with status 17 at step 3",
-        "the launch ends in seconds (not at the gloo timeout): `test_finetune_multinode[ddp]` and `[fsdp]` (one "
-        "launch) ERROR `... rank 2 on node2 exits with status 17 at step 3`, the survivors `a collective lost its "
+        "the launch ends in seconds (not at the gloo timeout): `test_finetune_multinode[default-ddp]` and "
+        "`[default-fsdp]` (one launch) ERROR `... rank 2 on node2 exits with status 17 at step 3`, the survivors `a collective lost its "
         "peer (another rank died?)`",
         END_TO_END,
         (f"{NCCL_LOOP}[rank-dies]", "tests/selftest/test_training_faults.py::test_dead_rank_ends_step_quickly"),
@@ -524,7 +524,7 @@ NCCL_ROWS: tuple[Row, ...] = (
                 "could not measure",
                 message="rank 2 on node2 exits with status 17 at step 3",
             )
-            for s in ("ddp", "fsdp")
+            for s in ("default-ddp", "default-fsdp")
         ),
     ),
     Row(
