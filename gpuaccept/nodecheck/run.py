@@ -154,9 +154,9 @@ def _no_verdict_under_test_hooks(verdicts: Verdicts) -> None:
     if not hooks:
         return
     verdicts.findings = [dataclasses.replace(f, drains=False) for f in verdicts.findings]
-    verdicts.findings.append(
-        Finding("test_hooks", "", ", ".join(sorted(hooks)), "none set on a node being checked", drains=False)
-    )
+    names = ", ".join(sorted(hooks))
+    why = f"none set on a node being checked; {names} made what was judged, not the node"
+    verdicts.findings.append(Finding("test_hooks", "", names, why, drains=False))
 
 
 def _job() -> str | None:
