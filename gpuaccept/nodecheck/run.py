@@ -7,17 +7,19 @@ thresholds (pydantic) are imported: those imports overlap the readings instead o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
 from typing import Any
 
+from gpuaccept import testhooks
 from gpuaccept.dispatch.slurm_cli import NodeInfo
 from gpuaccept.fleet.node import NodeAction, drain, reason_text, resume_if_ours
 from gpuaccept.judging.judge import Judge
 from gpuaccept.nodecheck.readers import boot_id
 from gpuaccept.nodecheck.state import NodeState
-from gpuaccept.nodecheck.verdicts import Verdicts, judge_node
+from gpuaccept.nodecheck.verdicts import Finding, Verdicts, judge_node
 from gpuaccept.nodecheck.watchdog import Outcome
 from gpuaccept.thresholds.loader import CPU_SKU, Thresholds, ThresholdsError, load_thresholds
 
@@ -114,6 +116,7 @@ def conclude(
     except Exception as exc:  # a bug of ours, or readings of a shape we did not foresee: never a drain
         print(f"gpuaccept: {node}: cannot judge: {type(exc).__name__}: {exc}")
         return EXIT_ERROR if context == "healthcheck" else EXIT_OK
+    _no_verdict_under_test_hooks(verdicts)
     action = _act(args, node, context, verdicts, slurm, start)
     code = exit_code(context, verdicts)
     seconds = round(time.monotonic() - start, 2)
@@ -142,6 +145,18 @@ def conclude(
             print(f"gpuaccept: {node} could not check {finding.check}: {finding.limit}")
         print(f"gpuaccept: {node} {context} {word}: {judged} checks, SKU {sku}, {seconds:g} s; {action.text()}")
     return code
+
+
+def _no_verdict_under_test_hooks(verdicts: Verdicts) -> None:
+    """With a test hook set (``gpuaccept.testhooks``: injected readings, a fault made on purpose) the check
+    judged what the hook made, not the node: it can neither pass the node (and resume it) nor drain it."""
+    hooks = testhooks.active()
+    if not hooks:
+        return
+    verdicts.findings = [dataclasses.replace(f, drains=False) for f in verdicts.findings]
+    names = ", ".join(sorted(hooks))
+    why = f"none set on a node being checked; {names} made what was judged, not the node"
+    verdicts.findings.append(Finding("test_hooks", "", names, why, drains=False))
 
 
 def _job() -> str | None:

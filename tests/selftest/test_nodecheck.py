@@ -341,3 +341,19 @@ def test_context_from_slurms_environment(monkeypatch, env, expected):
         monkeypatch.setenv(name, value)
     assert _context("auto") == expected
     assert _context("epilog") == "epilog"
+
+
+@pytest.mark.parametrize("faulty", [False, True], ids=["healthy", "ecc"])
+def test_the_node_check_gives_no_verdict_under_a_test_hook(rec, capsys, monkeypatch, tmp_path, faulty) -> None:
+    """The node check (Slurm prolog, health check) with a test hook set judged what the hook made: it
+    neither passes the node (which would resume it) nor drains it; it says which hook was set."""
+    inject = tmp_path / "inject.json"
+    inject.write_text("{}")  # no readings: the readers read the recorded node as without the hook
+    monkeypatch.setenv("GPUACCEPT_TEST_INJECT", str(inject))
+    monkeypatch.delenv("GPUACCEPT_SELFTEST", raising=False)
+    if faulty:
+        edit(rec["health"], lambda d: d["gpus"][1].update(ecc_uncorrected_volatile=2))
+    code, out = run(rec["args"], capsys)
+    assert code != 1 and out["verdict"] == "could not check" and out["failed"] == [], out
+    why = "none set on a node being checked; GPUACCEPT_TEST_INJECT made what was judged, not the node"
+    assert f"test_hooks GPUACCEPT_TEST_INJECT (limit {why})" in out["errors"], out
