@@ -177,15 +177,21 @@ class RunRecord:
         """Write atomically to ``path`` (with ``unique``, to the first of ``path``, ``<stem>-2``, ... no run
         has taken, claimed with an exclusive create) and, with ``latest``, refresh ``latest.json`` beside it."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        if unique:
-            path = _claim(path)
         self.finished = _dt.datetime.now(_dt.timezone.utc)
         text = json.dumps(self.to_dict(), indent=2, sort_keys=False, default=str)
+        claimed = _claim(path) if unique else None
+        path = claimed or path
         for target in (path, path.parent / "latest.json") if latest else (path,):
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".record-", suffix=".json")
-            with os.fdopen(fd, "w") as handle:
-                handle.write(text)
-            os.replace(tmp, target)
+            try:
+                with os.fdopen(fd, "w") as handle:
+                    handle.write(text)
+                os.replace(tmp, target)
+            except OSError:  # a full disk: no half file, and no empty name claimed for nothing
+                Path(tmp).unlink(missing_ok=True)
+                if claimed is not None and target == claimed and claimed.stat().st_size == 0:
+                    claimed.unlink(missing_ok=True)
+                raise
         return path
 
     @classmethod

@@ -22,7 +22,7 @@ from gpuaccept.judging.baseline import Baseline
 from gpuaccept.nodecheck.cli import main as node_check
 from gpuaccept.report.allure_runs import KEEP, claim_run_folder, point_latest
 from gpuaccept.results.metrics import MetricResult
-from gpuaccept.results.record import SCHEMA, RunRecord
+from gpuaccept.results.record import RunRecord
 from gpuaccept.thresholds.loader import ThresholdsError, load_thresholds
 
 from .conftest import REPO, run_inner, write_suite
@@ -115,9 +115,6 @@ def test_nccl_sizes_in_the_wrong_order_are_refused(tmp_path):
     assert "sweep would be empty" in run.output and "passed" not in run.output
 
 
-@pytest.mark.xfail(
-    SCHEMA == "gpuaccept.run/3", reason="read_record refuses unknown schemas with run/4 (H1's change)", strict=True
-)
 def test_a_record_of_an_unknown_schema_is_no_baseline(tmp_path):
     suite = write_suite(tmp_path, SUITE)
     run = run_inner(suite, "-m", "acceptance", "--launcher", "local", "--baseline", str(_future_record(suite)))
