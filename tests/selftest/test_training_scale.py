@@ -1,0 +1,109 @@
+"""The real-scale fine-tune's parts that need no GPU: the FLOPs count behind MFU, packed rows, the chunked
+loss, the memory plan, and the profiles' settings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpuaccept.training import loss as chunked
+from gpuaccept.training.config import FIXTURES, profile_for, scale_plan
+from gpuaccept.training.data import encode, load_splits, load_tokenizer
+from gpuaccept.training.flops import count_flops
+from gpuaccept.training.packing import packed_batches
+
+pytestmark = pytest.mark.selftest
+
+LINEARS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def test_flops_of_the_7b_shape_by_hand() -> None:
+    """Qwen2-7B with r64 LoRA on every linear layer, counted on the meta device against the shapes by hand."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(FIXTURES / "qwen2-7b.json")
+    with torch.device("meta"):
+        model = get_peft_model(
+            AutoModelForCausalLM.from_config(config), LoraConfig(r=64, lora_alpha=128, target_modules=LINEARS)
+        )
+    flops = count_flops(model, config, 2048)
+    h, inter, layers, kv, vocab = 3584, 18944, 28, 4 * 128, 152064
+    per_layer = h * h * 2 + h * kv * 2 + 3 * h * inter  # q, o; k, v (GQA: 4 heads of 128); gate, up, down
+    assert flops.frozen_matmul_params == layers * per_layer + vocab * h  # + the output layer; no embedding
+    lora = 64 * ((h + h) * 2 + (h + kv) * 2 + (h + inter) * 2 + (inter + h))
+    assert flops.adapter_params == layers * lora
+    expected = 4 * flops.frozen_matmul_params + 6 * flops.adapter_params + 12 * layers * h * 2048
+    assert flops.per_token == expected
+    assert 31.7e9 < flops.per_token < 31.8e9
+
+
+def test_packed_rows_hold_whole_examples_and_count_real_tokens() -> None:
+    tokenizer = load_tokenizer(None, FIXTURES / "tokenizer.json")
+    train, _, _ = load_splits(None)
+    examples = [e for e in (encode(tokenizer, row, 256) for row in train) if e is not None]
+    stream = packed_batches(examples, 4, 256, 0, 1, 1234, int(tokenizer.pad_token_id))
+    total = sum(len(e["input_ids"]) for e in examples)
+    seen = 0
+    for _ in range(40):  # more than one epoch: the stream runs on
+        batch, tokens = next(stream)
+        assert batch["input_ids"].shape == batch["labels"].shape == (4, 256)
+        real = int((batch["input_ids"] != tokenizer.pad_token_id).sum())
+        assert tokens >= real and tokens <= 4 * 256
+        # every labelled token is preceded by its own prompt: a row starts with a prompt, never an answer
+        assert (batch["labels"][:, 0] == -100).all()
+        seen += tokens
+    assert seen > total, "the rows chain epochs end to end"
+    # two ranks split an epoch: rank 1's first row differs from rank 0's
+    other = next(packed_batches(examples, 4, 256, 1, 2, 1234, int(tokenizer.pad_token_id)))[0]
+    first = next(packed_batches(examples, 4, 256, 0, 2, 1234, int(tokenizer.pad_token_id)))[0]
+    assert not torch.equal(other["input_ids"], first["input_ids"])
+
+
+def test_chunked_loss_equals_the_stock_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    monkeypatch.setattr(chunked, "CHUNK_ROWS", 7)  # several chunks and a short last one
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 11, 40, generator=generator, requires_grad=True)
+    labels = torch.randint(0, 40, (3, 11), generator=generator)
+    labels[0, :5] = -100
+    stock = ForCausalLMLoss(logits, labels, 40)
+    (stock_grad,) = torch.autograd.grad(stock, logits)
+    ours = chunked.chunked_causal_lm_loss(logits, labels, 40)
+    (our_grad,) = torch.autograd.grad(ours, logits)
+    assert torch.allclose(ours, stock, rtol=1e-6)
+    assert torch.allclose(our_grad, stock_grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize(("gib", "plan"), [(79.2, {"grad_ckpt": False}), (44.5, {"grad_ckpt": True}), (23.6, None)])
+def test_memory_decides_what_the_scale_run_does(gib: float, plan: dict | None) -> None:
+    assert scale_plan(gib) == plan
+
+
+def test_profiles() -> None:
+    scale = profile_for("gpu", "scale")
+    assert (scale.base_dtype, scale.adapter_dtype, scale.pack, scale.deterministic) == ("bf16", "bf16", True, True)
+    assert scale.batch_size * scale.seq_len == 8192 and scale.steps == 100
+    pretrained = profile_for("cpu", model_path=FIXTURES)
+    assert pretrained.profile == "pretrained" and pretrained.pack and pretrained.deterministic
+    assert profile_for("cpu").profile == "small" and not profile_for("cpu").pack
+    with pytest.raises(ValueError, match="GPUs only"):
+        profile_for("cpu", "scale")
+
+
+def test_mfu_divides_by_the_skus_datasheet_peak(tmp_path) -> None:
+    from gpuaccept.thresholds.loader import load_thresholds
+
+    packaged = load_thresholds()
+    assert packaged.datasheet("H100-SXM-80GB", "bf16_dense_tflops") == 989
+    assert packaged.datasheet("L40S", "bf16_dense_tflops") == 181  # dense, not the sparsity figure
+    assert packaged.datasheet("cpu", "bf16_dense_tflops") is None
+    site = tmp_path / "site.yaml"
+    site.write_text(
+        "skus:\n  H100-SXM-80GB:\n    datasheet:\n"
+        '      bf16_dense_tflops: {value: 700, source: "a site capped by its power limit"}\n'
+    )
+    merged = load_thresholds(site)
+    assert merged.datasheet("H100-SXM-80GB", "bf16_dense_tflops") == 700
+    assert merged.limits_for("H100-SXM-80GB")["train_mfu_pct"].min == 30  # the limits stay where they were
