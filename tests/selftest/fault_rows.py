@@ -511,8 +511,8 @@ NCCL_ROWS: tuple[Row, ...] = (
         "`GPUACCEPT_FAULT_RANK_EXIT=2:3`: rank 2 of the multi-node fine-tune (node2's first of 2 gloo ranks per "
         "node) exits with status 17 at step 3",
         "the launch ends in seconds (not at the gloo timeout): `test_finetune_multinode[default-ddp]` and "
-        "`[default-fsdp]` (one launch) ERROR `... rank 2 on node2 exits with status 17 at step 3`, the survivors `a collective lost its "
-        "peer (another rank died?)`",
+        "`[default-fsdp]` (one launch) ERROR `... rank 2 on node2 exits with status 17 at step 3`, the survivors "
+        "`a collective lost its peer (another rank died?)`",
         END_TO_END,
         (f"{NCCL_LOOP}[rank-dies]", "tests/selftest/test_training_faults.py::test_dead_rank_ends_step_quickly"),
         "node2",
