@@ -29,6 +29,10 @@ class JudgeLike(Protocol):
 
     def unreadable(self, metric: str, why: str, *, node: str, **subject: Any) -> Any: ...
 
+    def sku(self, node: str) -> str: ...
+
+    def datasheet(self, sku: str, name: str) -> float | None: ...
+
 
 def gpu_label(gpu: Mapping[str, Any] | None) -> str | None:
     """``3 (00000000:9A:00.0)``: the same spelling as ``RankRecord.gpu_label``, so results line up."""

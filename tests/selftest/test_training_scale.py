@@ -107,3 +107,51 @@ def test_mfu_divides_by_the_skus_datasheet_peak(tmp_path) -> None:
     merged = load_thresholds(site)
     assert merged.datasheet("H100-SXM-80GB", "bf16_dense_tflops") == 700
     assert merged.limits_for("H100-SXM-80GB")["train_mfu_pct"].min == 30  # the limits stay where they were
+
+
+def _h100_scale_run() -> list:
+    """The real-scale fine-tune's result line as the probe printed it on the lent H100 (2026-11-25,
+    ``benchmarks/train_scale_device.sh det``, run a; docs/measurements.md 'Training at real scale')."""
+    from gpuaccept.dispatch.result import parse_records
+
+    text = (FIXTURES / "finetune-scale-h100.out").read_text()
+    return parse_records("finetune", text, 1, ())
+
+
+def _h100_judge():
+    from gpuaccept.judging.judge import Judge
+    from gpuaccept.thresholds.loader import load_thresholds
+
+    return Judge(load_thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "selftest")
+
+
+def test_the_h100s_real_scale_run_is_accepted_by_mfu_and_the_scale_limits() -> None:
+    from gpuaccept.training.verdicts import Shape, judge_lifecycle, judge_solo
+
+    from .ending import ends
+
+    records = _h100_scale_run()
+    judge = _h100_judge()
+    shape = Shape("scale", "node", 1, True)
+    with ends(judge, "passed"):
+        judge_solo(judge, shape, records)
+        judge_lifecycle(judge, shape, records[0].data, records[0].node)
+    judged = {r.metric: r.value for r in judge.results if r.verdict == "pass"}
+    assert judged["train_mfu_pct"] == pytest.approx(100 * 356.57 / 989, abs=0.01)
+    assert "train_scale_loss_final" in judged and "train_scale_gen_tokens_per_s_base" in judged
+    assert not any(m.startswith("train_tokens_per_s_per_gpu") for m in judged), "the small model's limit judged it"
+
+
+def test_a_slow_gpu_fails_by_mfu_naming_it() -> None:
+    """The same run at 0.8x the speed: MFU 28.8% < 30 fails on that GPU (the loss alone would pass)."""
+    import dataclasses
+
+    from gpuaccept.training.verdicts import Shape, judge_solo
+
+    from .ending import ends
+
+    record = _h100_scale_run()[0]
+    slow = dataclasses.replace(record, data={**record.data, "model_tflops_per_s": 356.57 * 0.8})
+    judge = _h100_judge()
+    with ends(judge, "failed", match=r"vm GPU 0 .*train_mfu_pct = 28\.84 %.*< min 30"):
+        judge_solo(judge, Shape("scale", "node", 1, True), [slow])

@@ -1,0 +1,305 @@
+"""The training area's judging: what a fine-tune's figures must show, for every profile and strategy.
+
+The acceptance tests (``tests/acceptance/test_training.py``) launch the ``finetune`` probe and hand each
+strategy's rank records here; the judging core records every check. Whose limits judge a run is its
+profile's (``Shape.profile``): the built-in small model's ``train_*`` (measured on it), the built-in
+7B-class model's ``train_scale_*`` and a ``--model-path`` checkpoint's ``train_pretrained_*`` (the seeds'
+contract). The small model's tokens/s and wall time never judge another model; the 7B-class runs are
+judged by MFU, which divides by the SKU's own dense BF16 peak (``skus.<SKU>.datasheet``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from gpuaccept.dispatch.result import RankRecord
+from gpuaccept.errors import MeasurementError
+from gpuaccept.hardware.protocol import JudgeLike
+from gpuaccept.training.report import TARGET_LOSS, curve_points, loss_rebound, steps_to_target
+
+__all__ = [
+    "LIFECYCLE",
+    "LOSS_FIGURES",
+    "SCALE_LIFECYCLE",
+    "SCALE_SOLO",
+    "Shape",
+    "collective_figures",
+    "judge_lifecycle",
+    "judge_run",
+    "judge_solo",
+    "label",
+    "scale_collective",
+]
+
+GIB = float(1 << 30)
+
+#: what every fine-tune run is judged on (``@pytest.mark.judges``: the metrics each test declares)
+LOSS_FIGURES = (
+    "train_nonfinite_steps",
+    "train_loss_final",
+    "train_eval_loss",
+    "train_steps_to_target",
+    "train_loss_rebound",
+    "train_wall_s",
+)
+LIFECYCLE = ("train_original_kept", "train_reload_eval_delta", "train_ppl_reduction_pct")
+#: the real-scale run's own figures: MFU, its losses and wall time, decode speed of the 7B
+SCALE_LOSS = ("train_scale_loss_final", "train_scale_eval_loss", "train_scale_steps_to_target", "train_scale_wall_s")
+SCALE_SOLO = ("train_mfu_pct", *SCALE_LOSS)
+SCALE_LIFECYCLE = (
+    "train_scale_ppl_reduction_pct",
+    "train_scale_gen_tokens_per_s_base",
+    "train_scale_gen_tokens_per_s_finetuned",
+    "train_scale_ttft_ms_base",
+    "train_scale_ttft_ms_finetuned",
+)
+
+
+def collective_figures(scope: str) -> tuple[str, ...]:
+    """What DDP and FSDP of the small model are judged on, on a node or across nodes."""
+    return (
+        f"train_tokens_per_s_per_gpu_ddp_{scope}",
+        f"train_tokens_per_s_per_gpu_fsdp_{scope}",
+        "train_replica_mismatch_ranks",
+        "train_fsdp_shard_ratio",
+        "train_fsdp_mem_saving_ratio",
+        "train_gpu_util_pct",
+    )
+
+
+def scale_collective(scope: str) -> tuple[str, ...]:
+    """What DDP and FSDP of the 7B-class model are judged on beside ``collective_figures``."""
+    return (f"train_mfu_pct_ddp_{scope}", f"train_mfu_pct_fsdp_{scope}", *SCALE_LOSS, *SCALE_LIFECYCLE)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the judging needs to know of a launch."""
+
+    #: small (built-in small model), scale (built-in 7B-class), pretrained (a --model-path checkpoint)
+    profile: str
+    #: node (every GPU of one node) or multinode (every GPU of every node)
+    scope: str
+    ranks: int
+    gpu_run: bool
+
+    def metric(self, name: str) -> str:
+        """The profile's own limit for ``name``: each profile's limits were measured on (or, for
+        ``--model-path``, contracted for) that model."""
+        return name if self.profile == "small" else name.replace("train_", f"train_{self.profile}_", 1)
+
+    def speed_metric(self, strategy: str) -> str:
+        """Tokens/s for the small model (its limits were measured on it), MFU for the 7B-class runs."""
+        suffix = "" if strategy == "solo" else f"_{strategy}_{self.scope}"
+        if self.profile == "small":
+            return f"train_tokens_per_s_per_gpu_{strategy}{suffix}"
+        return ("train_pretrained_mfu_pct" if self.profile == "pretrained" else "train_mfu_pct") + suffix
+
+
+def label(record: RankRecord) -> str:
+    return record.gpu_label or f"cpu rank {record.rank}"
+
+
+def _world(records: list[RankRecord], shape: Shape) -> None:
+    for record in records:
+        if record.world_size != shape.ranks:
+            raise MeasurementError(
+                f"{record.node} rank {record.rank}: launched as world size {record.world_size}, not {shape.ranks}",
+                nodes=(record.node,),
+            )
+
+
+def judge_solo(judge: JudgeLike, shape: Shape, records: list[RankRecord]) -> None:
+    """Every GPU's own fine-tune: loss to the target, throughput, utilisation, each GPU judged by itself.
+
+    The runs are independent (a world of one per GPU, same seed and data order), so each GPU's figures
+    are its own; its speed is then held against the node's median (a GPU well below its siblings is
+    slow even above the floor).
+    """
+    _world(records, shape)
+    for record in records:
+        data = record.data
+        where = {"node": record.node, "gpu": label(record)}
+        judge.expect("train_steps_agree", data["steps_done"], data["steps_planned"], **where, task_rank=record.rank)
+        if shape.gpu_run:
+            judge.expect("train_device", data["device"], "cuda", **where, task_rank=record.rank)
+            judge.check("train_gpu_util_pct", data["util_pct"], **where, samples=data["util_samples"])
+        _losses(judge, shape, data, where)
+        _speed(judge, shape, "solo", record, where)
+        # a checkpoint's wall time depends on its size: recorded, not judged
+        wall = judge.info if shape.profile == "pretrained" else judge.check
+        wall(shape.metric("train_wall_s"), data["wall_s"], **where, startup_s=data["startup_s"], run_s=data["run_s"])
+        judge.info("train_peak_mem_gib", data["peak_mem_gib"], **where, grad_ckpt=data.get("grad_ckpt"))
+    if shape.gpu_run:
+        # GPUs against their siblings; gloo ranks of a CPU node share its cores with each other and with
+        # whatever else runs there, so their rates say nothing about one another
+        judge.stragglers(shape.speed_metric("solo"))
+
+
+def judge_run(
+    judge: JudgeLike,
+    shape: Shape,
+    strategy: str,
+    records: list[RankRecord],
+    step_s: float,
+    ddp: list[RankRecord] | MeasurementError | None = None,
+) -> None:
+    """DDP or FSDP across ``shape.ranks``: lockstep, per-rank speed and utilisation, the run's losses and
+    wall time, replicas identical (DDP), shards even and lighter than DDP of the same shape (FSDP: ``ddp``
+    holds the DDP run's records, or why they could not be had), and the lifecycle."""
+    _world(records, shape)
+    data0, node0 = records[0].data, records[0].node
+    for record in records:
+        where = {"node": record.node, "gpu": label(record)}
+        judge.expect(
+            "train_steps_agree", record.data["steps_done"], data0["steps_done"], **where, task_rank=record.rank
+        )
+        if shape.gpu_run:
+            judge.expect("train_device", record.data["device"], "cuda", **where, task_rank=record.rank)
+    for record in records:
+        where = {"node": record.node, "gpu": label(record)}
+        _speed(judge, shape, strategy, record, where)
+        judge.info("train_peak_mem_gib", record.data["peak_mem_gib"], **where, task_rank=record.rank)
+        if shape.gpu_run:
+            judge.check("train_gpu_util_pct", record.data["util_pct"], **where, samples=record.data["util_samples"])
+    if shape.gpu_run or shape.profile == "small":
+        judge.stragglers(shape.speed_metric(strategy))
+    _losses(judge, shape, data0, {"node": node0})
+    # The step trained several strategies after one start-up; a strategy's wall time is what it would take
+    # launched alone: that start-up plus its own training and lifecycle (measured by the probe). A
+    # checkpoint's depends on its size: recorded, not judged.
+    wall = judge.info if shape.profile == "pretrained" else judge.check
+    wall(
+        shape.metric("train_wall_s"),
+        data0["wall_s"],
+        node=node0,
+        startup_s=data0["startup_s"],
+        run_s=data0["run_s"],
+        lifecycle_s=data0.get("lifecycle_s"),
+        step_s=round(step_s, 2),
+    )
+    if strategy == "ddp":
+        odd = [r.rank for r in records if r.data["checksum"] != data0["checksum"]]
+        judge.check("train_replica_mismatch_ranks", len(odd), node=node0, ranks=odd)
+    if strategy == "fsdp" and shape.ranks > 1:
+        for record in records:
+            share = record.data["param_bytes_local"] / (record.data["param_bytes_total"] / shape.ranks)
+            judge.check("train_fsdp_shard_ratio", round(share, 4), node=record.node, gpu=label(record))
+        if shape.gpu_run and isinstance(ddp, list):
+            _memory_saving(judge, records, ddp, shape.ranks)
+    judge_lifecycle(judge, shape, data0, node0)
+    if strategy == "fsdp" and shape.gpu_run and isinstance(ddp, MeasurementError):
+        raise MeasurementError(f"FSDP memory could not be compared: the DDP run failed: {ddp}")
+
+
+def judge_lifecycle(judge: JudgeLike, shape: Shape, data0: dict[str, Any], node0: str) -> None:
+    """The seeds' lifecycle (rank 0): original kept, reload reproduces eval, base vs fine-tuned."""
+    if "lifecycle_error" in data0:  # an ERROR, unless a check failed (a NaN loss that stopped training)
+        judge.unreadable("train_original_kept", data0["lifecycle_error"], node=node0)
+        return
+    judge.check("train_original_kept", int(bool(data0["original_kept"])), node=node0)
+    judge.check("train_reload_eval_delta", round(data0["reload_eval_delta"], 6), node=node0)
+    base, tuned = data0["base_perplexity"], data0["finetuned_perplexity"]
+    pct = data0["perplexity_reduction_pct"]
+    finite = [v for v in (base, tuned, pct) if isinstance(v, (int, float)) and math.isfinite(v)]
+    # a perplexity that is not finite leaves no reduction to speak of: the check fails and says which
+    reduction = round(pct, 2) if len(finite) == 3 else f"undefined: base perplexity {base}, fine-tuned {tuned}"
+    judge.check(
+        shape.metric("train_ppl_reduction_pct"), reduction, node=node0, base_perplexity=base, finetuned_perplexity=tuned
+    )
+    # decode speed is judged where the model's size is known (the built-in 7B: measured per SKU); a
+    # checkpoint of any size, and the small model, whose decode only times kernel launches, report it
+    judged = shape.profile == "scale"
+    record = judge.check if judged else judge.info
+    for model in ("base", "finetuned"):
+        for name, key in (
+            (f"train_gen_tokens_per_s_{model}", "gen_tokens_per_s"),
+            (f"train_ttft_ms_{model}", "ttft_ms"),
+        ):
+            record(shape.metric(name) if judged else name, data0[f"{model}_{key}"], node=node0)
+
+
+def _losses(judge: JudgeLike, shape: Shape, data: dict[str, Any], where: dict[str, Any]) -> None:
+    """Loss figures of one run: no NaN/inf, final train and eval loss, steps to loss 0.5, no rebound."""
+    losses = [float(v) for v in data["losses"]]
+    judge.check("train_nonfinite_steps", data["nonfinite_steps"], **where)
+    judge.check(
+        shape.metric("train_loss_final"),
+        data["train_loss_final"],
+        **where,
+        steps=data["steps_done"],
+        curve=curve_points(losses),
+    )
+    judge.check(shape.metric("train_eval_loss"), data["eval_loss_final"], **where)
+    reached = steps_to_target(losses, TARGET_LOSS)
+    never = f"not reached in {len(losses)} steps"
+    judge.check(shape.metric("train_steps_to_target"), reached or never, **where, target=TARGET_LOSS)
+    judge.check("train_loss_rebound", loss_rebound(losses), **where)
+
+
+def _speed(judge: JudgeLike, shape: Shape, strategy: str, record: RankRecord, where: dict[str, Any]) -> None:
+    """One rank's throughput: tokens/s (small model), MFU (7B-class on GPUs), or recorded (CPU ranks)."""
+    data = record.data
+    metric = shape.speed_metric(strategy)
+    if shape.profile == "small":
+        judge.check(metric, data["tokens_per_s"], **where, timed_s=data["timed_s"], task_rank=record.rank)
+    elif shape.gpu_run:
+        judge.check(metric, mfu_pct(judge, record), **where, **_mfu_extra(data), task_rank=record.rank)
+    else:  # a checkpoint on CPU ranks: no BF16 peak to divide by, and no small-model limit applies
+        judge.info("train_tokens_per_s", data["tokens_per_s"], **where, task_rank=record.rank)
+
+
+def mfu_pct(judge: JudgeLike, record: RankRecord) -> float:
+    """Model FLOPs per second over the SKU's dense BF16 peak (its datasheet figure in the catalogue)."""
+    sku = judge.sku(record.node)
+    peak = judge.datasheet(sku, "bf16_dense_tflops")
+    tflops = record.data.get("model_tflops_per_s")
+    if peak is None:
+        raise MeasurementError(
+            f"cannot compute MFU on SKU {sku}: no datasheet bf16_dense_tflops (add it under skus.{sku} in a site file)",
+            nodes=(record.node,),
+        )
+    if tflops is None:
+        raise MeasurementError(f"{record.node} rank {record.rank}: no timed steps, no MFU", nodes=(record.node,))
+    return round(100 * float(tflops) / peak, 2)
+
+
+def _mfu_extra(data: dict[str, Any]) -> dict[str, Any]:
+    flops = data.get("model_flops") or {}
+    return {
+        "tokens_per_s": round(float(data["tokens_per_s"]), 1),
+        "model_tflops_per_s": data.get("model_tflops_per_s"),
+        "flops_per_token": flops.get("flops_per_token"),
+        "tokens_per_step": data.get("tokens_per_step"),
+        "precision": data.get("precision"),
+        "grad_ckpt": data.get("grad_ckpt"),
+        "power_w": data.get("power_w"),
+    }
+
+
+def _memory_saving(judge: JudgeLike, fsdp: list[RankRecord], ddp: list[RankRecord], world: int) -> None:
+    """Per rank: (DDP peak - FSDP peak) / the sharding saving expected from the model state.
+
+    Model state per DDP rank = all parameters + grads and two Adam moments of the trainable ones (in the
+    adapters' dtype: fp32 for the small model, bf16 on the 7B-class fast path); FSDP holds 1/world of it,
+    so it should save (1 - 1/world) of that. Activations are the same in both runs (same per-rank batch,
+    same precision), so they cancel out of the difference.
+    """
+    by_rank = {r.rank: r for r in ddp}
+    for record in fsdp:
+        ref = by_rank[record.rank]
+        adapter_bytes = 2 if (ref.data.get("precision") or {}).get("adapters") == "bf16" else 4
+        state = ref.data["param_bytes_total"] + 3 * adapter_bytes * ref.data["trainable_params"]
+        expected = (1 - 1 / world) * state / GIB
+        saved = ref.data["peak_mem_gib"] - record.data["peak_mem_gib"]
+        judge.check(
+            "train_fsdp_mem_saving_ratio",
+            round(saved / expected, 3),
+            node=record.node,
+            gpu=label(record),
+            ddp_peak_gib=ref.data["peak_mem_gib"],
+            fsdp_peak_gib=record.data["peak_mem_gib"],
+            expected_saving_gib=round(expected, 3),
+        )
