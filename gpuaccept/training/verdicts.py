@@ -47,7 +47,8 @@ LOSS_FIGURES = (
 LIFECYCLE = ("train_original_kept", "train_reload_eval_delta", "train_ppl_reduction_pct")
 #: the real-scale run's own figures: MFU, its losses and wall time, decode speed of the 7B
 SCALE_LOSS = ("train_scale_loss_final", "train_scale_eval_loss", "train_scale_steps_to_target", "train_scale_wall_s")
-SCALE_SOLO = ("train_mfu_pct", *SCALE_LOSS)
+#: a --model-path run on GPUs: judged by MFU too (its own floors), never by the small model's tokens/s
+SCALE_SOLO = ("train_mfu_pct", "train_pretrained_mfu_pct", *SCALE_LOSS)
 SCALE_LIFECYCLE = (
     "train_scale_ppl_reduction_pct",
     "train_scale_gen_tokens_per_s_base",
@@ -71,7 +72,8 @@ def collective_figures(scope: str) -> tuple[str, ...]:
 
 def scale_collective(scope: str) -> tuple[str, ...]:
     """What DDP and FSDP of the 7B-class model are judged on beside ``collective_figures``."""
-    return (f"train_mfu_pct_ddp_{scope}", f"train_mfu_pct_fsdp_{scope}", *SCALE_LOSS, *SCALE_LIFECYCLE)
+    mfu = tuple(f"train_{p}mfu_pct_{s}_{scope}" for p in ("", "pretrained_") for s in ("ddp", "fsdp"))
+    return (*mfu, *SCALE_LOSS, *SCALE_LIFECYCLE)
 
 
 @dataclass(frozen=True)
