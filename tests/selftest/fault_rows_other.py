@@ -24,7 +24,8 @@ D = "tests/selftest/test_dispatch_faults.py::"
 C = "tests/selftest/test_chaos.py::test_chaos"
 MULTI = (
     "`test_versions_consistent`, `test_nccl_scale`, `test_nccl_node_at_fault`, `test_nccl_rails`, "
-    "`test_shared_filesystem`, `test_node_clocks` in turn (`tests/selftest/chaos_plugin.py` picks the moment)"
+    "`test_shared_filesystem`, `test_node_clocks` in turn (`tests/selftest/chaos_plugin.py` picks the moment; "
+    "the drift test and the bad-node verdicts take no step of their own on healthy nodes, so only before)"
 )
 SURVIVE = (
     "node1 and node3 end every test from the broken one on as a clean run of node1 and node3 alone "
@@ -187,7 +188,7 @@ OTHER_ROWS: tuple[Row, ...] = (
         "`kill-node.sh node2` right after the test's first srun step: " + MULTI,
         LOST + SURVIVE,
         END_TO_END,
-        (f"{C}[kill-between-nccl_node_at_fault]", "`GPUACCEPT_CHAOS_ALL=1`: every `kill-between-*` row"),
+        (f"{C}[kill-between-nccl_rails]", "`GPUACCEPT_CHAOS_ALL=1`: every `kill-between-*` row"),
     ),
     Row(
         CHAOS,
