@@ -25,7 +25,8 @@ C = "tests/selftest/test_chaos.py::test_chaos"
 MULTI = (
     "`test_versions_consistent`, `test_nccl_scale`, `test_nccl_node_at_fault`, `test_nccl_rails`, "
     "`test_shared_filesystem`, `test_node_clocks` in turn (`tests/selftest/chaos_plugin.py` picks the moment; "
-    "the drift test and the bad-node verdicts take no step of their own on healthy nodes, so only before)"
+    "the drift test takes no step of its own, so only before; the bad-node verdicts `test_nccl_node_at_fault` "
+    "judge the scale steps they share with `test_nccl_scale` and run on the survivors in every `nccl_scale` row)"
 )
 SURVIVE = (
     "node1 and node3 end every test from the broken one on as a clean run of node1 and node3 alone "
