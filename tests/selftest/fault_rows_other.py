@@ -222,9 +222,10 @@ OTHER_ROWS: tuple[Row, ...] = (
         "chaos-full-fs",
         "the run record on a full filesystem",
         "`--run-record` on a filled 64 KiB tmpfs",
-        "the run exits non-zero and says `No space left on device`; no job is left. Today that is a traceback of "
-        "`OSError` from `RunRecord.write` at session end and exit 1, the code a hardware failure also gets (a clear "
-        "one-line error naming the record and an exit of its own are issue 30's usage-error work)",
+        "the start-up check finds the folder writable (an empty file still fits); at session end the run says "
+        "`gpuaccept: could not write the run record: [Errno 28] No space left on device` and exits non-zero, never "
+        "0 (before: a traceback of `OSError` from `RunRecord.write` and exit 1, a hardware failure's code); no job is "
+        "left",
         END_TO_END,
         (f"{C}[full-fs]",),
     ),
