@@ -85,6 +85,16 @@ def _ib(cluster, nodes, counters_only=False) -> dict[str, dict]:
     return out
 
 
+def _ib_on(cluster, nodes) -> dict[str, dict]:
+    """The ``infiniband`` readings of ``nodes`` (the session's first, else taken now); a node lost since
+    has none, which raises naming it, so ``cluster.across_nodes`` plans again on the nodes left."""
+    ib = _STATE.get("ib") or _ib(cluster, nodes)
+    gone = [n for n in nodes if n not in ib]
+    if gone:
+        raise MeasurementError(f"no InfiniBand reading of {', '.join(gone)}", nodes=tuple(gone))
+    return ib
+
+
 def _fabric(cluster, judge) -> dict[str, dict[str, float]]:
     """``{node: {hca: Gb/s}}`` of the compute HCAs; skips when no node expects or shows InfiniBand."""
     if "ib" not in _STATE:
@@ -168,7 +178,7 @@ def test_nccl_transport(cluster, judge):
     gpus = cluster.require_gpus()
 
     def measure(nodes: list[str]) -> tuple[list[str], dict, dict, Any]:
-        ib = _STATE.get("ib") or _ib(cluster, nodes)
+        ib = _ib_on(cluster, nodes)
         rates = {n: compute_hcas(ib[n], _link_layer(judge, n)) for n in nodes}
         affinity = {n: _affinity(cluster, n) if rates[n] else {} for n in nodes}
         args = ["--collectives=all_reduce", "--min-bytes=64M", "--max-bytes=64M", "--iters=5", "--trials=1"]
@@ -276,7 +286,7 @@ def test_nccl_rails(cluster, judge, settings):
     """Every rail (one GPU per node, split by local rank) at once: busbw per rail, then bad rail ends in pairs."""
 
     def measure(nodes: list[str]) -> tuple[list[str], dict, dict, list]:
-        ib = _STATE.get("ib") or _ib(cluster, nodes)
+        ib = _ib_on(cluster, nodes)
         rates = {n: compute_hcas(ib[n], _link_layer(judge, n)) for n in nodes}
         affinity = {n: _affinity(cluster, n) if rates[n] and cluster.gpus_on(n) else {} for n in nodes}
         return nodes, rates, affinity, _run_rails(cluster, settings, nodes)

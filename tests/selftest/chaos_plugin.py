@@ -74,11 +74,14 @@ def _chaos_launch(self: Any, step: Step, argv: list[str]) -> Any:
         _script("restart-ctld.sh")
     elif targeted and KIND == "kill-during":
         _state["done"] = True
-        threading.Timer(0.5, _script, ("kill-node.sh", NODE)).start()
+        _state["timer"] = threading.Timer(0.5, _script, ("kill-node.sh", NODE))
+        _state["timer"].start()
     elif targeted and KIND == "scancel":
         _state["done"] = True
         threading.Thread(target=_scancel, args=(self, step), daemon=True).start()
     result = _launch(self, step, argv)
+    if targeted and KIND == "kill-during":
+        _state["timer"].join()  # a step shorter than half a second: killed as it ends, before the next one
     if targeted and KIND == "kill-between":
         _state["done"] = True
         _script("kill-node.sh", NODE)

@@ -24,7 +24,9 @@ D = "tests/selftest/test_dispatch_faults.py::"
 C = "tests/selftest/test_chaos.py::test_chaos"
 MULTI = (
     "`test_versions_consistent`, `test_nccl_scale`, `test_nccl_node_at_fault`, `test_nccl_rails`, "
-    "`test_shared_filesystem`, `test_node_clocks` in turn (`tests/selftest/chaos_plugin.py` picks the moment)"
+    "`test_shared_filesystem`, `test_node_clocks` in turn (`tests/selftest/chaos_plugin.py` picks the moment; "
+    "the drift test takes no step of its own, so only before; the bad-node verdicts `test_nccl_node_at_fault` "
+    "judge the scale steps they share with `test_nccl_scale` and run on the survivors in every `nccl_scale` row)"
 )
 SURVIVE = (
     "node1 and node3 end every test from the broken one on as a clean run of node1 and node3 alone "
@@ -187,7 +189,7 @@ OTHER_ROWS: tuple[Row, ...] = (
         "`kill-node.sh node2` right after the test's first srun step: " + MULTI,
         LOST + SURVIVE,
         END_TO_END,
-        (f"{C}[kill-between-nccl_node_at_fault]", "`GPUACCEPT_CHAOS_ALL=1`: every `kill-between-*` row"),
+        (f"{C}[kill-between-nccl_rails]", "`GPUACCEPT_CHAOS_ALL=1`: every `kill-between-*` row"),
     ),
     Row(
         CHAOS,
@@ -220,9 +222,10 @@ OTHER_ROWS: tuple[Row, ...] = (
         "chaos-full-fs",
         "the run record on a full filesystem",
         "`--run-record` on a filled 64 KiB tmpfs",
-        "the run exits non-zero and says `No space left on device`; no job is left. Today that is a traceback of "
-        "`OSError` from `RunRecord.write` at session end and exit 1, the code a hardware failure also gets (a clear "
-        "one-line error naming the record and an exit of its own are issue 30's usage-error work)",
+        "the start-up check finds the folder writable (an empty file still fits); at session end the run says "
+        "`gpuaccept: could not write the run record: [Errno 28] No space left on device` and exits non-zero, never "
+        "0 (before: a traceback of `OSError` from `RunRecord.write` and exit 1, a hardware failure's code); no job is "
+        "left",
         END_TO_END,
         (f"{C}[full-fs]",),
     ),

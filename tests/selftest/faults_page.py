@@ -66,7 +66,7 @@ tests run and judge the injected readings; the run is `tests/selftest/test_fault
 real acceptance run (`tests/selftest/chaos_plugin.py`, loaded into that run: node2's slurmd killed before,
 during or between the test's steps, a step cancelled, slurmctld restarted with its state kept, the record
 on a full filesystem) and holds the survivors to a clean run of node1 and node3 alone. CI runs one row per
-fault kind (about 5 minutes); the whole matrix (21 rows, about 15 minutes on 2 cores) runs with
+fault kind (about 5 minutes); the whole matrix (18 rows, about 17 minutes on 2 cores) runs with
 
     GPUACCEPT_CHAOS_ALL=1 python3 -m pytest tests/selftest/test_chaos.py -p no:cacheprovider
 """
