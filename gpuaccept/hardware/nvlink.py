@@ -107,8 +107,16 @@ def pair_matrix(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def judge_topology(data: dict[str, Any], judge: JudgeLike, node: str) -> dict[str, Any]:
-    """Every GPU pair: NVLinks joining it and NVML's NVLink P2P status, against the SKU."""
+    """Every GPU pair: NVLinks joining it and NVML's NVLink P2P status, against the SKU. A node whose GPUs
+    NVML lists fewer than two of has no pair: that is named (the count itself is test_nvlink's gpu_count to judge),
+    never "nothing was judged"."""
     gpus = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
+    if not data.get("pairs"):
+        judge.unreadable(
+            "nvlink_pair_links",
+            f"no GPU pair to judge: NVML lists {len(gpus)} GPU(s) on {node} (test_nvlink judges the count, gpu_count)",
+            node=node,
+        )
     for pair in data.get("pairs") or []:
         where = f"{gpus.get(pair['a'], pair['a'])} <-> {gpus.get(pair['b'], pair['b'])}"
         judge.info(

@@ -304,3 +304,11 @@ def test_p2p_busy_names_the_gpu(judge: Judge) -> None:
     rec = {"p2p": {"busy": BUSY, "gpus": GPUS, "skipped": "GPU busy"}}
     with ends(judge, "error", match=r"GPU 1 \(00000000:00:07.0\): pid 1516"):
         judge_p2p(rec, judge, "vm")
+
+
+def test_topology_of_a_node_showing_one_gpu_names_the_missing_pair(judge: Judge) -> None:
+    """A node that declares 2 GPUs and shows NVML 1 has no pair: said so, never 'nothing was judged'."""
+    from gpuaccept.hardware.nvlink import judge_topology
+
+    with ends(judge, "error", match="no GPU pair to judge: NVML lists 1 GPU"):
+        judge_topology({"gpus": [GPUS[0]], "pairs": []}, judge, "vm")
