@@ -34,8 +34,8 @@ def test_perturbed_rank_is_named_across_nodes(dev_cluster, tmp_path: Path):
         timeout=900,
     )
     verdicts = run.verdicts()
-    assert verdicts.get("test_finetune_agreement") == "failed", (verdicts, run.output[-3000:])
-    message = run.messages()["test_finetune_agreement"]
+    assert verdicts.get("test_finetune_agreement[default]") == "failed", (verdicts, run.output[-3000:])
+    message = run.messages()["test_finetune_agreement[default]"]
     assert "node2 GPU cpu rank 1" in message or "node2 cpu rank 1" in message, message
     assert "first departs at step 11" in message, message
     checks = [m for m in run.record["metrics"] if m["metric"] == "train_trajectory_rel_diff"]
