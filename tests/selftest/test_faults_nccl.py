@@ -44,7 +44,7 @@ def nccl_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InnerRun]:
             "--rootdir",
             str(REPO),
             "-k",
-            "test_nccl_node or test_rdma_perftest or test_finetune_multinode",
+            "test_nccl_node or test_rdma_perftest or (test_finetune_multinode and default)",
             *(str(REPO / "tests/acceptance" / f) for f in ("test_nccl.py", "test_fabric.py", "test_training.py")),
             env=cluster.env,
             timeout=400,
