@@ -297,12 +297,19 @@ LOOPBACK_ROWS: tuple[Row, ...] = (
         "`test_gpu_health[node6]` FAILED `gpu_count = 1 GPUs (limit == 2)` (category hardware fault); "
         "`test_fingerprint[node6]` FAILED "
         "`gpu_count = 1`; `test_xid[node6]` FAILED `xid_hardware_events` on device 0000:00:07; `test_nvlink[node6]` "
-        "FAILED; `test_gpu_topology[node6]` ERROR (no GPU pair left to judge); GPU 0 passes every check",
+        "FAILED; `test_gpu_topology[node6]` ERROR `no GPU pair to judge: NVML lists 1 GPU(s) on node6`; "
+        "GPU 0 passes every check",
         Named("test_gpu_health[node6]", checks=(("gpu_count", "node6"),)),
         Named("test_fingerprint[node6]", checks=(("gpu_count", "node6"),)),
         Named("test_xid[node6]", checks=(("xid_hardware_events", "node6 GPU unknown device 0000:00:07"),)),
         Named("test_nvlink[node6]", checks=(("gpu_count", "node6"),)),
-        Named("test_gpu_topology[node6]", "error", "could not measure", message="nothing was judged"),
+        Named(
+            "test_gpu_topology[node6]",
+            "error",
+            "could not measure",
+            checks=(("nvlink_pair_links", "node6"),),
+            message="no GPU pair to judge: NVML lists 1 GPU",
+        ),
     ),
     _loop(
         "clock-skew",
