@@ -94,9 +94,9 @@ class Shape:
 
     def speed_metric(self, strategy: str) -> str:
         """Tokens/s for the small model (its limits were measured on it), MFU for the 7B-class runs."""
-        suffix = "" if strategy == "solo" else f"_{strategy}_{self.scope}"
         if self.profile == "small":
-            return f"train_tokens_per_s_per_gpu_{strategy}{suffix}"
+            return f"train_tokens_per_s_per_gpu_{strategy}" + ("" if strategy == "solo" else f"_{self.scope}")
+        suffix = "" if strategy == "solo" else f"_{strategy}_{self.scope}"
         return ("train_pretrained_mfu_pct" if self.profile == "pretrained" else "train_mfu_pct") + suffix
 
 

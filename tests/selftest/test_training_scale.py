@@ -155,3 +155,22 @@ def test_a_slow_gpu_fails_by_mfu_naming_it() -> None:
     judge = _h100_judge()
     with ends(judge, "failed", match=r"vm GPU 0 .*train_mfu_pct = 28\.84 %.*< min 30"):
         judge_solo(judge, Shape("scale", "node", 1, True), [slow])
+
+
+@pytest.mark.parametrize(
+    ("profile", "strategy", "scope", "metric"),
+    [
+        ("small", "solo", "node", "train_tokens_per_s_per_gpu_solo"),
+        ("small", "ddp", "node", "train_tokens_per_s_per_gpu_ddp_node"),
+        ("small", "fsdp", "multinode", "train_tokens_per_s_per_gpu_fsdp_multinode"),
+        ("scale", "solo", "node", "train_mfu_pct"),
+        ("scale", "fsdp", "node", "train_mfu_pct_fsdp_node"),
+        ("pretrained", "ddp", "multinode", "train_pretrained_mfu_pct_ddp_multinode"),
+    ],
+)
+def test_each_profile_and_strategy_has_its_speed_metric_in_the_catalogue(profile, strategy, scope, metric) -> None:
+    from gpuaccept.thresholds.loader import load_thresholds
+    from gpuaccept.training.verdicts import Shape
+
+    name = Shape(profile, scope, 2, True).speed_metric(strategy)
+    assert name == metric and name in load_thresholds().metrics
