@@ -10,8 +10,9 @@ a window; the median window is reported with its spread. NVML utilisation and po
 the timed windows. MFU = tokens/s x model FLOPs per token (``gpuaccept.training.flops``) / ``--peak-tflops``
 (the SKU's dense BF16 datasheet figure). Contenders:
 
-- ``ours``: the suite's own step (``gpuaccept.training.loop.optimizer_step``), with the adapter dtype and
-  deterministic mode given (``--variants``, e.g. ``bf16,fp32,bf16-nondet``);
+- ``ours``: the suite's own step (``gpuaccept.training.loop.optimizer_step``), with the adapter dtype,
+  deterministic mode and regional compilation given (``--variants``, e.g.
+  ``bf16,bf16+compile,bf16-nondet+compile,fp32``); the warm-up's seconds (compiling included) are reported;
 - ``trainer``: ``transformers.Trainer`` with peft's model, ``bf16=True``, the same rows and batch size, AdamW
   (torch), no eval, no checkpointing, fp32 adapters (what ``Trainer`` keeps under ``bf16=True``).
 
@@ -112,9 +113,11 @@ def _build(cfg: Any, config: Any, device: Any, chunked_loss: bool) -> Any:
 def _windows(step: Any, batches: list[Any], args: argparse.Namespace, sampler: Sampler) -> dict[str, Any]:
     import torch
 
+    started = time.perf_counter()
     for index in range(args.warmup):
         step(batches[index][0])
     torch.cuda.synchronize()
+    warmup_s = time.perf_counter() - started
     rates = []
     sampler.reset()
     position = args.warmup
@@ -133,6 +136,7 @@ def _windows(step: Any, batches: list[Any], args: argparse.Namespace, sampler: S
     return {
         "tokens_per_s": statistics.median(rates),
         "windows_tokens_per_s": [round(r) for r in rates],
+        "warmup_s": round(warmup_s, 1),
         "util_pct": round(statistics.fmean(sampler.util), 1) if sampler.util else None,
         "power_w": round(statistics.fmean(sampler.watts), 1) if sampler.watts else None,
         "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
@@ -143,12 +147,12 @@ def run_ours(cfg: Any, config: Any, batches: list[Any], args: argparse.Namespace
     import torch
 
     from gpuaccept.training.loop import optimizer_step, schedule
+    from gpuaccept.training.model import compile_layers
 
     device = torch.device("cuda", 0)
     model = _build(cfg, config, device, chunked_loss=True)
-    if args.compile == "regional":
-        for layer in model.base_model.model.model.layers:
-            layer.compile()
+    if cfg.compile == "regional":
+        compile_layers(model, cfg.deterministic)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, foreach=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(cfg))
@@ -230,16 +234,30 @@ def run_trainer(
     return out
 
 
+def _variant(cfg: Any, variant: str) -> Any:
+    """The settings a variant name stands for: ``trainer``, or ``<dtype>[-nondet][+compile]``."""
+    if variant == "trainer":
+        return cfg
+    name, _, extra = variant.partition("+")
+    dtype, _, mode = name.partition("-")
+    if dtype not in ("bf16", "fp32") or mode not in ("", "nondet") or extra not in ("", "compile"):
+        raise SystemExit(f"unknown variant {variant!r}: <bf16|fp32>[-nondet][+compile] or trainer")
+    return replace(cfg, adapter_dtype=dtype, deterministic=mode != "nondet", compile="regional" if extra else "none")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default="tiny,1b,7b")
-    p.add_argument("--variants", default="bf16,fp32,trainer", help="ours: bf16, fp32, bf16-nondet; and trainer")
+    p.add_argument(
+        "--variants",
+        default="bf16,bf16+compile,trainer",
+        help="ours: <bf16|fp32>[-nondet][+compile] (e.g. bf16-nondet+compile); and trainer",
+    )
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--windows", type=int, default=3)
     p.add_argument("--window-steps", type=int, default=20)
-    p.add_argument("--compile", choices=("none", "regional"), default="none")
     p.add_argument("--peak-tflops", type=float, required=True, help="the GPU's dense BF16 datasheet figure")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
@@ -262,8 +280,8 @@ def main() -> None:
     for shape in args.shapes.split(","):
         config = _config(shape)
         for variant in args.variants.split(","):
-            torch.use_deterministic_algorithms(not variant.endswith("-nondet"))
-            run_cfg = replace(cfg, adapter_dtype=variant.split("-")[0]) if variant != "trainer" else cfg
+            run_cfg = _variant(cfg, variant)
+            torch.use_deterministic_algorithms(run_cfg.deterministic)
             with torch.device("meta"):
                 from transformers import AutoModelForCausalLM
 
@@ -282,7 +300,7 @@ def main() -> None:
             row = {
                 "shape": shape,
                 "variant": variant,
-                "compile": args.compile,
+                "compile": run_cfg.compile,
                 "batch": args.batch,
                 "seq_len": args.seq_len,
                 "gpu": torch.cuda.get_device_name(0),
@@ -292,6 +310,7 @@ def main() -> None:
             }
             print(json.dumps(row), flush=True)
             results.append(row)
+            torch._dynamo.reset()  # the next variant compiles its own graphs, under its own settings
             gc.collect()
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -306,12 +325,12 @@ def main() -> None:
             indent=2,
         )
     )
-    print(f"\n{'shape':6} {'variant':12} {'tokens/s':>9} {'MFU %':>6} {'GiB':>6} {'util %':>6} {'W':>5}")
+    print(f"\n{'shape':6} {'variant':20} {'tokens/s':>9} {'MFU %':>6} {'GiB':>6} {'util %':>6} {'W':>5} {'warm s':>6}")
     for row in results:
         print(
-            f"{row['shape']:6} {row['variant']:12} {row.get('tokens_per_s', '-')!s:>9} {row.get('mfu_pct', '-')!s:>6} "
-            f"{row.get('peak_mem_gib', '-')!s:>6} {row.get('util_pct', '-')!s:>6} {row.get('power_w', '-')!s:>5}"
-            + (f"  {row['error']}" if "error" in row else "")
+            f"{row['shape']:6} {row['variant']:20} {row.get('tokens_per_s', '-')!s:>9} {row.get('mfu_pct', '-')!s:>6} "
+            f"{row.get('peak_mem_gib', '-')!s:>6} {row.get('util_pct', '-')!s:>6} {row.get('power_w', '-')!s:>5} "
+            f"{row.get('warmup_s', '-')!s:>6}" + (f"  {row['error']}" if "error" in row else "")
         )
 
 

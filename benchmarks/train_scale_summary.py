@@ -21,8 +21,9 @@ def main() -> None:
         runs = data.get("strategies") or {data.get("strategy"): data}
         for name, run in runs.items():
             keep = (
-                "profile steps_done train_loss_final eval_loss_final tokens_per_s model_tflops_per_s "
-                "peak_mem_gib util_pct power_w wall_s startup_s setup_s lifecycle_s checksum grad_ckpt "
+                "profile compiled_layers warmup_s steps_done train_loss_final eval_loss_final tokens_per_s "
+                "tokens_per_step model_tflops_per_s peak_mem_gib util_pct power_w wall_s startup_s setup_s "
+                "lifecycle_s checksum grad_ckpt "
                 "base_gen_tokens_per_s finetuned_gen_tokens_per_s base_ttft_ms finetuned_ttft_ms "
                 "perplexity_reduction_pct reload_eval_delta original_kept"
             ).split()

@@ -84,6 +84,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--modules-to-save", type=lambda s: tuple(x for x in s.split(",") if x))
     p.add_argument("--grad-ckpt", action="store_true", default=None, help="gradient checkpointing")
     p.add_argument("--adapter-dtype", choices=("bf16", "fp32"), help="dtype of the trainable adapters")
+    p.add_argument(
+        "--compile",
+        choices=("none", "regional"),
+        help="torch.compile each decoder layer of a GPU's own run (default: the profile's)",
+    )
     p.add_argument("--ckpt-every", type=int)
     p.add_argument("--samples", type=int, help="sample generations in the comparison report")
     p.add_argument("--gen-tokens", type=int)
@@ -103,7 +108,7 @@ def _strategies(text: str) -> str:
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     keys = (
         "model_path dataset model_config steps batch_size seq_len lr lora_r lora_alpha lora_targets "
-        "modules_to_save grad_ckpt adapter_dtype ckpt_every samples gen_tokens threads seed"
+        "modules_to_save grad_ckpt adapter_dtype compile ckpt_every samples gen_tokens threads seed"
     ).split()
     return {k: getattr(args, k) for k in keys}
 

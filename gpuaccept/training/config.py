@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FIXTURES", "PRETRAINED", "PROFILES", "SCALE", "TrainConfig", "profile_for", "scale_plan"]
+__all__ = ["FIXTURES", "PRETRAINED", "PROFILES", "SCALE", "TrainConfig", "pretrained_rows", "profile_for", "scale_plan"]
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "training"
 
@@ -56,6 +56,10 @@ class TrainConfig:
     adapter_dtype: str = "fp32"
     #: torch.use_deterministic_algorithms + a fixed cuBLAS workspace: bitwise reproducible steps
     deterministic: bool = False
+    #: rows per step chosen from the checkpoint's size and the GPU's memory (``pretrained_rows``), not fixed
+    auto_rows: bool = False
+    #: torch.compile of each decoder layer ("regional", GPUs only) or none (``model.compile_layers``)
+    compile: str = "none"
     #: sequences per evaluation batch (0: the training batch size)
     eval_batch_size: int = 0
     ckpt_every: int = 30
@@ -139,16 +143,19 @@ SCALE: dict[str, Any] = {
     "timed_from_step": 5,
     "eval_batch_size": 16,
     "gen_tokens": 16,
+    "samples": 1,
 }
 
 #: With ``--model-path`` (a real pretrained checkpoint such as Qwen2-7B-Instruct): the seeds' run (LoRA r64
-#: a128 on the linear layers; a pretrained lm_head needs no training; 100 steps; lr 1e-4) on the fast path
-#: of the scale run on GPUs. On CPU nodes (CI's loopback cluster) the same code path with fp32 weights (CPU
+#: a128 on the linear layers; a pretrained lm_head needs no training; 100 steps) on the fast path of the
+#: scale run on GPUs, at the scale run's rate (3e-4): at the seeds' 1e-4 a 1.31 B random-init checkpoint
+#: ended at 0.72, above the 0.5 target, at 3e-4 at 0.12 (lent H100), and rows per step from the checkpoint's
+#: size (``pretrained_rows``). On CPU nodes (CI's loopback cluster) the same code path with fp32 weights (CPU
 #: bf16 is slow and not what CI measures), short packed rows that keep CI within its time and the small CPU
 #: profile's rate: a 7B's 1e-4 barely moves a 64-wide model (CI's checkpoint: loss 2.55 after 100 steps at
-#: 1e-4, 0.41 at 6e-3; docs/measurements.md 'Training at real scale').
+#: 1e-4, 0.41 at 6e-3). Figures: docs/measurements.md 'Training at real scale'.
 PRETRAINED: dict[str, dict[str, Any]] = {
-    "gpu": {**SCALE, "profile": "pretrained", "lr": 1e-4},
+    "gpu": {**SCALE, "profile": "pretrained", "auto_rows": True},
     "cpu": {
         "profile": "pretrained",
         "steps": 100,
@@ -187,6 +194,33 @@ def scale_plan(total_gib: float) -> dict[str, Any] | None:
     return None
 
 
+#: A checkpoint's rows per step on a GPU (``pretrained_rows``). A step must give the GPU more work than the
+#: host takes to launch it (28 decoder layers took the lent H100's host ~300-460 ms of CPU a step): a 1.31 B
+#: checkpoint at 4 x 2,048 tokens kept the H100 78% busy, at 8 x 2,048 96.4%; the 6.53 B one at 4 rows 99.4%
+#: (docs/measurements.md 'Training at real scale'). So rows double from 4 until frozen matmul weights x
+#: tokens per step reach STEP_WORK_MIN, as far as the memory holds them.
+STEP_WORK_MIN = 2.0e13
+#: Activation bytes per token, per layer, per unit of the MLP's width, for LoRA on every linear layer
+#: without checkpointing: fitted to the peaks of both checkpoints on the lent H100 (1.31 B, 8,960 wide:
+#: 24.2 GiB at 4 rows; 6.53 B, 18,944 wide: 59.0 GiB at 4 rows; both 11.3 once weights are taken off)
+ACTIVATION_BYTES = 11.3
+ROWS_MAX = 16
+
+
+def pretrained_rows(
+    frozen_params: int, weight_bytes: int, layers: int, mlp_width: int, seq_len: int, total_gib: float, rows: int = 4
+) -> int:
+    """Rows per step for a checkpoint: ``rows`` doubled while the step is too light for the GPU to stay busy
+    (``STEP_WORK_MIN``) and the doubled batch's estimated peak stays under 90% of ``total_gib``."""
+    while rows < ROWS_MAX and frozen_params * rows * seq_len < STEP_WORK_MIN:
+        doubled = rows * 2
+        peak = weight_bytes + doubled * seq_len * layers * mlp_width * ACTIVATION_BYTES
+        if peak > 0.9 * total_gib * 2**30:
+            break
+        rows = doubled
+    return rows
+
+
 def profile_for(device: str, profile: str = "small", **overrides: Any) -> TrainConfig:
     """The ``profile`` ('small' or 'scale') for ``device`` ('cpu' or 'gpu'), the pretrained settings if a
     ``model_path`` is given, then the non-None ``overrides``."""
@@ -202,4 +236,6 @@ def profile_for(device: str, profile: str = "small", **overrides: Any) -> TrainC
     else:
         raise ValueError(f"unknown profile {profile!r} (small or scale)")
     settings.update(given)
+    if "batch_size" in given:  # rows asked for on the command line are the rows trained
+        settings["auto_rows"] = False
     return TrainConfig(**settings)

@@ -29,6 +29,7 @@ from gpuaccept.training.loss import use_chunked_loss
 __all__ = [
     "apply_lora",
     "build_base",
+    "compile_layers",
     "decoder_layers",
     "load_base",
     "param_bytes",
@@ -102,6 +103,24 @@ def apply_lora(model: nn.Module, cfg: TrainConfig) -> nn.Module:
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The transformer blocks (``*DecoderLayer``): FSDP's unit of all-gather and resharding."""
     return [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+
+
+def compile_layers(model: nn.Module, deterministic: bool) -> int:
+    """``torch.compile`` each decoder layer (regional compilation); returns how many.
+
+    Why per layer: the layers share one code object, so Inductor compiles one layer's graph (forward and
+    backward) once and every other layer reuses it, where compiling the whole model traces all of them
+    (docs/measurements.md 'Training at real scale' has both costs). In deterministic mode Inductor is
+    told so too (``inductor.config.deterministic``): it then skips on-device benchmarking that could pick
+    a different kernel, and so different bits, on another GPU or in another process.
+    """
+    import torch._inductor.config as inductor_config
+
+    inductor_config.deterministic = deterministic
+    layers = decoder_layers(model)
+    for layer in layers:
+        layer.compile()
+    return len(layers)
 
 
 def wrap(model: nn.Module, strategy: str, device: torch.device, world: int) -> nn.Module:

@@ -46,6 +46,27 @@ def _original(cfg: Any, base: Any, tokenizer: Any, root: Path, main_rank: bool) 
     return base_path, _ORIGINALS[str(base_path)]
 
 
+def _rows_for(base: Any, cfg: Any, device: Any) -> int:
+    """Rows per step for this checkpoint on this GPU (``config.pretrained_rows``)."""
+    import torch
+
+    from gpuaccept.training.config import pretrained_rows
+
+    linear = [m.weight for m in base.modules() if isinstance(m, torch.nn.Linear)]
+    weight_bytes = sum(p.numel() * p.element_size() for p in base.parameters())
+    total_gib = torch.cuda.get_device_properties(device).total_memory / 2**30
+    config = base.config
+    return pretrained_rows(
+        sum(w.numel() for w in linear),
+        weight_bytes,
+        int(config.num_hidden_layers),
+        int(config.intermediate_size),
+        cfg.seq_len,
+        total_gib,
+        cfg.batch_size,
+    )
+
+
 def release(torch: Any, use_cuda: bool) -> None:
     """Free the finished strategy's model and optimizer before the next one is measured."""
     import gc
@@ -83,7 +104,14 @@ def train_one(
 
     from gpuaccept.training.flops import count_flops
     from gpuaccept.training.loop import train
-    from gpuaccept.training.model import apply_lora, build_base, param_bytes, trainable_checksum, wrap
+    from gpuaccept.training.model import (
+        apply_lora,
+        build_base,
+        compile_layers,
+        param_bytes,
+        trainable_checksum,
+        wrap,
+    )
     from gpuaccept.training.monitor import UtilSampler, peak_memory_gib
 
     solo = cfg.strategy == "solo"
@@ -96,6 +124,8 @@ def train_one(
     device = rt.device
     pad_id = int(tokenizer.pad_token_id)
     base = build_base(cfg, cfg.seed, device)
+    if cfg.auto_rows and use_cuda:
+        cfg = dataclasses.replace(cfg, batch_size=_rows_for(base, cfg, device))
     main_rank = rt.rank == 0 and saves
     if main_rank:
         for sub in ("checkpoints", "final"):
@@ -106,6 +136,9 @@ def train_one(
     total = sum(p.numel() for p in peft_model.parameters())
     flops = count_flops(peft_model, base.config, cfg.seq_len)
     model = wrap(peft_model, cfg.strategy, device, rt.world)
+    # Regional compilation where it was measured: one GPU's own run (solo). DDP and FSDP2 stay eager until
+    # a multi-GPU machine has run them compiled (FSDP2's hooks inside a compiled layer are another path).
+    compiled = compile_layers(model, cfg.deterministic) if cfg.compile == "regional" and solo and use_cuda else 0
     local_bytes, total_bytes = param_bytes(model)
     sampler = UtilSampler(gpu.get("uuid") if gpu else None) if use_cuda else None
     if use_cuda:
@@ -157,6 +190,7 @@ def train_one(
         "checksum": trainable_checksum(model),
         "precision": {"base": cfg.base_dtype, "adapters": cfg.adapter_dtype, "deterministic": cfg.deterministic},
         "grad_ckpt": cfg.grad_ckpt,
+        "compiled_layers": compiled,
         "torch": torch.__version__,
         **({"test_hook": result.perturbed} if result.perturbed else {}),
         **memory,

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gpuaccept.training import loss as chunked
-from gpuaccept.training.config import FIXTURES, profile_for, scale_plan
+from gpuaccept.training.config import FIXTURES, pretrained_rows, profile_for, scale_plan
 from gpuaccept.training.data import encode, load_splits, load_tokenizer
 from gpuaccept.training.flops import count_flops
 from gpuaccept.training.packing import packed_batches
@@ -81,12 +81,57 @@ def test_memory_decides_what_the_scale_run_does(gib: float, plan: dict | None) -
     assert scale_plan(gib) == plan
 
 
+#: (frozen matmul weights, weight bytes, layers, MLP width) of the checkpoints made by
+#: benchmarks/make_checkpoint.py, and the rows the lent H100 trained them at (docs/measurements.md)
+CHECKPOINT_1_5B = (1_310_000_000, 2_623_827_000, 28, 8960)
+CHECKPOINT_7B = (6_525_000_000, 13_065_923_000, 28, 18944)
+
+
+@pytest.mark.parametrize(
+    ("shape", "gib", "rows"),
+    [
+        (CHECKPOINT_1_5B, 79.2, 8),  # 4 rows kept the H100 78% busy, 8 rows 96-98% at a 45.4 GiB peak
+        (CHECKPOINT_7B, 79.2, 4),  # 4 rows: 99.9% busy, 59.0 GiB
+        (CHECKPOINT_1_5B, 44.4, 4),  # a 48 GB L40S: 8 rows' ~45 GiB would not fit
+        ((300_000_000, 600_000_000, 24, 4864), 79.2, 16),  # a small model doubles up to the cap
+    ],
+)
+def test_a_checkpoints_rows_per_step_follow_its_size_and_the_gpus_memory(shape, gib: float, rows: int) -> None:
+    assert pretrained_rows(*shape, seq_len=2048, total_gib=gib) == rows
+
+
+def test_rows_asked_for_are_the_rows_trained() -> None:
+    assert profile_for("gpu", model_path=FIXTURES).auto_rows
+    assert not profile_for("gpu", model_path=FIXTURES, batch_size=2).auto_rows
+    assert not profile_for("gpu", "scale").auto_rows and not profile_for("cpu", model_path=FIXTURES).auto_rows
+
+
+def test_regional_compilation_wraps_every_decoder_layer_and_tells_inductor_the_mode() -> None:
+    import torch._inductor.config as inductor_config
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from gpuaccept.training.model import compile_layers
+
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(FIXTURES / "qwen2-tiny.json"))
+    was = inductor_config.deterministic
+    try:
+        assert compile_layers(model, deterministic=True) == model.config.num_hidden_layers
+        assert inductor_config.deterministic
+        assert all(layer._compiled_call_impl is not None for layer in model.model.layers)
+        compile_layers(model, deterministic=False)
+        assert not inductor_config.deterministic
+    finally:
+        inductor_config.deterministic = was
+
+
 def test_profiles() -> None:
     scale = profile_for("gpu", "scale")
     assert (scale.base_dtype, scale.adapter_dtype, scale.pack, scale.deterministic) == ("bf16", "bf16", True, True)
     assert scale.batch_size * scale.seq_len == 8192 and scale.steps == 100
     pretrained = profile_for("cpu", model_path=FIXTURES)
     assert pretrained.profile == "pretrained" and pretrained.pack and pretrained.deterministic
+    assert profile_for("gpu", model_path=FIXTURES).lr == scale.lr  # 1e-4 left a 1.31 B checkpoint at 0.72
+    assert scale.compile == "none"  # regional compilation costs more than it saves in 100 steps
     assert profile_for("cpu").profile == "small" and not profile_for("cpu").pack
     with pytest.raises(ValueError, match="GPUs only"):
         profile_for("cpu", "scale")
