@@ -187,6 +187,33 @@ def test_the_h100s_real_scale_run_is_accepted_by_mfu_and_the_scale_limits() -> N
     assert not any(m.startswith("train_tokens_per_s_per_gpu") for m in judged), "the small model's limit judged it"
 
 
+def test_a_6_5b_checkpoint_on_the_h100_is_judged_by_mfu_and_the_seeds_contract_not_the_small_models_speed() -> None:
+    """The ``--model-path`` probe's result line for the 6.53 B checkpoint on the lent H100 (2026-11-25, by hand;
+    docs/measurements.md 'Training at real scale'): 12,364 tokens/s, far under the small model's per-GPU
+    floor, and accepted by MFU, utilisation and the seeds' loss contract."""
+    from gpuaccept.dispatch.result import parse_records
+    from gpuaccept.training.verdicts import Shape, judge_lifecycle, judge_solo
+
+    from .ending import ends
+
+    text = (FIXTURES / "finetune-pretrained-6.5b-h100.out").read_text()
+    records = parse_records("finetune", text, 1, ())
+    judge = _h100_judge()
+    shape = Shape("pretrained", "node", 1, True)
+    with ends(judge, "passed"):
+        judge_solo(judge, shape, records)
+        judge_lifecycle(judge, shape, records[0].data, records[0].node)
+    judged = {r.metric: r.value for r in judge.results if r.verdict == "pass"}
+    assert judged["train_pretrained_mfu_pct"] == pytest.approx(37.0, abs=0.1)
+    assert judged["train_pretrained_loss_final"] < 0.5 and judged["train_gpu_util_pct"] >= 99
+    from gpuaccept.thresholds.loader import load_thresholds
+
+    small = load_thresholds().limits_for("H100-SXM-80GB")["train_tokens_per_s_per_gpu_solo"].min
+    assert records[0].data["tokens_per_s"] < small  # the small model's floor would have failed it
+    assert not any(m.startswith("train_tokens_per_s") or m.startswith("train_scale") for m in judged)
+    assert not any(m in ("train_wall_s", "train_mfu_pct") for m in judged)
+
+
 def test_a_slow_gpu_fails_by_mfu_naming_it() -> None:
     """The same run at 0.8x the speed: MFU 28.8% < 30 fails on that GPU (the loss alone would pass)."""
     import dataclasses
