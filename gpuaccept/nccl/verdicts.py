@@ -27,6 +27,7 @@ from gpuaccept.nccl.formulas import COLLECTIVES
 from gpuaccept.nccl.lines import median_busbw, metric_name, wrong_lines
 from gpuaccept.nccl.plan import Group, Pair
 from gpuaccept.nccl.sweep import GroupTable, Row, format_bytes
+from gpuaccept.probes.payloads import CappedSizes, NcclTestsRun
 
 if TYPE_CHECKING:
     from gpuaccept.dispatch.result import RankRecord
@@ -89,7 +90,7 @@ def judge_node(
     for collective in COLLECTIVES:
         row = table.largest(collective)
         if row is None:
-            capped = records[0].data.get("capped", {}).get(collective)
+            capped: CappedSizes | None = records[0].data.get("capped", {}).get(collective)
             raise MeasurementError(f"{node}: no size of {collective} fit in GPU memory ({capped})", nodes=(node,))
         judge.check(
             metric_name(collective, False),
@@ -112,9 +113,7 @@ def judge_node(
         judge.check("nccl_wrong_elements", wrong, node=node, **rank, details=mine)
 
 
-def judge_fidelity(
-    runs: Mapping[str, Mapping[str, Any]], table: GroupTable, size: int, judge: Judge, node: str
-) -> None:
+def judge_fidelity(runs: Mapping[str, NcclTestsRun], table: GroupTable, size: int, judge: Judge, node: str) -> None:
     """nccl-tests' busbw (``runs``: the ``nccl_tests`` probe's per-collective rows) beside ours at ``size``.
 
     torch runs all_reduce and broadcast in place and all_gather out of place: like is compared with like."""
