@@ -1,9 +1,16 @@
-"""Compare two acceptance runs test by test: each test's verdict, and each check's verdict within it.
+r"""Compare two acceptance runs test by test: each test's verdict, and each check's verdict within it.
 
 Why: a refactor of the judging (a module moved, a rule merged) must leave every verdict as it was. Run
 the same suite on the same cluster before and after, then::
 
-    python benchmarks/compare_verdicts.py BEFORE.json AFTER.json
+    python benchmarks/compare_verdicts.py BEFORE.json AFTER.json [--rename REGEX REPLACEMENT ...]
+
+``--rename`` maps a test id of the earlier run onto the later one's (a parametrization that gained an
+axis), applied in order with ``re.sub``: e.g. the training tests' profile axis (issue 29)::
+
+    --rename 'agreement$' 'agreement[default]' --rename 'each_gpu\[(node\d+)\]' 'each_gpu[\1-default]' \
+    --rename 'node\[(node\d+)-(ddp|fsdp)\]' 'node[\1-default-\2]' \
+    --rename 'multinode\[(ddp|fsdp)\]' 'multinode[default-\1]'
 
 Reads the run records (``reports/runs/*.json``, any schema that lists ``tests`` with ``nodeid``,
 ``verdict`` and ``checks``) as plain JSON, so a record of an older suite is read as it was written.
@@ -16,15 +23,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 
-def _tests(path: Path) -> dict[str, dict[str, Any]]:
+def _tests(path: Path, rename: Sequence[tuple[str, str]] = ()) -> dict[str, dict[str, Any]]:
     record = json.loads(path.read_text())
-    return {t["nodeid"]: t for t in record.get("tests") or []}
+    out = {}
+    for test in record.get("tests") or []:
+        nodeid = test["nodeid"]
+        for pattern, replacement in rename:
+            nodeid = re.sub(pattern, replacement, nodeid)
+        out[nodeid] = test
+    return out
 
 
 def _checks(test: dict[str, Any]) -> dict[tuple[str, str], str]:
@@ -38,9 +53,9 @@ def _checks(test: dict[str, Any]) -> dict[tuple[str, str], str]:
     return out
 
 
-def compare(before: Path, after: Path) -> tuple[list[str], bool]:
+def compare(before: Path, after: Path, rename: Sequence[tuple[str, str]] = ()) -> tuple[list[str], bool]:
     """The report's lines, and whether any verdict differs."""
-    a, b = _tests(before), _tests(after)
+    a, b = _tests(before, rename), _tests(after)
     lines: list[str] = []
     differs = False
     both = sorted(set(a) & set(b))
@@ -71,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path)
+    parser.add_argument("--rename", nargs=2, action="append", default=[], metavar=("REGEX", "REPLACEMENT"))
     args = parser.parse_args(argv)
-    lines, differs = compare(args.before, args.after)
+    lines, differs = compare(args.before, args.after, [tuple(r) for r in args.rename])
     print("\n".join(lines))
     return 1 if differs else 0
 
