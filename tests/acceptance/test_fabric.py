@@ -179,16 +179,17 @@ def test_nccl_transport(cluster, judge):
         pytest.skip(f"SKU {judge.sku(first)} declares no NCCL network transport (nccl_net_transport)")
     gpus = cluster.require_gpus()
 
-    def measure(nodes: list[str]) -> tuple[list[str], dict, dict, Any]:
+    def measure(nodes: list[str]) -> tuple[dict, dict, Any]:
+        """Compute HCAs and GPU -> HCA affinity of the live nodes, and one NCCL job over all their GPUs."""
         ib = _ib_on(cluster, nodes)
         rates = {n: compute_hcas(ib[n], _link_layer(judge, n)) for n in nodes}
         affinity = {n: _affinity(cluster, n) if rates[n] else {} for n in nodes}
         args = ["--collectives=all_reduce", "--min-bytes=64M", "--max-bytes=64M", "--iters=5", "--trials=1"]
         result = cluster.run("nccl", nodes=nodes, tasks_per_node=gpus, gpus_per_task=1, args=args)
-        return nodes, rates, affinity, result
+        return rates, affinity, result
 
-    nodes, rates, affinity, result = cluster.across_nodes(measure, what="an inter-node NCCL channel")
-    judge_transport(result.records, {n: rates[n] for n in nodes}, affinity, judge)
+    rates, affinity, result = cluster.across_nodes(measure, what="an inter-node NCCL channel")
+    judge_transport(result.records, rates, affinity, judge)
 
 
 # ---- rails -------------------------------------------------------------------------------------------
