@@ -16,7 +16,8 @@ Three things must hold for an HCA to read and write GPU memory directly, and eac
   other than 1:1, hence they must be disabled or configured for pass-through"): the IOMMU group's
   ``type`` must be ``identity`` (or there is no group: IOMMU off), not ``DMA``/``DMA-FQ``.
 
-Pure functions on what the ``gdr`` probe read: config-space bytes, bridge chains, group types.
+Pure functions on what the ``gdr`` probe read: config-space bytes, bridge chains, group types; the
+readings are judged by ``fabric.verdicts.judge_gdr``.
 """
 
 from __future__ import annotations
@@ -172,17 +173,3 @@ def observations(data: Mapping[str, Any]) -> list[Observation]:
                 extra = {"flags": acs_flags(value), "acs_capability": control is not None}
                 out.append(Observation("pcie_acs_ctl", value, where, extra))
     return out
-
-
-def judge_gdr(data: Mapping[str, Any], judge: Any, node: str) -> None:
-    """Judge the ``gdr`` probe's readings on ``node``, each one or that it could not be read. (The probe
-    reads the PCI bus, which on a host shared by several Slurm nodes holds every node's GPUs, so their
-    count is ``test_gpu_health``'s, from NVML; none at all means nothing here could be read.)"""
-    if not data.get("gpus"):
-        why = f"no NVIDIA GPU on the PCI bus under {data.get('sysfs_root')}"
-        judge.unreadable("gdr_kernel_support", why, node=node)
-    for o in observations(data):
-        if o.why is not None:
-            judge.unreadable(o.metric, o.why, node=node, pair=o.gpu)
-        else:
-            judge.check(o.metric, o.value, node=node, pair=o.gpu, **o.extra)

@@ -10,7 +10,7 @@ each meets two partners, which is what tells "this HCA is slow" from "its partne
 
 A failing test makes both its ends suspects; the second pass pairs each suspect with an HCA that
 passed (same rail first, on another node), and ``blame`` convicts an end that fails with a trusted
-partner (``gpuaccept.nccl.blame.attribute``, the node-level rule of the NCCL second pass applied to HCAs).
+partner (``gpuaccept.nccl.verdicts.attribute``, the node-level rule of the NCCL second pass applied to HCAs).
 
 Ports: the server end listens on ``base + rail index`` for ``ib_write_bw`` and ``+ PORT_SPAN`` for
 ``ib_write_lat``; an HCA serves at most one test per round, so no two servers on a node share a port.
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuaccept.nccl.blame import Blame, attribute
+from gpuaccept.nccl.verdicts import Blame, attribute
 
 __all__ = [
     "PORT_SPAN",

@@ -1,4 +1,4 @@
-"""Pure building blocks of the NCCL checks: formulas, sweeps, data patterns, planning and blame, log parsers, plots.
+"""The NCCL area: formulas, sweeps, data patterns, planning, log parsers, and its judging (``verdicts``).
 
 Everything here is importable without torch, pytest or a GPU, so the probe (``gpuaccept.probes.nccl``)
 and the tests (``tests/acceptance/test_nccl.py``) share one definition of "bus bandwidth", one sweep

@@ -1,8 +1,8 @@
 """The text operators read about NCCL runs: the sweep table, wrong results, metric names, medians.
 
 Shared by the per-node, per-scale and bad-node tests so they word things the same way, and kept free of
-pytest so the selftests can call it. Verdicts on groups and pairs are the judging core's
-(``gpuaccept.nccl.groups``).
+pytest so the selftests can call it. Verdicts on groups and pairs are the NCCL area module's
+(``gpuaccept.nccl.verdicts``).
 """
 
 from __future__ import annotations

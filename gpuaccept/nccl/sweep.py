@@ -9,11 +9,12 @@ so "up to 8 GiB" really measures 8 GiB.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaccept.nccl.formulas import COLLECTIVES, algbw_gbs, bus_factor, effective_bytes, memory_per_rank
+from gpuaccept.probes.payloads import FirstWrong, NcclRow
 from gpuaccept.units import parse_bytes
 
 __all__ = [
@@ -89,7 +90,7 @@ class Row:
     busbw: float
     rank_time_us: dict[int, float]
     wrong: dict[int, int]
-    first_wrong: dict[int, Any]
+    first_wrong: dict[int, FirstWrong]
 
     @property
     def ok(self) -> bool:
@@ -121,7 +122,7 @@ class GroupTable:
     def at(self, collective: str, size: int) -> Row | None:
         return next((r for r in self.rows if r.collective == collective and r.size == size), None)
 
-    def wrong_results(self) -> list[tuple[str, int, int, int, Any]]:
+    def wrong_results(self) -> list[tuple[str, int, int, int, FirstWrong | None]]:
         """``(collective, size, rank, wrong elements, first wrong)`` for every rank that got a wrong result."""
         return [
             (row.collective, row.size, rank, count, row.first_wrong.get(rank))
@@ -138,7 +139,7 @@ def group_tables(records: Iterable[Any]) -> list[GroupTable]:
     averages the per-rank time the same way (``-a 1``, its default), then applies the formulas.
     """
     tables: dict[int, GroupTable] = {}
-    samples: dict[tuple[int, str, int], dict[int, Mapping[str, Any]]] = {}
+    samples: dict[tuple[int, str, int], dict[int, NcclRow]] = {}
     for record in records:
         data = record.data
         if data.get("group") is None:
@@ -146,7 +147,8 @@ def group_tables(records: Iterable[Any]) -> list[GroupTable]:
         gid = int(data["group"])
         if gid not in tables:
             tables[gid] = GroupTable(gid, tuple(data["group_nodes"]), tuple(data["group_ranks"]), info=dict(data))
-        for result in data.get("results", []):
+        results: list[NcclRow] = data.get("results", [])
+        for result in results:
             key = (gid, str(result["collective"]), int(result["bytes"]))
             samples.setdefault(key, {})[int(record.rank)] = result
     for (gid, collective, size), per_rank in samples.items():
@@ -166,7 +168,7 @@ def group_tables(records: Iterable[Any]) -> list[GroupTable]:
                 busbw=algbw * bus_factor(collective, nranks) if ok_time else float("nan"),
                 rank_time_us=times,
                 wrong={rank: int(r.get("wrong", 0)) for rank, r in per_rank.items()},
-                first_wrong={rank: r.get("first_wrong") for rank, r in per_rank.items() if r.get("first_wrong")},
+                first_wrong={rank: first for rank, r in per_rank.items() if (first := r.get("first_wrong"))},
             )
         )
     for table in tables.values():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,8 +152,10 @@ def _loaded_gpus(nvml_load: Path, nvlink_load: Path | None) -> dict[str, Any]:
 
 
 def read_gpus(sources: Sources) -> dict[str, Any]:
-    """Driver, CUDA, and per GPU: identity, ECC, row remaps, processes (with their Slurm job), NVLinks."""
+    """Driver, CUDA, and per GPU: identity, ECC, row remaps, the PCIe replay counter, processes (with their
+    Slurm job), NVLinks; and when they were read (``read_at_s``, monotonic)."""
     data = _loaded_gpus(sources.nvml_load, sources.nvlink_load) if sources.nvml_load else _live_gpus()
+    data["read_at_s"] = round(time.monotonic(), 3)  # the PCIe replay counters' time base (a window between checks)
     for gpu in data.get("gpus") or []:
         for proc in gpu.get("processes") or []:
             progress(f"GPU {gpu.get('index')}: Slurm job of pid {proc['pid']}")

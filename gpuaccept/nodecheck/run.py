@@ -98,7 +98,7 @@ def conclude(
     gpus_outcome = outcomes.get("gpus")
     gpus = gpus_outcome.data if gpus_outcome is not None and gpus_outcome.ok else None
     boot = boot_id()
-    saved = {name: state.for_boot(name, boot) for name in ("xid", "nvlink")}
+    saved = {name: state.for_boot(name, boot) for name in ("xid", "nvlink", "pcie")}
     if args.acknowledge_xids and outcomes.get("kernel_log") and outcomes["kernel_log"].ok:
         saved["xid"] = {"uptime_s": outcomes["kernel_log"].data.get("uptime_s")}
     try:

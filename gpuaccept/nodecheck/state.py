@@ -1,5 +1,5 @@
-"""What the node check keeps between runs, per node: the kernel-log position, NVLink counters, the
-node's declared GPU count, and the last result.
+"""What the node check keeps between runs, per node: the kernel-log position, NVLink counters, the PCIe
+replay counters that open the next window, the node's declared GPU count, and the last result.
 
 Kept in ``<state-dir>/<node>/`` (default ``/var/lib/gpuaccept/nodecheck``; one folder per node so
 several slurmd of a test cluster on one host do not share it). Positions and counters carry the boot

@@ -2,8 +2,9 @@
 
 Every figure goes through ``Judge.check`` / ``Judge.expect`` (the same metrics, limits and sources as
 the acceptance tests; which reading is which metric comes from the area modules those tests call:
-``hardware.health`` for ECC and row remaps, ``hardware.nvlink`` for NVLink errors, ``hardware.xid`` and
-``hardware.ib`` whole), so the gate has no rules of its own. What it adds is only what a gate needs: a
+``hardware.health`` for ECC and row remaps, ``hardware.nvlink`` for NVLink errors, ``hardware.memory`` for
+the PCIe replay counter's growth, ``hardware.xid`` and ``hardware.ib`` whole), so the gate has no rules of
+its own. What it adds is only what a gate needs: a
 check the node's SKU sets no limit for is not part of that SKU's contract and is left out (the suite
 would call it unjudged); a reading that hung past the watchdog is a finding that drains (a hung driver
 or filesystem is a node fault); a reading that could not be taken for another reason is reported and
@@ -19,15 +20,21 @@ from gpuaccept.errors import MeasurementError
 from gpuaccept.hardware.health import memory_errors
 from gpuaccept.hardware.hygiene import LIMITS as HYGIENE_LIMITS
 from gpuaccept.hardware.ib import judge_ib
+from gpuaccept.hardware.memory import judge_replay_window
 from gpuaccept.hardware.nvlink import link_errors
 from gpuaccept.hardware.protocol import gpu_label
 from gpuaccept.hardware.xid import hardware_codes, judge_xid, parse_log
 from gpuaccept.judging.judge import Judge
 from gpuaccept.nodecheck.expected import GATED_FIELDS
 from gpuaccept.nodecheck.watchdog import Outcome
+from gpuaccept.probes.payloads import Sample
 from gpuaccept.results.metrics import MetricResult
 
-__all__ = ["Finding", "Verdicts", "judge_node"]
+__all__ = ["MIN_REPLAY_WINDOW_S", "Finding", "Verdicts", "judge_node"]
+
+#: the shortest window the PCIe replay rate is judged over: a Prolog seconds after an Epilog would turn
+#: one retransmission into tens per minute; a shorter window is kept open until a later check
+MIN_REPLAY_WINDOW_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,30 @@ def _nvlink(n: _Node, gpus: dict[str, Any], boot: str, before: dict[str, Any]) -
     return {"boot_id": boot, "counters": keep}
 
 
+def _pcie_replays(n: _Node, gpus: dict[str, Any], boot: str, before: dict[str, Any]) -> dict[str, Any]:
+    """``pcie_replays_per_min`` per GPU: the counter's growth since the reading an earlier check kept (this
+    boot), judged by the suite's ``judge_replay_window``. The first check opens the window; one shorter
+    than ``MIN_REPLAY_WINDOW_S`` stays open for a later check. Returns the readings to keep."""
+    if not n.declared("pcie_replays_per_min"):
+        return {}
+    keep: dict[str, Sample] = {}
+    at = float(gpus.get("read_at_s") or 0.0)
+    for gpu in gpus.get("gpus") or []:
+        uuid, name = str(gpu.get("uuid")), f"pcie_replays_per_min GPU{gpu.get('index')}"
+        now = Sample(pcie_replay_counter=(gpu.get("pcie") or {}).get("replay_counter"), monotonic_s=at)
+        last: Sample | None = before.get(uuid)
+        seconds = at - float(last.get("monotonic_s") or 0.0) if last else 0.0
+        if last is None:
+            n.verdicts.skipped.append(f"{name}: the window opens at this check")
+        elif 0 <= seconds < MIN_REPLAY_WINDOW_S:
+            n.verdicts.skipped.append(f"{name}: window {seconds:.0f} s, judged from {MIN_REPLAY_WINDOW_S:.0f} s")
+            now = last
+        else:
+            n.quietly("pcie_replays_per_min", judge_replay_window, last, now, n.judge, n.node, gpu_label(gpu))
+        keep[uuid] = now
+    return {"boot_id": boot, "samples": keep}
+
+
 def _xid(n: _Node, log: dict[str, Any], gpus: dict[str, Any], since: float | None) -> dict[str, Any] | None:
     """Hardware Xids in the window since the last passing check (or since boot), judged by ``judge_xid``.
 
@@ -237,6 +268,7 @@ def judge_node(
         _gpus(n, gpus, declared_gpus, context, job)
         boot = (data("kernel_log") or {}).get("boot_id", "unknown")
         verdicts.state["nvlink"] = _nvlink(n, gpus, boot, (saved.get("nvlink") or {}).get("counters") or {})
+        verdicts.state["pcie"] = _pcie_replays(n, gpus, boot, (saved.get("pcie") or {}).get("samples") or {})
         log = data("kernel_log")
         if log is not None:
             position = _xid(n, log, gpus, (saved.get("xid") or {}).get("uptime_s"))

@@ -21,6 +21,7 @@ import math
 import os
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,7 +132,7 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def emit(data: dict[str, Any], *, gpu: dict[str, Any] | None = None, probe: str | None = None) -> None:
+def emit(data: Mapping[str, Any], *, gpu: Mapping[str, Any] | None = None, probe: str | None = None) -> None:
     """Print this rank's one result line: identity plus ``data``, and ``test_hooks`` (name -> value) when
     a test hook of ``gpuaccept.testhooks`` is set where the probe ran: the run is then not an acceptance."""
     info = rank_info()

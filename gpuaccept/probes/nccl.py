@@ -31,7 +31,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from gpuaccept.fabric.rails import parse_rails, split_rails
 from gpuaccept.nccl import patterns
@@ -41,6 +41,7 @@ from gpuaccept.nccl.sweep import cap_sizes, format_bytes, parse_bytes, requested
 from gpuaccept.nccl.watchdog import Watchdog
 from gpuaccept.probes._nccl_faults import selftest_faults
 from gpuaccept.probes._protocol import emit, gpu_identity, node_name, rank_info
+from gpuaccept.probes.payloads import CappedSizes, FirstWrong, NcclRow
 
 __all__ = ["main"]
 
@@ -191,8 +192,9 @@ class _Sweep:
         if o.data_ptr() != i.data_ptr():
             o.fill_(patterns.UNSET)
 
-    def verify(self, coll: str, o: Any) -> tuple[int, dict[str, Any] | None]:
+    def verify(self, coll: str, o: Any) -> tuple[int, FirstWrong | None]:
         """Wrong elements in the output and the first one (row, index, got, want)."""
+        first: FirstWrong | None
         want = patterns.expected(coll, self.grank, self.n)
         wrong, first = 0, None
         for r, (row, value) in enumerate(zip(_split(o, len(want)), want, strict=True)):
@@ -201,7 +203,7 @@ class _Sweep:
                 bad = int(self.torch.count_nonzero(part != value).item())
                 if bad and first is None:
                     idx = int(self.torch.nonzero(part != value)[0].item())
-                    first = {"row": r, "index": start + idx, "got": float(part[idx].item()), "want": value}
+                    first = FirstWrong(row=r, index=start + idx, got=float(part[idx].item()), want=value)
                 wrong += bad
         return wrong, first
 
@@ -218,8 +220,8 @@ class _Sweep:
         self.sync()
         return (time.perf_counter() - start) / count
 
-    def run(self, coll: str, sizes: list[int]) -> list[dict[str, Any]]:
-        args, out = self.args, []
+    def run(self, coll: str, sizes: list[int]) -> list[NcclRow]:
+        args, out = self.args, list[NcclRow]()
         inp, outp = self.buffers(coll, sizes[-1])
         for size in sizes:
             self.dog.arm(f"{coll} {format_bytes(size)}", args.op_timeout)
@@ -244,16 +246,8 @@ class _Sweep:
             wrong, first = self.verify(coll, o)
             self.dog.disarm()
             median = statistics.median(trials)
-            out.append(
-                {
-                    "collective": coll,
-                    "bytes": size,
-                    "time_us": median,
-                    "trials_us": trials,
-                    "wrong": wrong,
-                    "first_wrong": first,
-                }
-            )
+            row = {"collective": coll, "bytes": size, "time_us": median, "trials_us": trials, "wrong": wrong}
+            out.append(cast(NcclRow, {**row, "first_wrong": first}))
             if self.grank == 0:  # progress for an operator running the probe by hand (this rank's time;
                 # the judged busbw is the sweep's, from the slowest rank: nccl.sweep.GroupTable)
                 print(
@@ -365,12 +359,12 @@ def _run(
         free = sweep.free_bytes()
         dog.disarm()
         requested = sweep_sizes(args.min_bytes, args.max_bytes, args.factor)
-        results, capped = [], {}
+        results, capped = list[NcclRow](), dict[str, CappedSizes]()
         for coll in args.collectives:
             sizes = requested_sizes(coll, requested, len(ranks))
             fit = cap_sizes(sizes, coll, len(ranks), free, args.mem_fraction)
             if len(fit) < len(sizes):
-                capped[coll] = {"largest": fit[-1] if fit else 0, "free_bytes": free}
+                capped[coll] = CappedSizes(largest=fit[-1] if fit else 0, free_bytes=free)
             if fit:
                 results += sweep.run(coll, fit)
         data.update(

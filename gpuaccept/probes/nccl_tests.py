@@ -15,9 +15,11 @@ import argparse
 import os
 import shutil
 import subprocess
+from typing import cast
 
 from gpuaccept.nccl.nccltests import parse_nccl_tests
 from gpuaccept.probes._protocol import emit
+from gpuaccept.probes.payloads import NcclTestsRecord, NcclTestsRun
 from gpuaccept.units import parse_bytes
 
 __all__ = ["BINARIES", "find_binary", "main"]
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     env = dict(os.environ)
     if args.ring:
         env["NCCL_ALGO"] = "Ring"
-    runs: dict[str, dict[str, object]] = {}
+    runs: dict[str, NcclTestsRun] = {}  # one table per collective
     searched_all: list[str] = []
     for collective in [c.strip() for c in args.collectives.split(",") if c.strip()]:
         binary, searched = find_binary(BINARIES[collective], args.dir or None)
@@ -85,15 +87,14 @@ def main(argv: list[str] | None = None) -> None:
         ]
         try:
             done = subprocess.run(argv_run, capture_output=True, text=True, timeout=args.timeout, env=env, check=False)
-            runs[collective] = {
-                "command": argv_run,
-                "returncode": done.returncode,
-                **parse_nccl_tests(done.stdout),
-                "stderr_tail": done.stderr[-2000:],
-            }
+            table = parse_nccl_tests(done.stdout)
+            runs[collective] = cast(NcclTestsRun, {"command": argv_run, "returncode": done.returncode, **table})
+            runs[collective]["stderr_tail"] = done.stderr[-2000:]
         except subprocess.TimeoutExpired:
-            runs[collective] = {"command": argv_run, "returncode": None, "error": f"timeout after {args.timeout:g} s"}
-    emit({"found": bool(runs), "searched": searched_all, "runs": runs}, probe="nccl_tests")
+            runs[collective] = NcclTestsRun(
+                command=argv_run, returncode=None, error=f"timeout after {args.timeout:g} s"
+            )
+    emit(NcclTestsRecord(found=bool(runs), searched=searched_all, runs=runs), probe="nccl_tests")
 
 
 if __name__ == "__main__":

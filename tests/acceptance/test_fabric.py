@@ -28,14 +28,25 @@ import pytest
 
 from gpuaccept.errors import MeasurementError
 from gpuaccept.fabric import schedule
-from gpuaccept.fabric.affinity import affine_hcas, bus_key, compute_hcas, line_rate_gbs
-from gpuaccept.fabric.counters import FLAP_COUNTERS, RATE_COUNTERS, error_rate, port_windows
-from gpuaccept.fabric.gdr import judge_gdr
+from gpuaccept.fabric.affinity import affine_hcas, bus_key, compute_hcas
 from gpuaccept.fabric.rails import rail_groups_spec, rail_label, rail_rounds
 from gpuaccept.fabric.rdma import missing_tools, pair_results
-from gpuaccept.fabric.transport import hca_usage, observe_rank
-from gpuaccept.nccl.blame import attribute
-from gpuaccept.nccl.lines import wrong_lines
+from gpuaccept.fabric.verdicts import (
+    COUNTER_WINDOW_METRICS,
+    GDR_METRICS,
+    RAIL_COLLECTIVES,
+    RAIL_METRICS,
+    RDMA_METRICS,
+    TRANSPORT_METRICS,
+    judge_counter_window,
+    judge_gdr,
+    judge_hca_blame,
+    judge_rail,
+    judge_rail_blame,
+    judge_rdma_pairs,
+    judge_rdma_unpaired,
+    judge_transport,
+)
 from gpuaccept.nccl.plan import lost_text
 from gpuaccept.nccl.sweep import algo_args, group_tables
 
@@ -43,7 +54,6 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect]
 
 CPU_RAILS = 2  # gloo ranks per CPU node: two rails
 CPU_SWEEP = ["--min-bytes=64K", "--max-bytes=1M", "--iters=5", "--warmup=2"]
-RAIL_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 _STATE: dict[str, Any] = {}
 
 
@@ -143,7 +153,7 @@ def _sweep(settings, gpu: bool) -> list[str]:
 # ---- GPUDirect ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.judges("gdr_kernel_support", "pcie_acs_ctl", "iommu_translation", gpus="gpu", absent="ib")
+@pytest.mark.judges(*GDR_METRICS, gpus="gpu", absent="ib")
 def test_gdr_enablement(node, cluster, judge):
     """nvidia_peermem or DMA-BUF; ACS Control 0 on the bridges between each GPU and its HCA; IOMMU not translating."""
     gpus = cluster.require_gpus(node)
@@ -159,15 +169,7 @@ def test_gdr_enablement(node, cluster, judge):
 # ---- NCCL transport ----------------------------------------------------------------------------------
 
 
-@pytest.mark.judges(
-    "nccl_net_transport",
-    "nccl_net_gdr",
-    "nccl_net_hca_affinity",
-    "nccl_net_hca_used",
-    gpus="gpu",
-    nodes=2,
-    absent="nccl_net",
-)
+@pytest.mark.judges(*TRANSPORT_METRICS, gpus="gpu", nodes=2, absent="nccl_net")
 @pytest.mark.multinode
 @pytest.mark.nccl
 def test_nccl_transport(cluster, judge):
@@ -177,33 +179,17 @@ def test_nccl_transport(cluster, judge):
         pytest.skip(f"SKU {judge.sku(first)} declares no NCCL network transport (nccl_net_transport)")
     gpus = cluster.require_gpus()
 
-    def measure(nodes: list[str]) -> tuple[list[str], dict, dict, Any]:
+    def measure(nodes: list[str]) -> tuple[dict, dict, Any]:
+        """Compute HCAs and GPU -> HCA affinity of the live nodes, and one NCCL job over all their GPUs."""
         ib = _ib_on(cluster, nodes)
         rates = {n: compute_hcas(ib[n], _link_layer(judge, n)) for n in nodes}
         affinity = {n: _affinity(cluster, n) if rates[n] else {} for n in nodes}
         args = ["--collectives=all_reduce", "--min-bytes=64M", "--max-bytes=64M", "--iters=5", "--trials=1"]
         result = cluster.run("nccl", nodes=nodes, tasks_per_node=gpus, gpus_per_task=1, args=args)
-        return nodes, rates, affinity, result
+        return rates, affinity, result
 
-    nodes, rates, affinity, result = cluster.across_nodes(measure, what="an inter-node NCCL channel")
-    seen = []
-    for r in result.records:
-        bus = bus_key(r.gpu["pci_bus_id"]) if r.gpu else None
-        affine = affinity[r.node].get(bus) if rates[r.node] and bus else None
-        net = (r.data.get("nccl") or {}).get("net")
-        if net is None:
-            raise MeasurementError(f"{r.node} rank {r.rank}: no NCCL_DEBUG=INFO facts to judge", nodes=(r.node,))
-        o = observe_rank(net, node=r.node, rank=r.rank, gpu=r.gpu_label, affine=affine, multinode=True)
-        seen.append(o)
-        info = {"channels": o.channels, "gdr_channels": o.gdr_channels, "hcas": list(o.direct), **o.detail}
-        judge.check("nccl_net_transport", o.transport, node=r.node, gpu=r.gpu_label, **info)
-        if o.gdr is not None:
-            judge.check("nccl_net_gdr", o.gdr, node=r.node, gpu=r.gpu_label, **info)
-        if rates[r.node]:
-            judge.check("nccl_net_hca_affinity", o.affinity, node=r.node, gpu=r.gpu_label, affine=affine)
-    for node, used in hca_usage(seen, {n: list(rates[n]) for n in nodes if rates[n]}).items():
-        for hca, flag in used.items():
-            judge.check("nccl_net_hca_used", flag, node=node, hca=hca)
+    rates, affinity, result = cluster.across_nodes(measure, what="an inter-node NCCL channel")
+    judge_transport(result.records, rates, affinity, judge)
 
 
 # ---- rails -------------------------------------------------------------------------------------------
@@ -234,52 +220,7 @@ def _rail_hcas(table, affinity) -> dict[str, str | None]:
     return out
 
 
-def _judge_rail(judge, table, label, rates, hcas) -> bool:
-    """Busbw per collective on every node of the rail, and the % of the rail HCA's line rate; True = passed."""
-    ok = True
-    for collective in RAIL_COLLECTIVES:
-        row = table.largest(collective)
-        if row is None:
-            raise MeasurementError(f"{label}: no {collective} result", nodes=table.nodes)
-        lines = [line_rate_gbs(rates[n], [hcas[n]]) for n in table.nodes if hcas.get(n) and rates.get(n)]
-        for node in table.nodes:
-            r = judge.check(
-                f"nccl_rail_{collective}_busbw_gbs",
-                round(row.busbw, 3),
-                node=node,
-                rail=label,
-                rail_index=table.info["rail"],
-                size=row.size,
-                nodes=list(table.nodes),
-            )
-            ok &= r.verdict != "fail"
-            if lines and len(lines) == len(table.nodes):
-                pct = round(100 * row.busbw / min(lines), 1)
-                r = judge.check(
-                    "nccl_busbw_fabric_pct",
-                    pct,
-                    node=node,
-                    rail=label,
-                    collective=collective,
-                    line_rate_gbs=min(lines),
-                    scope="rail",
-                )
-                ok &= r.verdict != "fail"
-    wrong = sum(count for *_, count, _ in table.wrong_results())
-    details = wrong_lines(table, table.info["labels"])
-    for node in table.nodes:  # every result of the rail right (the lines name the rank that got it wrong)
-        ok &= judge.check("nccl_wrong_elements", wrong, node=node, rail=label, details=details).verdict != "fail"
-    return ok
-
-
-@pytest.mark.judges(
-    "nccl_rail_all_reduce_busbw_gbs",
-    "nccl_rail_all_gather_busbw_gbs",
-    "nccl_rail_reduce_scatter_busbw_gbs",
-    "nccl_busbw_fabric_pct",
-    "nccl_wrong_elements",
-    nodes=2,
-)
+@pytest.mark.judges(*RAIL_METRICS, nodes=2)
 @pytest.mark.multinode
 @pytest.mark.nccl
 def test_nccl_rails(cluster, judge, settings):
@@ -298,7 +239,7 @@ def test_nccl_rails(cluster, judge, settings):
         label = rail_label(table.info["rail"], hcas)
         figures = [f"{c} {row.busbw:.3f} GB/s" for c in RAIL_COLLECTIVES if (row := table.largest(c))]
         print(f"{label}: " + ", ".join(figures))
-        if not _judge_rail(judge, table, label, rates, hcas):
+        if not judge_rail(judge, table, label, rates, hcas):
             failing.append((table.info["rail"], label))
     for rail, label in failing:
         nodes = cluster.nodes  # a node lost since the first pass is not paired
@@ -317,14 +258,10 @@ def test_nccl_rails(cluster, judge, settings):
                 continue
             for table in tables:
                 where = f"{label} second pass {'+'.join(table.nodes)}"
-                ok = _judge_rail(judge, table, where, rates, _rail_hcas(table, affinity))
+                ok = judge_rail(judge, table, where, rates, _rail_hcas(table, affinity))
                 pair_ok[(table.nodes[0], table.nodes[1])] = ok
         pair_ok = {p: ok for p, ok in pair_ok.items() if not set(p) & set(cluster.lost)}  # incomplete: no blame
-        for node, blame in attribute(pair_ok, cluster.nodes, []).items():
-            if blame.verdict != "undetermined":  # undetermined: its rail checks above already failed
-                verdict = blame.verdict.replace("_", " ").replace("cleared", "not at fault")
-                evidence = list(blame.evidence)
-                judge.expect("nccl_node_verdict", verdict, "not at fault", node=node, rail=label, evidence=evidence)
+        judge_rail_blame(pair_ok, cluster.nodes, label, judge)
 
 
 # ---- RDMA data path ----------------------------------------------------------------------------------
@@ -344,32 +281,7 @@ def _perftest_round(cluster, batch, gpu_memory: bool, timeout: float):
     return pair_results(result.records)
 
 
-def _judge_pairs(judge, results, rates, gpu_memory) -> dict[Any, bool]:
-    verdicts = {}
-    for pairing, res in results.items():
-        ok = res.ran and not res.errors
-        for node, hca in (pairing.server, pairing.client):
-            partner = pairing.client if (node, hca) == pairing.server else pairing.server
-            where = f"{hca} (with {partner[0]} {partner[1]})"
-            if not res.ran:
-                continue
-            info = {"memory": res.memory, "partner": pairing.label(), "p99_us": res.lat_p99_us}
-            figures = [
-                ("rdma_write_bw_gbps", round(res.bw_gbps, 2)),
-                ("rdma_write_bw_pct_of_rate", round(100 * res.bw_gbps / rates[node][hca], 1)),
-                ("rdma_write_lat_p99_us", res.lat_p99_us),
-            ]
-            if gpu_memory:
-                figures.append(("rdma_gpu_memory", int(res.memory == "cuda")))
-            for metric, value in figures:
-                ok &= judge.check(metric, value, node=node, hca=where, **info).verdict != "fail"
-        verdicts[pairing] = ok
-    return verdicts
-
-
-@pytest.mark.judges(
-    "rdma_write_bw_gbps", "rdma_write_bw_pct_of_rate", "rdma_write_lat_p99_us", "rdma_gpu_memory", nodes=2, absent="ib"
-)
+@pytest.mark.judges(*RDMA_METRICS, nodes=2, absent="ib")
 @pytest.mark.multinode
 def test_rdma_perftest(cluster, judge, settings):
     """ib_write_bw / ib_write_lat for every HCA of every node against a partner HCA, concurrent rounds, second pass."""
@@ -390,41 +302,24 @@ def test_rdma_perftest(cluster, judge, settings):
 
     rates, nodes, hcas, gpu_memory, plan, first = cluster.across_nodes(measure, what="an RDMA pair")
     bare = [n for n in nodes if not hcas[n]]
-    verdicts = _judge_pairs(judge, first, rates, gpu_memory)
-    for n in bare:  # the SKU expects InfiniBand (else the node would not be here)
-        judge.expect("rdma_pair_ran", f"no active compute HCA (SKU {judge.sku(n)} expects InfiniBand)", "ran", node=n)
-    for n, h in schedule.untested(hcas, plan):
-        judge.expect("rdma_pair_ran", "no partner HCA on that rail to test with", "ran", node=n, hca=h)
-    for p, r in first.items():
-        if r.errors:
-            judge.expect("rdma_pair_ran", "; ".join(r.errors), "ran", node=p.client[0], hca=p.label())
+    verdicts = judge_rdma_pairs(judge, first, rates, gpu_memory)
+    judge_rdma_unpaired(judge, bare, schedule.untested(hcas, plan), first)  # bare: the SKU expects InfiniBand
     second: dict[Any, bool] = {}
     for batch in schedule.second_pass(verdicts, hcas):
         if any(e[0] in cluster.lost for p in batch for e in (p.server, p.client)):
             print(f"perftest second pass: {lost_text(cluster.lost)}; its pairs are incomplete")
             batch = [p for p in batch if p.server[0] not in cluster.lost and p.client[0] not in cluster.lost]
         if batch:
-            second.update(_judge_pairs(judge, _perftest_round(cluster, batch, gpu_memory, timeout), rates, gpu_memory))
-    for (node, hca), blame in schedule.blame(verdicts, second).items():
-        if node in cluster.lost:
-            continue
-        verdict = blame.verdict.replace("_", " ").replace("cleared", "not at fault")
-        evidence = list(blame.evidence)
-        judge.expect("rdma_hca_verdict", verdict, "not at fault", node=node, hca=hca, evidence=evidence)
+            results = _perftest_round(cluster, batch, gpu_memory, timeout)
+            second.update(judge_rdma_pairs(judge, results, rates, gpu_memory))
+    judge_hca_blame(judge, verdicts, second, cluster.lost)
     print(f"perftest: {len(first)} pairs in {len(plan)} rounds, {len(second)} re-tests")
 
 
 # ---- IB counters over the run ------------------------------------------------------------------------
 
 
-@pytest.mark.judges(
-    "ib_window_link_downed",
-    "ib_window_link_error_recovery",
-    "ib_window_symbol_error_rate",
-    "ib_window_rcv_error_rate",
-    nodes=2,
-    absent="ib",
-)
+@pytest.mark.judges(*COUNTER_WINDOW_METRICS, nodes=2, absent="ib")
 @pytest.mark.multinode
 def test_ib_counter_window(cluster, judge):
     """No link went down or retrained while the fabric tests ran; symbol/receive errors per bit within 1e-12."""
@@ -438,22 +333,4 @@ def test_ib_counter_window(cluster, judge):
         pytest.skip("; ".join(_no_hca(judge, n, "no counter window to judge") for n in bare))
     after = _ib(cluster, nodes, counters_only=True)  # a node lost during it is left out
     for node in (n for n in nodes if n in after):
-        for w in port_windows(before[node], after[node], _link_layer(judge, node)):
-            for metric, why in w.unread:
-                judge.unreadable(metric, why, node=node, hca=w.where)
-            info = {"window_s": round(w.seconds, 1)}
-            for counter, metric in FLAP_COUNTERS.items():
-                if counter in w.deltas:
-                    judge.check(metric, w.deltas[counter], node=node, hca=w.where, **info)
-            for counter, metric in RATE_COUNTERS.items():
-                rate = error_rate(w.deltas[counter], w.bits_received) if counter in w.deltas else None
-                if rate is not None:
-                    judge.check(
-                        metric,
-                        rate,
-                        node=node,
-                        hca=w.where,
-                        errors=w.deltas[counter],
-                        bits_received=w.bits_received,
-                        **info,
-                    )
+        judge_counter_window(before[node], after[node], _link_layer(judge, node), judge, node)

@@ -25,12 +25,25 @@ import pytest
 
 from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.errors import MeasurementError
-from gpuaccept.nccl.blame import attribute
 from gpuaccept.nccl.formulas import COLLECTIVES
-from gpuaccept.nccl.groups import group_failures, pair_verdict
-from gpuaccept.nccl.lines import median_busbw, metric_name, sweep_lines, wrong_lines
+from gpuaccept.nccl.lines import median_busbw, metric_name, sweep_lines
 from gpuaccept.nccl.plan import lost_text, plan_rounds, scale_groups, scale_id, scales_for, suspects_and_good
-from gpuaccept.nccl.sweep import GroupTable, algo_args, format_bytes, group_tables
+from gpuaccept.nccl.sweep import GroupTable, algo_args, group_tables
+from gpuaccept.nccl.verdicts import (
+    FAULT_METRICS,
+    FIDELITY_METRICS,
+    NODE_METRICS,
+    SCALE_METRICS,
+    PairOutcome,
+    group_failures,
+    judge_blame,
+    judge_cleared,
+    judge_fidelity,
+    judge_node,
+    judge_scale,
+    pair_outcome,
+    pair_reference,
+)
 from gpuaccept.report.charts.nccl import plot_busbw
 from gpuaccept.state import STATE_KEY
 
@@ -40,7 +53,7 @@ CPU_RANKS = 2  # gloo ranks per CPU node for the intra-node sweep (one collectiv
 CPU_MIN_BYTES, CPU_MAX_BYTES = 64 << 10, 1 << 20  # gloo over loopback: CI's whole NCCL section in seconds
 FIDELITY_BYTES = 4 << 30  # the size of our nccl-tests reference figures (docs/measurements.md)
 
-_PAIRS: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[tuple[str, str], tuple[bool, str, float]]] = {}
+_PAIRS: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[tuple[str, str], PairOutcome]] = {}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -88,11 +101,6 @@ def _sweep_args(settings: Any, gpu: bool, multinode: bool = False, **override: A
     opts.update({k.replace("_", "-"): v for k, v in override.items() if v is not None})
     args = [f"--{k}={v}" for k, v in opts.items()]
     return args + algo_args(gpu=gpu, multinode=multinode, forced_ring=settings.nccl_ring)
-
-
-def _curve(table: GroupTable, collective: str) -> list[list[float]]:
-    """``[[bytes, busbw], ...]`` of the sweep: the whole curve travels with the check (summary page)."""
-    return [[row.size, round(row.busbw, 3)] for row in table.by_collective(collective)]
 
 
 def _rank_labels(result: ProbeResult) -> dict[int, str]:
@@ -182,16 +190,7 @@ def _first_pass(cluster: Any, settings: Any, judge: Any, nodes: list[str]) -> tu
 # ---- one node ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.judges(
-    "nccl_all_reduce_busbw_gbs",
-    "nccl_all_gather_busbw_gbs",
-    "nccl_reduce_scatter_busbw_gbs",
-    "nccl_alltoall_busbw_gbs",
-    "nccl_broadcast_busbw_gbs",
-    "nccl_wrong_elements",
-    gpus="collective",
-    scaled=True,
-)
+@pytest.mark.judges(*NODE_METRICS, gpus="collective", scaled=True)
 def test_nccl_node(node, cluster, judge, settings, request):
     """All GPUs of the node: busbw per collective at the largest size, every result verified."""
     tasks, gpt = _layout(cluster, node, multinode=False)
@@ -204,35 +203,11 @@ def test_nccl_node(node, cluster, judge, settings, request):
     print(f"{node}: {tasks} ranks, {facts.get('backend')} {facts.get('nccl_version') or ''}")
     print("\n".join(sweep_lines(table, algos)))
     print(json.dumps({k: v for k, v in facts.items() if k != "algorithms"}, indent=1, sort_keys=True))
-    for collective in COLLECTIVES:
-        row = table.largest(collective)
-        if row is None:
-            capped = result.records[0].data.get("capped", {}).get(collective)
-            raise MeasurementError(f"{node}: no size of {collective} fit in GPU memory ({capped})", nodes=(node,))
-        judge.check(
-            metric_name(collective, False),
-            round(row.busbw, 2),
-            node=node,
-            scale=tasks,
-            size=row.size,
-            curve=_curve(table, collective),
-            time_us=round(row.time_us, 1),
-            algo=algos.get(collective, {}).get(str(row.size)),
-            nccl=facts.get("nccl_version"),
-            transports=facts.get("transports"),
-            nics=facts.get("nics"),
-        )
-    labels = _rank_labels(result)
-    lines = wrong_lines(table, labels)
-    for record in result.records:
-        wrong = sum(int(r.get("wrong", 0)) for r in record.data.get("results", []))
-        rank = {"gpu": record.gpu_label} if record.gpu_label else {"rank": record.rank}
-        mine = [line for line in lines if f" on {labels.get(record.rank, f'rank {record.rank}')}:" in line]
-        judge.check("nccl_wrong_elements", wrong, node=node, **rank, details=mine)
+    judge_node(table, result.records, facts, _rank_labels(result), judge, node, tasks)
     _plot(request, f"node-{node}", [table], judge, multinode=False)
 
 
-@pytest.mark.judges("nccl_fidelity_pct", gpus="pair", optional="nccl-tests installed")
+@pytest.mark.judges(*FIDELITY_METRICS, gpus="pair", optional="nccl-tests installed")
 def test_nccl_tests_fidelity(node, cluster, judge, settings):
     """nccl-tests on the same GPUs and size: its busbw beside ours, within 5%."""
     gpus = cluster.require_gpus(node)
@@ -253,49 +228,13 @@ def test_nccl_tests_fidelity(node, cluster, judge, settings):
         args = _sweep_args(settings, True, collectives="all_reduce,all_gather", min_bytes=size, max_bytes=size)
         result = cluster.run("nccl", nodes=[node], tasks_per_node=gpus, gpus_per_task=1, args=args)
         table = group_tables(result.records)[0]
-    print(f"{'collective':>12} {'size':>8} {'ours':>8} {'nccl-tests oop':>15} {'in-place':>9}")
-    for collective, run in theirs["runs"].items():
-        if run.get("returncode") != 0 or not run.get("rows"):
-            raise MeasurementError(
-                f"{node}: nccl-tests {collective} failed: {run.get('error') or run.get('stderr_tail')}"
-            )
-        ref = next((r for r in run["rows"] if r["size"] == size), run["rows"][-1])
-        ours = table.at(collective, ref["size"])
-        if ours is None:
-            raise MeasurementError(
-                f"{node}: our sweep has no {collective} at {format_bytes(ref['size'])}", nodes=(node,)
-            )
-        # torch runs all_reduce in place and all_gather out of place: compare like with like.
-        their_busbw = ref["ip_busbw"] if collective in ("all_reduce", "broadcast") else ref["oop_busbw"]
-        print(
-            f"{collective:>12} {format_bytes(ref['size']):>8} {ours.busbw:>8.2f} "
-            f"{ref['oop_busbw']:>15.2f} {ref['ip_busbw']:>9.2f}"
-        )
-        judge.info("nccl_tests_busbw_gbs", their_busbw, node=node, collective=collective, size=ref["size"])
-        judge.check(
-            "nccl_fidelity_pct",
-            round(100 * ours.busbw / their_busbw, 1),
-            node=node,
-            collective=collective,
-            ours=round(ours.busbw, 2),
-            nccl_tests=their_busbw,
-            size=ref["size"],
-        )
+    judge_fidelity(theirs["runs"], table, size, judge, node)
 
 
 # ---- across nodes -----------------------------------------------------------------------------------
 
 
-@pytest.mark.judges(
-    "nccl_all_reduce_busbw_multinode_gbs",
-    "nccl_all_gather_busbw_multinode_gbs",
-    "nccl_reduce_scatter_busbw_multinode_gbs",
-    "nccl_alltoall_busbw_multinode_gbs",
-    "nccl_broadcast_busbw_multinode_gbs",
-    "nccl_scaling_efficiency_pct",
-    nodes=2,
-    scaled=True,
-)
+@pytest.mark.judges(*SCALE_METRICS, nodes=2, scaled=True)
 @pytest.mark.multinode
 def test_nccl_scale(scale, cluster, judge, settings, request):
     """Groups of ``scale`` nodes side by side: busbw per group, groups vs each other, scaling efficiency."""
@@ -315,53 +254,21 @@ def test_nccl_scale(scale, cluster, judge, settings, request):
     for table in tables:
         print(f"group {table.label} ({len(table.ranks)} ranks), NCCL {table.info['facts'].get('nccl_version')}:")
         print("\n".join(sweep_lines(table, table.info["facts"].get("algorithms"))))
-        for collective in COLLECTIVES:
-            row = table.largest(collective)
-            for node in table.nodes if row is not None else ():
-                judge.check(
-                    metric_name(collective, True),
-                    round(row.busbw, 2),
-                    node=node,
-                    scale=live,
-                    group=table.label,
-                    size=row.size,
-                    curve=_curve(table, collective),
-                    nccl_algo=table.info["algo"],
-                )
-        ar = table.largest("all_reduce")
-        if base and ar is not None:
-            for node in table.nodes:
-                efficiency = round(100 * ar.busbw / base, 1)
-                judge.check(
-                    "nccl_scaling_efficiency_pct",
-                    efficiency,
-                    node=node,
-                    scale=live,
-                    group=table.label,
-                    baseline_gbs=round(base, 2),
-                )
-        why = failures.get(table.nodes, [])
-        details = wrong_lines(table, table.info["labels"])
-        if why:
-            details.append("test_nccl_node_at_fault re-tests these nodes in pairs with nodes that passed")
-        for node in table.nodes:  # the group's verdict: its floors, its place among the groups, its results
-            verdict = "; ".join(why) or "passed"
-            judge.expect(
-                "nccl_group_verdict", verdict, "passed", node=node, scale=live, group=table.label, details=details
-            )
+    judge_scale(tables, failures, base, live, judge)
     _plot(request, f"scale-{live}", tables, judge, multinode=True)
 
 
 def _pair_pass(
     cluster: Any, settings: Any, suspects: list[str], good: list[str], floor: Any, ref: float | None, pct: float
-) -> dict[tuple[str, str], tuple[bool, str, float]]:
-    """Second pass: each suspect with a known-good node; a round that breaks is re-run pair by pair."""
+) -> dict[tuple[str, str], PairOutcome]:
+    """Second pass: each suspect with a known-good node; a round that breaks is re-run pair by pair (a pair
+    that does not complete fails with why); each pair judged by ``pair_outcome``."""
     key = (tuple(suspects), tuple(good))
     if key in _PAIRS:
         return _PAIRS[key]
     size = settings.nccl_max_bytes if cluster.gpus_on(suspects[0]) else None
     override = {"collectives": "all_reduce", "min_bytes": size, "max_bytes": size}
-    outcome: dict[tuple[str, str], tuple[bool, str, float]] = {}
+    outcome: dict[tuple[str, str], PairOutcome] = {}
     for pairs in plan_rounds(suspects, good):
         try:
             tables = {t.nodes: t for t in _run_groups(cluster, settings, pairs, **override)}
@@ -373,21 +280,12 @@ def _pair_pass(
                 except MeasurementError as exc:
                     outcome[pair] = (False, f"did not complete: {str(exc).splitlines()[0][:300]}", float("nan"))
         for pair, table in tables.items():
-            row = table.largest("all_reduce")
-            wrong = sum(count for *_, count, _ in table.wrong_results())
-            ok, why = pair_verdict(row.busbw, wrong, floor=floor, reference=ref, straggler_pct=pct)
-            outcome[(pair[0], pair[1])] = (ok, why, row.busbw)
+            outcome[(pair[0], pair[1])] = pair_outcome(table, floor=floor, reference=ref, straggler_pct=pct)
     _PAIRS[key] = outcome
     return outcome
 
 
-@pytest.mark.judges(
-    "nccl_all_reduce_busbw_multinode_gbs",
-    "nccl_all_gather_busbw_multinode_gbs",
-    "nccl_reduce_scatter_busbw_multinode_gbs",
-    nodes=2,
-    scaled=True,
-)
+@pytest.mark.judges(*FAULT_METRICS, nodes=2, scaled=True)
 @pytest.mark.multinode
 def test_nccl_node_at_fault(suspect, cluster, judge, settings):
     """The node's verdict from the scales and, if one of its groups failed, from pairs with good nodes."""
@@ -407,44 +305,10 @@ def test_nccl_node_at_fault(suspect, cluster, judge, settings):
     if suspect not in suspects:
         role = "every group passed" if not failing else f"not a suspect (suspects: {', '.join(suspects) or 'none'})"
         print(f"{suspect}: {role}")
-        figures = [
-            (row.busbw, s, t.label)
-            for s, ts in tables.items()
-            for t in ts
-            if suspect in t.nodes and (row := t.largest("all_reduce")) is not None
-        ]
-        if not figures:  # sat out every scale of the nodes left (e.g. the odd node of 3 at scale 2 only)
-            raise MeasurementError(f"{suspect}: in no NCCL group of the nodes left ({', '.join(nodes)})")
-        worst = min(figures)
-        # judged on its own worst figure; no "not at fault" expectation: the blame rule did not run, and an
-        # expected value the test wrote twice could not fail
-        judge.check(metric, round(worst[0], 2), node=suspect, scale=worst[1], group=worst[2], role=role)
+        judge_cleared(suspect, tables, nodes, role, judge)
         return
     floor = judge.declared(metric, suspect, 2)
-    # pairs are 2-node groups: compare them with the passing groups of the smallest scale
-    smallest = min(tables)
-    ref = median_busbw([t for t in tables[smallest] if t.nodes not in failing.get(smallest, {})])
+    ref = pair_reference(tables, failing)
     pairs = _pair_pass(cluster, settings, suspects, good, floor, ref, judge.setting("straggler_pct"))
     pairs = {p: v for p, v in pairs.items() if all(n not in cluster.lost for n in p)}  # incomplete: blames nobody
-    blame = attribute({p: ok for p, (ok, _, _) in pairs.items()}, suspects, good)[suspect]
-    mine = {p: v for p, v in pairs.items() if suspect in p}
-    evidence = []
-    for pair, (ok, why, busbw) in mine.items():
-        partner = pair[1] if pair[0] == suspect else pair[0]
-        print(f"{suspect} with {partner}: {'passed' if ok else 'FAILED'} ({why})")
-        evidence.append(
-            {"partner": partner, "passed": ok, "why": why, "busbw_gbs": round(busbw, 2) if busbw == busbw else None}
-        )
-    first_pass = "; ".join(
-        f"group {'+'.join(g)} at scale {first}: {', '.join(r)}" for g, r in failing[first].items() if suspect in g
-    )
-    observed = {"at_fault": "at fault", "undetermined": "undetermined"}.get(blame.verdict, "not at fault")
-    why = {
-        "at fault": "it fails paired with known-good nodes",
-        "undetermined": "no known-good partner can tell it apart",
-        "not at fault": "cleared by the second pass",
-    }[observed]
-    print(f"{suspect}: {observed} ({why}); its group failed at scale {first}: {first_pass}")
-    judge.expect(
-        "nccl_node_verdict", observed, "not at fault", node=suspect, why=why, first_pass=first_pass, pairs=evidence
-    )
+    judge_blame(suspect, pairs, suspects, good, first, failing[first], judge)

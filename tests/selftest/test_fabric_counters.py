@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.fabric.counters import FLAP_COUNTERS, RATE_COUNTERS, error_rate, port_windows
+from gpuaccept.fabric.counters import error_rate, port_windows
+from gpuaccept.fabric.verdicts import judge_counter_window
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import infiniband
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
@@ -37,17 +38,15 @@ def bump(tree: Path, hca: str, counter: str, by: int) -> None:
 
 
 def judge(before: dict, after: dict) -> tuple[list[str], list[str]]:
+    """The window judged as test_ib_counter_window judges it (``fabric.verdicts.judge_counter_window``):
+    its failures, and the ports whose counters were missing or reset (recorded unreadable, never passed)."""
     limits = Judge(thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "selftest")
+    judge_counter_window(before, after, "InfiniBand", limits, "n1")
     unreadable = []
     for w in port_windows(before, after, "InfiniBand"):
         unreadable += [f"{w.where}: {m}" for m in w.missing] + [f"{w.where}: {c} reset" for c in w.reset]
-        for counter, metric in FLAP_COUNTERS.items():
-            if counter in w.deltas:
-                limits.check(metric, w.deltas[counter], node="n1", hca=w.where)
-        for counter, metric in RATE_COUNTERS.items():
-            rate = error_rate(w.deltas[counter], w.bits_received) if counter in w.deltas else None
-            if rate is not None:
-                limits.check(metric, rate, node="n1", hca=w.where)
+    recorded = {(r.subject, r.metric) for r in limits.results if r.verdict == "unmeasured"}
+    assert recorded == {(w.where, m) for w in port_windows(before, after, "InfiniBand") for m, _ in w.unread}
     return [f"{f.where}: {f.metric} = {f.value:g}" for f in limits.failures()], unreadable
 
 

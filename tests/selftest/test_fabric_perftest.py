@@ -17,7 +17,10 @@ import pytest
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.fabric import schedule
 from gpuaccept.fabric.perftest import PerftestError, failure_kind, parse_bw, parse_lat, supports_cuda
-from gpuaccept.fabric.rdma import missing_tools, pair_results
+from gpuaccept.fabric.rdma import PairResult, missing_tools, pair_results
+from gpuaccept.fabric.verdicts import judge_hca_blame, judge_rdma_pairs, judge_rdma_unpaired
+from gpuaccept.judging.judge import Judge
+from gpuaccept.thresholds.loader import load_thresholds
 
 pytestmark = pytest.mark.selftest
 
@@ -134,6 +137,35 @@ def test_results_from_both_ends_and_missing_tools() -> None:
         [SimpleNamespace(node="n3", data={"missing": ["ib_write_bw"], "hint": "apt-get install perftest"})]
     )
     assert gap == {"n3": "ib_write_bw not found (apt-get install perftest)"}
+
+
+def test_pairs_and_blame_judged_by_the_area_module() -> None:
+    """test_rdma_perftest's judging (``fabric.verdicts``) on four nodes whose n3 HCA writes at half rate:
+    its pairs fail by bandwidth, the second pass convicts it and clears its partners, a node without an
+    HCA fails ``rdma_pair_ran``."""
+    limits = Judge(load_thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "selftest")
+    hcas = {n: ["mlx5_0"] for n in ("n1", "n2", "n3", "n4")}
+    rates = {n: {"mlx5_0": 400.0} for n in hcas}
+
+    def measured(batch: list[schedule.Pairing]) -> dict[schedule.Pairing, PairResult]:
+        slow = [("n3", "mlx5_0") in (p.server, p.client) for p in batch]
+        return {p: PairResult(p, 195.0 if s else 391.6, 1.2, 1.0, "cuda") for p, s in zip(batch, slow, strict=True)}
+
+    plan = schedule.first_pass(hcas)
+    first = judge_rdma_pairs(limits, {p: r for b in plan for p, r in measured(b).items()}, rates, gpu_memory=True)
+    assert {p.label() for p, ok in first.items() if not ok} == {p.label() for p in first if "n3" in p.label()}
+    second: dict[schedule.Pairing, bool] = {}
+    for batch in schedule.second_pass(first, hcas):
+        second.update(judge_rdma_pairs(limits, measured(batch), rates, gpu_memory=True))
+    judge_hca_blame(limits, first, second, lost=())
+    judge_rdma_unpaired(limits, ["n5"], [], {})
+    verdicts = {(r.node, r.metric): r.value for r in limits.results if r.metric.endswith(("_verdict", "_ran"))}
+    assert verdicts[("n3", "rdma_hca_verdict")] == "at fault"
+    assert verdicts[("n2", "rdma_hca_verdict")] == verdicts[("n4", "rdma_hca_verdict")] == "not at fault"
+    assert verdicts[("n5", "rdma_pair_ran")].startswith("no active compute HCA")
+    slow = [f for f in limits.failures() if f.metric.startswith("rdma_write_bw")]
+    assert {f.node for f in slow} == {"n1", "n2", "n3", "n4"}  # both ends of a pair get its figure...
+    assert all(f.node == "n3" or "(with n3 mlx5_0)" in str(f.subject) for f in slow)  # ...only pairs with n3
 
 
 STANDIN = """#!/usr/bin/env python3

@@ -13,8 +13,8 @@ import pytest
 
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.fabric.rails import parse_rails, rail_groups_spec, rail_label, rail_rounds, split_rails
-from gpuaccept.nccl.blame import attribute
 from gpuaccept.nccl.sweep import group_tables
+from gpuaccept.nccl.verdicts import attribute
 from gpuaccept.thresholds.loader import load_thresholds
 
 pytestmark = pytest.mark.selftest

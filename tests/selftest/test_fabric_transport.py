@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from gpuaccept.fabric.affinity import affine_hcas, bus_key
 from gpuaccept.fabric.transport import AFFINE, RankTransport, hca_usage, observe_rank
+from gpuaccept.fabric.verdicts import judge_transport
 from gpuaccept.judging.judge import Judge
 from gpuaccept.nccl.ncclinfo import parse_net_facts, split_processes
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
@@ -69,15 +71,18 @@ def observe(text: str, affine: dict[str, list[str]] | None = None) -> list[RankT
     return out
 
 
-def judge(ranks: list[RankTransport], limits: Judge) -> list[str]:
-    for r in ranks:
-        limits.check("nccl_net_transport", r.transport, node=r.node, gpu=r.gpu)
-        if r.gdr is not None:
-            limits.check("nccl_net_gdr", r.gdr, node=r.node, gpu=r.gpu)
-        limits.check("nccl_net_hca_affinity", r.affinity, node=r.node, gpu=r.gpu)
-    for node, used in hca_usage(ranks, {r.node: HCAS for r in ranks}).items():
-        for hca, flag in used.items():
-            limits.check("nccl_net_hca_used", flag, node=node, hca=hca)
+def judge(text: str, limits: Judge) -> list[str]:
+    """The log's ranks judged as test_nccl_transport judges them (``fabric.verdicts.judge_transport``), each
+    rank a probe record on an HGX node (eight 400 Gb/s HCAs, GPU k affine to mlx5_k)."""
+    records = []
+    for key, lines in split_processes(text).items():
+        net = parse_net_facts(lines)
+        gpu = {"pci_bus_id": f"00000000:{GPU_BUSES[net['nvml_dev']]:02X}:00.0"}
+        node, rank, label = key.split(":")[0], net["nvml_dev"], str(net["nvml_dev"])
+        records.append(SimpleNamespace(node=node, rank=rank, gpu=gpu, gpu_label=label, data={"nccl": {"net": net}}))
+    nodes = {r.node for r in records}
+    rates = {n: dict.fromkeys(HCAS, 400.0) for n in sorted(nodes)}
+    judge_transport(records, rates, dict.fromkeys(nodes, affine_hcas(nvlink_like())), limits)
     return [f"{f.where}: {f.metric} = {f.value}" for f in limits.failures()]
 
 
@@ -97,17 +102,17 @@ def test_healthy_ib_gdr_passes() -> None:
     ranks = observe(log("ib_gdr"))
     assert len(ranks) == 16 and {r.transport for r in ranks} == {"IB"} and {r.gdr for r in ranks} == {1}
     assert {r.affinity for r in ranks} == {AFFINE}
-    assert judge(ranks, checker()) == []
+    assert judge(log("ib_gdr"), checker()) == []
 
 
 def test_ib_without_gdr_fails_naming_each_gpu() -> None:
-    failures = judge(observe(log("ib_nogdr")), checker())
+    failures = judge(log("ib_nogdr"), checker())
     assert len(failures) == 16 and all("nccl_net_gdr = 0" in f for f in failures)
     assert "gpu-a01 GPU 0: nccl_net_gdr = 0" in failures
 
 
 def test_socket_fallback_fails_naming_the_transport_and_every_idle_hca() -> None:
-    failures = judge(observe(log("socket")), checker())
+    failures = judge(log("socket"), checker())
     assert "gpu-a02 GPU 5: nccl_net_transport = Socket" in failures
     assert "gpu-a01 GPU 3: nccl_net_hca_affinity = bond0 (affine: mlx5_3)" in failures
     assert "gpu-a02 HCA mlx5_7: nccl_net_hca_used = 0" in failures
@@ -123,7 +128,7 @@ def test_a_site_that_declares_sockets_accepts_them() -> None:
 
 def test_gpu_on_the_wrong_hca_fails_naming_gpu_and_hca() -> None:
     text = log("ib_gdr").replace("via NET/IB/3/GDRDMA", "via NET/IB/5/GDRDMA")
-    failures = judge(observe(text), checker())
+    failures = judge(text, checker())
     assert "gpu-a01 GPU 3: nccl_net_hca_affinity = mlx5_5 (affine: mlx5_3)" in failures
     assert "gpu-a01 HCA mlx5_3: nccl_net_hca_used = 0" in failures and len(failures) == 4
 

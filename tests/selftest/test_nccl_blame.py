@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaccept.nccl.blame import attribute
-from gpuaccept.nccl.groups import group_failures, pair_verdict, slow_groups
+from gpuaccept.judging.judge import Judge
 from gpuaccept.nccl.lines import median_busbw
 from gpuaccept.nccl.plan import NodePlan, plan_rounds, scale_groups, scales_for, suspects_and_good
 from gpuaccept.nccl.sweep import GroupTable, Row
+from gpuaccept.nccl.verdicts import (
+    attribute,
+    group_failures,
+    judge_blame,
+    pair_outcome,
+    pair_reference,
+    slow_groups,
+)
+from gpuaccept.thresholds.loader import load_thresholds
 from gpuaccept.thresholds.schema import Limit
 
 pytestmark = pytest.mark.selftest
@@ -47,9 +55,11 @@ class _Declared:
         return 10.0
 
 
-def _find_bad(
+def _passes(
     nodes: list[str], slow: set[str], corrupt: frozenset[str] | set[str] = frozenset(), floor: float | None = None
 ):
+    """Both passes as test_nccl_node_at_fault runs them, through ``nccl.verdicts``: the first pass's
+    suspects, the second pass's pairs (``pair_outcome``, against ``pair_reference``) and the blame."""
     scales = scales_for(len(nodes))
     tables = {s: [_measure(g, slow, corrupt) for g in scale_groups(nodes, s)] for s in scales}
     base = median_busbw(tables[scales[0]])
@@ -59,14 +69,34 @@ def _find_bad(
         for s in scales
     }
     first, suspects, good = suspects_and_good(nodes, {s: [t.nodes for t in ts] for s, ts in tables.items()}, failing)
+    ref = pair_reference(tables, failing)
     outcome = {}
     for round_ in plan_rounds(suspects, good):
         for pair in round_:
-            t = _measure(pair, slow, corrupt)
-            ref = median_busbw([g for g in tables[scales[0]] if g.nodes not in failing[scales[0]]])
-            wrong = sum(c for *_, c, _ in t.wrong_results())
-            outcome[pair] = pair_verdict(t.rows[0].busbw, wrong, floor=limit, reference=ref, straggler_pct=10)[0]
-    return first, suspects, good, attribute(outcome, suspects, good)
+            outcome[pair] = pair_outcome(_measure(pair, slow, corrupt), floor=limit, reference=ref, straggler_pct=10)
+    blame = attribute({p: ok for p, (ok, _, _) in outcome.items()}, suspects, good)
+    return first, suspects, good, blame, outcome, failing
+
+
+def _find_bad(
+    nodes: list[str], slow: set[str], corrupt: frozenset[str] | set[str] = frozenset(), floor: float | None = None
+):
+    return _passes(nodes, slow, corrupt, floor)[:4]
+
+
+def test_the_verdict_names_the_slow_node_and_clears_its_partners():
+    """``judge_blame`` records what the test records: ``nccl_node_verdict`` fails on the slowed node only,
+    with the pairs it ran as evidence and why its group failed."""
+    nodes = [f"node{i + 1}" for i in range(4)]
+    first, suspects, good, _, pairs, failing = _passes(nodes, {"node3"})
+    judge = Judge(load_thresholds(), lambda node: "cpu", lambda result: None, "selftest")
+    for suspect in suspects:
+        judge_blame(suspect, pairs, suspects, good, first, failing[first], judge)
+    verdicts = {r.node: r for r in judge.results if r.metric == "nccl_node_verdict"}
+    assert set(verdicts) == set(suspects) and "node3" in suspects
+    assert [r.node for r in judge.failures()] == ["node3"] and verdicts["node3"].value == "at fault"
+    assert all(e["partner"] in good for e in verdicts["node3"].extra["pairs"])
+    assert f"at scale {first}" in verdicts["node3"].extra["first_pass"]
 
 
 @pytest.mark.parametrize("count", [4, 5, 8, 16])

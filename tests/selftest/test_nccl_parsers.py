@@ -10,6 +10,7 @@ from gpuaccept.nccl.lines import sweep_lines, wrong_lines
 from gpuaccept.nccl.ncclinfo import collect_facts, parse_nccl_log, summarize_algorithms
 from gpuaccept.nccl.nccltests import parse_nccl_tests
 from gpuaccept.nccl.sweep import GroupTable, Row
+from gpuaccept.probes.payloads import NcclTestsRow, NcclTestsRun
 from gpuaccept.report.charts.nccl import plot_busbw
 
 pytestmark = pytest.mark.selftest
@@ -63,6 +64,8 @@ def test_nccl_tests_table():
     assert [d["name"] for d in parsed["devices"]] == ["NVIDIA H200", "NVIDIA H200"]
     big = parsed["rows"][-1]
     assert big["size"] == 4 << 30 and big["oop_busbw"] == pytest.approx(345.01) and big["ip_wrong"] == 0
+    # the probe's payload types say what it carries: a run's table, each row with exactly these keys
+    assert set(parsed) <= set(NcclTestsRun.__annotations__) and set(big) == NcclTestsRow.__required_keys__
 
 
 def test_nccl_tests_in_place_alltoall_is_not_applicable():

@@ -13,12 +13,15 @@ import subprocess
 import sys
 import time
 from types import SimpleNamespace
+from typing import get_args, get_type_hints
 
 import pytest
 
 from gpuaccept.dispatch.result import parse_records
+from gpuaccept.nccl.formulas import COLLECTIVES
 from gpuaccept.nccl.sweep import group_tables
 from gpuaccept.nccl.watchdog import HANG_EXIT, Position, Watchdog, describe_hang
+from gpuaccept.probes.payloads import NcclRecord, NcclRow
 
 pytestmark = pytest.mark.selftest
 
@@ -75,6 +78,13 @@ def test_sweep_runs_and_verifies():
     (table,) = _tables(done)
     assert table.nodes == ("fake-node",) and len(table.rows) == 10  # 5 collectives x 2 sizes
     assert table.wrong_results() == [] and all(r.busbw > 0 for r in table.rows)
+    # what the probe emitted is what its payload types say: each row has exactly its collective's keys
+    rows = {get_args(get_type_hints(t)["collective"])[0]: t for t in get_args(NcclRow)}
+    assert set(rows) == set(COLLECTIVES)
+    for record in parse_records("nccl", "".join(d.stdout for d in done), 2, ("fake-node",)):
+        assert set(record.data) <= set(NcclRecord.__annotations__), set(record.data) - set(NcclRecord.__annotations__)
+        for row in record.data["results"]:
+            assert set(row) == rows[row["collective"]].__required_keys__, row
 
 
 def test_slow_node_and_wrong_result_are_seen():

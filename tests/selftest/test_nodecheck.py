@@ -357,3 +357,34 @@ def test_the_node_check_gives_no_verdict_under_a_test_hook(rec, capsys, monkeypa
     assert code != 1 and out["verdict"] == "could not check" and out["failed"] == [], out
     why = "none set on a node being checked; GPUACCEPT_TEST_INJECT made what was judged, not the node"
     assert f"test_hooks GPUACCEPT_TEST_INJECT (limit {why})" in out["errors"], out
+
+
+def test_pcie_replay_growth_is_judged_between_checks(rec, capsys):
+    """The replay counter counts since the driver loaded: the node check judges its growth since the
+    reading an earlier check kept, per minute, with the suite's judge (``hardware.memory``)."""
+    state = rec["dir"] / "state" / "nodeA" / "pcie.json"
+    code, out = run(rec["args"], capsys)  # the first check opens the window: nothing to judge yet
+    assert code == 0 and not [r for r in out["results"] if r["metric"] == "pcie_replays_per_min"]
+    assert any("pcie_replays_per_min GPU1: the window opens" in s for s in out["skipped"]), out["skipped"]
+
+    def earlier(seconds: float) -> None:  # the kept readings taken `seconds` before this check
+        edit(state, lambda d: [s.update(monotonic_s=s["monotonic_s"] - seconds) for s in d["samples"].values()])
+
+    earlier(300)
+    code, out = run(rec["args"], capsys)
+    judged = {r["subject"]: r for r in out["results"] if r["metric"] == "pcie_replays_per_min"}
+    assert code == 0 and judged["1 (00000000:00:07.0)"]["verdict"] == "pass", judged
+    earlier(300)
+    edit(rec["health"], lambda d: d["gpus"][1]["pcie"].update(replay_counter=100))  # 100 replays in 5 minutes
+    code, out = run(rec["args"], capsys)
+    [failed] = out["failed"]  # 20 per minute (less the few ms between the checks)
+    assert code == 1 and failed.startswith("pcie_replays_per_min GPU1 ") and failed.endswith("(limit <= 8)"), failed
+    assert 19.9 <= float(failed.split()[2]) <= 20.0, failed
+    earlier(10)  # a window of seconds is kept open, never extrapolated
+    edit(rec["health"], lambda d: d["gpus"][1]["pcie"].update(replay_counter=101))
+    code, out = run(rec["args"], capsys)
+    assert code == 0 and any("GPU1: window 1" in s and "judged from 60 s" in s for s in out["skipped"]), out["skipped"]
+    earlier(120)  # the driver reloaded: the counter went down (from the reading kept open), said, never judged
+    edit(rec["health"], lambda d: d["gpus"][1]["pcie"].update(replay_counter=3))
+    code, out = run(rec["args"], capsys)
+    assert any("went down (100 -> 3" in e for e in out["errors"]), out["errors"]

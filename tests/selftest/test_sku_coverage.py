@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -63,20 +64,30 @@ def site_for(sku: str, shape: Shape, tmp: Path) -> Thresholds:
 CASES = [(sku, shape) for sku, shapes in SHAPES.items() for shape in shapes]
 
 
-def _problems(sku: str, shape: Shape, tmp: Path, training: bool) -> list[str]:
-    problems = coverage(site_for(sku, shape, tmp), sku, shape).problems()
-    return [p for p in problems if ("test_training.py" in p) == training]
+@pytest.fixture(scope="module")
+def problems(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Shape, bool], list[str]]:
+    """Each case's coverage problems, computed once for the module: the per-SKU test and the training
+    test read the same coverage (a site file loaded per case is most of its time)."""
+    tmp, cache = tmp_path_factory.mktemp("sites"), {}
+
+    def of(sku: str, shape: Shape, training: bool) -> list[str]:
+        key = (sku, shape.label)
+        if key not in cache:
+            cache[key] = coverage(site_for(sku, shape, tmp), sku, shape).problems()
+        return [p for p in cache[key] if ("test_training.py" in p) == training]
+
+    return of
 
 
 @pytest.mark.parametrize(("sku", "shape"), CASES, ids=[f"{s}-{sh.label}" for s, sh in CASES])
-def test_every_judged_metric_has_a_limit(sku, shape, tmp_path):
-    problems = _problems(sku, shape, tmp_path, training=False)
-    assert not problems, "\n".join(problems)
+def test_every_judged_metric_has_a_limit(sku, shape, problems):
+    found = problems(sku, shape, False)
+    assert not found, "\n".join(found)
 
 
-def test_every_training_metric_has_a_limit(tmp_path):
-    problems = [p for sku, shape in CASES for p in _problems(sku, shape, tmp_path, training=True)]
-    assert not problems, "\n".join(problems)
+def test_every_training_metric_has_a_limit(problems):
+    found = [p for sku, shape in CASES for p in problems(sku, shape, True)]
+    assert not found, "\n".join(found)
 
 
 def test_a_sku_without_a_fabric_leaves_only_the_network_floors_to_the_site():
