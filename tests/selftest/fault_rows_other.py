@@ -193,6 +193,21 @@ OTHER_ROWS: tuple[Row, ...] = (
     ),
     Row(
         CHAOS,
+        "chaos-second-pass",
+        "a node lost during the bad-node test's second pass",
+        "node3's NCCL ranks slowed (`GPUACCEPT_FAULT_SLOW_NODE=node3`, `GPUACCEPT_FAULT_SLOW_S=0.05`) so its group "
+        "fails at scale 3 and `test_nccl_node_at_fault[node3]` pairs it with the known-good node1; `kill-node.sh "
+        "node1` as that case starts, so the pair's own step finds node1 gone (`--nodes 3`)",
+        "the pair with node1 is incomplete and blames nobody; node3 is paired again with node2, the good node left "
+        "(`nccl.plan.pair_rounds`; before: node3 read `nccl_node_verdict = undetermined`, no partner left to tell it "
+        "apart), and node2 and node3 end `test_nccl_node_at_fault` as the same run without the kill does (node2 "
+        "passed, node3 FAILED `at fault`); node1 is named once: `test_dev_shm_free[node1]` ERRORs, later cases skip. "
+        "Only under `GPUACCEPT_CHAOS_ALL=1` (2 three-node runs, about 2.5 minutes on 2 cores)",
+        END_TO_END,
+        (f"{C}[kill-before-nccl_node_at_fault-second_pass]", "tests/selftest/test_nccl_second_pass.py"),
+    ),
+    Row(
+        CHAOS,
         "chaos-scancel",
         "one srun step cancelled (`scancel`)",
         "`scancel` of the test's first step while it runs (`test_nccl_rails`, `test_shared_filesystem`), "

@@ -9,6 +9,11 @@ the lost node or the fault named, every survivor's verdicts from the broken test
 run's on node1 and node3 alone (``--nodelist node1,node3``), no exception text as a verdict, the record
 and summary written (the full-fs row: a non-zero exit naming the record it could not write).
 
+The second pass of ``test_nccl_node_at_fault`` runs only after a group failed: its row slows node3's NCCL ranks
+(a selftest knob) so node3 is paired with a known-good node, node1, and kills node1 as that case starts, so the
+pair's own step finds the loss; node2 and node3 are held to the same run without the kill (a run of them alone
+would plan a first pass of its own).
+
 CI runs one row per fault kind (``ci=True``); the whole matrix runs with
 ``GPUACCEPT_CHAOS_ALL=1 python3 -m pytest tests/selftest/test_chaos.py -p no:cacheprovider`` (docs/faults.md).
 """
@@ -60,10 +65,22 @@ class Chaos:
     kind: str
     test: str
     ci: bool = False
+    #: the node broken (kill rows), and the selftest knobs the run and its reference run have set
+    node: str = LOST
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def id(self) -> str:
-        return f"{self.kind}-{self.test.removeprefix('test_')}"
+        return f"{self.kind}-{self.test.removeprefix('test_').split('[')[0]}" + ("-second_pass" if self.env else "")
+
+    @property
+    def survivors(self) -> tuple[str, ...]:
+        return SURVIVORS if not self.env else tuple(f"node{i}" for i in range(1, NODES + 1) if f"node{i}" != self.node)
+
+
+#: node3's NCCL ranks slow (fault_rows.NCCL_ENV's knob): its groups fail, so test_nccl_node_at_fault[node3] takes the
+#: second pass, paired with a known-good node (node1, the first); that node is lost as the pair's step starts
+SECOND_PASS = (("GPUACCEPT_FAULT_SLOW_NODE", "node3"), ("GPUACCEPT_FAULT_SLOW_S", "0.05"))
 
 
 CI_ROWS = {
@@ -90,12 +107,18 @@ MATRIX = (
     Chaos("ctld-restart", "test_nccl_scale", True),
     Chaos("ctld-restart", "test_shared_filesystem"),
     Chaos("full-fs", "", True),
+    # the second pass's own step finds the loss: its first pair's good node is gone (needs a group that failed,
+    # hence the slow node3; the reference is the same run without the kill, since a run of the survivors alone
+    # would plan a first pass of its own)
+    Chaos("kill-before", "test_nccl_node_at_fault[node3]", node="node1", env=SECOND_PASS),
 )
 
 
-def _run(directory: Path, chaos: str, *args: str) -> tuple[InnerRun, list[str]]:
+def _run(
+    directory: Path, chaos: str, *args: str, env: tuple[tuple[str, str], ...] = (), select: str = SELECT
+) -> tuple[InnerRun, list[str]]:
     log = directory / "chaos.log"
-    cluster = start_cluster(NODES, {"GPUACCEPT_CHAOS": chaos, "GPUACCEPT_CHAOS_LOG": str(log)})
+    cluster = start_cluster(NODES, {"GPUACCEPT_CHAOS": chaos, "GPUACCEPT_CHAOS_LOG": str(log), **dict(env)})
     try:
         run = run_inner(
             directory,
@@ -110,7 +133,7 @@ def _run(directory: Path, chaos: str, *args: str) -> tuple[InnerRun, list[str]]:
             "--rootdir",
             str(REPO),
             "-k",
-            SELECT,
+            select,
             *args,
             *(str(REPO / "tests" / "acceptance" / f) for f in FILES),
             env=cluster.env,
@@ -152,6 +175,21 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     yield run.record
 
 
+@pytest.fixture(scope="module")
+def references() -> dict[tuple[tuple[str, str], ...], dict[str, Any]]:
+    """The run records of all three nodes with a row's knobs set and nothing broken, made once per set of knobs."""
+    return {}
+
+
+def _reference(references: dict, env: tuple[tuple[str, str], ...], directory: Path) -> dict[str, Any]:
+    if env not in references:
+        directory.mkdir()
+        run, left = _run(directory, "", "--nodes", str(NODES), env=env)
+        assert left == [] and run.returncode in (EXIT_TEST_HOOKS, 1), run.output[-3000:]
+        references[env] = run.record
+    return references[env]
+
+
 def _full_filesystem(tmp_path: Path) -> Iterator[Path]:
     """A 64 KiB tmpfs, filled (root: the dev cluster needs root anyway)."""
     mount = tmp_path / "full"
@@ -165,7 +203,7 @@ def _full_filesystem(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.mark.parametrize("chaos", MATRIX, ids=[c.id for c in MATRIX])
-def test_chaos(chaos: Chaos, clean: dict[str, Any], tmp_path: Path) -> None:
+def test_chaos(chaos: Chaos, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     if not chaos.ci and not os.environ.get("GPUACCEPT_CHAOS_ALL"):
         pytest.skip("not one of CI's rows: the whole matrix runs with GPUACCEPT_CHAOS_ALL=1 (docs/faults.md)")
     inner = tmp_path / "inner"
@@ -173,7 +211,8 @@ def test_chaos(chaos: Chaos, clean: dict[str, Any], tmp_path: Path) -> None:
     if chaos.kind == "full-fs":
         for mount in _full_filesystem(tmp_path):
             target = mount / "record.json"
-            run, left = _run(inner, "", "--nodelist", ",".join(SURVIVORS), "--run-record", str(target))
+            # the record is what breaks, whatever ran: one quick test of the matrix's run
+            run, left = _run(inner, "", "--nodelist", ",".join(SURVIVORS), "--run-record", str(target), select=TESTS[0])
             assert left == [], left
             assert run.returncode != 0, run.output[-3000:]
             # the record could not be written, and the run says so in one line (never a verdict's exit 0)
@@ -182,8 +221,12 @@ def test_chaos(chaos: Chaos, clean: dict[str, Any], tmp_path: Path) -> None:
             assert not target.exists() or not target.read_text().endswith("}"), target
         return
     kill = chaos.kind.startswith("kill")
+    if chaos.env:
+        clean = _reference(request.getfixturevalue("references"), chaos.env, tmp_path / "reference")
+    else:
+        clean = request.getfixturevalue("clean")
     args = ("--nodes", str(NODES)) if kill else ("--nodelist", ",".join(SURVIVORS))
-    run, left = _run(inner, f"{chaos.kind}:{chaos.test}:{LOST}", *args)
+    run, left = _run(inner, f"{chaos.kind}:{chaos.test}:{chaos.node}", *args, env=chaos.env)
     tail = run.output[-4000:]
     did = (inner / "chaos.log").read_text() if (inner / "chaos.log").exists() else ""
     assert did.startswith("[chaos] ") and ": exit 0" in did.splitlines()[0], (did, tail)
@@ -194,10 +237,10 @@ def test_chaos(chaos: Chaos, clean: dict[str, Any], tmp_path: Path) -> None:
         assert test.get("category") != "suite error", (test["nodeid"], test["message"])
         assert not EXCEPTION_TEXT.search(test["message"]), (test["nodeid"], test["message"])
     if kill:  # named: in the record, the terminal, and one ERROR (its next node-local case), skipped after
-        assert list(record["cluster"]["lost_nodes"]) == [LOST], record["cluster"]
-        assert f"{LOST}: lost during the run" in run.output, tail
-        errors = [t for t in record["tests"] if t["verdict"] == "error" and LOST in t["nodes"]]
-        assert len(errors) == 1 and LOST in errors[0]["message"], (errors, tail)
+        assert list(record["cluster"]["lost_nodes"]) == [chaos.node], record["cluster"]
+        assert f"{chaos.node}: lost during the run" in run.output, tail
+        errors = [t for t in record["tests"] if t["verdict"] == "error" and chaos.node in t["nodes"]]
+        assert len(errors) == 1 and chaos.node in errors[0]["message"], (errors, tail)
     elif chaos.kind == "scancel":  # the cancelled step's test errors naming it; nothing else changes
         assert not record["cluster"].get("lost_nodes"), record["cluster"]
         errors = [t for t in record["tests"] if t["verdict"] == "error"]
@@ -209,8 +252,20 @@ def test_chaos(chaos: Chaos, clean: dict[str, Any], tmp_path: Path) -> None:
         assert not record["cluster"].get("lost_nodes") and "restarted with its state kept" in did, (did, tail)
     # the survivors from the broken test on (the tests before it ran on all three nodes, before the fault)
     # (a cancelled step's test is the fault named, an ERROR with no survivor's check: left out)
-    for node in SURVIVORS:
+    if chaos.env:  # the second pass: its survivors' blame as without the kill (later tests run on 2 nodes, not 3)
+        blame = [_blame(record, node) for node in chaos.survivors]
+        assert blame == [_blame(clean, node) for node in chaos.survivors], (blame, tail)
+        assert blame[-1] == ("failed", "at fault"), blame  # the slow node3, paired again with the good node left
+        return
+    for node in chaos.survivors:
         after, alone = _by_node(record, node, chaos.test), _by_node(clean, node, chaos.test)
         if chaos.kind == "scancel":
             alone.pop(chaos.test)
         assert after == alone, (node, after, alone)
+
+
+def _blame(record: dict[str, Any], node: str) -> tuple[str, str]:
+    """``test_nccl_node_at_fault[node]``'s verdict and its ``nccl_node_verdict`` (empty when not a suspect)."""
+    (test,) = [t for t in record["tests"] if t["nodeid"].endswith(f"test_nccl_node_at_fault[{node}]")]
+    said = [m["value"] for m in record["metrics"] if m["test"] == test["nodeid"] and m["metric"] == "nccl_node_verdict"]
+    return test["verdict"], "".join(said)
