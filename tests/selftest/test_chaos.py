@@ -14,6 +14,9 @@ The second pass of ``test_nccl_node_at_fault`` runs only after a group failed: i
 pair's own step finds the loss; node2 and node3 are held to the same run without the kill (a run of them alone
 would plan a first pass of its own).
 
+Three survivors: a 4-node cluster loses node4 as the scales start; node1-node3 are held to a clean run of them
+alone on the same cluster.
+
 CI runs one row per fault kind (``ci=True``); the whole matrix runs with
 ``GPUACCEPT_CHAOS_ALL=1 python3 -m pytest tests/selftest/test_chaos.py -p no:cacheprovider`` (docs/faults.md).
 """
@@ -65,17 +68,27 @@ class Chaos:
     kind: str
     test: str
     ci: bool = False
-    #: the node broken (kill rows), and the selftest knobs the run and its reference run have set
+    #: the node broken (kill rows), the selftest knobs the run and its reference run have set, the cluster's size
     node: str = LOST
     env: tuple[tuple[str, str], ...] = ()
+    nodes: int = NODES
 
     @property
     def id(self) -> str:
-        return f"{self.kind}-{self.test.removeprefix('test_').split('[')[0]}" + ("-second_pass" if self.env else "")
+        more = ("-second_pass" if self.env else "") + (f"-{self.nodes}_nodes" if self.nodes != NODES else "")
+        return f"{self.kind}-{self.test.removeprefix('test_').split('[')[0]}{more}"
 
     @property
     def survivors(self) -> tuple[str, ...]:
-        return SURVIVORS if not self.env else tuple(f"node{i}" for i in range(1, NODES + 1) if f"node{i}" != self.node)
+        if not self.env and self.nodes == NODES:
+            return SURVIVORS
+        return tuple(f"node{i}" for i in range(1, self.nodes + 1) if f"node{i}" != self.node)
+
+    @property
+    def reference(self) -> tuple[str, ...]:
+        """The reference run's node options: the survivors alone; with knobs set, all nodes (a second pass
+        is planned from a first pass every node took part in)."""
+        return ("--nodes", str(self.nodes)) if self.env else ("--nodelist", ",".join(self.survivors))
 
 
 #: node3's NCCL ranks slow (fault_rows.NCCL_ENV's knob): its groups fail, so test_nccl_node_at_fault[node3] takes the
@@ -111,14 +124,23 @@ MATRIX = (
     # hence the slow node3; the reference is the same run without the kill, since a run of the survivors alone
     # would plan a first pass of its own)
     Chaos("kill-before", "test_nccl_node_at_fault[node3]", node="node1", env=SECOND_PASS),
+    # three survivors: node4 of 4 lost as the scales start; node1-node3 as a clean run of node1-node3 alone
+    # (scale 3 fails its efficiency floor on 2 shared cores in both: equal verdicts, failed or not, blame no
+    # survivor differently)
+    Chaos("kill-before", "test_nccl_scale", node="node4", nodes=4),
 )
 
 
 def _run(
-    directory: Path, chaos: str, *args: str, env: tuple[tuple[str, str], ...] = (), select: str = SELECT
+    directory: Path,
+    chaos: str,
+    *args: str,
+    env: tuple[tuple[str, str], ...] = (),
+    select: str = SELECT,
+    nodes: int = NODES,
 ) -> tuple[InnerRun, list[str]]:
     log = directory / "chaos.log"
-    cluster = start_cluster(NODES, {"GPUACCEPT_CHAOS": chaos, "GPUACCEPT_CHAOS_LOG": str(log), **dict(env)})
+    cluster = start_cluster(nodes, {"GPUACCEPT_CHAOS": chaos, "GPUACCEPT_CHAOS_LOG": str(log), **dict(env)})
     try:
         run = run_inner(
             directory,
@@ -176,18 +198,19 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def references() -> dict[tuple[tuple[str, str], ...], dict[str, Any]]:
-    """The run records of all three nodes with a row's knobs set and nothing broken, made once per set of knobs."""
+def references() -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The run records of the rows' own references (nothing broken), each made once."""
     return {}
 
 
-def _reference(references: dict, env: tuple[tuple[str, str], ...], directory: Path) -> dict[str, Any]:
-    if env not in references:
+def _reference(references: dict, chaos: Chaos, directory: Path) -> dict[str, Any]:
+    key = (chaos.env, chaos.nodes, chaos.reference)
+    if key not in references:
         directory.mkdir()
-        run, left = _run(directory, "", "--nodes", str(NODES), env=env)
+        run, left = _run(directory, "", *chaos.reference, env=chaos.env, nodes=chaos.nodes)
         assert left == [] and run.returncode in (EXIT_TEST_HOOKS, 1), run.output[-3000:]
-        references[env] = run.record
-    return references[env]
+        references[key] = run.record
+    return references[key]
 
 
 def _full_filesystem(tmp_path: Path) -> Iterator[Path]:
@@ -221,12 +244,12 @@ def test_chaos(chaos: Chaos, request: pytest.FixtureRequest, tmp_path: Path) -> 
             assert not target.exists() or not target.read_text().endswith("}"), target
         return
     kill = chaos.kind.startswith("kill")
-    if chaos.env:
-        clean = _reference(request.getfixturevalue("references"), chaos.env, tmp_path / "reference")
+    if chaos.env or chaos.nodes != NODES:
+        clean = _reference(request.getfixturevalue("references"), chaos, tmp_path / "reference")
     else:
         clean = request.getfixturevalue("clean")
-    args = ("--nodes", str(NODES)) if kill else ("--nodelist", ",".join(SURVIVORS))
-    run, left = _run(inner, f"{chaos.kind}:{chaos.test}:{chaos.node}", *args, env=chaos.env)
+    args = ("--nodes", str(chaos.nodes)) if kill else ("--nodelist", ",".join(SURVIVORS))
+    run, left = _run(inner, f"{chaos.kind}:{chaos.test}:{chaos.node}", *args, env=chaos.env, nodes=chaos.nodes)
     tail = run.output[-4000:]
     did = (inner / "chaos.log").read_text() if (inner / "chaos.log").exists() else ""
     assert did.startswith("[chaos] ") and ": exit 0" in did.splitlines()[0], (did, tail)
