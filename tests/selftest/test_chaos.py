@@ -17,7 +17,8 @@ would plan a first pass of its own).
 Three survivors: a 4-node cluster loses node4 as the scales start; node1-node3 are held to a clean run of them
 alone on the same cluster.
 
-CI runs one row per fault kind (``ci=True``); the whole matrix runs with
+CI runs one row per fault kind (``ci=True``; the scancel and the controller restart, which lose no node, share one
+run); the whole matrix runs with
 ``GPUACCEPT_CHAOS_ALL=1 python3 -m pytest tests/selftest/test_chaos.py -p no:cacheprovider`` (docs/faults.md).
 """
 
@@ -72,11 +73,19 @@ class Chaos:
     node: str = LOST
     env: tuple[tuple[str, str], ...] = ()
     nodes: int = NODES
+    #: more faults in the same run, each (kind, test): ones that lose no node, so one run can prove them together
+    also: tuple[tuple[str, str], ...] = ()
 
     @property
     def id(self) -> str:
         more = ("-second_pass" if self.env else "") + (f"-{self.nodes}_nodes" if self.nodes != NODES else "")
+        more += "".join(f"+{kind}-{test.removeprefix('test_')}" for kind, test in self.also)
         return f"{self.kind}-{self.test.removeprefix('test_').split('[')[0]}{more}"
+
+    @property
+    def spec(self) -> str:
+        """``GPUACCEPT_CHAOS`` for ``chaos_plugin.py``."""
+        return ";".join([f"{self.kind}:{self.test}:{self.node}", *(f"{kind}:{test}:" for kind, test in self.also)])
 
     @property
     def survivors(self) -> tuple[str, ...]:
@@ -100,8 +109,6 @@ CI_ROWS = {
     ("kill-before", "test_nccl_scale"),
     ("kill-during", "test_shared_filesystem"),
     ("kill-between", "test_nccl_rails"),
-    ("scancel", "test_nccl_rails"),
-    ("ctld-restart", "test_nccl_scale"),
     ("full-fs", ""),
 }
 MATRIX = (
@@ -115,10 +122,13 @@ MATRIX = (
         # pairing with a lost node: test_nccl_blame.py, logic only)
         if test != "test_nccl_node_at_fault" and (kind == "kill-before" or test != "test_versions_consistent")
     ),
-    Chaos("scancel", "test_nccl_rails", True),
+    Chaos("scancel", "test_nccl_rails"),
     Chaos("scancel", "test_shared_filesystem"),
-    Chaos("ctld-restart", "test_nccl_scale", True),
+    Chaos("ctld-restart", "test_nccl_scale"),
     Chaos("ctld-restart", "test_shared_filesystem"),
+    # CI's row of both kinds that lose no node, in one run: the controller restarted before the scales, a step of
+    # the rails test cancelled later
+    Chaos("scancel", "test_nccl_rails", True, also=(("ctld-restart", "test_nccl_scale"),)),
     Chaos("full-fs", "", True),
     # the second pass's own step finds the loss: its first pair's good node is gone (needs a group that failed,
     # hence the slow node3; the reference is the same run without the kill, since a run of the survivors alone
@@ -249,10 +259,11 @@ def test_chaos(chaos: Chaos, request: pytest.FixtureRequest, tmp_path: Path) -> 
     else:
         clean = request.getfixturevalue("clean")
     args = ("--nodes", str(chaos.nodes)) if kill else ("--nodelist", ",".join(SURVIVORS))
-    run, left = _run(inner, f"{chaos.kind}:{chaos.test}:{chaos.node}", *args, env=chaos.env, nodes=chaos.nodes)
+    run, left = _run(inner, chaos.spec, *args, env=chaos.env, nodes=chaos.nodes)
     tail = run.output[-4000:]
     did = (inner / "chaos.log").read_text() if (inner / "chaos.log").exists() else ""
-    assert did.startswith("[chaos] ") and ": exit 0" in did.splitlines()[0], (did, tail)
+    lines = did.splitlines()  # every fault done, once
+    assert len(lines) == 1 + len(chaos.also) and all(": exit 0" in line for line in lines), (did, tail)
     assert left == [], left
     _written(run)
     record = run.record
@@ -271,7 +282,7 @@ def test_chaos(chaos: Chaos, request: pytest.FixtureRequest, tmp_path: Path) -> 
         # srun says "cancelled" when scancel reaches it first, else the tasks' SIGKILL ("Killed"): both name it
         said = errors[0]["message"].lower()
         assert "cancel" in said or "killed by signal sigkill" in said, errors[0]["message"]
-    else:  # the controller restarted: the run goes on as if nothing happened
+    if "ctld-restart" in (chaos.kind, *(kind for kind, _ in chaos.also)):  # the run goes on as if nothing happened
         assert not record["cluster"].get("lost_nodes") and "restarted with its state kept" in did, (did, tail)
     # the survivors from the broken test on (the tests before it ran on all three nodes, before the fault)
     # (a cancelled step's test is the fault named, an ERROR with no survivor's check: left out)
@@ -280,8 +291,12 @@ def test_chaos(chaos: Chaos, request: pytest.FixtureRequest, tmp_path: Path) -> 
         assert blame == [_blame(clean, node) for node in chaos.survivors], (blame, tail)
         assert blame[-1] == ("failed", "at fault"), blame  # the slow node3, paired again with the good node left
         return
+    ids = [t["nodeid"] for t in record["tests"]]  # compared from the first broken test on
+    since = min(
+        (chaos.test, *(test for _, test in chaos.also)), key=lambda t: next(i for i, n in enumerate(ids) if t in n)
+    )
     for node in chaos.survivors:
-        after, alone = _by_node(record, node, chaos.test), _by_node(clean, node, chaos.test)
+        after, alone = _by_node(record, node, since), _by_node(clean, node, since)
         if chaos.kind == "scancel":
             alone.pop(chaos.test)
         assert after == alone, (node, after, alone)
