@@ -306,7 +306,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             except OSError as exc:  # a full or read-only disk at the end: said, and never an exit 0
                 state.notify(f"gpuaccept: could not write the run record: {exc}")
                 unwritten = True
-        session.exitstatus = exit_code(int(exitstatus), state.record.counts, session.testsfailed)
+        session.exitstatus = exit_code(int(exitstatus), state.record, session.testsfailed)
         if unwritten:
             session.exitstatus = session.exitstatus or pytest.ExitCode.INTERNAL_ERROR
         if state.settings.drain_on_fail != "off" and state.started and state.cluster.kind == "slurm":

@@ -15,7 +15,7 @@ is ``nccl.verdicts.attribute``. Plain data throughout, so the selftests drive it
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "NodePlan",
     "Pair",
     "lost_text",
+    "pair_rounds",
     "plan_rounds",
     "scale_groups",
     "scale_id",
@@ -189,3 +190,33 @@ def _rounds(pairs: list[Pair]) -> list[list[Pair]]:
         else:
             rounds.append([pair])
     return rounds
+
+
+def pair_rounds(
+    suspects: Sequence[str], good: Sequence[str], lost: Callable[[], Mapping[str, str]]
+) -> Iterator[list[Pair]]:
+    """The second pass's rounds (``plan_rounds``), re-planned on the nodes left as it goes.
+
+    ``lost()`` is asked after each planned batch of rounds has run: a live suspect none of whose pairs so far
+    is complete (every partner was lost) is paired again with a partner still in the run that it has not met
+    (a known-good node, or with no good node at all another live suspect), as a clean run of the nodes left
+    would pair it; until every live suspect has a complete pair or no partner is left to try.
+    """
+    tried: set[Pair] = set()
+    todo = plan_rounds(suspects, good)
+    while todo:
+        for pairs in todo:
+            tried.update(pairs)
+            yield pairs
+        gone = lost()
+        partners = [g for g in good if g not in gone] if good else [s for s in suspects if s not in gone]
+        again: list[Pair] = []
+        for suspect in suspects:
+            mine = [p for p in tried if suspect in p]
+            if suspect in gone or any(not set(p) & set(gone) for p in mine):
+                continue
+            met = {n for p in mine for n in p}
+            partner = next((n for n in partners if n != suspect and n not in met), None)
+            if partner is not None:
+                again.append((suspect, partner))
+        todo = _rounds(again)

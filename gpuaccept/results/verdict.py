@@ -22,6 +22,7 @@ from gpuaccept.results.summary import not_run_notes
 
 __all__ = [
     "EXIT_COULD_NOT_JUDGE",
+    "EXIT_TEST_HOOKS",
     "cluster_verdict",
     "exit_code",
     "loosened_lines",
@@ -32,6 +33,9 @@ __all__ = [
 
 #: pytest's exit code when tests errored (could not measure, suite error) and no hardware check failed
 EXIT_COULD_NOT_JUDGE = 6
+#: the exit code of a run with a test hook set whose tests passed (none failed or errored): it judged readings
+#: or faults made on purpose, so a pipeline reading only the exit code must not take it for a clean run (0)
+EXIT_TEST_HOOKS = 7
 
 
 def _plural(count: int, word: str) -> str:
@@ -93,15 +97,23 @@ def verdict_line(record: RunRecord) -> tuple[bool, str]:
     return accepted, text if accepted else f"{text}: {why}"
 
 
-def exit_code(pytest_code: int, counts: dict[str, int], failures: int) -> int:
-    """The session's exit code: pytest's own, except that a run where tests ERRORed and no hardware
-    check FAILED exits ``EXIT_COULD_NOT_JUDGE`` (6) instead of 1, so a pipeline can tell a bad run
-    from a bad node. A FAILED test wins (exit 1): a node that missed a limit is what must be acted on,
-    whatever else could not be judged. ``failures``: pytest's count of failed reports, so a failure of
-    a test outside the acceptance suite is never hidden behind a 6."""
+def exit_code(pytest_code: int, record: RunRecord, failures: int) -> int:
+    """The session's exit code: pytest's own, except that
+
+    * a run where tests ERRORed and no hardware check FAILED exits ``EXIT_COULD_NOT_JUDGE`` (6) instead of
+      1, so a pipeline can tell a bad run from a bad node. A FAILED test wins (exit 1): a node that missed
+      a limit is what must be acted on, whatever else could not be judged. ``failures``: pytest's count of
+      failed reports, so a failure of a test outside the acceptance suite is never hidden behind a 6;
+    * a run with a test hook set that would exit 0 having passed (or measured) a test exits
+      ``EXIT_TEST_HOOKS`` (7): its verdict is NOT ACCEPTED, and its exit code must not say otherwise. Its
+      failures and errors keep 1 and 6 (what its tests said of what they were given); a collection or a
+      dry run, which judge nothing, keep 0."""
+    counts = record.counts
     errors = counts.get("error", 0)
     if pytest_code == 1 and errors and not counts.get("failed") and failures <= errors:
         return EXIT_COULD_NOT_JUDGE
+    if pytest_code == 0 and record.test_hooks and (counts.get("passed") or counts.get("measured")):
+        return EXIT_TEST_HOOKS
     return pytest_code
 
 

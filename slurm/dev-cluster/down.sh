@@ -38,15 +38,24 @@ alive_ours() {
   [[ $cmd == *"$want"* && $cmd == *"$dir/slurm.conf"* ]]
 }
 
+# A node whose slurmd is already gone (kill-node.sh): its jobs stay COMPLETING until SlurmdTimeout marks
+# it DOWN, so waiting for them to leave squeue only waits out the 10 s below; then only jobs still
+# pending or running are waited for (the gone node's slurmstepd and tasks are killed as strays below).
+waitfor=""
+while read -r name pid; do
+  [[ $name != slurmctld ]] && ! alive_ours "$name" "$pid" && waitfor="-t PENDING,RUNNING,SUSPENDED,CONFIGURING"
+done <"$dir/pids"
+
 # Cancel jobs first so steps end through Slurm (their tasks get killed by slurmstepd).
 if command -v scontrol >/dev/null && timeout 5 scontrol ping 2>/dev/null | grep -q UP; then
   mapfile -t jobs < <(timeout 10 squeue -h -o %i 2>/dev/null || true)
   if ((${#jobs[@]})); then
     log "cancelling jobs: ${jobs[*]}"
     timeout 10 scancel "${jobs[@]}" || true
-    # Up to 10 s: a job on a killed node stays COMPLETING until that node is marked DOWN.
+    # Up to 10 s for them to end through Slurm
     for ((i = 0; i < 20; i++)); do
-      [[ -z $(timeout 5 squeue -h -o %i 2>/dev/null || true) ]] && break
+      # shellcheck disable=SC2086 # $waitfor: no words, or the option and its list
+      [[ -z $(timeout 5 squeue -h $waitfor -o %i 2>/dev/null || true) ]] && break
       sleep 0.5
     done
   fi

@@ -27,7 +27,7 @@ from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.errors import MeasurementError
 from gpuaccept.nccl.formulas import COLLECTIVES
 from gpuaccept.nccl.lines import median_busbw, metric_name, sweep_lines
-from gpuaccept.nccl.plan import lost_text, plan_rounds, scale_groups, scale_id, scales_for, suspects_and_good
+from gpuaccept.nccl.plan import lost_text, pair_rounds, scale_groups, scale_id, scales_for, suspects_and_good
 from gpuaccept.nccl.sweep import GroupTable, algo_args, group_tables
 from gpuaccept.nccl.verdicts import (
     FAULT_METRICS,
@@ -269,7 +269,7 @@ def _pair_pass(
     size = settings.nccl_max_bytes if cluster.gpus_on(suspects[0]) else None
     override = {"collectives": "all_reduce", "min_bytes": size, "max_bytes": size}
     outcome: dict[tuple[str, str], PairOutcome] = {}
-    for pairs in plan_rounds(suspects, good):
+    for pairs in pair_rounds(suspects, good, lambda: cluster.lost):  # re-planned on the nodes left
         try:
             tables = {t.nodes: t for t in _run_groups(cluster, settings, pairs, **override)}
         except MeasurementError:

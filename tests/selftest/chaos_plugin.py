@@ -1,7 +1,8 @@
 """Selftest-only pytest plugin (``-p tests.selftest.chaos_plugin``) for the chaos matrix: breaks the loopback
 cluster at one moment of one test of an inner acceptance run.
 
-``GPUACCEPT_CHAOS=<kind>:<test>:<node>`` (what it did goes to ``GPUACCEPT_CHAOS_LOG``): ``kill-before``
+``GPUACCEPT_CHAOS=<kind>:<test>:<node>`` (what it did goes to ``GPUACCEPT_CHAOS_LOG``; several, each once, joined
+by ``;``: faults that lose no node can share one run): ``kill-before``
 kills the node's slurmd as the test starts, ``kill-during`` half a second into the test's first srun
 step, ``kill-between`` right after that step (before the test's next one, or the next test's);
 ``scancel`` cancels the test's first step while it runs; ``ctld-restart`` restarts slurmctld with its
@@ -24,8 +25,22 @@ from gpuaccept.dispatch import slurm
 from gpuaccept.dispatch.step import Step
 
 DEV = Path(__file__).resolve().parents[2] / "slurm" / "dev-cluster"
-KIND, TARGET, NODE = [*os.environ.get("GPUACCEPT_CHAOS", "").split(":"), "", "", ""][:3]
-_state: dict[str, Any] = {"test": "", "steps": 0, "done": not KIND}
+
+
+class _Spec:
+    """One fault: its kind, the test (a substring of its node id) and node it hits, and whether it fired."""
+
+    def __init__(self, text: str) -> None:
+        self.kind, self.target, self.node = [*text.split(":"), "", "", ""][:3]
+        self.done = False
+        self.timer: threading.Timer | None = None
+
+    def targeted(self) -> bool:
+        return not self.done and self.target in _state["test"]
+
+
+SPECS = [_Spec(text) for text in os.environ.get("GPUACCEPT_CHAOS", "").split(";") if text]
+_state: dict[str, Any] = {"test": ""}
 
 
 def _script(name: str, *args: str) -> None:
@@ -52,39 +67,38 @@ def _scancel(launcher: Any, step: Step) -> None:
         time.sleep(0.05)
 
 
-def _targeted() -> bool:
-    return not _state["done"] and TARGET in _state["test"]
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    _state["test"], _state["steps"] = item.nodeid, 0
-    if KIND == "kill-before" and _targeted():
-        _state["done"] = True
-        _script("kill-node.sh", NODE)
+    _state["test"] = item.nodeid
+    for spec in SPECS:
+        if spec.kind == "kill-before" and spec.targeted():
+            spec.done = True
+            _script("kill-node.sh", spec.node)
 
 
 _launch = slurm.SlurmLauncher._launch
 
 
 def _chaos_launch(self: Any, step: Step, argv: list[str]) -> Any:
-    targeted = _targeted()
-    if targeted and KIND == "ctld-restart":
-        _state["done"] = True
-        _script("restart-ctld.sh")
-    elif targeted and KIND == "kill-during":
-        _state["done"] = True
-        _state["timer"] = threading.Timer(0.5, _script, ("kill-node.sh", NODE))
-        _state["timer"].start()
-    elif targeted and KIND == "scancel":
-        _state["done"] = True
-        threading.Thread(target=_scancel, args=(self, step), daemon=True).start()
+    targeted = [spec for spec in SPECS if spec.targeted()]
+    for spec in targeted:
+        if spec.kind == "ctld-restart":
+            spec.done = True
+            _script("restart-ctld.sh")
+        elif spec.kind == "kill-during":
+            spec.done = True
+            spec.timer = threading.Timer(0.5, _script, ("kill-node.sh", spec.node))
+            spec.timer.start()
+        elif spec.kind == "scancel":
+            spec.done = True
+            threading.Thread(target=_scancel, args=(self, step), daemon=True).start()
     result = _launch(self, step, argv)
-    if targeted and KIND == "kill-during":
-        _state["timer"].join()  # a step shorter than half a second: killed as it ends, before the next one
-    if targeted and KIND == "kill-between":
-        _state["done"] = True
-        _script("kill-node.sh", NODE)
+    for spec in targeted:
+        if spec.timer is not None:
+            spec.timer.join()  # a step shorter than half a second: killed as it ends, before the next one
+        if spec.kind == "kill-between":
+            spec.done = True
+            _script("kill-node.sh", spec.node)
     return result
 
 

@@ -65,8 +65,10 @@ tests run and judge the injected readings; the run is `tests/selftest/test_fault
 `tests/selftest/test_chaos.py` breaks a 3-node loopback cluster at one moment of one multi-node test of a
 real acceptance run (`tests/selftest/chaos_plugin.py`, loaded into that run: node2's slurmd killed before,
 during or between the test's steps, a step cancelled, slurmctld restarted with its state kept, the record
-on a full filesystem) and holds the survivors to a clean run of node1 and node3 alone. CI runs one row per
-fault kind (about 5 minutes); the whole matrix (18 rows, about 17 minutes on 2 cores) runs with
+on a full filesystem) and holds the survivors to a clean run of node1 and node3 alone; one more row loses
+node1 during the bad-node test's second pass (held to the same run without the kill), and one loses node4 of
+4 (three survivors, held to a clean run of node1-node3). CI runs one row per fault kind; the whole matrix
+(20 rows: about 17 minutes on 2 cores for the first 18, the last two about 4 more) runs with
 
     GPUACCEPT_CHAOS_ALL=1 python3 -m pytest tests/selftest/test_chaos.py -p no:cacheprovider
 """

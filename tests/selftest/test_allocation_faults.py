@@ -18,6 +18,8 @@ import threading
 import time
 from pathlib import Path
 
+from gpuaccept.results.verdict import EXIT_TEST_HOOKS
+
 from .conftest import REPO, DevCluster, InnerRun, run_inner, start_cluster, stop_cluster, write_suite
 
 KILL_NODE = REPO / "slurm" / "dev-cluster" / "kill-node.sh"
@@ -171,7 +173,7 @@ def test_auto_without_slurm_installed_runs_locally(tmp_path):
     suite = write_suite(tmp_path / "suite", INNER_LOCAL)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "GPUACCEPT_"))}
     run = run_inner(suite, env={**env, "PATH": str(bare)})
-    assert run.returncode == 0, run.output[-3000:]
+    assert run.returncode == EXIT_TEST_HOOKS and run.verdicts() == {"test_x": "passed"}, run.output[-3000:]
     assert run.record["cluster"]["launcher"] == "local"
 
 

@@ -31,6 +31,7 @@ from gpuaccept.results.comparison import comparison_of, side_by_side
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import RunRecord, read_record
 from gpuaccept.results.summary import regression_lines
+from gpuaccept.results.verdict import EXIT_TEST_HOOKS
 from gpuaccept.thresholds.loader import load_thresholds
 
 from .conftest import run_inner, write_suite
@@ -84,7 +85,7 @@ def test_slower_second_run_is_a_regression_unchanged_is_not(tmp_path, monkeypatc
     suite = _suite(tmp_path)
     base_args = ("-m", "acceptance", "--launcher", "local", "--thresholds", "site.yaml")
     first = run_inner(suite, *base_args)
-    assert first.returncode == 0, first.output[-3000:]
+    assert first.returncode == EXIT_TEST_HOOKS and set(first.verdicts().values()) == {"passed"}, first.output[-3000:]
     node = first.record["metrics"][0]["node"]
     kept = shutil.copy(suite / "latest.json", tmp_path / "first.json")  # 'latest' moves on each run
 
@@ -108,7 +109,8 @@ def test_slower_second_run_is_a_regression_unchanged_is_not(tmp_path, monkeypatc
         assert result["status"] == "failed"
 
     same = run_inner(suite, *base_args, "--baseline", str(kept))
-    assert same.returncode == 0, same.output[-3000:] + (suite / "record.baseline.csv").read_text()
+    assert same.returncode == EXIT_TEST_HOOKS, same.output[-3000:] + (suite / "record.baseline.csv").read_text()
+    assert set(same.verdicts().values()) == {"passed"}, same.output[-3000:]
     assert not [line for line in same.output.splitlines() if line.startswith("REGRESSED")], same.output[-3000:]
     assert "no regression beyond tolerance in 1 compared metric(s)" in same.output
     assert [r["status"] for r in _rows(suite / "record.baseline.csv")] in (["within tolerance"], ["improved"])
@@ -119,7 +121,7 @@ def test_only_the_slow_node_regresses_on_slurm(tmp_path, dev_cluster):
     suite = _suite(tmp_path)
     args = ("-m", "acceptance", "--launcher", "slurm", "--nodes", "2", "--thresholds", "site.yaml")
     first = run_inner(suite, *args, env=dev_cluster.env)
-    assert first.returncode == 0, first.output[-3000:]
+    assert first.returncode == EXIT_TEST_HOOKS and set(first.verdicts().values()) == {"passed"}, first.output[-3000:]
     slow_env = {**dev_cluster.env, **SLOW, "GPUACCEPT_FAULT_NODE": "node2"}
     slow = run_inner(suite, *args, "--baseline", "latest", env=slow_env)
     status = {r["node"]: r["status"] for r in _rows(suite / "record.baseline.csv")}

@@ -9,7 +9,16 @@ the lost node or the fault named, every survivor's verdicts from the broken test
 run's on node1 and node3 alone (``--nodelist node1,node3``), no exception text as a verdict, the record
 and summary written (the full-fs row: a non-zero exit naming the record it could not write).
 
-CI runs one row per fault kind (``ci=True``); the whole matrix runs with
+The second pass of ``test_nccl_node_at_fault`` runs only after a group failed: its row slows node3's NCCL ranks
+(a selftest knob) so node3 is paired with a known-good node, node1, and kills node1 as that case starts, so the
+pair's own step finds the loss; node2 and node3 are held to the same run without the kill (a run of them alone
+would plan a first pass of its own).
+
+Three survivors: a 4-node cluster loses node4 as the scales start; node1-node3 are held to a clean run of them
+alone on the same cluster.
+
+CI runs one row per fault kind (``ci=True``; the scancel and the controller restart, which lose no node, share one
+run); the whole matrix runs with
 ``GPUACCEPT_CHAOS_ALL=1 python3 -m pytest tests/selftest/test_chaos.py -p no:cacheprovider`` (docs/faults.md).
 """
 
@@ -24,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from gpuaccept.results.verdict import EXIT_TEST_HOOKS
 
 from .conftest import REPO, InnerRun, run_inner, start_cluster, stop_cluster
 
@@ -58,18 +69,46 @@ class Chaos:
     kind: str
     test: str
     ci: bool = False
+    #: the node broken (kill rows), the selftest knobs the run and its reference run have set, the cluster's size
+    node: str = LOST
+    env: tuple[tuple[str, str], ...] = ()
+    nodes: int = NODES
+    #: more faults in the same run, each (kind, test): ones that lose no node, so one run can prove them together
+    also: tuple[tuple[str, str], ...] = ()
 
     @property
     def id(self) -> str:
-        return f"{self.kind}-{self.test.removeprefix('test_')}"
+        more = ("-second_pass" if self.env else "") + (f"-{self.nodes}_nodes" if self.nodes != NODES else "")
+        more += "".join(f"+{kind}-{test.removeprefix('test_')}" for kind, test in self.also)
+        return f"{self.kind}-{self.test.removeprefix('test_').split('[')[0]}{more}"
+
+    @property
+    def spec(self) -> str:
+        """``GPUACCEPT_CHAOS`` for ``chaos_plugin.py``."""
+        return ";".join([f"{self.kind}:{self.test}:{self.node}", *(f"{kind}:{test}:" for kind, test in self.also)])
+
+    @property
+    def survivors(self) -> tuple[str, ...]:
+        if not self.env and self.nodes == NODES:
+            return SURVIVORS
+        return tuple(f"node{i}" for i in range(1, self.nodes + 1) if f"node{i}" != self.node)
+
+    @property
+    def reference(self) -> tuple[str, ...]:
+        """The reference run's node options: the survivors alone; with knobs set, all nodes (a second pass
+        is planned from a first pass every node took part in)."""
+        return ("--nodes", str(self.nodes)) if self.env else ("--nodelist", ",".join(self.survivors))
+
+
+#: node3's NCCL ranks slow (fault_rows.NCCL_ENV's knob): its groups fail, so test_nccl_node_at_fault[node3] takes the
+#: second pass, paired with a known-good node (node1, the first); that node is lost as the pair's step starts
+SECOND_PASS = (("GPUACCEPT_FAULT_SLOW_NODE", "node3"), ("GPUACCEPT_FAULT_SLOW_S", "0.05"))
 
 
 CI_ROWS = {
     ("kill-before", "test_nccl_scale"),
     ("kill-during", "test_shared_filesystem"),
     ("kill-between", "test_nccl_rails"),
-    ("scancel", "test_nccl_rails"),
-    ("ctld-restart", "test_nccl_scale"),
     ("full-fs", ""),
 }
 MATRIX = (
@@ -83,17 +122,35 @@ MATRIX = (
         # pairing with a lost node: test_nccl_blame.py, logic only)
         if test != "test_nccl_node_at_fault" and (kind == "kill-before" or test != "test_versions_consistent")
     ),
-    Chaos("scancel", "test_nccl_rails", True),
+    Chaos("scancel", "test_nccl_rails"),
     Chaos("scancel", "test_shared_filesystem"),
-    Chaos("ctld-restart", "test_nccl_scale", True),
+    Chaos("ctld-restart", "test_nccl_scale"),
     Chaos("ctld-restart", "test_shared_filesystem"),
+    # CI's row of both kinds that lose no node, in one run: the controller restarted before the scales, a step of
+    # the rails test cancelled later
+    Chaos("scancel", "test_nccl_rails", True, also=(("ctld-restart", "test_nccl_scale"),)),
     Chaos("full-fs", "", True),
+    # the second pass's own step finds the loss: its first pair's good node is gone (needs a group that failed,
+    # hence the slow node3; the reference is the same run without the kill, since a run of the survivors alone
+    # would plan a first pass of its own)
+    Chaos("kill-before", "test_nccl_node_at_fault[node3]", node="node1", env=SECOND_PASS),
+    # three survivors: node4 of 4 lost as the scales start; node1-node3 as a clean run of node1-node3 alone
+    # (scale 3 fails its efficiency floor on 2 shared cores in both: equal verdicts, failed or not, blame no
+    # survivor differently)
+    Chaos("kill-before", "test_nccl_scale", node="node4", nodes=4),
 )
 
 
-def _run(directory: Path, chaos: str, *args: str) -> tuple[InnerRun, list[str]]:
+def _run(
+    directory: Path,
+    chaos: str,
+    *args: str,
+    env: tuple[tuple[str, str], ...] = (),
+    select: str = SELECT,
+    nodes: int = NODES,
+) -> tuple[InnerRun, list[str]]:
     log = directory / "chaos.log"
-    cluster = start_cluster(NODES, {"GPUACCEPT_CHAOS": chaos, "GPUACCEPT_CHAOS_LOG": str(log)})
+    cluster = start_cluster(nodes, {"GPUACCEPT_CHAOS": chaos, "GPUACCEPT_CHAOS_LOG": str(log), **dict(env)})
     try:
         run = run_inner(
             directory,
@@ -108,7 +165,7 @@ def _run(directory: Path, chaos: str, *args: str) -> tuple[InnerRun, list[str]]:
             "--rootdir",
             str(REPO),
             "-k",
-            SELECT,
+            select,
             *args,
             *(str(REPO / "tests" / "acceptance" / f) for f in FILES),
             env=cluster.env,
@@ -146,8 +203,24 @@ def _written(run: InnerRun) -> None:
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     run, left = _run(tmp_path_factory.mktemp("chaos-clean"), "", "--nodelist", ",".join(SURVIVORS))
-    assert left == [] and run.returncode in (0, 1), run.output[-3000:]
+    assert left == [] and run.returncode in (EXIT_TEST_HOOKS, 1), run.output[-3000:]
     yield run.record
+
+
+@pytest.fixture(scope="module")
+def references() -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The run records of the rows' own references (nothing broken), each made once."""
+    return {}
+
+
+def _reference(references: dict, chaos: Chaos, directory: Path) -> dict[str, Any]:
+    key = (chaos.env, chaos.nodes, chaos.reference)
+    if key not in references:
+        directory.mkdir()
+        run, left = _run(directory, "", *chaos.reference, env=chaos.env, nodes=chaos.nodes)
+        assert left == [] and run.returncode in (EXIT_TEST_HOOKS, 1), run.output[-3000:]
+        references[key] = run.record
+    return references[key]
 
 
 def _full_filesystem(tmp_path: Path) -> Iterator[Path]:
@@ -163,7 +236,7 @@ def _full_filesystem(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.mark.parametrize("chaos", MATRIX, ids=[c.id for c in MATRIX])
-def test_chaos(chaos: Chaos, clean: dict[str, Any], tmp_path: Path) -> None:
+def test_chaos(chaos: Chaos, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     if not chaos.ci and not os.environ.get("GPUACCEPT_CHAOS_ALL"):
         pytest.skip("not one of CI's rows: the whole matrix runs with GPUACCEPT_CHAOS_ALL=1 (docs/faults.md)")
     inner = tmp_path / "inner"
@@ -171,7 +244,8 @@ def test_chaos(chaos: Chaos, clean: dict[str, Any], tmp_path: Path) -> None:
     if chaos.kind == "full-fs":
         for mount in _full_filesystem(tmp_path):
             target = mount / "record.json"
-            run, left = _run(inner, "", "--nodelist", ",".join(SURVIVORS), "--run-record", str(target))
+            # the record is what breaks, whatever ran: one quick test of the matrix's run
+            run, left = _run(inner, "", "--nodelist", ",".join(SURVIVORS), "--run-record", str(target), select=TESTS[0])
             assert left == [], left
             assert run.returncode != 0, run.output[-3000:]
             # the record could not be written, and the run says so in one line (never a verdict's exit 0)
@@ -180,11 +254,16 @@ def test_chaos(chaos: Chaos, clean: dict[str, Any], tmp_path: Path) -> None:
             assert not target.exists() or not target.read_text().endswith("}"), target
         return
     kill = chaos.kind.startswith("kill")
-    args = ("--nodes", str(NODES)) if kill else ("--nodelist", ",".join(SURVIVORS))
-    run, left = _run(inner, f"{chaos.kind}:{chaos.test}:{LOST}", *args)
+    if chaos.env or chaos.nodes != NODES:
+        clean = _reference(request.getfixturevalue("references"), chaos, tmp_path / "reference")
+    else:
+        clean = request.getfixturevalue("clean")
+    args = ("--nodes", str(chaos.nodes)) if kill else ("--nodelist", ",".join(SURVIVORS))
+    run, left = _run(inner, chaos.spec, *args, env=chaos.env, nodes=chaos.nodes)
     tail = run.output[-4000:]
     did = (inner / "chaos.log").read_text() if (inner / "chaos.log").exists() else ""
-    assert did.startswith("[chaos] ") and ": exit 0" in did.splitlines()[0], (did, tail)
+    lines = did.splitlines()  # every fault done, once
+    assert len(lines) == 1 + len(chaos.also) and all(": exit 0" in line for line in lines), (did, tail)
     assert left == [], left
     _written(run)
     record = run.record
@@ -192,10 +271,10 @@ def test_chaos(chaos: Chaos, clean: dict[str, Any], tmp_path: Path) -> None:
         assert test.get("category") != "suite error", (test["nodeid"], test["message"])
         assert not EXCEPTION_TEXT.search(test["message"]), (test["nodeid"], test["message"])
     if kill:  # named: in the record, the terminal, and one ERROR (its next node-local case), skipped after
-        assert list(record["cluster"]["lost_nodes"]) == [LOST], record["cluster"]
-        assert f"{LOST}: lost during the run" in run.output, tail
-        errors = [t for t in record["tests"] if t["verdict"] == "error" and LOST in t["nodes"]]
-        assert len(errors) == 1 and LOST in errors[0]["message"], (errors, tail)
+        assert list(record["cluster"]["lost_nodes"]) == [chaos.node], record["cluster"]
+        assert f"{chaos.node}: lost during the run" in run.output, tail
+        errors = [t for t in record["tests"] if t["verdict"] == "error" and chaos.node in t["nodes"]]
+        assert len(errors) == 1 and chaos.node in errors[0]["message"], (errors, tail)
     elif chaos.kind == "scancel":  # the cancelled step's test errors naming it; nothing else changes
         assert not record["cluster"].get("lost_nodes"), record["cluster"]
         errors = [t for t in record["tests"] if t["verdict"] == "error"]
@@ -203,12 +282,28 @@ def test_chaos(chaos: Chaos, clean: dict[str, Any], tmp_path: Path) -> None:
         # srun says "cancelled" when scancel reaches it first, else the tasks' SIGKILL ("Killed"): both name it
         said = errors[0]["message"].lower()
         assert "cancel" in said or "killed by signal sigkill" in said, errors[0]["message"]
-    else:  # the controller restarted: the run goes on as if nothing happened
+    if "ctld-restart" in (chaos.kind, *(kind for kind, _ in chaos.also)):  # the run goes on as if nothing happened
         assert not record["cluster"].get("lost_nodes") and "restarted with its state kept" in did, (did, tail)
     # the survivors from the broken test on (the tests before it ran on all three nodes, before the fault)
     # (a cancelled step's test is the fault named, an ERROR with no survivor's check: left out)
-    for node in SURVIVORS:
-        after, alone = _by_node(record, node, chaos.test), _by_node(clean, node, chaos.test)
+    if chaos.env:  # the second pass: its survivors' blame as without the kill (later tests run on 2 nodes, not 3)
+        blame = [_blame(record, node) for node in chaos.survivors]
+        assert blame == [_blame(clean, node) for node in chaos.survivors], (blame, tail)
+        assert blame[-1] == ("failed", "at fault"), blame  # the slow node3, paired again with the good node left
+        return
+    ids = [t["nodeid"] for t in record["tests"]]  # compared from the first broken test on
+    since = min(
+        (chaos.test, *(test for _, test in chaos.also)), key=lambda t: next(i for i, n in enumerate(ids) if t in n)
+    )
+    for node in chaos.survivors:
+        after, alone = _by_node(record, node, since), _by_node(clean, node, since)
         if chaos.kind == "scancel":
             alone.pop(chaos.test)
         assert after == alone, (node, after, alone)
+
+
+def _blame(record: dict[str, Any], node: str) -> tuple[str, str]:
+    """``test_nccl_node_at_fault[node]``'s verdict and its ``nccl_node_verdict`` (empty when not a suspect)."""
+    (test,) = [t for t in record["tests"] if t["nodeid"].endswith(f"test_nccl_node_at_fault[{node}]")]
+    said = [m["value"] for m in record["metrics"] if m["test"] == test["nodeid"] and m["metric"] == "nccl_node_verdict"]
+    return test["verdict"], "".join(said)

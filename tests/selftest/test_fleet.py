@@ -9,6 +9,7 @@ import pytest
 from gpuaccept.dispatch.allocation import Allocation
 from gpuaccept.dispatch.slurm import SlurmLauncher
 from gpuaccept.dispatch.step import Step
+from gpuaccept.results.verdict import EXIT_TEST_HOOKS
 
 from .conftest import run_inner, write_suite
 
@@ -83,7 +84,7 @@ def test_xdist_shares_one_allocation(tmp_path, dev_cluster):
         "loadgroup",
         env=dev_cluster.env,
     )
-    assert run.returncode == 0, run.output[-3000:]
+    assert run.returncode == EXIT_TEST_HOOKS, run.output[-3000:]
     assert run.verdicts() == {f"test_{t}[node{n}]": "passed" for t in "ab" for n in (1, 2)}
     assert dev_cluster.last_job_id() == before + 1, "workers must reuse the controller's single allocation"
     assert dev_cluster.jobs() == []
@@ -137,7 +138,7 @@ def test_run_shared_and_run_each(tmp_path, dev_cluster):
     run_each runs the nodes side by side, in one fan-out step (2 x 4 s in well under 8 s)."""
     suite = write_suite(tmp_path, SHARED_SUITE)
     run = run_inner(suite, "--launcher", "slurm", "--nodes", "2", "-s", env=dev_cluster.env)
-    assert run.returncode == 0, run.output[-3000:]
+    assert run.returncode == EXIT_TEST_HOOKS and set(run.verdicts().values()) == {"passed"}, run.output[-3000:]
     tests = {t["nodeid"].split("::")[-1]: t for t in run.record["tests"]}
     for node in ("node1", "node2"):
         assert any("--fault ok" in c for c in tests[f"test_first[{node}]"]["commands"])

@@ -13,7 +13,13 @@ from gpuaccept.judging.baseline import Baseline, BaselineError
 from gpuaccept.report.summary_model import overview
 from gpuaccept.results.record import SCHEMA, RecordError, RunRecord, TestEntry, read_record
 from gpuaccept.results.suite import suite_identity
-from gpuaccept.results.verdict import EXIT_COULD_NOT_JUDGE, cluster_verdict, exit_code, verdict_line
+from gpuaccept.results.verdict import (
+    EXIT_COULD_NOT_JUDGE,
+    EXIT_TEST_HOOKS,
+    cluster_verdict,
+    exit_code,
+    verdict_line,
+)
 from gpuaccept.thresholds.loader import load_thresholds
 from gpuaccept.thresholds.loosened import loosened
 
@@ -108,18 +114,28 @@ def test_suite_error_verdict_is_apart_from_hardware_failures() -> None:
 
 
 @pytest.mark.parametrize(
-    ("pytest_code", "counts", "failures", "code"),
+    ("pytest_code", "counts", "failures", "hooks", "code"),
     [
-        (0, {"passed": 3}, 0, 0),
-        (1, {"passed": 3, "error": 2}, 2, EXIT_COULD_NOT_JUDGE),  # only errors: the suite could not judge
-        (1, {"failed": 1, "error": 2}, 3, 1),  # a hardware failure wins: a bad node is what to act on
-        (1, {"error": 1}, 2, 1),  # a failure outside the acceptance tests is never hidden behind a 6
-        (4, {}, 0, 4),
-        (2, {"error": 1}, 1, 2),
+        (0, {"passed": 3}, 0, False, 0),
+        (1, {"passed": 3, "error": 2}, 2, False, EXIT_COULD_NOT_JUDGE),  # only errors: the suite could not judge
+        (1, {"failed": 1, "error": 2}, 3, False, 1),  # a hardware failure wins: a bad node is what to act on
+        (1, {"error": 1}, 2, False, 1),  # a failure outside the acceptance tests is never hidden behind a 6
+        (4, {}, 0, False, 4),
+        (2, {"error": 1}, 1, False, 2),
+        (0, {"passed": 3}, 0, True, EXIT_TEST_HOOKS),  # every test passed on hooked readings: never a 0
+        (1, {"failed": 1}, 1, True, 1),  # what its tests said of what they were given
+        (1, {"error": 1}, 1, True, EXIT_COULD_NOT_JUDGE),
+        (5, {}, 0, True, 5),
+        (0, {"skipped": 2}, 0, True, 0),  # a dry run or --co: nothing judged, as a run without hooks
     ],
 )
-def test_exit_code_tells_a_bad_run_from_a_bad_node(pytest_code, counts, failures, code) -> None:
-    assert exit_code(pytest_code, counts, failures) == code
+def test_exit_code_tells_a_bad_run_from_a_bad_node(pytest_code, counts, failures, hooks, code) -> None:
+    verdicts = [verdict for verdict, n in counts.items() for _ in range(n)]
+    record = RunRecord(status="passed", tests={f"t{i}": TestEntry(f"t{i}", v) for i, v in enumerate(verdicts)})
+    if hooks:
+        record.hook_seen("GPUACCEPT_TEST_INJECT", "/tmp/readings.json", "pytest process")
+    assert record.counts == counts
+    assert exit_code(pytest_code, record, failures) == code
 
 
 def test_loosened_limits_are_named(tmp_path: Path) -> None:

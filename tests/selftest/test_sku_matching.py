@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuaccept.results.verdict import EXIT_TEST_HOOKS
 from gpuaccept.thresholds.loader import ThresholdsError, load_thresholds
 
 from .conftest import run_inner, write_suite
@@ -116,4 +117,4 @@ def test_forced_sku_runs_anyway(tmp_path):
     suite = write_suite(tmp_path, SUITE)
     (suite / "conftest.py").write_text(CONFTEST)
     run = run_inner(suite, "-m", "acceptance", "--launcher", "local", "--sku", "cpu")
-    assert run.returncode == 0, run.output[-3000:]
+    assert run.returncode == EXIT_TEST_HOOKS and set(run.verdicts().values()) == {"passed"}, run.output[-3000:]

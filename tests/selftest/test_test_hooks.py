@@ -16,6 +16,7 @@ import pytest
 
 from gpuaccept import testhooks
 from gpuaccept.dispatch.result import parse_records
+from gpuaccept.results.verdict import EXIT_TEST_HOOKS
 
 from .conftest import REPO, write_suite
 
@@ -109,7 +110,7 @@ def test_a_run_with_the_inject_hook_is_not_accepted(tmp_path: Path, content: str
     assert '<meta name="gpuaccept-verdict" content="NOT ACCEPTED">' in page and 'id="test-hooks"' in page
     verdicts = {t["nodeid"].split("::")[-1].split("[")[0]: t["verdict"] for t in record["tests"]}
     if content:  # the tests are judged as always: both pass, the probes reported the hook too
-        assert done.returncode == 0, output[-3000:]
+        assert done.returncode == EXIT_TEST_HOOKS, output[-3000:]  # all passed, and still never an exit 0
         assert verdicts == {"test_judged_pass": "passed", "test_probe_ran": "passed"}
         assert any(w.startswith("probes on ") for w in record["test_hooks"]["GPUACCEPT_TEST_INJECT"]["where"])
     else:  # the probes cannot read an empty file: nothing could be measured, and it says why
