@@ -176,7 +176,10 @@ for ((k = 1; k <= nodes; k++)); do mkdir -p "$dir/spool/node$k"; done
 conf=$dir/slurm.conf
 
 # --- ports: slurmctld on BASE, nodeK's slurmd on BASE+K ----------------------------------------
-# A random free range below the kernel's ephemeral range (32768+), so two clusters do not clash.
+# A random free range in 10000-19999: below the kernel's ephemeral range (32768+), so two clusters do
+# not clash, and below the probes' rendezvous ports (20000-49999, gpuaccept/probes/_protocol.py), so a
+# probe's TCP store never lands on a slurmd's port (seen in CI: a rank connected to a daemon that closed
+# the connection, "Failed to recv, got 0 bytes", with the daemons in 20000-32000).
 if [[ -n ${GPUACCEPT_SLURM_BASE_PORT:-} ]]; then
   base=$GPUACCEPT_SLURM_BASE_PORT
 else
@@ -184,7 +187,7 @@ else
 import random, socket, sys
 count = int(sys.argv[1])
 for _ in range(200):
-    base = random.randrange(20000, 32000 - count)
+    base = random.randrange(10000, 20000 - count)
     socks = []
     try:
         for port in range(base, base + count):
