@@ -15,10 +15,11 @@ the ``#  Rank  0 Group  0 Pid ... on HOST device 0 [...] NAME`` device lines.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["NcclTestsRow", "parse_nccl_tests"]
+from gpuaccept.probes.payloads import NcclTestsRow
+
+__all__ = ["parse_nccl_tests"]
 
 _NUM = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
 _AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([\d.]+)")
@@ -26,25 +27,6 @@ _OOB = re.compile(r"#\s*Out of bounds values\s*:\s*(\d+)")
 _VERSION = re.compile(r"nccl-tests version (\S+)")
 _NCCL_LIB = re.compile(r"nccl-library=(\d+)|NCCL version (\S+)")
 _DEVICE = re.compile(r"#\s+Rank\s+(\d+).*? on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s+(.+)$")
-
-
-@dataclass(frozen=True)
-class NcclTestsRow:
-    """One size of one nccl-tests run: both variants (out-of-place and in-place)."""
-
-    size: int
-    count: int
-    oop_time_us: float
-    oop_algbw: float
-    oop_busbw: float
-    oop_wrong: int | None
-    ip_time_us: float
-    ip_algbw: float
-    ip_busbw: float
-    ip_wrong: int | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def _wrong(token: str) -> int | None:
@@ -106,5 +88,5 @@ def parse_nccl_tests(text: str) -> dict[str, Any]:
         row = _row(stripped)
         if row is not None:
             rows.append(row)
-    out["rows"] = [r.to_dict() for r in rows]
+    out["rows"] = rows
     return out

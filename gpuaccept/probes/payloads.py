@@ -262,7 +262,7 @@ class NcclRecord(TypedDict, total=False):
 
 
 class NcclTestsRow(TypedDict):
-    """One size of an nccl-tests run, out of place and in place (``nccl.nccltests.NcclTestsRow``)."""
+    """One size of an nccl-tests run, out of place and in place (what ``nccl.nccltests`` reads from its table)."""
 
     size: int
     count: int

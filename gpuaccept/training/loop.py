@@ -129,8 +129,7 @@ def evaluate(model: nn.Module, examples: list[Example], rt: Runtime, batch_size:
     with torch.no_grad(), autocast(rt.device), torch.compiler.set_stance("force_eager"):
         for batch in eval_shards(examples, rt.rank, rt.world, batch_size, pad_id):
             batch = {k: v.to(rt.device, non_blocking=True) for k, v in batch.items()}
-            inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-            logits = model(**inputs, use_cache=False).logits
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
             labels = batch["labels"][:, 1:]
             loss = nn.functional.cross_entropy(
                 logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="sum"

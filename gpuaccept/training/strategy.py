@@ -46,27 +46,6 @@ def _original(cfg: Any, base: Any, tokenizer: Any, root: Path, main_rank: bool) 
     return base_path, _ORIGINALS[str(base_path)]
 
 
-def _rows_for(base: Any, cfg: Any, device: Any) -> int:
-    """Rows per step for this checkpoint on this GPU (``config.pretrained_rows``)."""
-    import torch
-
-    from gpuaccept.training.config import pretrained_rows
-
-    linear = [m.weight for m in base.modules() if isinstance(m, torch.nn.Linear)]
-    weight_bytes = sum(p.numel() * p.element_size() for p in base.parameters())
-    total_gib = torch.cuda.get_device_properties(device).total_memory / 2**30
-    config = base.config
-    return pretrained_rows(
-        sum(w.numel() for w in linear),
-        weight_bytes,
-        int(config.num_hidden_layers),
-        int(config.intermediate_size),
-        cfg.seq_len,
-        total_gib,
-        cfg.batch_size,
-    )
-
-
 def release(torch: Any, use_cuda: bool) -> None:
     """Free the finished strategy's model and optimizer before the next one is measured."""
     import gc
@@ -102,6 +81,7 @@ def train_one(
 
     import torch
 
+    from gpuaccept.training.config import pretrained_rows
     from gpuaccept.training.flops import count_flops
     from gpuaccept.training.loop import train
     from gpuaccept.training.model import (
@@ -124,8 +104,6 @@ def train_one(
     device = rt.device
     pad_id = int(tokenizer.pad_token_id)
     base = build_base(cfg, cfg.seed, device)
-    if cfg.auto_rows and use_cuda:
-        cfg = dataclasses.replace(cfg, batch_size=_rows_for(base, cfg, device))
     main_rank = rt.rank == 0 and saves
     if main_rank:
         for sub in ("checkpoints", "final"):
@@ -134,7 +112,20 @@ def train_one(
     peft_model = apply_lora(base, cfg)
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in peft_model.parameters())
-    flops = count_flops(peft_model, base.config, cfg.seq_len)
+    config: Any = base.config
+    flops = count_flops(peft_model, config, cfg.seq_len)
+    if cfg.auto_rows and use_cuda:  # a checkpoint's rows per step (``config.pretrained_rows``)
+        total_gib = torch.cuda.get_device_properties(device).total_memory / 2**30
+        rows = pretrained_rows(
+            flops.frozen_matmul_params,
+            param_bytes(peft_model)[1],
+            flops.layers,
+            int(config.intermediate_size),
+            cfg.seq_len,
+            total_gib,
+            cfg.batch_size,
+        )
+        cfg = dataclasses.replace(cfg, batch_size=rows)
     model = wrap(peft_model, cfg.strategy, device, rt.world)
     # Regional compilation where it was measured: one GPU's own run (solo). DDP and FSDP2 stay eager until
     # a multi-GPU machine has run them compiled (FSDP2's hooks inside a compiled layer are another path).

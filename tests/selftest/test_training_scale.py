@@ -154,13 +154,13 @@ def test_mfu_divides_by_the_skus_datasheet_peak(tmp_path) -> None:
     assert merged.limits_for("H100-SXM-80GB")["train_mfu_pct"].min == 30  # the limits stay where they were
 
 
-def _h100_scale_run() -> list:
-    """The real-scale fine-tune's result line as the probe printed it on the lent H100 (2026-11-25,
-    ``benchmarks/train_scale_device.sh det``, run a; docs/measurements.md 'Training at real scale')."""
+def _h100_run(fixture: str) -> list:
+    """A fine-tune's result line as the probe printed it on the lent H100 (2026-11-25; docs/measurements.md
+    'Training at real scale'): ``finetune-scale-h100.out`` (``benchmarks/train_scale_device.sh det``, run a),
+    ``finetune-pretrained-6.5b-h100.out`` (the 6.53 B checkpoint's ``--model-path`` probe by hand)."""
     from gpuaccept.dispatch.result import parse_records
 
-    text = (FIXTURES / "finetune-scale-h100.out").read_text()
-    return parse_records("finetune", text, 1, ())
+    return parse_records("finetune", (FIXTURES / fixture).read_text(), 1, ())
 
 
 def _h100_judge():
@@ -170,18 +170,22 @@ def _h100_judge():
     return Judge(load_thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "selftest")
 
 
-def test_the_h100s_real_scale_run_is_accepted_by_mfu_and_the_scale_limits() -> None:
+def _accepted(records: list, profile: str) -> dict:
+    """Judge one GPU's run as ``test_finetune_each_gpu`` does; it must pass. Returns the passed checks."""
     from gpuaccept.training.verdicts import Shape, judge_lifecycle, judge_solo
 
     from .ending import ends
 
-    records = _h100_scale_run()
     judge = _h100_judge()
-    shape = Shape("scale", "node", 1, True)
+    shape = Shape(profile, "node", 1, True)
     with ends(judge, "passed"):
         judge_solo(judge, shape, records)
         judge_lifecycle(judge, shape, records[0].data, records[0].node)
-    judged = {r.metric: r.value for r in judge.results if r.verdict == "pass"}
+    return {r.metric: r.value for r in judge.results if r.verdict == "pass"}
+
+
+def test_the_h100s_real_scale_run_is_accepted_by_mfu_and_the_scale_limits() -> None:
+    judged = _accepted(_h100_run("finetune-scale-h100.out"), "scale")
     assert judged["train_mfu_pct"] == pytest.approx(100 * 356.57 / 989, abs=0.01)
     assert "train_scale_loss_final" in judged and "train_scale_gen_tokens_per_s_base" in judged
     assert not any(m.startswith("train_tokens_per_s_per_gpu") for m in judged), "the small model's limit judged it"
@@ -191,23 +195,12 @@ def test_a_6_5b_checkpoint_on_the_h100_is_judged_by_mfu_and_the_seeds_contract_n
     """The ``--model-path`` probe's result line for the 6.53 B checkpoint on the lent H100 (2026-11-25, by hand;
     docs/measurements.md 'Training at real scale'): 12,364 tokens/s, far under the small model's per-GPU
     floor, and accepted by MFU, utilisation and the seeds' loss contract."""
-    from gpuaccept.dispatch.result import parse_records
-    from gpuaccept.training.verdicts import Shape, judge_lifecycle, judge_solo
-
-    from .ending import ends
-
-    text = (FIXTURES / "finetune-pretrained-6.5b-h100.out").read_text()
-    records = parse_records("finetune", text, 1, ())
-    judge = _h100_judge()
-    shape = Shape("pretrained", "node", 1, True)
-    with ends(judge, "passed"):
-        judge_solo(judge, shape, records)
-        judge_lifecycle(judge, shape, records[0].data, records[0].node)
-    judged = {r.metric: r.value for r in judge.results if r.verdict == "pass"}
-    assert judged["train_pretrained_mfu_pct"] == pytest.approx(37.0, abs=0.1)
-    assert judged["train_pretrained_loss_final"] < 0.5 and judged["train_gpu_util_pct"] >= 99
     from gpuaccept.thresholds.loader import load_thresholds
 
+    records = _h100_run("finetune-pretrained-6.5b-h100.out")
+    judged = _accepted(records, "pretrained")
+    assert judged["train_pretrained_mfu_pct"] == pytest.approx(37.0, abs=0.1)
+    assert judged["train_pretrained_loss_final"] < 0.5 and judged["train_gpu_util_pct"] >= 99
     small = load_thresholds().limits_for("H100-SXM-80GB")["train_tokens_per_s_per_gpu_solo"].min
     assert records[0].data["tokens_per_s"] < small  # the small model's floor would have failed it
     assert not any(m.startswith("train_tokens_per_s") or m.startswith("train_scale") for m in judged)
@@ -222,7 +215,7 @@ def test_a_slow_gpu_fails_by_mfu_naming_it() -> None:
 
     from .ending import ends
 
-    record = _h100_scale_run()[0]
+    record = _h100_run("finetune-scale-h100.out")[0]
     slow = dataclasses.replace(record, data={**record.data, "model_tflops_per_s": 356.57 * 0.8})
     judge = _h100_judge()
     with ends(judge, "failed", match=r"vm GPU 0 .*train_mfu_pct = 28\.84 %.*< min 30"):
