@@ -2,7 +2,7 @@
 # The whole acceptance suite on one multi-GPU host through a real loopback Slurm cluster, as the
 # suite's own end-to-end check on a GPU machine (not for production clusters, which have Slurm).
 #
-#   bash benchmarks/device_suite.sh [runs]      # the suite `runs` times (and the two-node layout)
+#   bash benchmarks/device_suite.sh [runs] [pytest-args...]  # the suite `runs` times (and the two-node layout)
 #   bash benchmarks/device_suite.sh --batch     # everything one GPU session should bring back (below)
 #
 # Layout 1: one Slurm node holding every GPU (node-local tests: health, compute, memory, P2P, NCCL,
@@ -28,9 +28,20 @@ cd "$(dirname "$0")/.."
 out=${OUT:-reports/device}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-site=${GPUACCEPT_SITE:-fixtures/site/lent-h200-no-ib.yaml}
 mark=${GPUACCEPT_MARK:-acceptance}
 ngpu=$(nvidia-smi -L | wc -l)
+# the lent kind's site file (what it declares absent: IB, NVLink on a one-GPU VM, device cgroups), by the
+# GPU's name and count, unless GPUACCEPT_SITE names one: a call may land on an H100 where it asked for an H200
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+case "$gpu_name:$ngpu" in
+  *H100*:1) default_site=fixtures/site/lent-h100-x1.yaml ;;
+  *H100*) default_site=fixtures/site/lent-h100-no-ib.yaml ;;
+  *H200*:1) default_site=fixtures/site/lent-h200-x1.yaml ;;
+  *) default_site=fixtures/site/lent-h200-no-ib.yaml ;;
+esac
+site=${GPUACCEPT_SITE:-$default_site}
+# GPUACCEPT_RUN_NAME: the runs' file names (several calls of this script under one $OUT)
+run_name=${GPUACCEPT_RUN_NAME:-one-node-run}
 slurm=()
 # the system's Slurm, else the carried .debs (a PATH holding /opt/sl from an earlier up.sh does not count)
 [[ -x /usr/sbin/slurmctld ]] || slurm=(--prefix /opt/sl --debs .cache/slurmdeb)
@@ -54,8 +65,9 @@ layout() { # name nodes gpus-per-node pytest-args...
 
 if [[ ${1:-} != --batch ]]; then
   runs=${1:-1}
+  shift || true
   for i in $(seq 1 "$runs"); do
-    layout "one-node-run$i" 1 "$ngpu"
+    layout "$run_name$i" 1 "$ngpu" "$@"
   done
   if ((ngpu >= 2)) && [[ ${GPUACCEPT_MULTINODE:-1} == 1 ]]; then
     layout two-nodes 2 $((ngpu / 2)) -m "($mark) and multinode"

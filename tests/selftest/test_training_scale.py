@@ -203,8 +203,63 @@ def test_a_6_5b_checkpoint_on_the_h100_is_judged_by_mfu_and_the_seeds_contract_n
     assert judged["train_pretrained_loss_final"] < 0.5 and judged["train_gpu_util_pct"] >= 99
     small = load_thresholds().limits_for("H100-SXM-80GB")["train_tokens_per_s_per_gpu_solo"].min
     assert records[0].data["tokens_per_s"] < small  # the small model's floor would have failed it
-    assert not any(m.startswith("train_tokens_per_s") or m.startswith("train_scale") for m in judged)
-    assert not any(m in ("train_wall_s", "train_mfu_pct") for m in judged)
+    assert not any(m.startswith("train_tokens_per_s") or m.startswith("train_scale_loss") for m in judged)
+    assert not any(m in ("train_wall_s", "train_mfu_pct", "train_scale_wall_s") for m in judged)
+    # its decode is judged by the 7B-class per-SKU limits: 28 layers and fewer weights than the 7B, so as measured
+    assert judged["train_scale_gen_tokens_per_s_base"] == records[0].data["base_gen_tokens_per_s"] == 15.1
+    assert judged["train_scale_ttft_ms_finetuned"] == records[0].data["finetuned_ttft_ms"]
+
+
+def _checkpoint(layers: int, weights: int, **decode: float) -> dict:
+    """The 6.53 B checkpoint's lifecycle figures with another model size and decode speed."""
+    data = _h100_run("finetune-pretrained-6.5b-h100.out")[0].data
+    return {**data, "model_flops": {**data["model_flops"], "layers": layers, "frozen_matmul_params": weights}, **decode}
+
+
+def test_decode_cost_is_the_larger_of_depth_and_weights_over_the_7b_and_never_below_one() -> None:
+    from gpuaccept.training.verdicts import DECODE_REFERENCE_WEIGHTS, decode_cost
+
+    assert decode_cost(_h100_run("finetune-scale-h100.out")[0].data) == 1.0  # the reference itself
+    assert decode_cost(_checkpoint(28, 1_311_000_000)) == 1.0  # 1.31 B, as deep as the 7B: no stricter floor
+    assert decode_cost(_checkpoint(2, 10_000_000)) == 1.0
+    assert decode_cost(_checkpoint(48, 12_000_000_000)) == pytest.approx(48 / 28)  # its depth bounds it
+    assert decode_cost(_checkpoint(80, 4 * DECODE_REFERENCE_WEIGHTS)) == pytest.approx(4.0)  # a 70B: heavier
+
+
+def test_a_checkpoint_decoding_slower_than_its_size_allows_fails_naming_the_figure() -> None:
+    """A 28-layer checkpoint at 6 tokens/s (base) is held to the H100's 7B-class floor of 9 and fails; a 48-layer
+    one at the same 6 tokens/s is 10.3 in 7B-equivalent tokens/s and passes, its measured figure on the record."""
+    from gpuaccept.training.verdicts import Shape, judge_lifecycle
+
+    from .ending import ends
+
+    shape = Shape("pretrained", "node", 1, True)
+    judge = _h100_judge()
+    with ends(judge, "failed", match=r"vm: train_scale_gen_tokens_per_s_base = 6.0 tokens/s .*6 < min 9"):
+        judge_lifecycle(judge, shape, _checkpoint(28, 6_500_000_000, base_gen_tokens_per_s=6.0), "vm")
+    judge = _h100_judge()
+    with ends(judge, "passed"):
+        judge_lifecycle(judge, shape, _checkpoint(48, 12_000_000_000, base_gen_tokens_per_s=6.0), "vm")
+    base = next(r for r in judge.results if r.metric == "train_scale_gen_tokens_per_s_base")
+    assert base.value == pytest.approx(6.0 * 48 / 28, abs=0.01) and base.extra["measured"] == 6.0
+
+
+def test_a_checkpoint_on_cpu_ranks_reports_its_decode() -> None:
+    """CPU ranks have no SKU decode limit: a --model-path run there records its decode as information."""
+    from gpuaccept.training.verdicts import Shape, judge_lifecycle
+
+    judge = _h100_judge()
+    judge_lifecycle(judge, Shape("pretrained", "node", 2, False), _checkpoint(2, 100_000), "vm")
+    decode = {r.metric: r.verdict for r in judge.results if "gen_" in r.metric or "ttft" in r.metric}
+    assert decode == dict.fromkeys(
+        (
+            "train_gen_tokens_per_s_base",
+            "train_ttft_ms_base",
+            "train_gen_tokens_per_s_finetuned",
+            "train_ttft_ms_finetuned",
+        ),
+        "info",
+    )
 
 
 def test_a_slow_gpu_fails_by_mfu_naming_it() -> None:
