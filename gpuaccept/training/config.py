@@ -198,26 +198,34 @@ def scale_plan(total_gib: float) -> dict[str, Any] | None:
 #: host takes to launch it (28 decoder layers took the lent H100's host ~300-460 ms of CPU a step): a 1.31 B
 #: checkpoint at 4 x 2,048 tokens kept the H100 78% busy, at 8 x 2,048 96.4%; the 6.53 B one at 4 rows 99.4%
 #: (docs/measurements.md 'Training at real scale'). So rows double from 4 until frozen matmul weights x
-#: tokens per step reach STEP_WORK_MIN, as far as the memory holds them.
+#: tokens per step reach STEP_WORK_MIN, as far as the memory holds them; and a checkpoint whose 4 rows would
+#: not fit (a 14B's 40 layers x 17,408 wide on an 80 GB GPU: ~94 GB estimated) trains fewer rows instead of
+#: running out of memory.
 STEP_WORK_MIN = 2.0e13
 #: Activation bytes per token, per layer, per unit of the MLP's width, for LoRA on every linear layer
 #: without checkpointing: fitted to the peaks of both checkpoints on the lent H100 (1.31 B, 8,960 wide:
 #: 24.2 GiB at 4 rows; 6.53 B, 18,944 wide: 59.0 GiB at 4 rows; both 11.3 once weights are taken off)
 ACTIVATION_BYTES = 11.3
 ROWS_MAX = 16
+#: the share of the GPU's memory the estimated peak may take (the rest: CUDA context, allocator slack)
+MEMORY_SHARE = 0.9
 
 
 def pretrained_rows(
     frozen_params: int, weight_bytes: int, layers: int, mlp_width: int, seq_len: int, total_gib: float, rows: int = 4
 ) -> int:
-    """Rows per step for a checkpoint: ``rows`` doubled while the step is too light for the GPU to stay busy
-    (``STEP_WORK_MIN``) and the doubled batch's estimated peak stays under 90% of ``total_gib``."""
-    while rows < ROWS_MAX and frozen_params * rows * seq_len < STEP_WORK_MIN:
-        doubled = rows * 2
-        peak = weight_bytes + doubled * seq_len * layers * mlp_width * ACTIVATION_BYTES
-        if peak > 0.9 * total_gib * 2**30:
-            break
-        rows = doubled
+    """Rows per step for a checkpoint: ``rows`` halved while its estimated peak exceeds ``MEMORY_SHARE`` of
+    ``total_gib`` (down to one row), else doubled while the step is too light for the GPU to stay busy
+    (``STEP_WORK_MIN``) and the doubled batch's estimated peak still fits."""
+
+    def fits(n: int) -> bool:
+        peak = weight_bytes + n * seq_len * layers * mlp_width * ACTIVATION_BYTES
+        return peak <= MEMORY_SHARE * total_gib * 2**30
+
+    while rows > 1 and not fits(rows):
+        rows //= 2
+    while rows < ROWS_MAX and frozen_params * rows * seq_len < STEP_WORK_MIN and fits(rows * 2):
+        rows *= 2
     return rows
 
 

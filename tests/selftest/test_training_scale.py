@@ -85,6 +85,8 @@ def test_memory_decides_what_the_scale_run_does(gib: float, plan: dict | None) -
 #: benchmarks/make_checkpoint.py, and the rows the lent H100 trained them at (docs/measurements.md)
 CHECKPOINT_1_5B = (1_310_000_000, 2_623_827_000, 28, 8960)
 CHECKPOINT_7B = (6_525_000_000, 13_065_923_000, 28, 18944)
+#: a Qwen3-14B-shaped checkpoint (40 layers, 5,120 wide, MLP 17,408; the seeds' larger model), not made or run here
+CHECKPOINT_14B = (13_200_000_000, 29_500_000_000, 40, 17408)
 
 
 @pytest.mark.parametrize(
@@ -94,6 +96,9 @@ CHECKPOINT_7B = (6_525_000_000, 13_065_923_000, 28, 18944)
         (CHECKPOINT_7B, 79.2, 4),  # 4 rows: 99.9% busy, 59.0 GiB
         (CHECKPOINT_1_5B, 44.4, 4),  # a 48 GB L40S: 8 rows' ~45 GiB would not fit
         ((300_000_000, 600_000_000, 24, 4864), 79.2, 16),  # a small model doubles up to the cap
+        (CHECKPOINT_14B, 79.2, 2),  # 4 rows' ~94 GB would not fit an 80 GB GPU: 2 rows (~62 GB)
+        (CHECKPOINT_14B, 131.1, 4),  # an H200 holds its 4 rows
+        (CHECKPOINT_14B, 44.4, 1),  # a 48 GB L40S: even one row (~46 GB estimated) is over; one row is tried
     ],
 )
 def test_a_checkpoints_rows_per_step_follow_its_size_and_the_gpus_memory(shape, gib: float, rows: int) -> None:
