@@ -3,12 +3,16 @@
 # suite's own end-to-end check on a GPU machine (not for production clusters, which have Slurm).
 #
 #   bash benchmarks/device_suite.sh [runs] [pytest-args...]  # the suite `runs` times (and the two-node layout)
+#   bash benchmarks/device_suite.sh 0          # the two-node layout alone (-m 'acceptance and multinode')
+#   GPUACCEPT_MULTINODE=0 bash benchmarks/device_suite.sh 1   # one run of layout 1 alone
 #   bash benchmarks/device_suite.sh --batch     # everything one GPU session should bring back (below)
 #
 # Layout 1: one Slurm node holding every GPU (node-local tests: health, compute, memory, P2P, NCCL,
 # each GPU's own fine-tune, DDP/FSDP on all GPUs). Layout 2: one Slurm node per GPU (multi-node NCCL
 # scaling, bisection and training paths with NCCL). Slurm comes from .debs under .cache/slurmdeb
 # unpacked into /opt/sl when the host has no Slurm. Logs and run records go to $OUT (or reports/device).
+# The site file is the lent kind's (fixtures/site/lent-*.yaml), picked by the GPUs' name and count, unless
+# GPUACCEPT_SITE names one. A run of both layouts on 2 GPUs takes ~10 minutes: give each its own call.
 #
 # --batch (one call of at most 10 minutes on nvidia-h200-x2; carry .cache/slurmdeb):
 #   1. the one-process GPU benchmark by hand: matmul over 7 sizes (is the best size stable?) and the
