@@ -230,10 +230,9 @@ def decode_cost(data0: dict[str, Any]) -> float:
     decode, so a smaller model of the same depth is not faster, and none is held to a stricter floor than
     the 7B's. Deeper or larger models (a 14B's 48 layers) get a floor lowered by their ratio (derived).
     """
-    flops = data0.get("model_flops") or {}
-    layers = float(flops.get("layers") or DECODE_REFERENCE_LAYERS)
-    weights = float(flops.get("frozen_matmul_params") or DECODE_REFERENCE_WEIGHTS)
-    return max(1.0, layers / DECODE_REFERENCE_LAYERS, weights / DECODE_REFERENCE_WEIGHTS)
+    flops = data0["model_flops"]
+    depth = float(flops["layers"]) / DECODE_REFERENCE_LAYERS
+    return max(1.0, depth, float(flops["frozen_matmul_params"]) / DECODE_REFERENCE_WEIGHTS)
 
 
 def _decode(judge: JudgeLike, shape: Shape, data0: dict[str, Any], node0: str) -> None:
@@ -246,19 +245,19 @@ def _decode(judge: JudgeLike, shape: Shape, data0: dict[str, Any], node0: str) -
     ranks have no SKU limit: both are reported.
     """
     judged = shape.gpu_run and shape.profile in ("scale", "pretrained")
-    cost = decode_cost(data0) if judged else 1.0
+    cost = decode_cost(data0) if judged else 1.0  # 1.0 for the built-in 7B itself
     for model in ("base", "finetuned"):
-        for name, key, scaled in (
-            (f"train_gen_tokens_per_s_{model}", "gen_tokens_per_s", lambda v: v * cost),
-            (f"train_ttft_ms_{model}", "ttft_ms", lambda v: v / cost),
+        for name, key, factor in (
+            (f"train_gen_tokens_per_s_{model}", "gen_tokens_per_s", cost),
+            (f"train_ttft_ms_{model}", "ttft_ms", 1 / cost),
         ):
             measured = data0[f"{model}_{key}"]
             if not judged:
                 judge.info(name, measured, node=node0)
                 continue
-            extra = {} if shape.profile == "scale" else {"measured": measured, "decode_cost": round(cost, 3)}
-            value = measured if shape.profile == "scale" or measured is None else round(scaled(measured), 2)
-            judge.check(name.replace("train_", "train_scale_", 1), value, node=node0, **extra)
+            value = None if measured is None else round(measured * factor, 2)
+            metric = name.replace("train_", "train_scale_", 1)
+            judge.check(metric, value, node=node0, measured=measured, decode_cost=round(cost, 3))
 
 
 def _losses(judge: JudgeLike, shape: Shape, data: dict[str, Any], where: dict[str, Any]) -> None:
