@@ -228,7 +228,7 @@ def decode_cost(data0: dict[str, Any]) -> float:
     H100 (docs/measurements.md 'Training at real scale'): the 1.31 B and 6.53 B checkpoints, both 28 layers
     deep, decoded at 16.0 and 16.4 tokens/s, the built-in 7B at 18.9-30.5: at these sizes the launches bound
     decode, so a smaller model of the same depth is not faster, and none is held to a stricter floor than
-    the 7B's. Deeper or larger models (a 14B's 48 layers) get a floor lowered by their ratio (derived).
+    the 7B's. Deeper or larger models (Qwen2.5-14B's 48 layers) get a floor lowered by their ratio (derived).
     """
     flops = data0["model_flops"]
     depth = float(flops["layers"]) / DECODE_REFERENCE_LAYERS
