@@ -12,6 +12,8 @@ from gpuaccept.training.data import encode, load_splits, load_tokenizer
 from gpuaccept.training.flops import count_flops
 from gpuaccept.training.packing import packed_batches
 
+from .h100_lines import h100_judge, h100_run
+
 pytestmark = pytest.mark.selftest
 
 LINEARS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -159,29 +161,13 @@ def test_mfu_divides_by_the_skus_datasheet_peak(tmp_path) -> None:
     assert merged.limits_for("H100-SXM-80GB")["train_mfu_pct"].min == 30  # the limits stay where they were
 
 
-def _h100_run(fixture: str) -> list:
-    """A fine-tune's result line as the probe printed it on the lent H100 (2026-11-25; docs/measurements.md
-    'Training at real scale'): ``finetune-scale-h100.out`` (``benchmarks/train_scale_device.sh det``, run a),
-    ``finetune-pretrained-6.5b-h100.out`` (the 6.53 B checkpoint's ``--model-path`` probe by hand)."""
-    from gpuaccept.dispatch.result import parse_records
-
-    return parse_records("finetune", (FIXTURES / fixture).read_text(), 1, ())
-
-
-def _h100_judge():
-    from gpuaccept.judging.judge import Judge
-    from gpuaccept.thresholds.loader import load_thresholds
-
-    return Judge(load_thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "selftest")
-
-
 def _accepted(records: list, profile: str) -> dict:
     """Judge one GPU's run as ``test_finetune_each_gpu`` does; it must pass. Returns the passed checks."""
     from gpuaccept.training.verdicts import Shape, judge_lifecycle, judge_solo
 
     from .ending import ends
 
-    judge = _h100_judge()
+    judge = h100_judge()
     shape = Shape(profile, "node", 1, True)
     with ends(judge, "passed"):
         judge_solo(judge, shape, records)
@@ -190,7 +176,7 @@ def _accepted(records: list, profile: str) -> dict:
 
 
 def test_the_h100s_real_scale_run_is_accepted_by_mfu_and_the_scale_limits() -> None:
-    judged = _accepted(_h100_run("finetune-scale-h100.out"), "scale")
+    judged = _accepted(h100_run("finetune-scale-h100.out"), "scale")
     assert judged["train_mfu_pct"] == pytest.approx(100 * 356.57 / 989, abs=0.01)
     assert "train_scale_loss_final" in judged and "train_scale_gen_tokens_per_s_base" in judged
     assert not any(m.startswith("train_tokens_per_s_per_gpu") for m in judged), "the small model's limit judged it"
@@ -202,7 +188,7 @@ def test_a_6_5b_checkpoint_on_the_h100_is_judged_by_mfu_and_the_seeds_contract_n
     floor, and accepted by MFU, utilisation and the seeds' loss contract."""
     from gpuaccept.thresholds.loader import load_thresholds
 
-    records = _h100_run("finetune-pretrained-6.5b-h100.out")
+    records = h100_run("finetune-pretrained-6.5b-h100.out")
     judged = _accepted(records, "pretrained")
     assert judged["train_pretrained_mfu_pct"] == pytest.approx(37.0, abs=0.1)
     assert judged["train_pretrained_loss_final"] < 0.5 and judged["train_gpu_util_pct"] >= 99
@@ -217,14 +203,14 @@ def test_a_6_5b_checkpoint_on_the_h100_is_judged_by_mfu_and_the_seeds_contract_n
 
 def _checkpoint(layers: int, weights: int, **decode: float) -> dict:
     """The 6.53 B checkpoint's lifecycle figures with another model size and decode speed."""
-    data = _h100_run("finetune-pretrained-6.5b-h100.out")[0].data
+    data = h100_run("finetune-pretrained-6.5b-h100.out")[0].data
     return {**data, "model_flops": {**data["model_flops"], "layers": layers, "frozen_matmul_params": weights}, **decode}
 
 
 def test_decode_cost_is_the_larger_of_depth_and_weights_over_the_7b_and_never_below_one() -> None:
     from gpuaccept.training.verdicts import DECODE_REFERENCE_WEIGHTS, decode_cost
 
-    assert decode_cost(_h100_run("finetune-scale-h100.out")[0].data) == 1.0  # the reference itself
+    assert decode_cost(h100_run("finetune-scale-h100.out")[0].data) == 1.0  # the reference itself
     assert decode_cost(_checkpoint(28, 1_311_000_000)) == 1.0  # 1.31 B, as deep as the 7B: no stricter floor
     assert decode_cost(_checkpoint(2, 10_000_000)) == 1.0
     assert decode_cost(_checkpoint(48, 12_000_000_000)) == pytest.approx(48 / 28)  # its depth bounds it
@@ -239,10 +225,10 @@ def test_a_checkpoint_decoding_slower_than_its_size_allows_fails_naming_the_figu
     from .ending import ends
 
     shape = Shape("pretrained", "node", 1, True)
-    judge = _h100_judge()
+    judge = h100_judge()
     with ends(judge, "failed", match=r"vm: train_scale_gen_tokens_per_s_base = 6.0 tokens/s .*6 < min 9"):
         judge_lifecycle(judge, shape, _checkpoint(28, 6_500_000_000, base_gen_tokens_per_s=6.0), "vm")
-    judge = _h100_judge()
+    judge = h100_judge()
     with ends(judge, "passed"):
         judge_lifecycle(judge, shape, _checkpoint(48, 12_000_000_000, base_gen_tokens_per_s=6.0), "vm")
     base = next(r for r in judge.results if r.metric == "train_scale_gen_tokens_per_s_base")
@@ -253,7 +239,7 @@ def test_a_checkpoint_on_cpu_ranks_reports_its_decode() -> None:
     """CPU ranks have no SKU decode limit: a --model-path run there records its decode as information."""
     from gpuaccept.training.verdicts import Shape, judge_lifecycle
 
-    judge = _h100_judge()
+    judge = h100_judge()
     judge_lifecycle(judge, Shape("pretrained", "node", 2, False), _checkpoint(2, 100_000), "vm")
     decode = {r.metric: r.verdict for r in judge.results if "gen_" in r.metric or "ttft" in r.metric}
     assert decode == dict.fromkeys(
@@ -275,9 +261,9 @@ def test_a_slow_gpu_fails_by_mfu_naming_it() -> None:
 
     from .ending import ends
 
-    record = _h100_run("finetune-scale-h100.out")[0]
+    record = h100_run("finetune-scale-h100.out")[0]
     slow = dataclasses.replace(record, data={**record.data, "model_tflops_per_s": 356.57 * 0.8})
-    judge = _h100_judge()
+    judge = h100_judge()
     with ends(judge, "failed", match=r"vm GPU 0 .*train_mfu_pct = 28\.84 %.*< min 30"):
         judge_solo(judge, Shape("scale", "node", 1, True), [slow])
 
