@@ -20,7 +20,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gpuaccept.settings import Settings
 
-__all__ = ["InputError", "check_dataset", "check_inputs", "check_model_path", "check_writable", "read_chat_jsonl"]
+__all__ = [
+    "TOKENIZER_FILES",
+    "WEIGHT_FILES",
+    "InputError",
+    "check_dataset",
+    "check_inputs",
+    "check_model_path",
+    "check_writable",
+    "read_chat_jsonl",
+]
 
 
 class InputError(ValueError):
@@ -77,46 +86,140 @@ def check_dataset(dataset: Path, source: str) -> None:
         )
 
 
-def check_model_path(model: Path, source: str) -> None:
-    """A local Hugging Face checkpoint: a folder with ``config.json`` (anything else would be looked up on
-    the hub, over the network)."""
+#: the files a checkpoint's weights may come in, as ``transformers`` looks for them (an index lists shards)
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+#: one of these is the tokenizer the fine-tune and the inference read from the checkpoint folder
+TOKENIZER_FILES = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"))
+#: a safetensors header larger than this is not a header (the format caps it at 100 MB)
+_HEADER_LIMIT = 100_000_000
+
+
+def check_model_path(model: Path, source: str, gpu_memory_gib: float | None = None) -> None:
+    """A local Hugging Face checkpoint the nodes can load, checked on the login node in well under a second
+    without torch: a folder with ``config.json`` naming an architecture the installed ``transformers`` knows
+    (anything else would be looked up on the hub, over the network), weight files present with readable
+    headers and every shard an index names (a truncated shard is found here, not 40 s into a node's load),
+    a tokenizer, and weights that fit ``gpu_memory_gib`` (the SKU's GPU memory, when known): every GPU
+    fine-tunes the checkpoint alone first."""
     if not model.exists():
         raise InputError(f"{source}: {model} does not exist (a local Hugging Face checkpoint folder)")
     if not model.is_dir():
         raise InputError(f"{source}: {model} is not a folder (a local Hugging Face checkpoint folder)")
     config = model / "config.json"
     try:
-        json.loads(config.read_text(encoding="utf-8"))
+        parsed = json.loads(config.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"{source}: {model} has no config.json: not a Hugging Face checkpoint folder") from None
     except (OSError, ValueError) as exc:
         raise InputError(f"{source}: {config} is not readable JSON: {exc}") from None
+    _check_architecture(parsed, config, source)
+    weight_bytes = _weight_bytes(model, source)
+    if not any(all((model / name).is_file() for name in names) for names in TOKENIZER_FILES):
+        wanted = " or ".join(" + ".join(names) for names in TOKENIZER_FILES)
+        raise InputError(f"{source}: {model} has no tokenizer ({wanted}): the fine-tune reads it from the folder")
+    if gpu_memory_gib is not None and weight_bytes > gpu_memory_gib * 2**30:
+        raise InputError(
+            f"{source}: {model}'s weights are {weight_bytes / 2**30:.1f} GiB, more than a GPU's "
+            f"{gpu_memory_gib:.1f} GiB: every GPU fine-tunes the checkpoint alone first"
+        )
+
+
+def _check_architecture(config: Any, path: Path, source: str) -> None:
+    """``model_type`` names an architecture the installed ``transformers`` knows. Its table of names is read
+    without importing the models (about a second); where ``transformers`` is not installed (a login node
+    without the training extras) the nodes' own is what counts, and the check is left to them."""
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if not isinstance(model_type, str) or not model_type:
+        raise InputError(f"{source}: {path} has no 'model_type': transformers cannot tell the architecture")
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    except ImportError:
+        return
+    if model_type not in CONFIG_MAPPING_NAMES:
+        raise InputError(
+            f"{source}: {path}: model_type {model_type!r} is not an architecture the installed transformers "
+            "knows (a newer transformers, or a model with remote code, which the suite does not run)"
+        )
+
+
+def _weight_bytes(model: Path, source: str) -> int:
+    """The checkpoint's weight bytes, from its files' headers: every shard an index names must exist, and a
+    safetensors file must hold the whole of what its header describes."""
+    found = [name for name in WEIGHT_FILES if (model / name).is_file()]
+    if not found:
+        raise InputError(f"{source}: {model} has no weights ({', '.join(WEIGHT_FILES)}): config.json alone")
+    name = found[0]
+    if not name.endswith(".index.json"):
+        return _shard_bytes(model / name, source)
+    try:
+        index = json.loads((model / name).read_text(encoding="utf-8"))
+        shards = sorted(set(index["weight_map"].values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"{source}: {model / name} is not a weight index (a 'weight_map'): {exc}") from None
+    missing = [shard for shard in shards if not (model / shard).is_file()]
+    if missing:
+        raise InputError(f"{source}: {model / name} names {len(missing)} missing shard(s): {', '.join(missing[:3])}")
+    return sum(_shard_bytes(model / shard, source) for shard in shards)
+
+
+def _shard_bytes(path: Path, source: str) -> int:
+    """A safetensors file's tensor bytes, checked against its size (8-byte length, JSON header, data); a
+    pickled ``.bin`` counts by its size (reading it would need torch)."""
+    size = path.stat().st_size
+    if path.suffix != ".safetensors":
+        return size
+    try:
+        with path.open("rb") as handle:
+            length = int.from_bytes(handle.read(8), "little")
+            if not 0 < length <= _HEADER_LIMIT or 8 + length > size:
+                raise ValueError(f"header length {length} in a file of {size} bytes")
+            header = json.loads(handle.read(length))
+        end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise InputError(f"{source}: {path} is not a readable safetensors file: {exc}") from None
+    if 8 + length + end > size:
+        raise InputError(
+            f"{source}: {path} is truncated: its header describes {end} bytes of tensors, it holds {size - 8 - length}"
+        )
+    return end
 
 
 def check_writable(folder: Path, what: str) -> None:
-    """That the run can write ``folder``, or make it: found now, not when the record is written. Makes
-    nothing: a folder that does not exist yet is judged by its nearest existing parent."""
-    existing = folder.absolute()
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise InputError(f"{what}: cannot write in {folder}: {existing} is not a folder")
-    if existing != folder.absolute():
-        if not os.access(existing, os.W_OK | os.X_OK):
-            raise InputError(f"{what}: cannot write in {folder}: {existing} is not writable")
-        return
+    """That the run can write ``folder``: found now, not when the record is written at the end. A real entry
+    is made and removed (``os.access`` is no proof: it is always true for root, also on ``/proc``), and a
+    folder that does not exist yet is made for the proof and removed again, with every parent it needed."""
+    made: list[Path] = []
     try:
+        missing = folder.absolute()
+        while not missing.exists():
+            made.append(missing)
+            missing = missing.parent
+        for path in reversed(made):
+            path.mkdir()
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".gpuaccept-write-check-")
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
         raise InputError(f"{what}: cannot write in {folder}: {exc.strerror or exc}") from None
+    finally:
+        for path in made:
+            if path.is_dir():
+                path.rmdir()
 
 
-def check_inputs(settings: Settings, reports_dir: Path) -> None:
-    """Every file and folder the settings name, and where the run record goes."""
+def check_inputs(
+    settings: Settings, reports_dir: Path, alluredir: Path | None = None, gpu_memory_gib: float | None = None
+) -> None:
+    """Every file and folder the settings name, and every folder the run writes: ``reports/``, the run
+    record's folder and the Allure results folder. ``gpu_memory_gib`` is the GPU memory of ``--sku``'s
+    catalogue entry when one was named, else the largest any listed SKU has."""
     if settings.model_path is not None:
-        check_model_path(settings.model_path, settings.sources.get("model_path", "--model-path"))
+        check_model_path(settings.model_path, settings.sources.get("model_path", "--model-path"), gpu_memory_gib)
     if settings.dataset is not None:
         check_dataset(settings.dataset, settings.sources.get("dataset", "--dataset"))
     if settings.run_record is not None:
@@ -125,3 +228,6 @@ def check_inputs(settings: Settings, reports_dir: Path) -> None:
         check_writable(settings.run_record.parent, settings.sources.get("run_record", "--run-record"))
     else:
         check_writable(reports_dir / "runs", "the run record's folder")
+    check_writable(reports_dir, "the reports folder")
+    if alluredir is not None:
+        check_writable(alluredir, "--alluredir")

@@ -8,6 +8,7 @@ works without options while another project's tests in the same environment neve
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -30,11 +31,29 @@ def checked_inputs(config: pytest.Config) -> tuple[Settings, Thresholds]:
             f"{settings.sources['sku']}: SKU {settings.sku!r} is not in {', '.join(map(str, thresholds.files))} "
             f"(known: {', '.join(thresholds.skus)})"
         )
+    alluredir = getattr(config.option, "allure_report_dir", None)
     try:
-        check_inputs(settings, reports_root(config) / "reports")
+        check_inputs(
+            settings,
+            reports_root(config) / "reports",
+            Path(alluredir) if alluredir else None,
+            _gpu_memory_gib(thresholds, settings.sku),
+        )
     except InputError as exc:
         raise SettingsError(str(exc)) from None
     return settings, thresholds
+
+
+def _gpu_memory_gib(thresholds: Thresholds, sku: str | None) -> float | None:
+    """The GPU memory a ``--model-path`` checkpoint must fit before any node is asked: the ``--sku``'s floor
+    on ``gpu_memory_total_gib``, else the largest any listed SKU has (a checkpoint larger than every GPU we
+    know is refused at once; one that fits some is judged on the nodes)."""
+    floors = []
+    for name in [sku] if sku else list(thresholds.skus):
+        limit = thresholds.limits_for(name).get("gpu_memory_total_gib")
+        if limit is not None and limit.min is not None:
+            floors.append(limit.min)
+    return max(floors) if floors else None
 
 
 class LateStart:

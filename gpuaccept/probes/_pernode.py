@@ -8,13 +8,16 @@ tasks measure exactly what a step on that node alone would have measured, and ne
 nodes' tasks in a collective.
 
 ``GPUACCEPT_TASKS_PER_NODE`` is set by the dispatcher. The rendezvous port differs per job, step and
-node: on a loopback cluster every node is one host, and two nodes' rank 0 must not bind one port.
+node (``_protocol.rendezvous_port``): on a loopback cluster every node is one host, and two nodes' rank 0
+must not bind one port.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+
+from gpuaccept.probes._protocol import rendezvous_port
 
 TASK_SENTINEL = "GPUACCEPT_TASK "
 
@@ -37,7 +40,7 @@ def main() -> None:
         LOCAL_RANK=str(local),
         LOCAL_WORLD_SIZE=str(per_node),
         MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(20000 + (job * 1009 + step * 131 + node_index) % 30000),
+        MASTER_PORT=str(rendezvous_port(job, step, node_index)),
     )
     # Where this task runs, as slurmd set it: the dispatcher's map of tasks to nodes when srun -v does
     # not print its "launching ... on host" lines (their wording is not an interface).

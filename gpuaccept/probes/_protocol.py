@@ -29,7 +29,17 @@ from gpuaccept import testhooks
 from gpuaccept.probes._gpu import handle_for_rank, identity
 from gpuaccept.probes._nvml import nvml
 
-__all__ = ["PART_SENTINEL", "SENTINEL", "RankInfo", "emit", "gpu_identity", "node_name", "rank_info"]
+__all__ = [
+    "PART_SENTINEL",
+    "RENDEZVOUS_PORTS",
+    "SENTINEL",
+    "RankInfo",
+    "emit",
+    "gpu_identity",
+    "node_name",
+    "rank_info",
+    "rendezvous_port",
+]
 
 SENTINEL = "GPUACCEPT_RESULT "
 #: A result longer than srun passes whole travels as numbered parts: ``GPUACCEPT_PART <rank> i/n <text>``.
@@ -75,11 +85,26 @@ def rank_info() -> RankInfo:
     local = _env_int("LOCAL_RANK", "SLURM_LOCALID", default=0)
     local_world = _env_int("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", default=1)
     addr = os.environ.get("MASTER_ADDR") or _first_step_node() or "127.0.0.1"
-    # Distinct per job *and* step: two jobs' step 0 on one host (shared nodes, the loopback dev cluster)
-    # must not meet on the same port (seen: EADDRINUSE on 29500, 2026-11-22).
     job, step = _env_int("SLURM_JOB_ID", default=0), _env_int("SLURM_STEP_ID", default=0)
-    port = _env_int("MASTER_PORT", default=20000 + (job * 1009 + step) % 30000)
+    port = _env_int("MASTER_PORT", default=rendezvous_port(job, step))
     return RankInfo(rank, world, local, local_world, addr, port)
+
+
+#: The rendezvous ports: above the dev cluster's Slurm daemons (10000-19999) and perftest's (18515 on),
+#: below Linux's default ephemeral range (``net.ipv4.ip_local_port_range``, 32768-60999). Inside that range
+#: a port can be the local end of any outgoing connection on the host, and a rank that dials its master
+#: there before the master listens can be connected to itself (TCP simultaneous open): seen in CI on the
+#: 2-core loopback cluster, 2026-11-26, job 16845's per-node NCCL step on a port in 32768-49999 died with
+#: torch's "Failed to recv, got 0 bytes".
+RENDEZVOUS_PORTS = range(20000, 32768)
+
+
+def rendezvous_port(job: int, step: int, node: int = 0) -> int:
+    """The step's rendezvous port, the same on every rank without talking to each other: distinct per job
+    *and* step (two jobs' step 0 on one host must not meet: EADDRINUSE on 29500, 2026-11-22) and per node
+    for node-local rendezvous (every loopback node is one host). The multipliers are primes, so
+    neighbouring jobs, steps and nodes spread over the whole range rather than onto neighbouring ports."""
+    return RENDEZVOUS_PORTS.start + (job * 1009 + step * 131 + node) % len(RENDEZVOUS_PORTS)
 
 
 def _first_step_node() -> str | None:

@@ -177,7 +177,7 @@ conf=$dir/slurm.conf
 
 # --- ports: slurmctld on BASE, nodeK's slurmd on BASE+K ----------------------------------------
 # A random free range in 10000-19999: below the kernel's ephemeral range (32768+), so two clusters do
-# not clash, and below the probes' rendezvous ports (20000-49999, gpuaccept/probes/_protocol.py), so a
+# not clash, and below the probes' rendezvous ports (20000-32767, gpuaccept/probes/_protocol.py), so a
 # probe's TCP store never lands on a slurmd's port (seen in CI: a rank connected to a daemon that closed
 # the connection, "Failed to recv, got 0 bytes", with the daemons in 20000-32000).
 if [[ -n ${GPUACCEPT_SLURM_BASE_PORT:-} ]]; then

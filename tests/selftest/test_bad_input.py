@@ -67,6 +67,32 @@ def _model_folder(d: Path) -> Path:
     return path
 
 
+QWEN2_CONFIG = {"model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 128}
+
+
+def _checkpoint(config: dict, files: dict[str, bytes]) -> Callable[[Path], Path]:
+    """A checkpoint folder holding ``config.json`` and ``files`` (what a user copied, or half copied)."""
+
+    def make(d: Path) -> Path:
+        path = d / "ckpt"
+        path.mkdir()
+        (path / "config.json").write_text(json.dumps(config))
+        for name, data in files.items():
+            (path / name).write_bytes(data)
+        return path
+
+    return make
+
+
+def _safetensors(tensor_bytes: int, held: int) -> bytes:
+    """A safetensors file whose header describes ``tensor_bytes`` of data and which holds ``held`` of them."""
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [tensor_bytes // 2], "data_offsets": [0, tensor_bytes]}})
+    return len(header).to_bytes(8, "little") + header.encode() + bytes(held)
+
+
+TOKENIZER = {"tokenizer.json": b"{}"}
+
+
 def _future_record(d: Path) -> Path:
     path = d / "future.json"
     record = RunRecord().to_dict() | {"schema": "gpuaccept.run/99"}
@@ -87,6 +113,31 @@ ROWS: dict[str, tuple[str, Callable[[Path], Path] | str, str]] = {
     ),
     "model folder missing": ("--model-path", "no-such-model", "--model-path (command line): no-such-model does not"),
     "model folder without config.json": ("--model-path", _model_folder, "has no config.json"),
+    "model folder without weights": ("--model-path", _checkpoint(QWEN2_CONFIG, TOKENIZER), "has no weights"),
+    "model shard truncated": (
+        "--model-path",
+        _checkpoint(QWEN2_CONFIG, {"model.safetensors": _safetensors(4096, 1000), **TOKENIZER}),
+        "model.safetensors is truncated",
+    ),
+    "model index names a missing shard": (
+        "--model-path",
+        _checkpoint(
+            QWEN2_CONFIG,
+            {"model.safetensors.index.json": b'{"weight_map": {"w": "model-00002-of-00002.safetensors"}}', **TOKENIZER},
+        ),
+        "names 1 missing shard(s): model-00002-of-00002.safetensors",
+    ),
+    "model without a tokenizer": (
+        "--model-path",
+        _checkpoint(QWEN2_CONFIG, {"model.safetensors": _safetensors(4096, 4096)}),
+        "has no tokenizer",
+    ),
+    "model of an unknown architecture": (
+        "--model-path",
+        _checkpoint({"model_type": "no-such-arch"}, {"model.safetensors": _safetensors(64, 64), **TOKENIZER}),
+        "model_type 'no-such-arch' is not an architecture the installed transformers knows",
+    ),
+    "run record under /proc": ("--run-record", "/proc/nope/r.json", "--run-record (command line): cannot write in"),
     "dataset empty": ("--dataset", _text("train.jsonl", ""), "holds 0 conversation(s)"),
     "dataset line 3 malformed": ("--dataset", _text("d.jsonl", CHAT + "\n" + "{oops\n" + CHAT), "d.jsonl:3: not JSON"),
     "dataset missing": ("--dataset", "nothing.jsonl", "nothing.jsonl does not exist"),
