@@ -22,6 +22,11 @@ from .fault_proof import assert_named, assert_nothing_else_fails
 from .fault_rows import NCCL_ENV, NCCL_ROWS, Row
 
 NODES = 4
+#: The multi-node fine-tune must reach step 3 for the rank-dies row: 8 gloo ranks importing torch, transformers
+#: and peft on CI's 2 cores. At 30 s the launch was cancelled before the rank died, three times in CI's runs
+#: (2026-11-26, once with nothing else running). The hang row is bounded by the probe's own --op-timeout (10 s),
+#: the others end by their work, so a wider step limit slows no row: it only stops one from timing out first.
+PROBE_TIMEOUT_S = "120"
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +45,7 @@ def nccl_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InnerRun]:
             "--nodes",
             str(NODES),
             "--probe-timeout",
-            "30",
+            PROBE_TIMEOUT_S,
             "--rootdir",
             str(REPO),
             "-k",
