@@ -14,7 +14,7 @@ modules beside this one read what they measured into observations (``gdr.observa
   rate and p99 latency per HCA pair, what could not be paired, and the second pass's blame;
 * ``judge_counter_window``: link flaps and error rates per port between two readings.
 
-They record checks and return (``hardware.protocol``); what a test needs back (a rail or pair passed)
+They record checks and return (``contracts.judge``); what a test needs back (a rail or pair passed)
 is returned from the checks' own verdicts, never decided apart from them.
 """
 
@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from gpuaccept.contracts.judge import JudgeLike
+from gpuaccept.contracts.nccl_sweep import GroupTable
 from gpuaccept.errors import MeasurementError
 from gpuaccept.fabric.affinity import bus_key, line_rate_gbs
 from gpuaccept.fabric.counters import FLAP_COUNTERS, RATE_COUNTERS, error_rate, port_windows
@@ -30,9 +32,7 @@ from gpuaccept.fabric.gdr import observations
 from gpuaccept.fabric.rdma import PairResult
 from gpuaccept.fabric.schedule import Pairing, blame
 from gpuaccept.fabric.transport import RankTransport, hca_usage, observe_rank
-from gpuaccept.hardware.protocol import JudgeLike
 from gpuaccept.nccl.lines import wrong_lines
-from gpuaccept.nccl.sweep import GroupTable
 from gpuaccept.nccl.verdicts import attribute
 
 __all__ = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.hardware.cpus import GRANTED, cpus_granted_observed
-from gpuaccept.hardware.protocol import JudgeLike
 from gpuaccept.judging.fields import drift
 
 __all__ = ["judge_fingerprint", "judge_versions"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
-from gpuaccept.nccl.sweep import GroupTable, format_bytes
+from gpuaccept.contracts.nccl_sweep import GroupTable, format_bytes
 
 __all__ = ["median_busbw", "metric_name", "sweep_lines", "wrong_lines"]
 

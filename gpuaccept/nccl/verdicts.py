@@ -1,5 +1,5 @@
 """The NCCL area's judging, its one home: ``tests/acceptance/test_nccl.py`` plans, runs the probes and builds
-the group tables (``nccl.sweep.group_tables``), then hands them here, where every check is recorded:
+the group tables (``contracts.nccl_sweep.group_tables``), then hands them here, where every check is recorded:
 
 * one node (``judge_node``): busbw per collective at the largest size against the floor at the node's
   rank count; every rank's results verified. nccl-tests beside ours (``judge_fidelity``);
@@ -21,16 +21,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuaccept.contracts.nccl_formulas import COLLECTIVES
+from gpuaccept.contracts.nccl_sweep import GroupTable, Row, format_bytes
+from gpuaccept.contracts.payloads import CappedSizes, NcclTestsRun
 from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.judge import judge_value
-from gpuaccept.nccl.formulas import COLLECTIVES
 from gpuaccept.nccl.lines import median_busbw, metric_name, wrong_lines
 from gpuaccept.nccl.plan import Group, Pair
-from gpuaccept.nccl.sweep import GroupTable, Row, format_bytes
-from gpuaccept.probes.payloads import CappedSizes, NcclTestsRun
 
 if TYPE_CHECKING:
-    from gpuaccept.dispatch.result import RankRecord
+    from gpuaccept.contracts.records import RankRecord
     from gpuaccept.judging.judge import Judge
     from gpuaccept.thresholds.schema import Limit
 

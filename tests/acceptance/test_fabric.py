@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.contracts.nccl_sweep import algo_args, group_tables
 from gpuaccept.errors import MeasurementError
 from gpuaccept.fabric import schedule
 from gpuaccept.fabric.affinity import affine_hcas, bus_key, compute_hcas
@@ -48,7 +49,6 @@ from gpuaccept.fabric.verdicts import (
     judge_transport,
 )
 from gpuaccept.nccl.plan import lost_text
-from gpuaccept.nccl.sweep import algo_args, group_tables
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect]
 

@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.contracts.nccl_formulas import COLLECTIVES
+from gpuaccept.contracts.nccl_sweep import GroupTable, algo_args, group_tables
 from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.errors import MeasurementError
-from gpuaccept.nccl.formulas import COLLECTIVES
 from gpuaccept.nccl.lines import median_busbw, metric_name, sweep_lines
 from gpuaccept.nccl.plan import lost_text, pair_rounds, scale_groups, scale_id, scales_for, suspects_and_good
-from gpuaccept.nccl.sweep import GroupTable, algo_args, group_tables
 from gpuaccept.nccl.verdicts import (
     FAULT_METRICS,
     FIDELITY_METRICS,

@@ -22,8 +22,14 @@ ACCEPTANCE = PACKAGE.parent / "tests" / "acceptance"
 #: tests whose area has its module in gpuaccept/hardware/: they say what to measure and hand it over
 HARDWARE_AREA_TESTS = ("gpu_health", "compute", "memory", "interconnect", "hygiene", "environment")
 LONG_MODULE = 400
-#: what the judging core may import from gpuaccept: itself, the results and thresholds it judges with
-CORE_MAY_IMPORT = ("gpuaccept.judging", "gpuaccept.results", "gpuaccept.thresholds", "gpuaccept.errors")
+#: what the judging core may import from gpuaccept: itself, the contracts, the results and thresholds it judges with
+CORE_MAY_IMPORT = (
+    "gpuaccept.judging",
+    "gpuaccept.contracts",
+    "gpuaccept.results",
+    "gpuaccept.thresholds",
+    "gpuaccept.errors",
+)
 
 
 def _name(path: Path) -> str:

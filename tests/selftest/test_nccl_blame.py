@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
+from gpuaccept.contracts.nccl_sweep import GroupTable, Row
 from gpuaccept.judging.judge import Judge
 from gpuaccept.nccl.lines import median_busbw
 from gpuaccept.nccl.plan import NodePlan, plan_rounds, scale_groups, scales_for, suspects_and_good
-from gpuaccept.nccl.sweep import GroupTable, Row
 from gpuaccept.nccl.verdicts import (
     attribute,
     group_failures,

@@ -14,7 +14,7 @@ import dataclasses
 
 import pytest
 
-from gpuaccept.dispatch.result import RankRecord
+from gpuaccept.contracts.records import RankRecord
 from gpuaccept.training.verdicts import Shape, judge_run
 
 from .ending import ends

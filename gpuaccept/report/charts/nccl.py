@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuaccept.nccl.formulas import COLLECTIVES
+from gpuaccept.contracts.nccl_formulas import COLLECTIVES
 from gpuaccept.nccl.lines import metric_name
 from gpuaccept.report.charts import FLOOR, Catalogue, display_of, number, png
 from gpuaccept.results.metrics import MetricResult

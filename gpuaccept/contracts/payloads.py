@@ -186,7 +186,7 @@ class FirstWrong(TypedDict):
 
 
 class _CollectiveRow(TypedDict):
-    """One size of one collective on one rank; ``bytes`` is nccl-tests' size column (``nccl.formulas``)."""
+    """One size of one collective on one rank; ``bytes`` is nccl-tests' size column (``contracts.nccl_formulas``)."""
 
     bytes: int
     time_us: float  # this rank's median over the trials (the group's figure is the mean over its ranks)
