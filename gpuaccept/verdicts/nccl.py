@@ -8,7 +8,7 @@ the group tables (``contracts.nccl_sweep.group_tables``), then hands them here, 
   group, its scaling efficiency misses its limit, or a result was wrong;
 * the bad node (``pair_outcome``, ``attribute``, ``judge_cleared``, ``judge_blame``): Google
   cluster-health-scanner's second pass; a suspect failing with a trusted partner is at fault, one that
-  passes is cleared. ``attribute`` also blames the HCAs and rails of ``fabric.verdicts``.
+  passes is cleared. ``attribute`` also blames the HCAs and rails of ``verdicts.fabric``.
 
 The rules use the judging core's one comparison (``judge_value``) and the limits the judge declares; the
 judging core knows nothing of NCCL. Plain data in, checks out: the selftests drive it with simulated tables.
@@ -26,8 +26,8 @@ from gpuaccept.contracts.nccl_sweep import GroupTable, Row, format_bytes
 from gpuaccept.contracts.payloads import CappedSizes, NcclTestsRun
 from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.judge import judge_value
-from gpuaccept.nccl.lines import median_busbw, metric_name, wrong_lines
 from gpuaccept.nccl.plan import Group, Pair
+from gpuaccept.verdicts.nccl_lines import median_busbw, metric_name, wrong_lines
 
 if TYPE_CHECKING:
     from gpuaccept.contracts.records import RankRecord
