@@ -19,8 +19,9 @@ pytestmark = pytest.mark.selftest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gpuaccept"
 ACCEPTANCE = PACKAGE.parent / "tests" / "acceptance"
-#: tests whose area has its module in gpuaccept/hardware/: they say what to measure and hand it over
-HARDWARE_AREA_TESTS = ("gpu_health", "compute", "memory", "interconnect", "hygiene", "environment")
+#: tests whose area has its judging module (gpuaccept/hardware/, gpuaccept/verdicts/): they say what to
+#: measure and hand it over
+AREA_TESTS = ("gpu_health", "compute", "memory", "interconnect", "hygiene", "environment", "slurm", "nccl", "fabric")
 LONG_MODULE = 400
 #: what the judging core may import from gpuaccept: itself, the contracts, the results and thresholds it judges with
 CORE_MAY_IMPORT = (
@@ -97,11 +98,11 @@ def test_the_judging_core_knows_no_domain() -> None:
     assert not {m: w for m, w in wrong.items() if w}, wrong
 
 
-def test_hardware_area_tests_judge_nothing_themselves() -> None:
-    """One home per area: a hardware area's test hands its measurement to its module in
-    gpuaccept/hardware/; a ``judge.check`` / ``expect`` / ``unreadable`` in the test itself is a second home."""
+def test_area_tests_judge_nothing_themselves() -> None:
+    """One home per area: an area's test hands its measurement to its module in gpuaccept/hardware/ or
+    gpuaccept/verdicts/; a ``judge.check`` / ``expect`` / ``unreadable`` in the test itself is a second home."""
     found = []
-    for area in HARDWARE_AREA_TESTS:
+    for area in AREA_TESTS:
         tree = ast.parse((ACCEPTANCE / f"test_{area}.py").read_text())
         for node in ast.walk(tree):
             call = node.func if isinstance(node, ast.Call) else None

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.results.verdict import EXIT_COULD_NOT_JUDGE
+from gpuaccept.judging.verdict import EXIT_COULD_NOT_JUDGE
 
 from ._raise_in_judge import MESSAGE
 from .conftest import REPO, UP, DevCluster, InnerRun, _parse_exports, run_inner, stop_cluster
