@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.contracts.records import RankRecord
@@ -70,7 +71,7 @@ def judge_gpu_isolation(records: Sequence[RankRecord], node_uuids: Iterable[str]
         for uuid in record.data["visible_uuids"]:
             holders.setdefault(uuid, []).append(record.rank)
     for record in records:
-        where = {"node": node, "rank": record.rank}
+        where: dict[str, Any] = {"node": node, "rank": record.rank}
         uuids = record.data["visible_uuids"]
         judge.expect(
             "gpu_task_visible_gpus", len(uuids), 1, **where, cuda_visible_devices=record.data["cuda_visible_devices"]
