@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, as the device scripts do
 
+from gpuaccept.contracts.nccl_formulas import COLLECTIVES
+from gpuaccept.contracts.nccl_sweep import format_bytes, group_tables
 from gpuaccept.dispatch.result import parse_records
-from gpuaccept.nccl.formulas import COLLECTIVES
-from gpuaccept.nccl.sweep import format_bytes, group_tables
 
 
 def main() -> None:

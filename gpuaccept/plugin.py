@@ -30,13 +30,13 @@ from gpuaccept.judging.categories import category
 from gpuaccept.judging.judge import Judge
 from gpuaccept.judging.outcome import outcome
 from gpuaccept.judging.suite_error import suite_error
+from gpuaccept.judging.verdict import exit_code, session_lines
 from gpuaccept.markers import MARKERS
 from gpuaccept.nodecheck.expected import write_expected
 from gpuaccept.record_keeper import RecordKeeper, report_data
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import record_id
-from gpuaccept.results.summary import node_summary_lines, not_run_notes
-from gpuaccept.results.verdict import exit_code, session_lines
+from gpuaccept.results.terminal import node_summary_lines, not_run_notes
 from gpuaccept.settings import add_options, asked
 from gpuaccept.startup import LateStart, checked_inputs
 from gpuaccept.state import STATE_KEY, SessionState

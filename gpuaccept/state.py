@@ -27,9 +27,9 @@ from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.dispatch.slurm_cli import SlurmError, cluster_name, share_node_reads
 from gpuaccept.dispatch.step import Step, shell_join
 from gpuaccept.fingerprints import Fingerprints
+from gpuaccept.judging.verdict import verdict_line
 from gpuaccept.results.record import RunRecord, record_id
 from gpuaccept.results.suite import suite_identity
-from gpuaccept.results.verdict import verdict_line
 from gpuaccept.settings import Settings, reports_root
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
 from gpuaccept.thresholds.loosened import loosened

@@ -6,7 +6,7 @@ recorded readings, break a probe on purpose or perturb one GPU's training. None 
 needed on a cluster being accepted, so wherever one is set the run cannot be ACCEPTED: the plugin
 reads the login node's environment, every probe reports the hooks it saw in its result line
 (``probes._protocol.emit``), and the run record, the terminal, the summary and JUnit name them
-(``results.verdict``). The per-test verdicts are judged as always; the selftests compare those.
+(``judging.verdict``). The per-test verdicts are judged as always; the selftests compare those.
 
 ``GPUACCEPT_SELFTEST=1`` is the gate: the knobs marked ``gated`` below are refused (or ignored, where
 the reader says so) without it, so a stray variable cannot slow or break a production run. The gate

@@ -10,34 +10,12 @@ from __future__ import annotations
 import json
 import signal
 from dataclasses import dataclass, field
-from typing import Any
 
+from gpuaccept.contracts.records import RankRecord
 from gpuaccept.errors import ProbeError
 from gpuaccept.probes._protocol import PART_SENTINEL, SENTINEL
 
 __all__ = ["ProbeResult", "RankRecord", "check_step", "describe_exit", "parse_records", "reported_ranks"]
-
-
-@dataclass(frozen=True)
-class RankRecord:
-    """One rank's sentinel line: identity and measurements."""
-
-    node: str
-    rank: int
-    world_size: int
-    local_rank: int
-    gpu: dict[str, Any] | None
-    data: dict[str, Any]
-    #: the test hooks set where this rank ran (``gpuaccept.testhooks``): name -> value
-    test_hooks: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def gpu_label(self) -> str | None:
-        """How failures name this GPU: physical index and PCI bus, e.g. ``3 (0000:9A:00.0)``."""
-        if not self.gpu:
-            return None
-        bus = self.gpu.get("pci_bus_id")
-        return f"{self.gpu.get('index')}" + (f" ({bus})" if bus else "")
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpuaccept.hardware.ib import parse_rate, parse_state
+from gpuaccept.contracts.ib import parse_rate, parse_state
 
 __all__ = ["LOCAL_RELATIONS", "affine_hcas", "bus_key", "compute_hcas", "group_line_rate_gbs", "line_rate_gbs"]
 

@@ -17,7 +17,7 @@ Three things must hold for an HCA to read and write GPU memory directly, and eac
   ``type`` must be ``identity`` (or there is no group: IOMMU off), not ``DMA``/``DMA-FQ``.
 
 Pure functions on what the ``gdr`` probe read: config-space bytes, bridge chains, group types; the
-readings are judged by ``fabric.verdicts.judge_gdr``.
+readings are judged by ``verdicts.fabric.judge_gdr``.
 """
 
 from __future__ import annotations

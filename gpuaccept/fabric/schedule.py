@@ -9,8 +9,8 @@ fabric both hang off the same leaf switch). Every HCA is tested in each round it
 each meets two partners, which is what tells "this HCA is slow" from "its partner was".
 
 A failing test makes both its ends suspects; the second pass pairs each suspect with an HCA that
-passed (same rail first, on another node), and ``blame`` convicts an end that fails with a trusted
-partner (``gpuaccept.nccl.verdicts.attribute``, the node-level rule of the NCCL second pass applied to HCAs).
+passed (same rail first, on another node); the fabric judge (``gpuaccept.verdicts.fabric.blame``) convicts an
+end that fails with a trusted partner (the node-level rule of the NCCL second pass applied to HCAs).
 
 Ports: the server end listens on ``base + rail index`` for ``ib_write_bw`` and ``+ PORT_SPAN`` for
 ``ib_write_lat``; an HCA serves at most one test per round, so no two servers on a node share a port.
@@ -21,13 +21,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuaccept.nccl.verdicts import Blame, attribute
-
 __all__ = [
     "PORT_SPAN",
     "Pairing",
     "assignments",
-    "blame",
     "first_pass",
     "format_plan",
     "parse_plan",
@@ -131,16 +128,6 @@ def second_pass(
         else:
             rounds.append([test])
     return rounds
-
-
-def blame(first: Mapping[Pairing, bool], second: Mapping[Pairing, bool]) -> dict[Endpoint, Blame]:
-    """Verdict per suspect end: ``at_fault`` (failed with a trusted partner), ``cleared``, ``undetermined``."""
-    key = "{}/{}".format
-    failed = {e for p, ok in first.items() if not ok for e in (p.server, p.client)}
-    good = {key(*e) for p, ok in first.items() if ok for e in (p.server, p.client)} - {key(*e) for e in failed}
-    pairs = {(key(*p.server), key(*p.client)): ok for p, ok in second.items()}
-    verdicts = attribute(pairs, [key(*e) for e in sorted(failed)], sorted(good))
-    return {e: verdicts[key(*e)] for e in sorted(failed)}
 
 
 def assignments(batch: Sequence[Pairing]) -> dict[str, list[tuple[str, Pairing]]]:

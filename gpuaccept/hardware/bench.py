@@ -16,8 +16,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpuaccept.contracts.judge import JudgeLike, gpu_label
 from gpuaccept.errors import MeasurementError
-from gpuaccept.hardware.protocol import JudgeLike, gpu_label
 
 __all__ = [
     "BENCH_TIMEOUT_S",

@@ -1,8 +1,14 @@
-"""Judge a task's CPU mask against the CPUs Slurm granted it (``gpuaccept.probes._cpus``)."""
+"""Judge a task's CPU mask against the CPUs Slurm granted it (``gpuaccept.probes._cpus``): the one home
+of ``usable_cpus_granted``, judged on the fingerprint (``hardware.environment``) and on a Slurm step
+(``verdicts.slurm``)."""
 
 from __future__ import annotations
 
-__all__ = ["GRANTED", "cpus_granted_observed"]
+from typing import Any
+
+from gpuaccept.contracts.judge import JudgeLike
+
+__all__ = ["GRANTED", "cpus_granted_observed", "judge_cpus_granted"]
 
 #: what the expectation ``usable_cpus_granted`` expects
 GRANTED = "all granted"
@@ -19,3 +25,23 @@ def cpus_granted_observed(usable: int, granted: int, host_cpus: int | None = Non
     """
     due = min(granted, host_cpus) if host_cpus else granted
     return GRANTED if usable >= due else f"{usable} of {due} granted CPUs usable"
+
+
+def judge_cpus_granted(
+    judge: JudgeLike, node: str, usable: int, granted: int | None, host: int | None, **extra: Any
+) -> None:
+    """``usable_cpus_granted`` for one task; nothing outside Slurm (``granted`` None), where ">= 1 CPU"
+    would hold for any process."""
+    if granted is None:
+        return
+    observed = cpus_granted_observed(usable, granted, host)
+    judge.expect(
+        "usable_cpus_granted",
+        observed,
+        GRANTED,
+        node=node,
+        usable_cpus=usable,
+        granted_cpus=granted,
+        host_cpus=host,
+        **extra,
+    )

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuaccept.hardware.cpus import GRANTED, cpus_granted_observed
-from gpuaccept.hardware.protocol import JudgeLike
+from gpuaccept.contracts.judge import JudgeLike
+from gpuaccept.hardware.cpus import judge_cpus_granted
 from gpuaccept.judging.fields import drift
 
 __all__ = ["judge_fingerprint", "judge_versions"]
@@ -27,16 +27,7 @@ def judge_fingerprint(fp: dict[str, Any], declared_gpus: int, judge: JudgeLike, 
     judge.info("memory_gib", fp["memory_gib"], node=node)
     judge.info("cpu_cores", fp["cpu"]["cores"], node=node)
     usable, granted, host = fp["cpu"]["usable_cpus"], fp["cpu"].get("granted_cpus"), fp["cpu"]["threads"]
-    if granted is not None:  # under Slurm: the mask against the grant (">= 1 CPU" holds for any process)
-        judge.expect(
-            "usable_cpus_granted",
-            cpus_granted_observed(usable, granted, host),
-            GRANTED,
-            node=node,
-            usable_cpus=usable,
-            granted_cpus=granted,
-            host_cpus=host,
-        )
+    judge_cpus_granted(judge, node, usable, granted, host)
 
 
 def judge_versions(fingerprints: dict[str, Any], judge: JudgeLike) -> None:

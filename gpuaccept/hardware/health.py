@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from gpuaccept.hardware.protocol import JudgeLike, gpu_label
-from gpuaccept.probes.payloads import GpuHealth, HealthRecord
+from gpuaccept.contracts.judge import JudgeLike, gpu_label
+from gpuaccept.contracts.payloads import GpuHealth, HealthRecord
 
 __all__ = ["FAILING_REASONS", "HEALTH_METRICS", "REPORTED_REASONS", "decode_reasons", "judge_health", "memory_errors"]
 

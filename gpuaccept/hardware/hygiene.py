@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuaccept.hardware.protocol import JudgeLike
+from gpuaccept.contracts.judge import JudgeLike
 
 __all__ = ["HYGIENE_METRICS", "LIMITS", "judge_hygiene"]
 

@@ -15,10 +15,10 @@ the filter could not fail (it would compare the filter's own key with itself), s
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from gpuaccept.hardware.protocol import JudgeLike
+from gpuaccept.contracts.ib import parse_rate, parse_state
+from gpuaccept.contracts.judge import JudgeLike
 
 __all__ = ["COUNTER_METRICS", "judge_ib", "parse_rate", "parse_state"]
 
@@ -37,20 +37,6 @@ COUNTER_METRICS: dict[str, str] = {
     "excessive_buffer_overrun_errors": "ib_excessive_buffer_overrun_errors",
     "VL15_dropped": "ib_vl15_dropped",
 }
-_RATE = re.compile(r"^\s*(?P<n>\d+(?:\.\d+)?)\s*Gb/sec")
-
-
-def parse_state(raw: str | None) -> str | None:
-    """``4: ACTIVE`` -> ``ACTIVE``; ``5: LinkUp`` -> ``LinkUp``; None stays None."""
-    if raw is None:
-        return None
-    return raw.split(":", 1)[1].strip() if ":" in raw else raw.strip()
-
-
-def parse_rate(raw: str | None) -> float | None:
-    """``400 Gb/sec (4X NDR)`` -> 400.0; ``2.5 Gb/sec (1X SDR)`` -> 2.5; unparsable -> None."""
-    match = _RATE.match(raw or "")
-    return float(match.group("n")) if match else None
 
 
 def _port_label(hca: str, port: str) -> str:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuaccept.contracts.judge import JudgeLike, gpu_label
+from gpuaccept.contracts.payloads import Sample, best_size_figure
 from gpuaccept.hardware.bench import bench_parts, p2p_result, record_busy
-from gpuaccept.hardware.protocol import JudgeLike, gpu_label
-from gpuaccept.probes.payloads import Sample, best_size_figure
 
 __all__ = [
     "HOSTBW_METRICS",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuaccept.contracts.judge import JudgeLike, gpu_label
 from gpuaccept.hardware.bench import p2p_result, record_busy
-from gpuaccept.hardware.protocol import JudgeLike, gpu_label
 
 __all__ = [
     "AFFINITY_METRICS",

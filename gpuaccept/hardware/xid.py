@@ -18,8 +18,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from gpuaccept.contracts.judge import JudgeLike, gpu_label
 from gpuaccept.errors import MeasurementError
-from gpuaccept.hardware.protocol import JudgeLike, gpu_label
 
 __all__ = ["XID_METRICS", "XidEvent", "hardware_codes", "judge_xid", "parse_line", "parse_log"]
 

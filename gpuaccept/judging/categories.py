@@ -18,13 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from gpuaccept.contracts.categories import CATEGORIES, SUITE_ERROR
 from gpuaccept.results.metrics import MetricResult
 
 __all__ = ["CATEGORIES", "SUITE_ERROR", "category"]
-
-#: an exception of the suite's own ended the test: the suite could not judge
-SUITE_ERROR = "suite error"
-CATEGORIES = (SUITE_ERROR, "could not measure", "regression", "hardware fault", "drift", "threshold miss")
 
 
 def category(

@@ -1,8 +1,11 @@
-"""The NCCL area: formulas, sweeps, data patterns, planning, log parsers, and its judging (``verdicts``).
+"""The NCCL area's code that runs with the probe, and what the judges read it with: data patterns
+(``patterns``), the hang watchdog (``watchdog``), NCCL log and nccl-tests parsing (``ncclinfo``,
+``nccltests``) and the bad-node planner (``plan``: scales, groups, suspects, pairs).
 
-Everything here is importable without torch, pytest or a GPU, so the probe (``gpuaccept.probes.nccl``)
-and the tests (``tests/acceptance/test_nccl.py``) share one definition of "bus bandwidth", one sweep
-and one bad-node planner, and the selftests can check them against nccl-tests' own definitions.
+Its judging lives in ``gpuaccept.verdicts.nccl``, its formulas and sweep in ``gpuaccept.contracts``
+(one definition of "bus bandwidth" and one sweep for the probe and the judges). Nothing here imports a
+judge or pytest, and everything is importable without torch or a GPU, so the selftests check it
+against nccl-tests' own definitions.
 """
 
 from __future__ import annotations

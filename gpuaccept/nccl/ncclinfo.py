@@ -32,7 +32,7 @@ import tempfile
 from collections import Counter
 from typing import Any
 
-from gpuaccept.nccl.formulas import NCCL_FUNC, tuning_bytes_to_size
+from gpuaccept.contracts.nccl_formulas import NCCL_FUNC, tuning_bytes_to_size
 
 __all__ = [
     "collect_facts",

@@ -16,18 +16,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuaccept.contracts.judge import gpu_label
+from gpuaccept.contracts.payloads import Sample
 from gpuaccept.errors import MeasurementError
 from gpuaccept.hardware.health import memory_errors
 from gpuaccept.hardware.hygiene import LIMITS as HYGIENE_LIMITS
 from gpuaccept.hardware.ib import judge_ib
 from gpuaccept.hardware.memory import judge_replay_window
 from gpuaccept.hardware.nvlink import link_errors
-from gpuaccept.hardware.protocol import gpu_label
 from gpuaccept.hardware.xid import hardware_codes, judge_xid, parse_log
 from gpuaccept.judging.judge import Judge
 from gpuaccept.nodecheck.expected import GATED_FIELDS
 from gpuaccept.nodecheck.watchdog import Outcome
-from gpuaccept.probes.payloads import Sample
 from gpuaccept.results.metrics import MetricResult
 
 __all__ = ["MIN_REPLAY_WINDOW_S", "Finding", "Verdicts", "judge_node"]

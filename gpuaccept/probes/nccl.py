@@ -33,15 +33,15 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+from gpuaccept.contracts.nccl_formulas import COLLECTIVES, busbw_gbs
+from gpuaccept.contracts.nccl_sweep import cap_sizes, format_bytes, parse_bytes, requested_sizes, sweep_sizes
+from gpuaccept.contracts.payloads import CappedSizes, FirstWrong, NcclRow
 from gpuaccept.fabric.rails import parse_rails, split_rails
 from gpuaccept.nccl import patterns
-from gpuaccept.nccl.formulas import COLLECTIVES, busbw_gbs
 from gpuaccept.nccl.ncclinfo import collect_facts, debug_env
-from gpuaccept.nccl.sweep import cap_sizes, format_bytes, parse_bytes, requested_sizes, sweep_sizes
 from gpuaccept.nccl.watchdog import Watchdog
 from gpuaccept.probes._nccl_faults import selftest_faults
 from gpuaccept.probes._protocol import emit, gpu_identity, node_name, rank_info
-from gpuaccept.probes.payloads import CappedSizes, FirstWrong, NcclRow
 
 __all__ = ["main"]
 
@@ -249,7 +249,7 @@ class _Sweep:
             row = {"collective": coll, "bytes": size, "time_us": median, "trials_us": trials, "wrong": wrong}
             out.append(cast(NcclRow, {**row, "first_wrong": first}))
             if self.grank == 0:  # progress for an operator running the probe by hand (this rank's time;
-                # the judged busbw is the sweep's, from the slowest rank: nccl.sweep.GroupTable)
+                # the judged busbw is the sweep's, from the slowest rank: contracts.nccl_sweep.GroupTable)
                 print(
                     f"# {coll:>14} {size:>12} {median:>12.1f} us  busbw "
                     f"{busbw_gbs(coll, size, median / 1e6, self.n):8.2f} GB/s"

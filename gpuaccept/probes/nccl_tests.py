@@ -17,9 +17,9 @@ import shutil
 import subprocess
 from typing import cast
 
+from gpuaccept.contracts.payloads import NcclTestsRecord, NcclTestsRun
 from gpuaccept.nccl.nccltests import parse_nccl_tests
 from gpuaccept.probes._protocol import emit
-from gpuaccept.probes.payloads import NcclTestsRecord, NcclTestsRun
 from gpuaccept.units import parse_bytes
 
 __all__ = ["BINARIES", "find_binary", "main"]

@@ -20,7 +20,7 @@ from typing import Any
 from gpuaccept.report.allure_files import category_prefix
 from gpuaccept.report.render import fmt, render
 from gpuaccept.results.metrics import MetricResult
-from gpuaccept.results.summary import margin
+from gpuaccept.results.terminal import margin
 
 __all__ = [
     "JUNIT_PREFIX",

@@ -38,8 +38,8 @@ from gpuaccept.report.allure_runs import claim_run_folder, point_latest
 from gpuaccept.results.comparison import comparison_of, regressed, side_by_side
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import is_latest
-from gpuaccept.results.summary import regression_lines
 from gpuaccept.results.table import write_metrics_csv
+from gpuaccept.results.terminal import regression_lines
 from gpuaccept.settings import acceptance_selected, reports_root
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def _junit_verdict(config: pytest.Config, record: RunRecord) -> None:
     (the record is written before junitxml writes its file)."""
     from _pytest.junitxml import xml_key
 
-    from gpuaccept.results.verdict import loosened_lines
+    from gpuaccept.judging.verdict import loosened_lines
 
     xml = config.stash.get(xml_key, None)
     if xml is None:

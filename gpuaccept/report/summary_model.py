@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.judging.categories import SUITE_ERROR
+from gpuaccept.judging.verdict import cluster_verdict, loosened_lines, verdict_text
 from gpuaccept.markers import AREAS, area_named
 from gpuaccept.report.allure_files import CATEGORY_TITLES
 from gpuaccept.report.checks import check_line, worst_failure
 from gpuaccept.report.identity import environment
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import RunRecord, TestEntry
-from gpuaccept.results.summary import VERDICT_RANK, margin, worst_verdict
-from gpuaccept.results.verdict import cluster_verdict, loosened_lines, verdict_text
+from gpuaccept.results.terminal import VERDICT_RANK, margin, worst_verdict
 
 __all__ = [
     "CLUSTER_ROW",

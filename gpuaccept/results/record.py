@@ -101,7 +101,7 @@ class RunRecord:
     loosened: list[dict[str, Any]] = field(default_factory=list)
     #: the suite that judged: its version, commit and whether its tracked files were edited
     suite: dict[str, Any] = field(default_factory=lambda: dict(UNKNOWN_SUITE))
-    #: the session verdict as the summary states it (``results.verdict``), set when the record is written
+    #: the session verdict as the summary states it (``judging.verdict``), set when the record is written
     verdict: str = ""
     accepted: bool = False
 

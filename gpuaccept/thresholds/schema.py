@@ -25,7 +25,7 @@ class Display(_Strict):
     SKU's floor), under this title; columns follow the catalogue's order. ``bars``: the Allure result
     of a test that measured it on several GPUs gets one bar per GPU against the limit (the default).
     ``chart``: the summary chart it feeds: ``busbw``, NCCL bus bandwidth against message size per
-    scale (the metrics ``nccl.lines.metric_name`` names); ``loss``, the fine-tune's
+    scale (the metrics ``verdicts.nccl_lines.metric_name`` names); ``loss``, the fine-tune's
     loss curves the checks carry (``extra.curve``), the metric's ``max`` as the target.
     """
 

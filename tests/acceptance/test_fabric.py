@@ -26,12 +26,14 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.contracts.nccl_sweep import algo_args, group_tables
 from gpuaccept.errors import MeasurementError
 from gpuaccept.fabric import schedule
 from gpuaccept.fabric.affinity import affine_hcas, bus_key, compute_hcas
 from gpuaccept.fabric.rails import rail_groups_spec, rail_label, rail_rounds
 from gpuaccept.fabric.rdma import missing_tools, pair_results
-from gpuaccept.fabric.verdicts import (
+from gpuaccept.nccl.plan import lost_text
+from gpuaccept.verdicts.fabric import (
     COUNTER_WINDOW_METRICS,
     GDR_METRICS,
     RAIL_COLLECTIVES,
@@ -47,8 +49,6 @@ from gpuaccept.fabric.verdicts import (
     judge_rdma_unpaired,
     judge_transport,
 )
-from gpuaccept.nccl.plan import lost_text
-from gpuaccept.nccl.sweep import algo_args, group_tables
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect]
 

@@ -23,13 +23,14 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.contracts.nccl_formulas import COLLECTIVES
+from gpuaccept.contracts.nccl_sweep import GroupTable, algo_args, group_tables
 from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.errors import MeasurementError
-from gpuaccept.nccl.formulas import COLLECTIVES
-from gpuaccept.nccl.lines import median_busbw, metric_name, sweep_lines
 from gpuaccept.nccl.plan import lost_text, pair_rounds, scale_groups, scale_id, scales_for, suspects_and_good
-from gpuaccept.nccl.sweep import GroupTable, algo_args, group_tables
-from gpuaccept.nccl.verdicts import (
+from gpuaccept.report.charts.nccl import plot_busbw
+from gpuaccept.state import STATE_KEY
+from gpuaccept.verdicts.nccl import (
     FAULT_METRICS,
     FIDELITY_METRICS,
     NODE_METRICS,
@@ -44,8 +45,7 @@ from gpuaccept.nccl.verdicts import (
     pair_outcome,
     pair_reference,
 )
-from gpuaccept.report.charts.nccl import plot_busbw
-from gpuaccept.state import STATE_KEY
+from gpuaccept.verdicts.nccl_lines import median_busbw, metric_name, sweep_lines
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.nccl]
 

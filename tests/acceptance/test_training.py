@@ -11,7 +11,7 @@ stack, across all nodes, and against a ``--baseline`` run: the built-in fine-tun
 deterministic, so a GPU whose loss trajectory departs computes wrong even when its loss still falls
 (``gpuaccept.judging.trajectory``).
 
-Two models, each judged by its own limits (``gpuaccept.training.verdicts``, the area's one home): the
+Two models, each judged by its own limits (``gpuaccept.verdicts.training``, the area's one home): the
 built-in small model (``default``; or the ``--model-path`` checkpoint, by the seeds' contract) and the
 built-in 7B-class model at the GPU's speed (``scale``; GPUs with the memory for it), judged by MFU.
 Every run is judged on its losses, lockstep, speed, utilisation, DDP replicas, FSDP shards and memory,
@@ -31,7 +31,7 @@ from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.trajectory import Trajectory, judge_fleet
 from gpuaccept.report.charts.loss import artifacts
 from gpuaccept.training.report import TARGET_LOSS, print_summary
-from gpuaccept.training.verdicts import (
+from gpuaccept.verdicts.training import (
     LIFECYCLE,
     LOSS_FIGURES,
     SCALE_LIFECYCLE,

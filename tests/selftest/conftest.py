@@ -120,18 +120,29 @@ def _parse_exports(text: str) -> dict[str, str]:
     return env
 
 
-def start_cluster(nodes: int, extra_env: dict[str, str] | None = None) -> DevCluster:
-    """Start a fresh loopback cluster of ``nodes`` nodes (the caller stops it with ``stop_cluster``)."""
+def start_cluster(
+    nodes: int, extra_env: dict[str, str] | None = None, *, gpus_per_node: int = 0, gpu_files: Path | None = None
+) -> DevCluster:
+    """Start a fresh loopback cluster of ``nodes`` nodes (the caller stops it with ``stop_cluster``): the one
+    way every selftest starts one. ``gpus_per_node``: the GPUs (gres) each node declares; ``gpu_files``: a
+    folder where the ``nvidia<i>`` files backing them are made (``GPUACCEPT_DEV_GPU_FILE``), for a test
+    whose probes read injected GPUs. ``extra_env`` goes on top of the cluster's environment."""
     if shutil.which("slurmctld") is None and shutil.which("slurmctld-wlm") is None:
         if os.environ.get("CI"):
             pytest.fail("Slurm is not installed in CI: .ci/run must apt-get install slurm-wlm")
         pytest.skip("Slurm (slurm-wlm) is not installed on this machine")
-    done = subprocess.run(["bash", str(UP), "--nodes", str(nodes)], capture_output=True, text=True, timeout=180)
+    base = dict(os.environ)
+    if gpu_files is not None:
+        for i in range(nodes * gpus_per_node):
+            (gpu_files / f"nvidia{i}").touch()
+        base["GPUACCEPT_DEV_GPU_FILE"] = str(gpu_files / "nvidia")
+    base.pop("SLURM_JOB_ID", None)
+    up = ["bash", str(UP), "--nodes", str(nodes)] + (["--gpus-per-node", str(gpus_per_node)] if gpus_per_node else [])
+    done = subprocess.run(up, env=base, capture_output=True, text=True, timeout=180)
     if done.returncode:
         raise RuntimeError(f"up.sh failed ({done.returncode}):\n{done.stderr[-3000:]}")
     exports = _parse_exports(done.stdout)
-    env = {**os.environ, **exports, **(extra_env or {})}
-    env.pop("SLURM_JOB_ID", None)
+    env = {**base, **exports, **(extra_env or {})}
     return DevCluster(env, Path(exports["GPUACCEPT_DEV_CLUSTER"]), [f"node{i}" for i in range(1, nodes + 1)])
 
 

@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from gpuaccept.results.verdict import EXIT_TEST_HOOKS
+from gpuaccept.judging.verdict import EXIT_TEST_HOOKS
 
 from .conftest import REPO, DevCluster, InnerRun, run_inner, start_cluster, stop_cluster, write_suite
 

@@ -19,11 +19,11 @@ import pytest
 
 from gpuaccept.inputs import InputError, check_dataset, read_chat_jsonl
 from gpuaccept.judging.baseline import Baseline
+from gpuaccept.judging.verdict import EXIT_TEST_HOOKS
 from gpuaccept.nodecheck.cli import main as node_check
 from gpuaccept.report.allure_runs import KEEP, claim_run_folder, point_latest
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import RunRecord
-from gpuaccept.results.verdict import EXIT_TEST_HOOKS
 from gpuaccept.thresholds.loader import ThresholdsError, load_thresholds
 
 from .conftest import REPO, run_inner, write_suite

@@ -27,11 +27,11 @@ from gpuaccept.judging.baseline import (
     summarize_changes,
 )
 from gpuaccept.judging.judge import Judge
+from gpuaccept.judging.verdict import EXIT_TEST_HOOKS
 from gpuaccept.results.comparison import comparison_of, side_by_side
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import RunRecord, read_record
-from gpuaccept.results.summary import regression_lines
-from gpuaccept.results.verdict import EXIT_TEST_HOOKS
+from gpuaccept.results.terminal import regression_lines
 from gpuaccept.thresholds.loader import load_thresholds
 
 from .conftest import run_inner, write_suite

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.results.verdict import EXIT_TEST_HOOKS
+from gpuaccept.judging.verdict import EXIT_TEST_HOOKS
 
 from .conftest import REPO, InnerRun, run_inner, start_cluster, stop_cluster
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaccept.results.verdict import EXIT_COULD_NOT_JUDGE
+from gpuaccept.judging.verdict import EXIT_COULD_NOT_JUDGE
 
 from .conftest import run_inner, write_suite
 

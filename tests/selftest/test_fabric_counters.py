@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.fabric.counters import error_rate, port_windows
-from gpuaccept.fabric.verdicts import judge_counter_window
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import infiniband
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
+from gpuaccept.verdicts.fabric import judge_counter_window
 
 pytestmark = pytest.mark.selftest
 
@@ -38,7 +38,7 @@ def bump(tree: Path, hca: str, counter: str, by: int) -> None:
 
 
 def judge(before: dict, after: dict) -> tuple[list[str], list[str]]:
-    """The window judged as test_ib_counter_window judges it (``fabric.verdicts.judge_counter_window``):
+    """The window judged as test_ib_counter_window judges it (``verdicts.fabric.judge_counter_window``):
     its failures, and the ports whose counters were missing or reset (recorded unreadable, never passed)."""
     limits = Judge(thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "selftest")
     judge_counter_window(before, after, "InfiniBand", limits, "n1")

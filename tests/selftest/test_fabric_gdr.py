@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.fabric.gdr import ConfigTooShort, acs_control, acs_flags, bridges_between
-from gpuaccept.fabric.verdicts import judge_gdr
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import gdr
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
+from gpuaccept.verdicts.fabric import judge_gdr
 
 pytestmark = pytest.mark.selftest
 

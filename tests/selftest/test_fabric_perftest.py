@@ -18,9 +18,9 @@ from gpuaccept.dispatch.result import parse_records
 from gpuaccept.fabric import schedule
 from gpuaccept.fabric.perftest import PerftestError, failure_kind, parse_bw, parse_lat, supports_cuda
 from gpuaccept.fabric.rdma import PairResult, missing_tools, pair_results
-from gpuaccept.fabric.verdicts import judge_hca_blame, judge_rdma_pairs, judge_rdma_unpaired
 from gpuaccept.judging.judge import Judge
 from gpuaccept.thresholds.loader import load_thresholds
+from gpuaccept.verdicts.fabric import blame, judge_hca_blame, judge_rdma_pairs, judge_rdma_unpaired
 
 pytestmark = pytest.mark.selftest
 
@@ -103,7 +103,7 @@ def test_second_pass_convicts_the_bad_hca_not_its_partners() -> None:
         ends = [e for p in batch for e in (p.server, p.client)]
         assert len(ends) == len(set(ends))
     second = {p: ("n3", "mlx5_1") not in (p.server, p.client) for p in retests}
-    verdicts = schedule.blame(first, second)
+    verdicts = blame(first, second)
     assert verdicts[("n3", "mlx5_1")].verdict == "at_fault"
     assert {e for e, b in verdicts.items() if b.verdict == "cleared"} == {("n2", "mlx5_1"), ("n4", "mlx5_1")}
 
@@ -140,7 +140,7 @@ def test_results_from_both_ends_and_missing_tools() -> None:
 
 
 def test_pairs_and_blame_judged_by_the_area_module() -> None:
-    """test_rdma_perftest's judging (``fabric.verdicts``) on four nodes whose n3 HCA writes at half rate:
+    """test_rdma_perftest's judging (``verdicts.fabric``) on four nodes whose n3 HCA writes at half rate:
     its pairs fail by bandwidth, the second pass convicts it and clears its partners, a node without an
     HCA fails ``rdma_pair_ran``."""
     limits = Judge(load_thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "selftest")

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from gpuaccept.contracts.nccl_sweep import group_tables
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.fabric.rails import parse_rails, rail_groups_spec, rail_label, rail_rounds, split_rails
-from gpuaccept.nccl.sweep import group_tables
-from gpuaccept.nccl.verdicts import attribute
 from gpuaccept.thresholds.loader import load_thresholds
+from gpuaccept.verdicts.nccl import attribute
 
 pytestmark = pytest.mark.selftest
 

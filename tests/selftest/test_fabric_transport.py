@@ -14,10 +14,10 @@ import pytest
 
 from gpuaccept.fabric.affinity import affine_hcas, bus_key
 from gpuaccept.fabric.transport import AFFINE, RankTransport, hca_usage, observe_rank
-from gpuaccept.fabric.verdicts import judge_transport
 from gpuaccept.judging.judge import Judge
 from gpuaccept.nccl.ncclinfo import parse_net_facts, split_processes
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
+from gpuaccept.verdicts.fabric import judge_transport
 
 pytestmark = pytest.mark.selftest
 
@@ -72,7 +72,7 @@ def observe(text: str, affine: dict[str, list[str]] | None = None) -> list[RankT
 
 
 def judge(text: str, limits: Judge) -> list[str]:
-    """The log's ranks judged as test_nccl_transport judges them (``fabric.verdicts.judge_transport``), each
+    """The log's ranks judged as test_nccl_transport judges them (``verdicts.fabric.judge_transport``), each
     rank a probe record on an HGX node (eight 400 Gb/s HCAs, GPU k affine to mlx5_k)."""
     records = []
     for key, lines in split_processes(text).items():

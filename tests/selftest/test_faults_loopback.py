@@ -20,16 +20,12 @@ own HCA behind its PCIe switch (PIX), as the HGX reference design places them (t
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import REPO, UP, DevCluster, InnerRun, _parse_exports, run_inner, stop_cluster
+from .conftest import REPO, InnerRun, run_inner, start_cluster, stop_cluster
 from .fault_proof import assert_named, assert_nothing_else_fails
 from .fault_rows import LOOPBACK_ROWS, Row
 from .test_nodecheck import host_site
@@ -83,21 +79,8 @@ def injection(after: bool = False) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def injected_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InnerRun]:
-    if shutil.which("slurmctld") is None:
-        if os.environ.get("CI"):
-            pytest.fail("Slurm is not installed in CI")
-        pytest.skip("Slurm (slurm-wlm) is not installed on this machine")
     tmp = tmp_path_factory.mktemp("faults")
-    for i in range(NODES * GPUS_PER_NODE):
-        (tmp / f"nvidia{i}").touch()
-    env = {**os.environ, "GPUACCEPT_DEV_GPU_FILE": str(tmp / "nvidia")}
-    env.pop("SLURM_JOB_ID", None)
-    up = ["bash", str(UP), "--nodes", str(NODES), "--gpus-per-node", str(GPUS_PER_NODE)]
-    done = subprocess.run(up, env=env, capture_output=True, text=True, timeout=180)
-    if done.returncode:
-        raise RuntimeError(f"up.sh failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    exports = _parse_exports(done.stdout)
-    cluster = DevCluster({**env, **exports}, Path(exports["GPUACCEPT_DEV_CLUSTER"]), [])
+    cluster = start_cluster(NODES, gpus_per_node=GPUS_PER_NODE, gpu_files=tmp)
     spec, after = tmp / "inject.json", tmp / "inject-after.json"
     spec.write_text(json.dumps(injection(), indent=1))
     after.write_text(json.dumps(injection(after=True), indent=1))

@@ -9,7 +9,7 @@ import pytest
 from gpuaccept.dispatch.allocation import Allocation
 from gpuaccept.dispatch.slurm import SlurmLauncher
 from gpuaccept.dispatch.step import Step
-from gpuaccept.results.verdict import EXIT_TEST_HOOKS
+from gpuaccept.judging.verdict import EXIT_TEST_HOOKS
 
 from .conftest import run_inner, write_suite
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.dispatch.result import RankRecord
+from gpuaccept.contracts.records import RankRecord
 from gpuaccept.hardware.bench import agreement
 from gpuaccept.hardware.compute import judge_burn_in, judge_matmul, tflops_drop_pct
 from gpuaccept.hardware.memory import judge_hostbw, judge_membw, judge_p2p

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import pytest
 
+from gpuaccept.contracts.nccl_sweep import GroupTable, Row
 from gpuaccept.judging.judge import Judge
-from gpuaccept.nccl.lines import median_busbw
 from gpuaccept.nccl.plan import NodePlan, plan_rounds, scale_groups, scales_for, suspects_and_good
-from gpuaccept.nccl.sweep import GroupTable, Row
-from gpuaccept.nccl.verdicts import (
+from gpuaccept.thresholds.loader import load_thresholds
+from gpuaccept.thresholds.schema import Limit
+from gpuaccept.verdicts.nccl import (
     attribute,
     group_failures,
     judge_blame,
@@ -22,8 +23,7 @@ from gpuaccept.nccl.verdicts import (
     pair_reference,
     slow_groups,
 )
-from gpuaccept.thresholds.loader import load_thresholds
-from gpuaccept.thresholds.schema import Limit
+from gpuaccept.verdicts.nccl_lines import median_busbw
 
 pytestmark = pytest.mark.selftest
 
@@ -58,7 +58,7 @@ class _Declared:
 def _passes(
     nodes: list[str], slow: set[str], corrupt: frozenset[str] | set[str] = frozenset(), floor: float | None = None
 ):
-    """Both passes as test_nccl_node_at_fault runs them, through ``nccl.verdicts``: the first pass's
+    """Both passes as test_nccl_node_at_fault runs them, through ``verdicts.nccl``: the first pass's
     suspects, the second pass's pairs (``pair_outcome``, against ``pair_reference``) and the blame."""
     scales = scales_for(len(nodes))
     tables = {s: [_measure(g, slow, corrupt) for g in scale_groups(nodes, s)] for s in scales}

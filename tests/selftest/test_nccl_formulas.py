@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaccept.nccl.formulas import (
+from gpuaccept.contracts.nccl_formulas import (
     COLLECTIVES,
     algbw_gbs,
     bus_factor,

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.nccl.lines import sweep_lines, wrong_lines
+from gpuaccept.contracts.nccl_sweep import GroupTable, Row
+from gpuaccept.contracts.payloads import NcclTestsRow, NcclTestsRun
 from gpuaccept.nccl.ncclinfo import collect_facts, parse_nccl_log, summarize_algorithms
 from gpuaccept.nccl.nccltests import parse_nccl_tests
-from gpuaccept.nccl.sweep import GroupTable, Row
-from gpuaccept.probes.payloads import NcclTestsRow, NcclTestsRun
 from gpuaccept.report.charts.nccl import plot_busbw
+from gpuaccept.verdicts.nccl_lines import sweep_lines, wrong_lines
 
 pytestmark = pytest.mark.selftest
 

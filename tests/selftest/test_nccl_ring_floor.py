@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.contracts.nccl_sweep import algo_args
 from gpuaccept.errors import MeasurementError
-from gpuaccept.nccl.sweep import algo_args
 
 pytestmark = pytest.mark.selftest
 

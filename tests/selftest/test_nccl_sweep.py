@@ -7,10 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuaccept.dispatch.result import parse_records
-from gpuaccept.nccl import patterns
-from gpuaccept.nccl.formulas import COLLECTIVES
-from gpuaccept.nccl.sweep import (
+from gpuaccept.contracts.nccl_formulas import COLLECTIVES
+from gpuaccept.contracts.nccl_sweep import (
     cap_sizes,
     format_bytes,
     group_tables,
@@ -18,6 +16,8 @@ from gpuaccept.nccl.sweep import (
     requested_sizes,
     sweep_sizes,
 )
+from gpuaccept.dispatch.result import parse_records
+from gpuaccept.nccl import patterns
 
 pytestmark = pytest.mark.selftest
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import REPO, UP, DevCluster, _parse_exports, stop_cluster
+from .conftest import REPO, DevCluster, start_cluster, stop_cluster
 from .test_nodecheck import host_site
 
 NVML = REPO / "fixtures" / "nvml"
@@ -76,22 +76,8 @@ def wait_for(what: str, probe: Callable[[], Any], timeout_s: float = 40) -> Any:
 
 @pytest.fixture(scope="module")
 def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    if shutil.which("slurmctld") is None:
-        if os.environ.get("CI"):
-            pytest.fail("Slurm is not installed in CI")
-        pytest.skip("Slurm (slurm-wlm) is not installed on this machine")
     tmp = tmp_path_factory.mktemp("gate")
-    for i in range(4):
-        (tmp / f"nvidia{i}").touch()
-    env = {**os.environ, "GPUACCEPT_DEV_GPU_FILE": str(tmp / "nvidia")}
-    env.pop("SLURM_JOB_ID", None)
-    done = subprocess.run(
-        ["bash", str(UP), "--nodes", "2", "--gpus-per-node", "2"], env=env, capture_output=True, text=True, timeout=180
-    )
-    if done.returncode:
-        raise RuntimeError(f"up.sh failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    exports = _parse_exports(done.stdout)
-    cluster = DevCluster({**env, **exports}, Path(exports["GPUACCEPT_DEV_CLUSTER"]), ["node1", "node2"])
+    cluster = start_cluster(2, gpus_per_node=2, gpu_files=tmp)
     try:
         rec = tmp / "rec"
         for node in cluster.nodes:
@@ -101,7 +87,7 @@ def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             shutil.copy(CLEAN_LOG, rec / node / "dmesg.txt")
         wrapper = tmp / "nodecheck.sh"
         site = host_site(tmp / "site.yaml")
-        conf = exports["SLURM_CONF"]
+        conf = cluster.env["SLURM_CONF"]
         wrapper.write_text(WRAPPER.format(conf=conf, repo=REPO, rec=rec, python=sys.executable, site=site, ndr=NDR))
         wrapper.chmod(0o755)
         with open(conf, "a") as handle:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from gpuaccept.judging.verdict import EXIT_TEST_HOOKS
 from gpuaccept.report.summary_model import cluster_verdict, overview
 from gpuaccept.results.record import RunRecord, TestEntry, read_record
-from gpuaccept.results.verdict import EXIT_TEST_HOOKS
 
 from .conftest import run_inner, write_suite
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.judging.verdict import EXIT_COULD_NOT_JUDGE
 from gpuaccept.report.allure_files import CATEGORIES, CATEGORY_TITLES, category_prefix
 from gpuaccept.report.identity import environment
 from gpuaccept.report.labels import placement, topics
 from gpuaccept.results.record import RunRecord
-from gpuaccept.results.verdict import EXIT_COULD_NOT_JUDGE
 
 from .conftest import InnerRun, run_inner, write_suite
 

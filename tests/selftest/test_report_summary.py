@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.nccl.formulas import COLLECTIVES
+from gpuaccept.contracts.nccl_formulas import COLLECTIVES
 from gpuaccept.report.allure_page import external_loads, inject_summary, strip_analytics
 from gpuaccept.report.charts import gpus, nccl
 from gpuaccept.report.summary import build_summary, changes_since, previous_record

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.judging.baseline import Baseline, BaselineError
-from gpuaccept.report.summary_model import overview
-from gpuaccept.results.record import SCHEMA, RecordError, RunRecord, TestEntry, read_record
-from gpuaccept.results.suite import suite_identity
-from gpuaccept.results.verdict import (
+from gpuaccept.judging.verdict import (
     EXIT_COULD_NOT_JUDGE,
     EXIT_TEST_HOOKS,
     cluster_verdict,
     exit_code,
     verdict_line,
 )
+from gpuaccept.report.summary_model import overview
+from gpuaccept.results.record import SCHEMA, RecordError, RunRecord, TestEntry, read_record
+from gpuaccept.results.suite import suite_identity
 from gpuaccept.thresholds.loader import load_thresholds
 from gpuaccept.thresholds.loosened import loosened
 

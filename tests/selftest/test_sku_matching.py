@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaccept.results.verdict import EXIT_TEST_HOOKS
+from gpuaccept.judging.verdict import EXIT_TEST_HOOKS
 from gpuaccept.thresholds.loader import ThresholdsError, load_thresholds
 
 from .conftest import run_inner, write_suite

@@ -12,20 +12,17 @@ their probes fail before any judging call, which is "could not measure", proven 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpuaccept.results.verdict import EXIT_COULD_NOT_JUDGE
+from gpuaccept.judging.verdict import EXIT_COULD_NOT_JUDGE
 
 from ._raise_in_judge import MESSAGE
-from .conftest import REPO, UP, DevCluster, InnerRun, _parse_exports, run_inner, stop_cluster
+from .conftest import REPO, InnerRun, run_inner, start_cluster, stop_cluster
 from .test_faults_loopback import COMMON, DESELECT
 from .test_nodecheck import host_site, memlock_kib
 
@@ -38,20 +35,7 @@ AREAS = ("test_gpu_health", "test_interconnect", "test_environment", "test_hygie
 def injected_run(tmp: Path, readings: dict[str, Any], *args: str) -> Iterator[InnerRun]:
     """One inner acceptance run of ``AREAS`` on a fresh loopback cluster of ``NODES`` nodes, the probes
     reading ``readings`` through GPUACCEPT_TEST_INJECT; the cluster is stopped after."""
-    if shutil.which("slurmctld") is None:
-        if os.environ.get("CI"):
-            pytest.fail("Slurm is not installed in CI")
-        pytest.skip("Slurm (slurm-wlm) is not installed on this machine")
-    for i in range(NODES * GPUS_PER_NODE):
-        (tmp / f"nvidia{i}").touch()
-    env = {**os.environ, "GPUACCEPT_DEV_GPU_FILE": str(tmp / "nvidia")}
-    env.pop("SLURM_JOB_ID", None)
-    up = ["bash", str(UP), "--nodes", str(NODES), "--gpus-per-node", str(GPUS_PER_NODE)]
-    done = subprocess.run(up, env=env, capture_output=True, text=True, timeout=180)
-    if done.returncode:
-        raise RuntimeError(f"up.sh failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    exports = _parse_exports(done.stdout)
-    cluster = DevCluster({**env, **exports}, Path(exports["GPUACCEPT_DEV_CLUSTER"]), [])
+    cluster = start_cluster(NODES, gpus_per_node=GPUS_PER_NODE, gpu_files=tmp)
     spec = tmp / "inject.json"
     spec.write_text(json.dumps({"readings": readings}))
     site = host_site(tmp / "site.yaml")

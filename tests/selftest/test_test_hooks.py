@@ -16,7 +16,7 @@ import pytest
 
 from gpuaccept import testhooks
 from gpuaccept.dispatch.result import parse_records
-from gpuaccept.results.verdict import EXIT_TEST_HOOKS
+from gpuaccept.judging.verdict import EXIT_TEST_HOOKS
 
 from .conftest import REPO, write_suite
 

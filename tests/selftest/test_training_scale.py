@@ -163,7 +163,7 @@ def test_mfu_divides_by_the_skus_datasheet_peak(tmp_path) -> None:
 
 def _accepted(records: list, profile: str) -> dict:
     """Judge one GPU's run as ``test_finetune_each_gpu`` does; it must pass. Returns the passed checks."""
-    from gpuaccept.training.verdicts import Shape, judge_lifecycle, judge_solo
+    from gpuaccept.verdicts.training import Shape, judge_lifecycle, judge_solo
 
     from .ending import ends
 
@@ -208,7 +208,7 @@ def _checkpoint(layers: int, weights: int, **decode: float) -> dict:
 
 
 def test_decode_cost_is_the_larger_of_depth_and_weights_over_the_7b_and_never_below_one() -> None:
-    from gpuaccept.training.verdicts import DECODE_REFERENCE_WEIGHTS, decode_cost
+    from gpuaccept.verdicts.training import DECODE_REFERENCE_WEIGHTS, decode_cost
 
     assert decode_cost(h100_run("finetune-scale-h100.out")[0].data) == 1.0  # the reference itself
     assert decode_cost(_checkpoint(28, 1_311_000_000)) == 1.0  # 1.31 B, as deep as the 7B: no stricter floor
@@ -220,7 +220,7 @@ def test_decode_cost_is_the_larger_of_depth_and_weights_over_the_7b_and_never_be
 def test_a_checkpoint_decoding_slower_than_its_size_allows_fails_naming_the_figure() -> None:
     """A 28-layer checkpoint at 6 tokens/s (base) is held to the H100's 7B-class floor of 9 and fails; a 48-layer
     one at the same 6 tokens/s is 10.3 in 7B-equivalent tokens/s and passes, its measured figure on the record."""
-    from gpuaccept.training.verdicts import Shape, judge_lifecycle
+    from gpuaccept.verdicts.training import Shape, judge_lifecycle
 
     from .ending import ends
 
@@ -237,7 +237,7 @@ def test_a_checkpoint_decoding_slower_than_its_size_allows_fails_naming_the_figu
 
 def test_a_checkpoint_on_cpu_ranks_reports_its_decode() -> None:
     """CPU ranks have no SKU decode limit: a --model-path run there records its decode as information."""
-    from gpuaccept.training.verdicts import Shape, judge_lifecycle
+    from gpuaccept.verdicts.training import Shape, judge_lifecycle
 
     judge = h100_judge()
     judge_lifecycle(judge, Shape("pretrained", "node", 2, False), _checkpoint(2, 100_000), "vm")
@@ -257,7 +257,7 @@ def test_a_slow_gpu_fails_by_mfu_naming_it() -> None:
     """The same run at 0.8x the speed: MFU 28.8% < 30 fails on that GPU (the loss alone would pass)."""
     import dataclasses
 
-    from gpuaccept.training.verdicts import Shape, judge_solo
+    from gpuaccept.verdicts.training import Shape, judge_solo
 
     from .ending import ends
 
@@ -281,7 +281,7 @@ def test_a_slow_gpu_fails_by_mfu_naming_it() -> None:
 )
 def test_each_profile_and_strategy_has_its_speed_metric_in_the_catalogue(profile, strategy, scope, metric) -> None:
     from gpuaccept.thresholds.loader import load_thresholds
-    from gpuaccept.training.verdicts import Shape
+    from gpuaccept.verdicts.training import Shape
 
     name = Shape(profile, scope, 2, True).speed_metric(strategy)
     assert name == metric and name in load_thresholds().metrics

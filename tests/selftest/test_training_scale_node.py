@@ -14,8 +14,8 @@ import dataclasses
 
 import pytest
 
-from gpuaccept.dispatch.result import RankRecord
-from gpuaccept.training.verdicts import Shape, judge_run
+from gpuaccept.contracts.records import RankRecord
+from gpuaccept.verdicts.training import Shape, judge_run
 
 from .ending import ends
 from .h100_lines import h100_judge, h100_run

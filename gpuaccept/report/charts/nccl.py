@@ -15,14 +15,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuaccept.nccl.formulas import COLLECTIVES
-from gpuaccept.nccl.lines import metric_name
+from gpuaccept.contracts.nccl_formulas import COLLECTIVES
 from gpuaccept.report.charts import FLOOR, Catalogue, display_of, number, png
 from gpuaccept.results.metrics import MetricResult
+from gpuaccept.verdicts.nccl_lines import metric_name
 
 __all__ = ["NcclScale", "Series", "nccl_png", "nccl_scales", "plot_busbw"]
 
-#: busbw metric -> (collective, across nodes): the names ``nccl.lines.metric_name`` gives them
+#: busbw metric -> (collective, across nodes): the names ``verdicts.nccl_lines.metric_name`` gives them
 _NAMES = {metric_name(c, multi): (c, multi) for c in COLLECTIVES for multi in (False, True)}
 
 Series = Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]

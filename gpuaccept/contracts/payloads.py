@@ -1,5 +1,5 @@
 """The shapes of what the hardware and NCCL probes emit, for the area judges that read them
-(``gpuaccept.hardware``, ``gpuaccept.nccl.verdicts``).
+(``gpuaccept.hardware``, ``gpuaccept.verdicts.nccl``).
 
 TypedDicts only: no torch, no NVML, nothing run. ``total=False`` where a reading may be left out (a busy
 GPU, a part not asked for, an older fixture); a value NVML could not give is None, never a default.
@@ -186,7 +186,7 @@ class FirstWrong(TypedDict):
 
 
 class _CollectiveRow(TypedDict):
-    """One size of one collective on one rank; ``bytes`` is nccl-tests' size column (``nccl.formulas``)."""
+    """One size of one collective on one rank; ``bytes`` is nccl-tests' size column (``contracts.nccl_formulas``)."""
 
     bytes: int
     time_us: float  # this rank's median over the trials (the group's figure is the mean over its ranks)

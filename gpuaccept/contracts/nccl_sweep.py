@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuaccept.nccl.formulas import COLLECTIVES, algbw_gbs, bus_factor, effective_bytes, memory_per_rank
-from gpuaccept.probes.payloads import FirstWrong, NcclRow
+from gpuaccept.contracts.nccl_formulas import COLLECTIVES, algbw_gbs, bus_factor, effective_bytes, memory_per_rank
+from gpuaccept.contracts.payloads import FirstWrong, NcclRow
 from gpuaccept.units import parse_bytes
 
 __all__ = [

@@ -16,9 +16,9 @@ summary lists them beside the verdict: an easy path to ACCEPTED that an auditor 
 
 from __future__ import annotations
 
-from gpuaccept.judging.categories import SUITE_ERROR
+from gpuaccept.contracts.categories import SUITE_ERROR
 from gpuaccept.results.record import RunRecord
-from gpuaccept.results.summary import not_run_notes
+from gpuaccept.results.terminal import not_run_notes
 
 __all__ = [
     "EXIT_COULD_NOT_JUDGE",

@@ -9,12 +9,12 @@ modules beside this one read what they measured into observations (``gdr.observa
 * ``judge_transport``: each rank's NCCL network plugin, GPUDirect RDMA, HCA affinity, and every declared
   HCA used;
 * ``judge_rail``, ``judge_rail_blame``: busbw per rail against its floor and the rail HCA's line rate,
-  every result right, and a failing rail's nodes blamed from the pairs (``nccl.verdicts.attribute``);
+  every result right, and a failing rail's nodes blamed from the pairs (``verdicts.nccl.attribute``);
 * ``judge_rdma_pairs``, ``judge_rdma_unpaired``, ``judge_hca_blame``: perftest bandwidth, share of line
   rate and p99 latency per HCA pair, what could not be paired, and the second pass's blame;
 * ``judge_counter_window``: link flaps and error rates per port between two readings.
 
-They record checks and return (``hardware.protocol``); what a test needs back (a rail or pair passed)
+They record checks and return (``contracts.judge``); what a test needs back (a rail or pair passed)
 is returned from the checks' own verdicts, never decided apart from them.
 """
 
@@ -23,17 +23,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from gpuaccept.contracts.judge import JudgeLike
+from gpuaccept.contracts.nccl_sweep import GroupTable
 from gpuaccept.errors import MeasurementError
 from gpuaccept.fabric.affinity import bus_key, line_rate_gbs
 from gpuaccept.fabric.counters import FLAP_COUNTERS, RATE_COUNTERS, error_rate, port_windows
 from gpuaccept.fabric.gdr import observations
 from gpuaccept.fabric.rdma import PairResult
-from gpuaccept.fabric.schedule import Pairing, blame
+from gpuaccept.fabric.schedule import Endpoint, Pairing
 from gpuaccept.fabric.transport import RankTransport, hca_usage, observe_rank
-from gpuaccept.hardware.protocol import JudgeLike
-from gpuaccept.nccl.lines import wrong_lines
-from gpuaccept.nccl.sweep import GroupTable
-from gpuaccept.nccl.verdicts import attribute
+from gpuaccept.verdicts.nccl import Blame, attribute
+from gpuaccept.verdicts.nccl_lines import wrong_lines
 
 __all__ = [
     "COUNTER_WINDOW_METRICS",
@@ -42,6 +42,7 @@ __all__ = [
     "RAIL_METRICS",
     "RDMA_METRICS",
     "TRANSPORT_METRICS",
+    "blame",
     "judge_counter_window",
     "judge_gdr",
     "judge_hca_blame",
@@ -248,10 +249,21 @@ def judge_rdma_unpaired(
             judge.expect("rdma_pair_ran", "; ".join(r.errors), "ran", node=p.client[0], hca=p.label())
 
 
+def blame(first: Mapping[Pairing, bool], second: Mapping[Pairing, bool]) -> dict[Endpoint, Blame]:
+    """The perftest second pass's verdict per suspect end (``fabric.schedule`` plans both passes):
+    ``at_fault`` (failed with a trusted partner), ``cleared``, ``undetermined``."""
+    key = "{}/{}".format
+    failed = {e for p, ok in first.items() if not ok for e in (p.server, p.client)}
+    good = {key(*e) for p, ok in first.items() if ok for e in (p.server, p.client)} - {key(*e) for e in failed}
+    pairs = {(key(*p.server), key(*p.client)): ok for p, ok in second.items()}
+    verdicts = attribute(pairs, [key(*e) for e in sorted(failed)], sorted(good))
+    return {e: verdicts[key(*e)] for e in sorted(failed)}
+
+
 def judge_hca_blame(
     judge: JudgeLike, first: Mapping[Pairing, bool], second: Mapping[Pairing, bool], lost: Iterable[str]
 ) -> None:
-    """Every suspect HCA's blame from the two passes (``schedule.blame``); a lost node's HCAs blame nobody."""
+    """Every suspect HCA's blame from the two passes (``blame``); a lost node's HCAs blame nobody."""
     gone = set(lost)
     for (node, hca), verdict in blame(first, second).items():
         if node in gone:

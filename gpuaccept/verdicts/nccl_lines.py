@@ -2,7 +2,7 @@
 
 Shared by the per-node, per-scale and bad-node tests so they word things the same way, and kept free of
 pytest so the selftests can call it. Verdicts on groups and pairs are the NCCL area module's
-(``gpuaccept.nccl.verdicts``).
+(``gpuaccept.verdicts.nccl``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
-from gpuaccept.nccl.sweep import GroupTable, format_bytes
+from gpuaccept.contracts.nccl_sweep import GroupTable, format_bytes
 
 __all__ = ["median_busbw", "metric_name", "sweep_lines", "wrong_lines"]
 

@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaccept.dispatch.result import RankRecord
+from gpuaccept.contracts.judge import JudgeLike
+from gpuaccept.contracts.records import RankRecord
 from gpuaccept.errors import MeasurementError
-from gpuaccept.hardware.protocol import JudgeLike
 from gpuaccept.training.report import TARGET_LOSS, curve_points, loss_rebound, steps_to_target
 
 __all__ = [

@@ -1,5 +1,5 @@
 """The NCCL area's judging, its one home: ``tests/acceptance/test_nccl.py`` plans, runs the probes and builds
-the group tables (``nccl.sweep.group_tables``), then hands them here, where every check is recorded:
+the group tables (``contracts.nccl_sweep.group_tables``), then hands them here, where every check is recorded:
 
 * one node (``judge_node``): busbw per collective at the largest size against the floor at the node's
   rank count; every rank's results verified. nccl-tests beside ours (``judge_fidelity``);
@@ -8,7 +8,7 @@ the group tables (``nccl.sweep.group_tables``), then hands them here, where ever
   group, its scaling efficiency misses its limit, or a result was wrong;
 * the bad node (``pair_outcome``, ``attribute``, ``judge_cleared``, ``judge_blame``): Google
   cluster-health-scanner's second pass; a suspect failing with a trusted partner is at fault, one that
-  passes is cleared. ``attribute`` also blames the HCAs and rails of ``fabric.verdicts``.
+  passes is cleared. ``attribute`` also blames the HCAs and rails of ``verdicts.fabric``.
 
 The rules use the judging core's one comparison (``judge_value``) and the limits the judge declares; the
 judging core knows nothing of NCCL. Plain data in, checks out: the selftests drive it with simulated tables.
@@ -21,16 +21,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuaccept.contracts.nccl_formulas import COLLECTIVES
+from gpuaccept.contracts.nccl_sweep import GroupTable, Row, format_bytes
+from gpuaccept.contracts.payloads import CappedSizes, NcclTestsRun
 from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.judge import judge_value
-from gpuaccept.nccl.formulas import COLLECTIVES
-from gpuaccept.nccl.lines import median_busbw, metric_name, wrong_lines
 from gpuaccept.nccl.plan import Group, Pair
-from gpuaccept.nccl.sweep import GroupTable, Row, format_bytes
-from gpuaccept.probes.payloads import CappedSizes, NcclTestsRun
+from gpuaccept.verdicts.nccl_lines import median_busbw, metric_name, wrong_lines
 
 if TYPE_CHECKING:
-    from gpuaccept.dispatch.result import RankRecord
+    from gpuaccept.contracts.records import RankRecord
     from gpuaccept.judging.judge import Judge
     from gpuaccept.thresholds.schema import Limit
 

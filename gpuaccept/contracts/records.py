@@ -1,0 +1,33 @@
+"""One rank's sentinel line as every role reads it: the dispatcher decodes a probe's output into these
+(``gpuaccept.dispatch.result.parse_records``), the area judges read them. It lives here, below both,
+so a judge needs nothing of dispatch to read what a probe measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["RankRecord"]
+
+
+@dataclass(frozen=True)
+class RankRecord:
+    """One rank's sentinel line: identity and measurements."""
+
+    node: str
+    rank: int
+    world_size: int
+    local_rank: int
+    gpu: dict[str, Any] | None
+    data: dict[str, Any]
+    #: the test hooks set where this rank ran (``gpuaccept.testhooks``): name -> value
+    test_hooks: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def gpu_label(self) -> str | None:
+        """How failures name this GPU: physical index and PCI bus, e.g. ``3 (0000:9A:00.0)``."""
+        if not self.gpu:
+            return None
+        bus = self.gpu.get("pci_bus_id")
+        return f"{self.gpu.get('index')}" + (f" ({bus})" if bus else "")

@@ -1,0 +1,98 @@
+"""Slurm's own checks, judged like every other area's: the tests (``tests/acceptance/test_slurm.py``) ask
+the scheduler or run the ``visibility`` probe and hand what they got here; this module records the
+checks on the test's judge and returns.
+
+* ``judge_controller``: ``scontrol ping`` says the primary slurmctld is UP;
+* ``judge_partition``, ``judge_node_state``: the partition is up, the node usable (not drained or down);
+* ``judge_step``: a step lands on the node it was sent to and may run on every CPU it was granted;
+* ``judge_gpu_isolation``: one task per GPU, each sees exactly its GPU, the sets are disjoint and cover
+  the node, no task opens another's GPU, the tasks' CPU sets do not overlap.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from gpuaccept.contracts.judge import JudgeLike
+from gpuaccept.contracts.records import RankRecord
+from gpuaccept.errors import MeasurementError
+from gpuaccept.hardware.cpus import judge_cpus_granted
+
+__all__ = [
+    "ISOLATION_METRICS",
+    "judge_controller",
+    "judge_gpu_isolation",
+    "judge_node_state",
+    "judge_partition",
+    "judge_step",
+]
+
+#: what ``judge_gpu_isolation`` judges against limits (``test_gpu_isolation``'s judges mark)
+ISOLATION_METRICS = ("gpu_foreign_devices_openable", "task_cpu_overlap_pairs")
+_PRIMARY = "Slurmctld(primary) at "
+
+
+def judge_controller(ping: str, judge: JudgeLike) -> None:
+    """``scontrol ping``'s answer: the primary controller (named when the answer names it) is UP."""
+    controller = ping.split(_PRIMARY)[-1].split()[0] if _PRIMARY in ping else "slurmctld"
+    judge.expect("slurm_controller_ping", "UP" if "UP" in ping else ping.strip(), "UP", node=controller)
+
+
+def judge_partition(name: str, available: str, judge: JudgeLike) -> None:
+    """The partition's ``Avail`` state is ``up``."""
+    judge.expect("slurm_partition_state", available, "up", node=name, partition=name)
+
+
+def judge_node_state(node: str, usable: bool, state: str, reason: str | None, judge: JudgeLike) -> None:
+    """The node takes jobs; else its state and Slurm's reason are the observed value."""
+    observed = "usable" if usable else f"{state}" + (f" (reason: {reason})" if reason else "")
+    judge.expect("slurm_node_state", observed, "usable", node=node, state=state)
+
+
+def judge_step(record: RankRecord, judge: JudgeLike, node: str) -> None:
+    """The step's task ran on ``node`` and may run on every CPU the allocation granted it."""
+    judge.expect("slurm_step_node", record.node, node, node=node)
+    data = record.data
+    if data.get("granted_cpus") is not None:  # under Slurm: the mask against the grant, with the binding
+        judge_cpus_granted(
+            judge, node, len(data["cpus"]), data["granted_cpus"], data.get("host_cpus"), cpu_bind=data["slurm_cpu_bind"]
+        )
+
+
+def judge_gpu_isolation(records: Sequence[RankRecord], node_uuids: Iterable[str], judge: JudgeLike, node: str) -> None:
+    """One ``visibility`` task per declared GPU (``records``) against the GPUs the node's fingerprint
+    lists (``node_uuids``). A task that could not list the device files it opens raises
+    ``MeasurementError`` (nothing judged on a reading not taken)."""
+    node_uuids = set(node_uuids)
+    holders: dict[str, list[int]] = {}
+    for record in records:
+        for uuid in record.data["visible_uuids"]:
+            holders.setdefault(uuid, []).append(record.rank)
+    for record in records:
+        where: dict[str, Any] = {"node": node, "rank": record.rank}
+        uuids = record.data["visible_uuids"]
+        judge.expect(
+            "gpu_task_visible_gpus", len(uuids), 1, **where, cuda_visible_devices=record.data["cuda_visible_devices"]
+        )
+        others = sorted({r for uuid in uuids for r in holders[uuid] if r != record.rank})
+        judge.expect("gpu_task_shares_gpu", ", ".join(f"rank {r}" for r in others) or "none", "none", **where)
+        openable = record.data.get("devices_openable")
+        if openable is None:
+            raise MeasurementError(f"{node} rank {record.rank}: the probe could not list the device files it can open")
+        foreign = sorted(set(openable) - set(record.data.get("own_minors") or []))
+        judge.check("gpu_foreign_devices_openable", len(foreign), **where, foreign=[f"/dev/nvidia{m}" for m in foreign])
+    judge.expect(
+        "gpu_unassigned", len(node_uuids - set(holders)), 0, node=node, missing=sorted(node_uuids - set(holders))
+    )
+    cpus = {r.rank: set(r.data["cpus"]) for r in records}
+    overlapping = [(a, b) for a, b in itertools.combinations(sorted(cpus), 2) if cpus[a] & cpus[b]]
+    judge.check(
+        "task_cpu_overlap_pairs",
+        len(overlapping),
+        node=node,
+        pairs=[f"ranks {a}+{b}" for a, b in overlapping],
+        binding={rank: f"{min(c)}-{max(c)} ({len(c)} cpus)" if c else "none" for rank, c in cpus.items()},
+        cpu_bind=records[0].data["slurm_cpu_bind"],
+    )
