@@ -121,7 +121,11 @@ def measure(
     long_prompt = synth_prompt(prompts, ttft_tokens)
     ttft = _ttft(model, long_prompt, repeats, device)
     flops = prefill_flops(shape, matmul_params, weights["lm_head_bytes"] // element, ttft_tokens)
-    out["prefill"] = {"tokens": ttft_tokens, "ttft_ms": round(ttft * 1e3, 3), "tflops_per_s": round(flops / ttft / 1e12, 2)}
+    out["prefill"] = {
+        "tokens": ttft_tokens,
+        "ttft_ms": round(ttft * 1e3, 3),
+        "tflops_per_s": round(flops / ttft / 1e12, 2),
+    }
 
     def decoder(streams: int, width: int, which: str) -> Decoder:
         return Decoder(model, streams, width, new_tokens, pad, which)
@@ -160,7 +164,6 @@ def measure(
             log(f"inference: out of memory at {streams} streams: halved to {streams // 2}")
             out["batch_halved_from"] = out.get("batch_halved_from", streams)
             streams //= 2
-            many = None  # type: ignore[assignment]
             torch.cuda.empty_cache()
     out[f"decode_{streams}"] = _decode_figures(runs, streams, step_bytes)
     out["decode_batch"] = streams

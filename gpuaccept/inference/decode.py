@@ -110,8 +110,10 @@ class Decoder:
     def _prefill(self, prompts: Sequence[Sequence[int]]) -> None:
         """Left-pad the prompts into the batch, run the prompt through the model, keep its greedy token."""
         if len(prompts) != self.batch or max(len(p) for p in prompts) > self.prompt_len:
-            raise ValueError(f"{len(prompts)} prompts of up to {max(map(len, prompts))} tokens for a decoder of "
-                             f"{self.batch} x {self.prompt_len}")
+            raise ValueError(
+                f"{len(prompts)} prompts of up to {max(map(len, prompts))} tokens for a decoder of "
+                f"{self.batch} x {self.prompt_len}"
+            )
         width = self.prompt_len
         ids = torch.full((self.batch, width), self.pad_id, dtype=torch.long)
         self.valid.zero_()

@@ -90,7 +90,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="torch.compile each decoder layer of a GPU's own run (default: the profile's)",
     )
     p.add_argument("--ckpt-every", type=int)
-    p.add_argument("--samples", type=int, help="sample generations in the comparison report")
     p.add_argument("--gen-tokens", type=int)
     p.add_argument("--threads", type=int, help="torch CPU threads per rank (GPU default: min(4, cores / local ranks))")
     p.add_argument("--seed", type=int)
@@ -108,7 +107,7 @@ def _strategies(text: str) -> str:
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     keys = (
         "model_path dataset model_config steps batch_size seq_len lr lora_r lora_alpha lora_targets "
-        "modules_to_save grad_ckpt adapter_dtype compile ckpt_every samples gen_tokens threads seed"
+        "modules_to_save grad_ckpt adapter_dtype compile ckpt_every gen_tokens threads seed"
     ).split()
     return {k: getattr(args, k) for k in keys}
 

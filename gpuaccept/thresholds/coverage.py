@@ -129,9 +129,17 @@ NETWORK_METRICS = frozenset(
 )
 
 #: metrics a test judges only on GPU nodes (on a CPU node the gloo ranks have no GPU to watch)
-GPU_ONLY = frozenset({"train_gpu_util_pct", "train_fsdp_mem_saving_ratio"})
+GPU_ONLY = frozenset(
+    {
+        "train_gpu_util_pct",
+        "train_fsdp_mem_saving_ratio",
+        "infer_merged_speed_ratio",
+        "infer_graph_eager_mismatch",
+        "infer_agreement_mismatch",
+    }
+)
 #: the built-in 7B-class fine-tune runs on GPUs only (a CPU node skips it, declaring no GPU); MFU needs a GPU
-GPU_ONLY_PREFIXES = ("train_scale_", "train_mfu_pct", "train_pretrained_mfu_pct")
+GPU_ONLY_PREFIXES = ("train_scale_", "train_mfu_pct", "train_pretrained_mfu_pct", "infer_decode_", "infer_prefill_")
 
 
 def _gpu_only(metric: str) -> bool:

@@ -66,7 +66,6 @@ class TrainConfig:
     log_every: int = 10
     timed_from_step: int = 10
     seed: int = 1234
-    samples: int = 3
     gen_tokens: int = 32
     threads: int = 0
     device: str = "auto"
@@ -143,7 +142,6 @@ SCALE: dict[str, Any] = {
     "timed_from_step": 5,
     "eval_batch_size": 16,
     "gen_tokens": 16,
-    "samples": 1,
 }
 
 #: With ``--model-path`` (a real pretrained checkpoint such as Qwen2-7B-Instruct): the seeds' run (LoRA r64

@@ -3,7 +3,8 @@
 Run on rank 0 only, in a single process from what is on disk (never from the training ranks' memory),
 so the checks prove the saved artefacts are usable: the original model kept unchanged, the adapter
 reloading to the eval loss seen in training, and a comparison report like the seeds' evaluator's
-(perplexity, generation speed, time to first token, sample generations) written as JSON.
+(perplexity, answers scored against the references, time to first token and decode speed at serving speed
+through ``gpuaccept.inference``) written as JSON.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import torch
 from torch import nn
 
 from gpuaccept.training.data import Example
-from gpuaccept.training.loop import Runtime, autocast, evaluate
+from gpuaccept.training.loop import Runtime, evaluate
 
-__all__ = ["compare", "file_fingerprint", "generation_speed", "sample_generations", "weights_fingerprint", "write_json"]
+__all__ = ["compare", "file_fingerprint", "serving", "unmerged_speed", "weights_fingerprint", "write_json"]
 
 _HASH_LIMIT = 256 << 20
 
@@ -50,71 +51,43 @@ def weights_fingerprint(model: nn.Module) -> dict[str, str]:
     return out
 
 
-def _generate(model: nn.Module, ids: torch.Tensor, new: int, eos: int | None, device: torch.device) -> Any:
-    with torch.no_grad(), autocast(device):
-        return model.generate(  # type: ignore[operator]
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=new,
-            min_new_tokens=new if eos is None else 0,
-            do_sample=False,
-            eos_token_id=eos,
-            pad_token_id=eos if eos is not None else 0,
-        )
+def serving(
+    model: nn.Module, tokenizer: Any, test_ex: list[Example], device: torch.device, **plan: Any
+) -> dict[str, Any]:
+    """The model at serving speed (``gpuaccept.inference.bench.measure``) over the test split: time to first
+    token, single-stream and batched decode, answers scored against the references. CPUs decode on the dynamic
+    cache with shorter prompts and fewer tokens: reported, never judged by a GPU's limits."""
+    from gpuaccept.inference.bench import measure
+
+    cpu = device.type != "cuda"
+    defaults: dict[str, Any] = {"ttft_tokens": 128, "new_tokens": 16, "repeats": 1} if cpu else {}
+    model.eval()
+    return measure(
+        model,
+        [e["prompt_ids"] for e in test_ex],
+        [e["answer_ids"] for e in test_ex],
+        eos=tokenizer.eos_token_id,
+        pad=int(tokenizer.pad_token_id),
+        **{**defaults, **plan},
+    )
 
 
-def generation_speed(model: nn.Module, prompt: list[int], new: int, device: torch.device) -> dict[str, float]:
-    """Greedy decoding of exactly ``new`` tokens: time to first token and decode tokens/s (batch 1)."""
-    ids = torch.tensor([prompt], device=device)
+def unmerged_speed(model: nn.Module, prompt: list[int], new: int, pad: int) -> float:
+    """Tokens/s of a model with its adapter unmerged (peft's extra matmuls beside every layer), eager on the
+    same static cache, batch 1: what serving the adapter without merging it costs (reported beside)."""
+    from gpuaccept.inference.decode import Decoder
 
-    def timed(count: int) -> float:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        _generate(model, ids, count, None, device)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return time.perf_counter() - start
-
-    timed(2)  # warm-up: kernels, caches
-    first = min(timed(1) for _ in range(3))
-    total = min(timed(new) for _ in range(2))
-    return {
-        "ttft_ms": round(first * 1000, 2),
-        "gen_tokens_per_s": round((new - 1) / max(total - first, 1e-9), 1),
-        "gen_total_s": round(total, 4),
-    }
-
-
-def sample_generations(
-    model: nn.Module, tokenizer: Any, examples: list[Example], new: int, device: torch.device
-) -> list[dict[str, str]]:
-    """A few test prompts answered greedily, beside the reference answer (the seeds' samples)."""
-    out = []
-    for example in examples:
-        ids = torch.tensor([example["prompt_ids"]], device=device)
-        produced = _generate(model, ids, new, tokenizer.eos_token_id, device)[0, ids.shape[1] :]
-        out.append(
-            {
-                "input": tokenizer.decode(example["prompt_ids"], skip_special_tokens=False),
-                "reference": tokenizer.decode(example["answer_ids"], skip_special_tokens=True),
-                "generated": tokenizer.decode(produced, skip_special_tokens=True),
-            }
-        )
-    return out
+    device = next(model.parameters()).device
+    decoder = Decoder(model, 1, len(prompt), new, pad, "eager" if device.type == "cuda" else "dynamic")
+    return round(1 / decoder.run([prompt]).step_s, 2)
 
 
 def _model_report(
-    model: nn.Module, tokenizer: Any, test_ex: list[Example], rt: Runtime, batch: int, pad: int, new: int, n: int
+    model: nn.Module, tokenizer: Any, test_ex: list[Example], rt: Runtime, batch: int, pad: int
 ) -> dict[str, Any]:
     model.to(rt.device).eval()
     loss = evaluate(model, test_ex, rt, batch, pad)
-    return {
-        "eval_loss": loss,
-        "perplexity": math.exp(loss) if math.isfinite(loss) and loss < 700 else float("inf"),
-        **generation_speed(model, test_ex[0]["prompt_ids"], new, rt.device),
-        "sample_generations": sample_generations(model, tokenizer, test_ex[:n], new, rt.device),
-    }
+    return {"eval_loss": loss, "perplexity": math.exp(loss) if math.isfinite(loss) and loss < 700 else float("inf")}
 
 
 def compare(
@@ -127,33 +100,39 @@ def compare(
     batch: int,
     pad: int,
     new_tokens: int,
-    samples: int,
 ) -> dict[str, Any]:
-    """Base vs fine-tuned (adapter reloaded from disk onto the same base) on the test split.
+    """Base vs fine-tuned (adapter reloaded from disk onto the same base) on the test split, as the seeds do:
+    perplexity, then both at serving speed with the adapter merged, as it would be served.
 
-    One base serves all three: it is evaluated alone, then the saved adapter is loaded onto it (peft adds
-    its layers beside the base weights, which stay as they are), then merged into it for the merged
-    decode speed. A 7B base is held once, not twice.
+    One base serves all: it is evaluated and served alone, then the saved adapter is loaded onto it (peft adds
+    its layers beside the base weights, which stay as they are) for the perplexity and the unmerged decode
+    speed, then merged into it and served again, the graph's tokens held against an eager run. A 7B base is
+    held once, not twice.
     """
     from peft import PeftModel
 
     local = Runtime(rank=0, world=1, local_rank=rt.local_rank, device=rt.device, node=rt.node)
     started = time.monotonic()
-    base_report = _model_report(base, tokenizer, test_ex, local, batch, pad, new_tokens, samples)
+    base_report = _model_report(base, tokenizer, test_ex, local, batch, pad)
+    base_report["serving"] = serving(base, tokenizer, test_ex, rt.device)
     tuned = PeftModel.from_pretrained(base, str(adapter_path))
-    tuned_report = _model_report(tuned, tokenizer, test_ex, local, batch, pad, new_tokens, samples)
+    tuned_report = _model_report(tuned, tokenizer, test_ex, local, batch, pad)
+    tuned_report["unmerged_tokens_per_s"] = unmerged_speed(tuned, test_ex[0]["prompt_ids"], new_tokens, pad)
     merged = tuned.merge_and_unload()  # type: ignore[operator]
-    merged_speed = generation_speed(merged, test_ex[0]["prompt_ids"], new_tokens, rt.device)
-    tuned_report["merged"] = merged_speed
+    tuned_report["serving"] = serving(merged, tokenizer, test_ex, rt.device, check_eager=True)
     base_ppl, tuned_ppl = base_report["perplexity"], tuned_report["perplexity"]
+    base_speed = base_report["serving"]["decode_1"]["tokens_per_s"]
     return {
         "base_model": base_report,
         "finetuned_model": {"adapter": str(adapter_path), **tuned_report},
         "comparison": {
             "perplexity_reduction_pct": _reduction_pct(base_ppl, tuned_ppl),
-            "speed_change_pct": (tuned_report["gen_tokens_per_s"] / base_report["gen_tokens_per_s"] - 1) * 100,
-            "merged_speed_change_pct": (merged_speed["gen_tokens_per_s"] / base_report["gen_tokens_per_s"] - 1) * 100,
-            "ttft_change_pct": (tuned_report["ttft_ms"] / base_report["ttft_ms"] - 1) * 100,
+            "merged_speed_ratio": round(tuned_report["serving"]["decode_1"]["tokens_per_s"] / base_speed, 4),
+            "unmerged_speed_ratio": round(tuned_report["unmerged_tokens_per_s"] / base_speed, 4),
+            "f1_gain_pts": round(
+                tuned_report["serving"]["answers"]["token_f1_pct"] - base_report["serving"]["answers"]["token_f1_pct"],
+                2,
+            ),
         },
         "seconds": round(time.monotonic() - started, 2),
     }

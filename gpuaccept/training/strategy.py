@@ -55,6 +55,26 @@ def release(torch: Any, use_cuda: bool) -> None:
         torch.cuda.empty_cache()
 
 
+def _serve_own(peft_model: Any, tokenizer: Any, test_ex: list[Any], device: Any) -> dict[str, Any]:
+    """Every GPU at once: each serves the adapter it has just trained alone, merged as it would be served.
+
+    The solo fine-tune is bit-for-bit the same on every GPU of one SKU and software stack, so every GPU serves
+    the same weights: its decode speed is judged by its own HBM (MBU), and its greedy tokens and logits
+    checksum must agree with the other GPUs'. Run right after training, on every rank at the same time, so
+    the node's GPUs decode together under the power and cooling they share. Nothing is written to disk.
+    """
+    import gc
+
+    import torch
+
+    from gpuaccept.training.lifecycle import serving
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    merged = peft_model.merge_and_unload()
+    return {"adapter": "this GPU's own solo fine-tune, merged", **serving(merged, tokenizer, test_ex, device)}
+
+
 def train_one(
     cfg: Any,
     rt: Any,
@@ -187,6 +207,8 @@ def train_one(
         **memory,
         **util,
     }
+    if solo and use_cuda and cfg.profile in ("scale", "pretrained"):
+        data["serving"] = _serve_own(peft_model, tokenizer, test_ex, device)
     if not main_rank:
         return data, None
     job = {
@@ -247,7 +269,6 @@ def lifecycle(
         batch=cfg.eval_batch_size or cfg.batch_size,
         pad=pad_id,
         new_tokens=cfg.gen_tokens,
-        samples=cfg.samples,
     )
     if base_path is not None:
         after = file_fingerprint(base_path)
@@ -265,11 +286,11 @@ def lifecycle(
         base_perplexity=base["perplexity"],
         finetuned_perplexity=tuned["perplexity"],
         perplexity_reduction_pct=report["comparison"]["perplexity_reduction_pct"],
-        base_gen_tokens_per_s=base["gen_tokens_per_s"],
-        finetuned_gen_tokens_per_s=tuned["gen_tokens_per_s"],
-        merged_gen_tokens_per_s=tuned["merged"]["gen_tokens_per_s"],
-        base_ttft_ms=base["ttft_ms"],
-        finetuned_ttft_ms=tuned["ttft_ms"],
+        serving_base=base["serving"],
+        serving_merged=tuned["serving"],
+        unmerged_tokens_per_s=tuned["unmerged_tokens_per_s"],
+        merged_speed_ratio=report["comparison"]["merged_speed_ratio"],
+        f1_gain_pts=report["comparison"]["f1_gain_pts"],
         compare_s=report["seconds"],
         lifecycle_rank=rt.rank,
         lifecycle_s=round(time.monotonic() - started, 3),

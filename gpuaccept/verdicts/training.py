@@ -18,6 +18,8 @@ from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.errors import MeasurementError
 from gpuaccept.training.report import TARGET_LOSS, curve_points, loss_rebound, steps_to_target
+from gpuaccept.verdicts.inference import LIFECYCLE as SERVING_LIFECYCLE
+from gpuaccept.verdicts.inference import judge_lifecycle_serving
 
 __all__ = [
     "LIFECYCLE",
@@ -26,7 +28,6 @@ __all__ = [
     "SCALE_SOLO",
     "Shape",
     "collective_figures",
-    "decode_cost",
     "judge_lifecycle",
     "judge_run",
     "judge_solo",
@@ -35,11 +36,6 @@ __all__ = [
 ]
 
 GIB = float(1 << 30)
-
-#: The model the per-SKU decode limits were measured on: the built-in 7B-class model (Qwen2-7B's shape,
-#: ``fixtures/training/qwen2-7b.json``): its decoder layers and matrix weights (``model_flops`` of its run).
-DECODE_REFERENCE_LAYERS = 28
-DECODE_REFERENCE_WEIGHTS = 7_070_285_824
 
 #: what every fine-tune run is judged on (``@pytest.mark.judges``: the metrics each test declares)
 LOSS_FIGURES = (
@@ -50,18 +46,12 @@ LOSS_FIGURES = (
     "train_loss_rebound",
     "train_wall_s",
 )
-LIFECYCLE = ("train_original_kept", "train_reload_eval_delta", "train_ppl_reduction_pct")
+LIFECYCLE = ("train_original_kept", "train_reload_eval_delta", "train_ppl_reduction_pct", *SERVING_LIFECYCLE)
 #: the real-scale run's own figures: MFU, its losses and wall time, decode speed of the 7B
 SCALE_LOSS = ("train_scale_loss_final", "train_scale_eval_loss", "train_scale_steps_to_target", "train_scale_wall_s")
 #: a --model-path run on GPUs: judged by MFU too (its own floors), never by the small model's tokens/s
 SCALE_SOLO = ("train_mfu_pct", "train_pretrained_mfu_pct", *SCALE_LOSS)
-SCALE_LIFECYCLE = (
-    "train_scale_ppl_reduction_pct",
-    "train_scale_gen_tokens_per_s_base",
-    "train_scale_gen_tokens_per_s_finetuned",
-    "train_scale_ttft_ms_base",
-    "train_scale_ttft_ms_finetuned",
-)
+SCALE_LIFECYCLE = ("train_scale_ppl_reduction_pct",)
 
 
 def collective_figures(scope: str) -> tuple[str, ...]:
@@ -217,47 +207,7 @@ def judge_lifecycle(judge: JudgeLike, shape: Shape, data0: dict[str, Any], node0
     judge.check(
         shape.metric("train_ppl_reduction_pct"), reduction, node=node0, base_perplexity=base, finetuned_perplexity=tuned
     )
-    _decode(judge, shape, data0, node0)
-
-
-def decode_cost(data0: dict[str, Any]) -> float:
-    """How many times the built-in 7B-class model's work one batch-1 decoded token of this run's model costs.
-
-    A decoded token reads every matrix weight once (bound by HBM) and launches every layer's kernels (bound
-    by the host): the larger of the two ratios to the reference model, never below 1. Measured on the lent
-    H100 (docs/measurements.md 'Training at real scale'): the 1.31 B and 6.53 B checkpoints, both 28 layers
-    deep, decoded at 16.0 and 16.4 tokens/s, the built-in 7B at 18.9-30.5: at these sizes the launches bound
-    decode, so a smaller model of the same depth is not faster, and none is held to a stricter floor than
-    the 7B's. Deeper or larger models (Qwen2.5-14B's 48 layers) get a floor lowered by their ratio (derived).
-    """
-    flops = data0["model_flops"]
-    depth = float(flops["layers"]) / DECODE_REFERENCE_LAYERS
-    return max(1.0, depth, float(flops["frozen_matmul_params"]) / DECODE_REFERENCE_WEIGHTS)
-
-
-def _decode(judge: JudgeLike, shape: Shape, data0: dict[str, Any], node0: str) -> None:
-    """Base and fine-tuned decode speed and time to first token (batch 1, greedy).
-
-    Judged on GPUs for the 7B-class runs: the built-in 7B against its per-SKU limits (``train_scale_gen_*``,
-    ``train_scale_ttft_*``, measured on it), a ``--model-path`` checkpoint against the same limits in
-    7B-equivalent figures (its tokens/s times ``decode_cost``, its time to first token divided by it; the
-    measured figure and the cost ride along). The small model's decode only times kernel launches, and CPU
-    ranks have no SKU limit: both are reported.
-    """
-    judged = shape.gpu_run and shape.profile in ("scale", "pretrained")
-    cost = decode_cost(data0) if judged else 1.0  # 1.0 for the built-in 7B itself
-    for model in ("base", "finetuned"):
-        for name, key, factor in (
-            (f"train_gen_tokens_per_s_{model}", "gen_tokens_per_s", cost),
-            (f"train_ttft_ms_{model}", "ttft_ms", 1 / cost),
-        ):
-            measured = data0[f"{model}_{key}"]
-            if not judged:
-                judge.info(name, measured, node=node0)
-                continue
-            value = None if measured is None else round(measured * factor, 2)
-            metric = name.replace("train_", "train_scale_", 1)
-            judge.check(metric, value, node=node0, measured=measured, decode_cost=round(cost, 3))
+    judge_lifecycle_serving(judge, shape.gpu_run and shape.profile in ("scale", "pretrained"), data0, node0)
 
 
 def _losses(judge: JudgeLike, shape: Shape, data: dict[str, Any], where: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.trajectory import Trajectory, judge_fleet
 from gpuaccept.report.charts.loss import artifacts
 from gpuaccept.training.report import TARGET_LOSS, print_summary
+from gpuaccept.verdicts.inference import AGREEMENT, SERVING, Served, judge_agreement, judge_serving
 from gpuaccept.verdicts.training import (
     LIFECYCLE,
     LOSS_FIGURES,
@@ -217,6 +218,9 @@ def _check_solo(scale: Scale, ctx: Ctx) -> None:
     _launch_figures("solo", scale, ctx)
     shape = _shape(ctx, scale)
     judge_solo(ctx.judge, shape, result.records)
+    if shape.gpu_run and shape.profile != "small":  # every GPU serving its own adapter, all at once
+        for record in result.records:
+            judge_serving(ctx.judge, record, label(record))
     if scale.ranks == 1:  # a one-GPU node: its own run is the run with the lifecycle (DDP/FSDP do not apply)
         _report(result.records, scale.folder("solo"), result.duration_s)
         judge_lifecycle(ctx.judge, shape, result.records[0].data, result.records[0].node)
@@ -258,7 +262,7 @@ PROFILES = ["default", "scale"]
 
 
 @pytest.mark.judges(
-    *LOSS_FIGURES, "train_tokens_per_s_per_gpu_solo", "train_gpu_util_pct", *SCALE_SOLO, *SCALE_LIFECYCLE
+    *LOSS_FIGURES, "train_tokens_per_s_per_gpu_solo", "train_gpu_util_pct", *SCALE_SOLO, *SCALE_LIFECYCLE, *SERVING
 )
 @pytest.mark.parametrize("profile", PROFILES)
 def test_finetune_each_gpu(node, profile, ctx):
@@ -281,17 +285,20 @@ def test_finetune_node(node, profile, strategy, ctx):
     _check_run(strategy, _profiled(ctx, "node", (node,), profile), ctx)
 
 
-@pytest.mark.judges("train_trajectory_rel_diff", "train_trajectory_baseline_rel_diff")
+@pytest.mark.judges("train_trajectory_rel_diff", "train_trajectory_baseline_rel_diff", *AGREEMENT)
 @pytest.mark.parametrize("profile", PROFILES)
 def test_finetune_agreement(profile, ctx, fingerprints):
     """Every GPU of one SKU and software stack, across all nodes, trains the same loss curve bit for bit,
     and the curve it trained in the ``--baseline`` run (``gpuaccept.judging.trajectory``). The 7B-class
-    run is deterministic too (deterministic kernels, docs/measurements.md), so it is held to the same.
+    run is deterministic too (deterministic kernels, docs/measurements.md), so it is held to the same, and
+    each GPU then serves the bit-identical weights it trained: the same greedy tokens and logits checksum
+    (``gpuaccept.verdicts.inference.judge_agreement``).
 
     Reads each node's shared fine-tune launch (the runs ``test_finetune_each_gpu`` judges; no extra
     training in one pytest process). A node whose launch failed is named; the others are still judged.
     """
     runs: list[Trajectory] = []
+    served: list[Served] = []
     failed: list[str] = []
     judged_as = "small"
     for node in ctx.cluster.nodes:
@@ -306,12 +313,15 @@ def test_finetune_agreement(profile, ctx, fingerprints):
         for record in result.records:
             losses = tuple(float(v) for v in record.data["losses"])
             runs.append(Trajectory(record.node, label(record), losses, record.data.get("checksum"), judged_as))
+            if record.data.get("serving"):  # the 7B-class run on GPUs: each GPU served its own adapter
+                served.append(Served.of(record, label(record) or str(record.rank)))
             if record.data.get("test_hook"):
                 print(f"TEST HOOK on {record.node} {label(record)}: {record.data['test_hook']}")
     if not runs:
         return  # every node's launch failed: each is recorded unreadable above
     prints = {node: fingerprints.get(node) for node in sorted({r.node for r in runs})}
     judged = judge_fleet(ctx.judge, runs, prints, profile=judged_as)
+    judged += judge_agreement(ctx.judge, served, prints)
     if not judged and not failed:
         alone = ", ".join(sorted({f"{r.where}" for r in runs}))
         pytest.skip(

@@ -73,7 +73,7 @@ MODULES = {_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 LAYERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("leaves", ("units", "errors", "testhooks"), ()),
     ("contracts", ("contracts",), ("leaves",)),
-    ("area code", ("nccl", "fabric", "training"), ("leaves", "contracts")),
+    ("area code", ("nccl", "fabric", "training", "inference"), ("leaves", "contracts")),
     ("probes", ("probes",), ("leaves", "contracts", "area code")),
     ("results", ("results", "thresholds"), ("leaves", "contracts")),
     ("judging core", ("judging",), ("leaves", "contracts", "results")),

@@ -29,7 +29,6 @@ def make_checkpoint(folder: Path) -> Path:
     """The tiny model after the suite's own CPU fine-tune, merged: a small pretrained checkpoint."""
     run = folder / "pretrain"
     argv = ["--strategy", "solo", "--device", "cpu", "--out", str(run), "--steps", str(PRETRAIN_STEPS)]
-    argv += ["--samples", "0"]
     subprocess.run(
         [sys.executable, "-m", "gpuaccept.probes.finetune", *argv],
         check=True,
