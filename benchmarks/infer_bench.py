@@ -2,6 +2,7 @@
 reference script (stock transformers' ``generate``) on the same card in one call to compare like with like.
 
     python3 benchmarks/infer_bench.py [--config fixtures/training/qwen2-7b.json] [--out infer.json]
+    CUBLAS_WORKSPACE_CONFIG=:4096:8 python3 benchmarks/infer_bench.py --deterministic   # as the suite runs it
 
 Builds the seeded base on the GPU in bf16 (as the suite's 7B-class run does), then measures with
 ``gpuaccept.inference.bench.measure``: the base; LoRA r64 on every linear layer unmerged (eager static cache,
@@ -46,7 +47,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="as the suite's 7B fine-tune runs (with CUBLAS_WORKSPACE_CONFIG=:4096:8 set before the run): "
+        "torch.use_deterministic_algorithms(True), to isolate what that costs decoding",
+    )
     args = parser.parse_args()
+    if args.deterministic:
+        torch.use_deterministic_algorithms(True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
     hbm = args.hbm_tbps or (4.8 if "H200" in name else 3.35)

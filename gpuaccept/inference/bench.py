@@ -133,7 +133,7 @@ def measure(
     try:
         single = decoder(1, len(prompts[0]), mode)
         runs = [single.run([prompts[0]]) for _ in range(repeats)]
-    except torch.cuda.OutOfMemoryError:
+    except torch.cuda.OutOfMemoryError:  # a GPU without room for one stream: no other cache would help
         raise
     except Exception as exc:  # an architecture whose static cache or captured step fails: the dynamic cache
         out["fallback"] = f"{mode} decoding failed ({type(exc).__name__}: {str(exc)[:200]}): dynamic cache, eager"

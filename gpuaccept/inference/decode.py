@@ -172,15 +172,12 @@ class Decoder:
         self.slot.add_(1)
 
     def _capture(self) -> float:
-        """Capture ``_step`` once (after a real step ran eagerly on a side stream, as CUDA graphs need)."""
+        """Capture ``_step`` once (after a real step ran eagerly on a side stream, as CUDA graphs need). A capture
+        records the kernels without running them: the buffers stay as the warm-up step left them."""
         started = time.perf_counter()
         graph = torch.cuda.CUDAGraph()
-        saved = [t.clone() for t in (self.valid, self.ids, self.pos, self.slot, self.tokens, self.fold)]
         with torch.cuda.graph(graph):
             self._step()
-        # capture records and does not run; the buffers are as the warm-up step left them, kept to be sure
-        for live, kept in zip((self.valid, self.ids, self.pos, self.slot, self.tokens, self.fold), saved, strict=True):
-            live.copy_(kept)
         self.graph = graph
         torch.cuda.synchronize(self.device)
         return time.perf_counter() - started

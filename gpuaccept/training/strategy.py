@@ -17,6 +17,9 @@ from gpuaccept.training.model import DTYPES
 
 __all__ = ["lifecycle", "release", "train_one"]
 
+#: the 7B-class runs, whose serving is judged by the GPU's roofline (the small model's decode times launches)
+SERVED_PROFILES = ("scale", "pretrained")
+
 #: The base model written by this launch (path -> file fingerprint before any training), rank 0 only.
 _ORIGINALS: dict[str, dict[str, str]] = {}
 
@@ -62,6 +65,7 @@ def _serve_own(peft_model: Any, tokenizer: Any, test_ex: list[Any], device: Any)
     the same weights: its decode speed is judged by its own HBM (MBU), and its greedy tokens and logits
     checksum must agree with the other GPUs'. Run right after training, on every rank at the same time, so
     the node's GPUs decode together under the power and cooling they share. Nothing is written to disk.
+    A launch of one rank serves once, in its lifecycle (the same adapter, reloaded and merged): ``lifecycle``.
     """
     import gc
 
@@ -207,7 +211,7 @@ def train_one(
         **memory,
         **util,
     }
-    if solo and use_cuda and cfg.profile in ("scale", "pretrained"):
+    if solo and not saves and use_cuda and cfg.profile in SERVED_PROFILES:
         data["serving"] = _serve_own(peft_model, tokenizer, test_ex, device)
     if not main_rank:
         return data, None
@@ -279,6 +283,9 @@ def lifecycle(
     out["comparison_json"] = str(write_json(cfg.out / "comparison.json", report))
     del model
     tuned, base = report["finetuned_model"], report["base_model"]
+    if cfg.strategy == "solo" and rt.device.type == "cuda" and cfg.profile in SERVED_PROFILES:
+        # a launch of one rank: its GPU's own serving is the lifecycle's merged model (``_serve_own``)
+        out["serving"] = {"adapter": "this GPU's own fine-tune, reloaded and merged", **tuned["serving"]}
     out.update(
         original_kept=bool(before) and before == after,
         reload_eval_loss=tuned["eval_loss"],
