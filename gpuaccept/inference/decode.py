@@ -176,7 +176,9 @@ class Decoder:
         records the kernels without running them: the buffers stay as the warm-up step left them."""
         started = time.perf_counter()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread-local: the fine-tune's NCCL watchdog and the NVML sampler keep running in other threads, and
+        # under the default global mode a CUDA call of theirs during the capture invalidates it
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self._step()
         self.graph = graph
         torch.cuda.synchronize(self.device)

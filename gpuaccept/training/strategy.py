@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import statistics
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +76,12 @@ def _serve_own(peft_model: Any, tokenizer: Any, test_ex: list[Any], device: Any)
 
     gc.collect()
     torch.cuda.empty_cache()
-    merged = peft_model.merge_and_unload()
-    return {"adapter": "this GPU's own solo fine-tune, merged", **serving(merged, tokenizer, test_ex, device)}
+    try:
+        merged = peft_model.merge_and_unload()
+        return {"adapter": "this GPU's own solo fine-tune, merged", **serving(merged, tokenizer, test_ex, device)}
+    except Exception as exc:  # the fine-tune's own figures still go out, judged; the serving check names this
+        traceback.print_exc()
+        return {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
 
 
 def train_one(
@@ -264,16 +269,22 @@ def lifecycle(
         after = weights_fingerprint(model)
     else:
         model = load_base(base_path, DTYPES[cfg.base_dtype], rt.device)
-    report = compare(
-        model,
-        final,
-        tokenizer,
-        test_ex,
-        rt,
-        batch=cfg.eval_batch_size or cfg.batch_size,
-        pad=pad_id,
-        new_tokens=cfg.gen_tokens,
-    )
+    try:
+        report = compare(
+            model,
+            final,
+            tokenizer,
+            test_ex,
+            rt,
+            batch=cfg.eval_batch_size or cfg.batch_size,
+            pad=pad_id,
+            new_tokens=cfg.gen_tokens,
+        )
+    except Exception as exc:  # the launch's training figures still go out; the lifecycle's checks name this
+        traceback.print_exc()
+        out["lifecycle_error"] = f"the base vs fine-tuned comparison failed: {type(exc).__name__}: {str(exc)[:500]}"
+        out["lifecycle_s"] = round(time.monotonic() - started, 3)
+        return out
     if base_path is not None:
         after = file_fingerprint(base_path)
     where = str(base_path) if base_path else f"rebuilt from seed {seed}"

@@ -70,8 +70,9 @@ def judge_serving(judge: JudgeLike, record: RankRecord, gpu: str | None) -> None
     """One GPU serving its own merged adapter: decode MBU at batch 1 and batched, prefill MFU."""
     node, data = record.node, record.data.get("serving")
     where: dict[str, Any] = {"node": node, "gpu": gpu}
-    if not data:
-        judge.unreadable("infer_decode_mbu_pct", "the fine-tune's result holds no serving figures", **where)
+    if not data or "error" in data:
+        why = f"serving failed: {data['error']}" if data else "the fine-tune's result holds no serving figures"
+        judge.unreadable("infer_decode_mbu_pct", why, **where)
         return
     dynamic = data["mode"] == "dynamic"
     single = "infer_decode_mbu_pct_dynamic" if dynamic else "infer_decode_mbu_pct"

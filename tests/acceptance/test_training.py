@@ -313,7 +313,7 @@ def test_finetune_agreement(profile, ctx, fingerprints):
         for record in result.records:
             losses = tuple(float(v) for v in record.data["losses"])
             runs.append(Trajectory(record.node, label(record), losses, record.data.get("checksum"), judged_as))
-            if record.data.get("serving"):  # the 7B-class run on GPUs: each GPU served its own adapter
+            if "decode_1" in (record.data.get("serving") or {}):  # 7B-class on GPUs: each GPU served its adapter
                 served.append(Served.of(record, label(record) or str(record.rank)))
             if record.data.get("test_hook"):
                 print(f"TEST HOOK on {record.node} {label(record)}: {record.data['test_hook']}")
