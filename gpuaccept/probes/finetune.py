@@ -195,7 +195,7 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     from gpuaccept.training.loop import Runtime
     from gpuaccept.training.perturb import PERTURB_ENV
     from gpuaccept.training.perturb import parse as parse_perturbation
-    from gpuaccept.training.strategy import release, train_one
+    from gpuaccept.training.strategy import release, serve_own, train_one
 
     PHASES.mark("imports")
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
@@ -274,6 +274,10 @@ def _run(args: argparse.Namespace, info: Any) -> None:
         runs[strategy].update(extra)
         runs[strategy]["wall_s"] = round(runs[strategy]["wall_s"] + extra.get("lifecycle_s", 0.0), 3)
     PHASES.mark("lifecycle")
+    own = serve_own(tokenizer, test_ex, device)  # every GPU's solo adapter, served by all GPUs at once
+    if own is not None:
+        runs["solo"]["serving"] = own
+    PHASES.mark("serving")
     payload = {"strategies": runs, **shared} if several else runs[strategies[0]]
     sys.stdout.flush()
     dist.destroy_process_group()
@@ -298,6 +302,7 @@ def _launch_phases(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
     # the strategies' wall beyond their own phases: freeing memory, waiting for slower ranks to join
     out["other_s"] = max(0.0, seconds.pop("strategies", 0.0) - sum(out[k] for k in list(out)[1:]))
     out["lifecycle_s"] = seconds.pop("lifecycle", 0.0)
+    out["serving_s"] = seconds.pop("serving", 0.0)
     out["teardown_s"] = seconds.pop("teardown", 0.0)
     out["other_s"] += sum(seconds.values())
     out["process_wall_s"] = PHASES.elapsed()

@@ -16,10 +16,13 @@ from typing import Any
 
 from gpuaccept.training.model import DTYPES
 
-__all__ = ["lifecycle", "release", "train_one"]
+__all__ = ["lifecycle", "release", "serve_own", "train_one"]
 
 #: the 7B-class runs, whose serving is judged by the GPU's roofline (the small model's decode times launches)
 SERVED_PROFILES = ("scale", "pretrained")
+
+#: This rank's solo adapter and its config, kept for ``serve_own`` at the end of the launch.
+_SOLO_ADAPTER: dict[str, Any] = {}
 
 #: The base model written by this launch (path -> file fingerprint before any training), rank 0 only.
 _ORIGINALS: dict[str, dict[str, str]] = {}
@@ -59,25 +62,41 @@ def release(torch: Any, use_cuda: bool) -> None:
         torch.cuda.empty_cache()
 
 
-def _serve_own(peft_model: Any, tokenizer: Any, test_ex: list[Any], device: Any) -> dict[str, Any]:
-    """Every GPU at once: each serves the adapter it has just trained alone, merged as it would be served.
+def _keep_for_serving(cfg: Any, peft_model: Any) -> None:
+    """Keep this GPU's solo adapter (its trained weights, on the host: ~0.3 GB for the 7B's r64) for ``serve_own``
+    at the end of the launch. Serving right after the solo run left the caching allocator fragmented for the DDP
+    run that follows (lent 2 x H100: DDP's 72.7 GiB peak then ran out of memory with 5 GiB reserved and unused)."""
+    trained = {n: p.detach().to("cpu", copy=True) for n, p in peft_model.named_parameters() if p.requires_grad}
+    _SOLO_ADAPTER.clear()
+    _SOLO_ADAPTER.update(cfg=cfg, weights=trained)
+
+
+def serve_own(tokenizer: Any, test_ex: list[Any], device: Any) -> dict[str, Any] | None:
+    """Every GPU at once: each serves the adapter it trained alone (kept by ``_keep_for_serving``), merged as it
+    would be served, once the launch's training is over and its memory released.
 
     The solo fine-tune is bit-for-bit the same on every GPU of one SKU and software stack, so every GPU serves
     the same weights: its decode speed is judged by its own HBM (MBU), and its greedy tokens and logits
-    checksum must agree with the other GPUs'. Run right after training, on every rank at the same time, so
-    the node's GPUs decode together under the power and cooling they share. Nothing is written to disk.
-    A launch of one rank serves once, in its lifecycle (the same adapter, reloaded and merged): ``lifecycle``.
+    checksum must agree with the other GPUs'. Every rank runs it at the same time, so the node's GPUs decode
+    together under the power and cooling they share. Nothing is written to disk. A launch of one rank serves
+    once, in its lifecycle (the same adapter, reloaded and merged): ``lifecycle``. None when nothing was kept.
     """
-    import gc
-
+    if not _SOLO_ADAPTER:
+        return None
     import torch
 
     from gpuaccept.training.lifecycle import serving
+    from gpuaccept.training.model import apply_lora, build_base
 
-    gc.collect()
-    torch.cuda.empty_cache()
+    cfg, weights = _SOLO_ADAPTER.pop("cfg"), _SOLO_ADAPTER.pop("weights")
+    release(torch, True)  # the lifecycles' models, before a 7B base is built again
     try:
-        merged = peft_model.merge_and_unload()
+        model = apply_lora(build_base(cfg, cfg.seed, device), cfg)
+        missing = set(weights) - {n for n, _ in model.named_parameters()}
+        if missing:
+            raise KeyError(f"the rebuilt model lacks {len(missing)} adapter weight(s), e.g. {sorted(missing)[0]}")
+        model.load_state_dict(weights, strict=False)
+        merged = model.merge_and_unload()  # type: ignore[operator]
         return {"adapter": "this GPU's own solo fine-tune, merged", **serving(merged, tokenizer, test_ex, device)}
     except Exception as exc:  # the fine-tune's own figures still go out, judged; the serving check names this
         traceback.print_exc()
@@ -217,7 +236,7 @@ def train_one(
         **util,
     }
     if solo and not saves and use_cuda and cfg.profile in SERVED_PROFILES:
-        data["serving"] = _serve_own(peft_model, tokenizer, test_ex, device)
+        _keep_for_serving(cfg, peft_model)
     if not main_rank:
         return data, None
     job = {
@@ -295,7 +314,7 @@ def lifecycle(
     del model
     tuned, base = report["finetuned_model"], report["base_model"]
     if cfg.strategy == "solo" and rt.device.type == "cuda" and cfg.profile in SERVED_PROFILES:
-        # a launch of one rank: its GPU's own serving is the lifecycle's merged model (``_serve_own``)
+        # a launch of one rank: its GPU's own serving is the lifecycle's merged model (``serve_own``)
         out["serving"] = {"adapter": "this GPU's own fine-tune, reloaded and merged", **tuned["serving"]}
     out.update(
         original_kept=bool(before) and before == after,

@@ -70,3 +70,32 @@ def test_scores_are_squad_f1_on_token_ids() -> None:
     assert token_f1([1, 2, 3], [1, 2, 3]) == 1.0 and token_f1([4], [1]) == 0.0 and token_f1([], [1]) == 0.0
     assert token_f1([1, 2], [1, 3]) == pytest.approx(0.5)
     assert score([[1, 2], [5]], [[1, 2], [6]]) == {"exact_match_pct": 50.0, "token_f1_pct": 50.0, "answers": 2}
+
+
+def test_the_solo_adapter_kept_and_served_at_the_end_gives_what_the_trained_model_gives() -> None:
+    """``serve_own`` rebuilds the base from its seed, loads the adapter kept on the host and merges it: the same
+    tokens and logits checksum as the trained model merged in memory (what every GPU must agree on)."""
+    import torch
+
+    from gpuaccept.training import strategy
+    from gpuaccept.training.config import profile_for
+    from gpuaccept.training.data import encode, load_splits, load_tokenizer
+    from gpuaccept.training.lifecycle import serving
+    from gpuaccept.training.model import apply_lora, build_base
+
+    cfg = profile_for("cpu", "small", strategy="solo")
+    tokenizer = load_tokenizer(None, cfg.tokenizer)
+    test_ex = [e for e in (encode(tokenizer, r, cfg.seq_len) for r in load_splits(None)[1][:8]) if e]
+    device = torch.device("cpu")
+    trained = apply_lora(build_base(cfg, cfg.seed, device), cfg)
+    with torch.no_grad():  # as if trained: every adapter weight moved
+        for name, param in trained.named_parameters():
+            if param.requires_grad:
+                param.add_(torch.randn_like(param) * 0.05)
+    strategy._keep_for_serving(cfg, trained)
+    kept = strategy.serve_own(tokenizer, test_ex, device)
+    direct = serving(trained.merge_and_unload(), tokenizer, test_ex, device)
+    assert kept is not None and "error" not in kept, kept
+    assert kept["decode_1"]["tokens"] == direct["decode_1"]["tokens"]
+    assert kept["decode_1"]["checksum"] == direct["decode_1"]["checksum"]
+    assert strategy.serve_own(tokenizer, test_ex, device) is None, "served twice"
