@@ -89,7 +89,7 @@ def test_the_solo_adapter_kept_and_served_at_the_end_gives_what_the_trained_mode
     device = torch.device("cpu")
     trained = apply_lora(build_base(cfg, cfg.seed, device), cfg)
     with torch.no_grad():  # as if trained: every adapter weight moved
-        for name, param in trained.named_parameters():
+        for param in trained.parameters():
             if param.requires_grad:
                 param.add_(torch.randn_like(param) * 0.05)
     strategy._keep_for_serving(cfg, trained)
