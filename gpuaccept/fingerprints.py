@@ -44,7 +44,8 @@ class Fingerprints:
     def get(self, node: str) -> dict[str, Any]:
         if node not in self._seen:
             try:
-                self._seen[node] = self._cluster.run("fingerprint", nodes=[node], timeout_s=120).one().data
+                result = self._cluster.run("fingerprint", nodes=[node], timeout_s=120)
+                self._seen[node] = self._with_runtime(node, result.one().data)
             except MeasurementError as exc:
                 self._seen[node] = exc
         value = self._seen[node]
@@ -61,9 +62,17 @@ class Fingerprints:
                 self._seen[node] = result
                 continue
             try:
-                self._seen[node] = result.one().data
+                self._seen[node] = self._with_runtime(node, result.one().data)
             except MeasurementError as exc:
                 self._seen[node] = exc
+
+    def _with_runtime(self, node: str, data: dict[str, Any]) -> dict[str, Any]:
+        """The container runtimes' versions the launcher read on the node's host side (a probe in the image
+        cannot see them), beside what the probe found inside: one differing node is drift."""
+        host = getattr(self._cluster.launcher, "container_nodes", {}).get(node)
+        if not host:
+            return data
+        return {**data, "container": {**(data.get("container") or {}), "runtime_versions": host["runtime_versions"]}}
 
     def collected(self, nodes: Iterable[str] | None = None) -> dict[str, Any]:
         """Everything gathered so far (or for ``nodes``), errors as strings (for the run record)."""

@@ -237,6 +237,7 @@ def pytest_runtest_makereport(
         "test_hooks": state.record.test_hooks,
         "nodes": nodes,
         "commands": list(entry.commands) if entry else [],
+        "ran_in": dict(entry.ran_in) if entry else {},
         "metrics": [m.to_dict() for m in checks],
         "not_run": (
             {"check": missing_tool.check, "tool": missing_tool.tool, "detail": missing_tool.detail}

@@ -49,6 +49,7 @@ class RecordKeeper:
         entry.duration_s = round(entry.duration_s + report.duration, 3)
         entry.nodes = data.get("nodes") or entry.nodes
         entry.commands = data.get("commands") or entry.commands
+        entry.ran_in = data.get("ran_in") or entry.ran_in
         if report.longrepr is not None and verdict != "passed":
             entry.message = _short(report)
         if entry.nodeid not in self._merged:  # a failing teardown reports the same metrics again

@@ -179,8 +179,16 @@ OPTIONS: tuple[Option, ...] = (
     # reports and fleet
     Option("baseline", "run record to compare with ('latest' or a path): regressions fail", str),
     Option("drain_on_fail", "drain nodes with hardware failures: 'print' (dry run) or 'yes'", _drain, "off"),
-    Option("container_image", "pyxis/enroot image every srun step runs in (--container-image)"),
-    Option("container_mounts", "pyxis mounts for every step (--container-mounts)"),
+    Option(
+        "container_image",
+        "pyxis/enroot image every srun step runs in: a squashfs file or a docker:// URI (srun --container-image)",
+    ),
+    Option("container_mounts", "pyxis mounts for every step, SRC:DST[:FLAGS],... (srun --container-mounts)"),
+    Option(
+        "container_bundle",
+        "OCI bundle (config.json and rootfs/) every srun step runs in, through Slurm's oci.conf runtime "
+        "(srun --container)",
+    ),
 )
 
 
@@ -219,6 +227,7 @@ class Settings:
     drain_on_fail: str = "off"
     container_image: str | None = None
     container_mounts: str | None = None
+    container_bundle: str | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
 

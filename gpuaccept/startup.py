@@ -13,6 +13,8 @@ from typing import cast
 
 import pytest
 
+from gpuaccept.dispatch import choose_launcher
+from gpuaccept.dispatch.container import ContainerUnusable, from_settings
 from gpuaccept.inputs import InputError, check_inputs
 from gpuaccept.settings import Settings, SettingsError, reports_root, resolve
 from gpuaccept.state import STATE_KEY, SessionState
@@ -41,6 +43,14 @@ def checked_inputs(config: pytest.Config) -> tuple[Settings, Thresholds]:
         )
     except InputError as exc:
         raise SettingsError(str(exc)) from None
+    try:
+        container = from_settings(settings)  # the image, bundle and mount sources here, before any allocation
+    except ContainerUnusable as exc:
+        raise SettingsError(str(exc)) from None
+    if container is not None and choose_launcher(settings) == "local":
+        raise SettingsError(
+            f"{container.option} runs every step in an image through srun; --launcher local has no srun"
+        )
     return settings, thresholds
 
 

@@ -23,6 +23,7 @@ import pytest
 from gpuaccept import testhooks
 from gpuaccept.cluster import Cluster, FanoutGroup
 from gpuaccept.dispatch import SlurmUnusable, choose_launcher, make_launcher
+from gpuaccept.dispatch.container import ContainerUnusable
 from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.dispatch.slurm_cli import SlurmError, cluster_name, share_node_reads
 from gpuaccept.dispatch.step import Step, shell_join
@@ -34,7 +35,14 @@ from gpuaccept.settings import Settings, reports_root
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
 from gpuaccept.thresholds.loosened import loosened
 
-__all__ = ["STATE_KEY", "SessionState"]
+__all__ = ["STATE_KEY", "SessionState", "ran_in_text"]
+
+
+def ran_in_text(where: dict[str, Any]) -> str:
+    """``gpuaccept-dev/bookworm-py3 (oci), Python 3.11.2 /usr/bin/python3``; ``host, Python ...`` outside."""
+    image = where.get("image") or "unknown image"
+    place = f"{image} ({where['runtime']})" if where.get("runtime") else "host"
+    return f"{place}, Python {where.get('python')}"
 
 
 class SessionState:
@@ -85,7 +93,8 @@ class SessionState:
             try:
                 launcher = make_launcher(self.settings, kind, job=self.job, notify=self.notify)
             except (SlurmError, SlurmUnusable) as exc:
-                self.setup_error = f"could not get nodes from Slurm: {exc}"
+                container = isinstance(exc, ContainerUnusable)
+                self.setup_error = str(exc) if container else f"could not get nodes from Slurm: {exc}"
                 self.record.errors.append(self.setup_error)
                 self._setup_failure = SlurmUnusable(self.setup_error)
                 raise self._setup_failure from None
@@ -104,6 +113,7 @@ class SessionState:
                 "job_id": getattr(allocation, "job_id", None),
                 "partition": self.settings.partition,
                 "name": cluster_name() if launcher.name == "slurm" else None,
+                "container": getattr(launcher, "container_record", lambda: None)(),
             }
         return self._cluster
 
@@ -135,9 +145,12 @@ class SessionState:
 
     def _on_step(self, step: Step, command: list[str], result: ProbeResult | None) -> None:
         self._record_command(command)
+        entry = self.record.test(record_id(self.current_item.nodeid)) if self.current_item is not None else None
         for rank in result.records if result is not None else []:
             for name, value in rank.test_hooks.items():
                 self.record.hook_seen(name, value, f"probes on {rank.node}")
+            if entry is not None and rank.ran_in:
+                entry.ran_in[rank.node] = ran_in_text(rank.ran_in)
         item = self.current_item
         self.config.hook.pytest_gpuaccept_step_finished(item=item, step=step, command=command, result=result)
 

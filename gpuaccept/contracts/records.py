@@ -23,6 +23,8 @@ class RankRecord:
     data: dict[str, Any]
     #: the test hooks set where this rank ran (``gpuaccept.testhooks``): name -> value
     test_hooks: dict[str, str] = field(default_factory=dict)
+    #: what the rank ran in (``gpuaccept.probes.container.where``): image marker, OS, runtime, Python
+    ran_in: dict[str, Any] | None = None
 
     @property
     def gpu_label(self) -> str | None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuaccept.dispatch.allocation import Allocation, acquire, reuse
+from gpuaccept.dispatch.container import ContainerUnusable, from_settings
 from gpuaccept.dispatch.local import LocalLauncher
 from gpuaccept.dispatch.preflight import SlurmUnusable, plan_allocation
 from gpuaccept.dispatch.salloc import to_stderr
@@ -47,12 +48,11 @@ def make_launcher(
     """
     if kind == "local":
         return LocalLauncher(gpus_per_node=settings.gpus_per_node)
-    if job is not None:
-        return SlurmLauncher(
-            Allocation(job[0], job[1], owned=False), srun_args=settings.srun_arg, gpus_per_node=settings.gpus_per_node
-        )
+    if job is not None:  # the controller checked and started the container already
+        return SlurmLauncher(Allocation(job[0], job[1], owned=False), **_slurm_options(settings))
+    options = _slurm_options(settings)  # a bad image or mount is refused before anything is allocated
     if os.environ.get("SLURM_JOB_ID"):
-        return SlurmLauncher(reuse(settings), **_slurm_options(settings))
+        return _started(SlurmLauncher(reuse(settings), **options), notify)
     try:
         plan = plan_allocation(settings)
     except SlurmUnusable as exc:
@@ -67,13 +67,22 @@ def make_launcher(
         allocation = Allocation("$SLURM_JOB_ID", list(plan.candidates[: plan.count]), owned=False)
     else:
         allocation = acquire(settings, plan, notify)
-    return SlurmLauncher(allocation, **_slurm_options(settings))
+    return _started(SlurmLauncher(allocation, **options), notify)
+
+
+def _started(launcher: SlurmLauncher, notify: Callable[[str], None]) -> SlurmLauncher:
+    """The launcher once its container (if any) starts on every node; else its allocation is released."""
+    try:
+        launcher.start_container(notify)
+    except ContainerUnusable:
+        launcher.close()
+        raise
+    return launcher
 
 
 def _slurm_options(settings: Settings) -> dict[str, Any]:
     return {
         "srun_args": settings.srun_arg,
         "gpus_per_node": settings.gpus_per_node,
-        "container_image": settings.container_image,
-        "container_mounts": settings.container_mounts,
+        "container": from_settings(settings),
     }

@@ -101,6 +101,7 @@ def parse_records(probe: str, stdout: str, expected_ranks: int, nodes: tuple[str
                 gpu=raw.get("gpu"),
                 data=dict(raw["data"]),
                 test_hooks={str(k): str(v) for k, v in (raw.get("test_hooks") or {}).items()},
+                ran_in=raw.get("ran_in") if isinstance(raw.get("ran_in"), dict) else None,
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ProbeError(

@@ -17,15 +17,26 @@ import dataclasses
 import os
 import re
 import signal
+import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from gpuaccept.dispatch.allocation import Allocation
+from gpuaccept.dispatch.container import (
+    HOST_QUERY,
+    HOST_SIDE,
+    Container,
+    ContainerUnusable,
+    parse_host_lines,
+    runtime_versions,
+)
 from gpuaccept.dispatch.fanout import launched_any, lost_from_stderr, slice_results
 from gpuaccept.dispatch.proc import run_all
-from gpuaccept.dispatch.result import ProbeResult, check_step, reported_ranks
+from gpuaccept.dispatch.result import ProbeResult, check_step, parse_records, reported_ranks
 from gpuaccept.dispatch.slurm_cli import SlurmError, expand_hostlist, gres_gpus, key_values, node_info, slurm_cmd
 from gpuaccept.dispatch.step import STEP_ENV_DEFAULTS, Step, probe_argv
-from gpuaccept.errors import MeasurementError, ProbeError, ProbeTimeout
+from gpuaccept.errors import MeasurementError, ProbeError, ProbeTimeout, ToolMissing
 
 __all__ = ["SlurmLauncher"]
 
@@ -50,15 +61,13 @@ class SlurmLauncher:
         srun_args: tuple[str, ...] = (),
         gpus_per_node: int | None = None,
         python: str | None = None,
-        container_image: str | None = None,
-        container_mounts: str | None = None,
+        container: Container | None = None,
     ) -> None:
         self.allocation = allocation
         self.srun_args = srun_args
-        self.container_image = container_image
-        self.container_mounts = container_mounts
-        if container_image and python is None:
-            python = "python3"  # the login node's interpreter path means nothing inside the image
+        self.container = container
+        #: node -> what the container start check found there: runtimes, host Python, the image inside
+        self.container_nodes: dict[str, dict[str, Any]] = {}
         self._gpus_override = gpus_per_node
         self._python = python
         self._gpus: dict[str, int] = {}
@@ -103,35 +112,129 @@ class SlurmLauncher:
 
     def command(self, step: Step, *, fanout: bool = False) -> list[str]:
         """The srun command; ``fanout``: one independent per-node probe on every node of the step."""
+        in_image = self._in_image(step.probe)
+        # one srun task per node that starts the node's ranks itself (probes/_tasks.py): Slurm's OCI
+        # support starts one task per node in a container
+        spawned = in_image and self.container is not None and self.container.kind == "oci" and step.tasks_per_node > 1
+        per_node = 1 if spawned else step.tasks_per_node
         argv = [
             "srun",
             f"--jobid={self.allocation.job_id}",
             f"--job-name={step.name}",
             f"--nodes={len(step.nodes)}",
             f"--nodelist={','.join(step.nodes)}",
-            f"--ntasks={step.ranks}",
-            f"--ntasks-per-node={step.tasks_per_node}",
+            f"--ntasks={per_node * len(step.nodes)}",
+            f"--ntasks-per-node={per_node}",
         ]
         argv += ["--kill-on-bad-exit=0", "--label", "-v"] if fanout else ["--kill-on-bad-exit=1"]
-        if step.gpus_per_task:
+        if step.gpus_per_task and spawned:
+            argv.append(f"--gpus-per-node={step.gpus_per_task * step.tasks_per_node}")
+        elif step.gpus_per_task:
             argv.append(f"--gpus-per-task={step.gpus_per_task}")
         elif not step.exclusive:
             argv.append("--overlap")
-        if self.container_image:
-            # pyxis/enroot (Soperator and most Slurm GPU clouds): the image must hold gpuaccept
-            # (installed, or mounted and on PYTHONPATH through --container-mounts)
-            argv.append(f"--container-image={self.container_image}")
-            if self.container_mounts:
-                argv.append(f"--container-mounts={self.container_mounts}")
+        if in_image and self.container is not None:
+            # the image must hold gpuaccept and its packages (installed, or mounted and on its PYTHONPATH)
+            argv += self.container.srun_args()
         argv += list(self.srun_args)
-        if fanout:
-            return argv + probe_argv("_pernode", (step.probe, *step.args), self._python)
-        return argv + probe_argv(step.probe, step.args, self._python)
+        # inside the image its own python3: the login node's interpreter path means nothing there
+        python = "python3" if in_image else self._python
+        module, args = ("_pernode", (step.probe, *step.args)) if fanout else (step.probe, step.args)
+        if spawned:
+            module, args = "_tasks", (str(step.tasks_per_node), str(step.gpus_per_task), module, *args)
+        return argv + probe_argv(module, args, python)
+
+    def _in_image(self, probe: str) -> bool:
+        return self.container is not None and probe not in HOST_SIDE
+
+    def _refuse_host_side(self, step: Step) -> None:
+        """A host-side probe (``HOST_SIDE``) on nodes whose host has no suite outside the image: not run,
+        named with the reason, never an error of a healthy node."""
+        if self.container is None or step.probe not in HOST_SIDE:
+            return
+        lacking = tuple(n for n in step.nodes if self.container_nodes.get(n, {}).get("host_python") == "no")
+        if lacking:
+            detail = f"it {HOST_SIDE[step.probe]}; the suite runs in the image ({self.container.option})"
+            tool = "gpuaccept for the host's Python"
+            raise ToolMissing(f"{step.probe} on the host side", tool, detail, nodes=lacking)
+
+    def start_container(self, notify: Callable[[str], None]) -> None:
+        """Before the first test: every node has the image's paths and a runtime, and the image starts and
+        imports the suite there (under pyxis this imports it, once per node). ``ContainerUnusable`` names
+        the node and gives the runtime's words."""
+        container = self.container
+        if container is None or self.allocation.job_id.startswith("$"):
+            return
+        nodes = self.nodes()
+        base = [
+            "srun",
+            f"--jobid={self.allocation.job_id}",
+            f"--nodes={len(nodes)}",
+            f"--nodelist={','.join(nodes)}",
+            f"--ntasks={len(nodes)}",
+            "--ntasks-per-node=1",
+            "--overlap",
+            "--kill-on-bad-exit=0",
+            *self.srun_args,
+        ]
+        host_python = self._python or sys.executable
+        query = [*base, "sh", "-c", HOST_QUERY, "sh", host_python, *container.local_paths()]
+        found = run_all([query], [dict(os.environ)], 120, first_signal=signal.SIGTERM)
+        host = parse_host_lines(found.stdout[0])
+        where = f"{container.option} {container.image}"
+        silent = [n for n in nodes if n not in host]
+        if silent:
+            said = found.stderr[0].strip()[-400:]
+            raise ContainerUnusable(f"{where}: the host-side query answered nothing from {', '.join(silent)}: {said}")
+        for node in nodes:
+            if host[node].get("missing"):
+                raise ContainerUnusable(f"{where}: {node} has no {host[node]['missing'].replace(',', ', ')}")
+            if container.kind == "oci" and not (host[node].get("runc") or host[node].get("crun")):
+                raise ContainerUnusable(f"{where}: {node} has neither runc nor crun for Slurm's oci.conf")
+        local = container.image.startswith("/")
+        notify(
+            f"gpuaccept: starting {container.image} on {len(nodes)} node(s)"
+            + ("" if local or container.kind == "oci" else " (pyxis imports it once per node; later steps reuse it)")
+        )
+        inside = [*base, "--label", *container.srun_args(), *probe_argv("container", (), "python3")]
+        timeout = self._start_timeout(local)
+        started = run_all([inside], [{**STEP_ENV_DEFAULTS, **os.environ}], timeout, first_signal=signal.SIGTERM)
+        stderr = started.stderr[0].strip()
+        if "unrecognized option" in stderr and container.kind == "pyxis":
+            raise ContainerUnusable(
+                f"{where}: this cluster's srun has no --container-image (pyxis is not installed): {stderr[-300:]}"
+            )
+        try:
+            records = parse_records("container", started.stdout[0], len(nodes), tuple(nodes))
+        except ProbeError:
+            records = []
+        inside_of = {r.node: r.data.get("where") or {} for r in records}
+        failed = [n for n in nodes if n not in inside_of]
+        if started.timed_out or started.returncodes[0] != 0 or failed:
+            why = f"no answer within {timeout:g} s" if started.timed_out else stderr[-600:] or "no output"
+            raise ContainerUnusable(
+                f"{where}: the image did not start, or its python3 cannot import gpuaccept, on "
+                f"{', '.join(failed or nodes)}: {why}"
+            )
+        for node in nodes:
+            self.container_nodes[node] = {
+                **inside_of[node],
+                "runtime_versions": runtime_versions(host[node], container.kind),
+                "host_python": host[node].get("host_python"),
+            }
+
+    def _start_timeout(self, local: bool) -> float:
+        """A registry image is pulled and squashed once per node on first use: tens of GB take minutes."""
+        return 300.0 if local else 1800.0
+
+    def container_record(self) -> dict[str, Any] | None:
+        """The image and what every node runs it with, for the run record and the summary."""
+        if self.container is None:
+            return None
+        return {**self.container.describe(), "nodes": self.container_nodes}
 
     def _env(self, step: Step) -> dict[str, str]:
         env = {**STEP_ENV_DEFAULTS, **os.environ, **step.env, "GPUACCEPT_TASKS_PER_NODE": str(step.tasks_per_node)}
-        if self.container_image:
-            env["GPUACCEPT_CONTAINER_IMAGE"] = self.container_image
         for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
             env.pop(var, None)
         return env
@@ -162,6 +265,7 @@ class SlurmLauncher:
 
     def run(self, step: Step) -> ProbeResult:
         self._refuse_lost(step)
+        self._refuse_host_side(step)
         result, timed_out = self._launch(step, self.command(step))
         if timed_out:
             left = self._cancel_step(step)
@@ -185,6 +289,7 @@ class SlurmLauncher:
         step (a node left the allocation since the last step), the lost nodes are found and the step
         runs once more on the others: at most two steps, whatever the node count.
         """
+        self._refuse_host_side(step)
         results: dict[str, ProbeResult | MeasurementError] = {
             n: self._lost_error(step, n) for n in step.nodes if n in self.lost
         }

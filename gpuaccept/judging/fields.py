@@ -33,6 +33,9 @@ FINGERPRINT_FIELDS: tuple[FingerprintField, ...] = (
     FingerprintField("kernel", ("kernel",)),
     FingerprintField("OS", ("os",)),
     FingerprintField("GPU model", ("_gpu_model",)),
+    # the image the steps ran in (its marker) and the runtimes that started it, read on the host side
+    FingerprintField("image", ("container", "image")),
+    FingerprintField("container runtime", ("container", "runtime_versions")),
     # differ legitimately between nodes (a CPU login node, boards of two VBIOS batches): per-run only
     FingerprintField("GPU count", ("gpus", "count"), across_nodes=False),
     FingerprintField("VBIOS", ("_vbios",), across_nodes=False),

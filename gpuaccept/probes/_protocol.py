@@ -28,6 +28,7 @@ from typing import Any
 from gpuaccept import testhooks
 from gpuaccept.probes._gpu import handle_for_rank, identity
 from gpuaccept.probes._nvml import nvml
+from gpuaccept.probes.container import ran_in
 
 __all__ = [
     "PART_SENTINEL",
@@ -169,6 +170,7 @@ def emit(data: Mapping[str, Any], *, gpu: Mapping[str, Any] | None = None, probe
         "local_rank": info.local_rank,
         "gpu": gpu,
         "data": _clean(data),
+        "ran_in": ran_in(),  # the image (its marker) and the Python that measured: the record's proof
     }
     hooks = testhooks.active()
     if hooks:

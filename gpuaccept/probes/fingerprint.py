@@ -23,6 +23,7 @@ from gpuaccept.probes._cpus import granted_cpus
 from gpuaccept.probes._gpu import identity
 from gpuaccept.probes._nvml import nvml, safe, text
 from gpuaccept.probes._protocol import emit, node_name
+from gpuaccept.probes.container import where
 
 __all__ = ["collect"]
 
@@ -217,7 +218,7 @@ def collect() -> dict[str, Any]:
         "gpus": gpus,
         "stack": _python_stack(bool(gpus["count"])),
         "ib_hcas": _hcas(),
-        "container": os.environ.get("GPUACCEPT_CONTAINER_IMAGE") or os.environ.get("SLURM_CONTAINER") or None,
+        "container": where(),  # the image's marker, OS, runtime and Python, as every result line has it
         "python_executable": sys.executable,
     }
 

@@ -60,6 +60,15 @@ def _across(fingerprints: Mapping[str, Any], pick: Any) -> str:
     return "; ".join(f"{value} ({', '.join(nodes)})" for value, nodes in by_value.items())
 
 
+def _container(container: Any) -> str:
+    """The image the steps ran in as the options named it, with what identifies that file or bundle."""
+    if not isinstance(container, dict):
+        return "none (steps ran on the hosts)"
+    facts = [f"{k} {container[k]}" for k in ("size_bytes", "mtime", "config_sha256") if container.get(k)]
+    kind = "OCI bundle, srun --container" if container.get("kind") == "oci" else "pyxis/enroot"
+    return f"{container.get('image')} ({kind}{'; ' + ', '.join(facts) if facts else ''})"
+
+
 def _suite_version() -> str:
     try:
         return importlib.metadata.version("gpuaccept")
@@ -107,6 +116,9 @@ def environment(
         "Python": _across(fps, lambda fp: _get(fp, ("stack", "python"))),
         "Kernel": _across(fps, lambda fp: fp.get("kernel")),
         "OS": _across(fps, lambda fp: fp.get("os")),
+        "Container": _container(cluster.get("container")),
+        "Image inside": _across(fps, lambda fp: _get(fp, ("container", "image"))),
+        "Container runtime": _across(fps, lambda fp: _get(fp, ("container", "runtime_versions"))),
         "Suite version": f"gpuaccept {record.suite.get('version') or _suite_version()}",
         "Suite commit": f"{record.suite.get('commit') or 'unknown'} (edited: {record.suite.get('edited')})",
         "Thresholds digest": str(thresholds.get("digest") or "unknown"),

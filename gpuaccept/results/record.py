@@ -62,6 +62,9 @@ class TestEntry:
     message: str = ""
     nodes: list[str] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
+    #: node -> what its probe steps ran in, from every rank's line (``probes/container.py``): the image's
+    #: marker and runtime, or "host", and the Python; the proof that a step ran inside the image
+    ran_in: dict[str, str] = field(default_factory=dict)
     #: why it did not pass: could not measure, regression, hardware fault, drift, threshold miss
     category: str | None = None
     #: every check the test made: what was observed, what was expected, the source and the verdict

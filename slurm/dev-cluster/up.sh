@@ -16,7 +16,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 usage() {
   cat >&2 <<'EOF'
-usage: up.sh --nodes N [--gpus] [--gpus-per-node G] [--cpus-per-node C] [--dir DIR]
+usage: up.sh --nodes N [--gpus] [--gpus-per-node G] [--cpus-per-node C] [--dir DIR] [--oci runc|crun]
              [--slurm 22.05|24.11|26.05 | --prefix PREFIX [--debs DEBDIR]]
 
   --nodes N           number of slurmd "nodes" (node1..nodeN), all on this host
@@ -24,6 +24,9 @@ usage: up.sh --nodes N [--gpus] [--gpus-per-node G] [--cpus-per-node C] [--dir D
   --gpus-per-node G   GPUs per node (implies --gpus; default 1)
   --cpus-per-node C   CPUs each node declares (default 4; Slurm does not check the real count)
   --dir DIR           folder for config, state, logs, pids (default: mktemp -d /tmp/gpuaccept-slurm.XXXX)
+  --oci RUNTIME       write oci.conf for Slurm's own containers (srun --container=BUNDLE) with runc or crun
+                      (Debian's packages), each node with its own runtime state folder; the tasks' Slurm
+                      variables are put back by oci-run.sh (22.05 leaves them out of the container)
   --slurm VERSION     22.05: the host's Slurm (Debian bookworm; the default). 24.11 or 26.05: Debian
                       trixie's or sid's, from the root that chroot.sh builds and caches; its daemons
                       and client commands run on this host with that root's own loader and libraries
@@ -41,7 +44,7 @@ EOF
 log() { printf 'up.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-nodes="" gpus=0 gpus_per_node=1 cpus=4 dir="" prefix="" debs="" slurm=""
+nodes="" gpus=0 gpus_per_node=1 cpus=4 dir="" prefix="" debs="" slurm="" oci=""
 while (($#)); do
   case $1 in
     --nodes) nodes=${2:?}; shift 2 ;;
@@ -52,6 +55,7 @@ while (($#)); do
     --prefix) prefix=${2:?}; shift 2 ;;
     --debs) debs=${2:?}; shift 2 ;;
     --slurm) slurm=${2:?}; shift 2 ;;
+    --oci) oci=${2:?}; shift 2 ;;
     -h | --help) usage ;;
     *) log "unknown argument: $1"; usage ;;
   esac
@@ -66,6 +70,11 @@ case $slurm in
   *) die "--slurm must be 22.05 (the host's), 24.11 or 26.05, not '$slurm'" ;;
 esac
 [[ -z $prefix || -z $slurm ]] || die "--slurm and --prefix exclude each other"
+case $oci in
+  "" | runc | crun) ;;
+  *) die "--oci must be runc or crun, not '$oci'" ;;
+esac
+[[ -z $oci ]] || command -v "$oci" >/dev/null || die "--oci $oci: $oci is not installed (apt-get install $oci)"
 # slurmd switches to the job's user and the prefix mode links into /usr/lib: both need root.
 ((EUID == 0)) || die "must run as root"
 # Paths go unquoted into slurm.conf and the printed export lines: keep them plain.
@@ -311,6 +320,25 @@ for i in "${local_ids[@]}"; do physical+=${physical:+,}$((first + i)); done
 echo "export CUDA_VISIBLE_DEVICES=$physical"
 EOF
   chmod 755 "$dir/task-prolog.sh"
+fi
+
+# --- Slurm's own OCI containers (srun --container=BUNDLE) ------------------------------------------
+# slurmstepd reads oci.conf beside slurm.conf at every step. RunTimeRun (one command that creates, starts
+# and waits) rather than RunTimeCreate/RunTimeStart: with runc's create/start pair 22.05's step hung with
+# no output. Each node gets its own runtime state folder (%n): all nodes share this host, and container
+# ids carry the node name anyway. This host mounts cgroup v1 and v2 side by side, where crun 1.8 refuses
+# to start anything ("cgroups in hybrid mode not supported"); runc runs.
+if [[ -n $oci ]]; then
+  state=$dir/oci/%n
+  cat >"$dir/oci.conf" <<EOF
+# Written by slurm/dev-cluster/up.sh --oci $oci
+RunTimeQuery="$oci --root=$state state %n.%u.%j.%s.%t"
+RunTimeRun="$here/oci-run.sh %b %n.%u.%j.%s.%t %n %t $oci --root=$state"
+RunTimeKill="$oci --root=$state kill -a %n.%u.%j.%s.%t"
+RunTimeDelete="$oci --root=$state delete --force %n.%u.%j.%s.%t"
+EOF
+else
+  rm -f "$dir/oci.conf"
 fi
 
 # --- start the daemons --------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Fleet behaviour on the loopback cluster: draining failed nodes, xdist across nodes, containers."""
+"""Fleet behaviour on the loopback cluster: draining failed nodes, xdist across nodes."""
 
 from __future__ import annotations
 
@@ -6,9 +6,6 @@ import time
 
 import pytest
 
-from gpuaccept.dispatch.allocation import Allocation
-from gpuaccept.dispatch.slurm import SlurmLauncher
-from gpuaccept.dispatch.step import Step
 from gpuaccept.judging.verdict import EXIT_TEST_HOOKS
 
 from .conftest import run_inner, write_suite
@@ -88,18 +85,6 @@ def test_xdist_shares_one_allocation(tmp_path, dev_cluster):
     assert run.verdicts() == {f"test_{t}[node{n}]": "passed" for t in "ab" for n in (1, 2)}
     assert dev_cluster.last_job_id() == before + 1, "workers must reuse the controller's single allocation"
     assert dev_cluster.jobs() == []
-
-
-def test_container_flags_reach_srun():
-    launcher = SlurmLauncher(
-        Allocation("42", ["n1"], owned=False),
-        container_image="nvcr.io#nvidia/pytorch:24.05-py3",
-        container_mounts="/shared:/shared",
-    )
-    argv = launcher.command(Step("hygiene", ("n1",)))
-    assert "--container-image=nvcr.io#nvidia/pytorch:24.05-py3" in argv
-    assert "--container-mounts=/shared:/shared" in argv
-    assert argv[argv.index("-m") - 1] == "python3"
 
 
 SHARED_SUITE = """

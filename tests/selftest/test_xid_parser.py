@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpuaccept.dispatch.result import parse_records
 from gpuaccept.errors import MeasurementError
 from gpuaccept.hardware.xid import hardware_codes, judge_xid, parse_line, parse_log
 from gpuaccept.judging.judge import Judge
@@ -149,10 +149,10 @@ def test_probe_falls_through_sources(monkeypatch: pytest.MonkeyPatch) -> None:
     assert xid_probe.read_log(["dmesg", "journalctl", "kmsg"])[0] is None
 
 
-def test_probe_log_file_emits_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_probe_log_file_emits_one_record(capsys: pytest.CaptureFixture[str]) -> None:
     xid_probe.main(["--log-file", str(LOGS / "dmesg-h100-xid79.txt")])
-    line = capsys.readouterr().out.strip()
-    data = json.loads(line.split(" ", 1)[1])["data"]
+    (record,) = parse_records("xid", capsys.readouterr().out, 1, ("node1",))  # a long line comes in parts
+    data = record.data
     assert data["readable"] and data["xid_lines_total"] == 3 and data["log_start_s"] == 0.0
 
 
