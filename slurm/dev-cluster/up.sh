@@ -5,6 +5,7 @@
 #   eval "$(slurm/dev-cluster/up.sh --nodes 2)"        # CPU-only nodes (what CI uses)
 #   eval "$(slurm/dev-cluster/up.sh --nodes 2 --gpus)" # one GPU per node on a multi-GPU host
 #   eval "$(slurm/dev-cluster/up.sh --nodes 2 --slurm 26.05)"  # Debian sid's Slurm (chroot.sh builds it)
+#   eval "$(slurm/dev-cluster/up.sh --nodes 2 --pyxis DIR)"    # srun --container-image (pyxis.sh builds DIR)
 #
 # Only `export` lines go to stdout (so eval works); progress and errors go to stderr.
 # Stop it with slurm/dev-cluster/down.sh. Not a production configuration: no auth, no cgroups.
@@ -17,7 +18,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 usage() {
   cat >&2 <<'EOF'
 usage: up.sh --nodes N [--gpus] [--gpus-per-node G] [--cpus-per-node C] [--dir DIR] [--oci runc|crun]
-             [--slurm 22.05|24.11|26.05 | --prefix PREFIX [--debs DEBDIR]]
+             [--slurm 22.05|24.11|26.05 | --prefix PREFIX [--debs DEBDIR]] [--pyxis DIR]
 
   --nodes N           number of slurmd "nodes" (node1..nodeN), all on this host
   --gpus              give each node GPUs as gres (node K gets /dev/nvidia{(K-1)*G .. K*G-1})
@@ -33,6 +34,12 @@ usage: up.sh --nodes N [--gpus] [--gpus-per-node G] [--cpus-per-node C] [--dir D
                       (ROOT/host-bin, put first on PATH by the printed exports)
   --prefix PREFIX     use Slurm unpacked under PREFIX (dpkg -x) instead of the system's binaries
   --debs DEBDIR       first unpack DEBDIR/*.deb into PREFIX (see debs.txt)
+  --pyxis DIR         load DIR's pyxis (DIR/lib/slurm/spank_pyxis.so, built by pyxis.sh for the host's
+                      Slurm 22.05 only) through CLUSTER/plugstack.conf, so srun takes --container-image
+                      and the other --container-* options, and run DIR's enroot. Each node gets its own
+                      enroot data, runtime, cache and temp folders under CLUSTER/enroot/nodeK (one host:
+                      two nodes would otherwise share enroot's containers, e.g. pyxis_<job>.<step>), and
+                      pyxis's runtime_path is CLUSTER/pyxis
 
 environment: GPUACCEPT_SLURM_BASE_PORT (first of N+1 ports; default: a free range picked at random),
   GPUACCEPT_DEV_TIMEOUT (seconds to wait for IDLE nodes, default 60),
@@ -44,7 +51,7 @@ EOF
 log() { printf 'up.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-nodes="" gpus=0 gpus_per_node=1 cpus=4 dir="" prefix="" debs="" slurm="" oci=""
+nodes="" gpus=0 gpus_per_node=1 cpus=4 dir="" prefix="" debs="" slurm="" oci="" pyxis=""
 while (($#)); do
   case $1 in
     --nodes) nodes=${2:?}; shift 2 ;;
@@ -56,6 +63,7 @@ while (($#)); do
     --debs) debs=${2:?}; shift 2 ;;
     --slurm) slurm=${2:?}; shift 2 ;;
     --oci) oci=${2:?}; shift 2 ;;
+    --pyxis) pyxis=${2:?}; shift 2 ;;
     -h | --help) usage ;;
     *) log "unknown argument: $1"; usage ;;
   esac
@@ -75,11 +83,19 @@ case $oci in
   *) die "--oci must be runc or crun, not '$oci'" ;;
 esac
 [[ -z $oci ]] || command -v "$oci" >/dev/null || die "--oci $oci: $oci is not installed (apt-get install $oci)"
+if [[ -n $pyxis ]]; then
+  [[ -f $pyxis/lib/slurm/spank_pyxis.so && -x $pyxis/bin/enroot ]] ||
+    die "--pyxis $pyxis holds no lib/slurm/spank_pyxis.so and bin/enroot (build it with pyxis.sh)"
+  pyxis=$(cd "$pyxis" && pwd)
+  # A SPANK plugin loads only in the Slurm release whose spank.h it was compiled with.
+  [[ -z $prefix && ( -z $slurm || $slurm == 22.05 ) ]] ||
+    die "--pyxis: pyxis.sh builds pyxis for the host's Slurm only (not --slurm 24.11/26.05 or --prefix)"
+fi
 # slurmd switches to the job's user and the prefix mode links into /usr/lib: both need root.
 ((EUID == 0)) || die "must run as root"
 # Paths go unquoted into slurm.conf and the printed export lines: keep them plain.
 safe='^[A-Za-z0-9_./+-]+$'
-for p in "$dir" "$prefix"; do
+for p in "$dir" "$prefix" "$pyxis"; do
   [[ -z $p || $p =~ $safe ]] || die "path '$p' must only hold letters, digits and _ . / + -"
 done
 
@@ -269,6 +285,32 @@ $gres_line
 $prolog_line
 $plugin_line
 EOF
+if [[ -n $pyxis ]]; then
+  # srun loads the plugin too (it adds the --container-* options), reading the same slurm.conf.
+  # runtime_path (default /run/pyxis) holds squashfs files that pyxis imports from docker://
+  # images, named <uid>/<job>.<step>.squashfs: one folder per cluster, shared by its nodes (a
+  # plugstack.conf cannot differ per node); local .sqsh images do not use it.
+  echo "PlugStackConfig=$dir/plugstack.conf" >>"$conf"
+  echo "required $pyxis/lib/slurm/spank_pyxis.so runtime_path=$dir/pyxis" >"$dir/plugstack.conf"
+  # pyxis runs enroot with an environment of its own: it clears slurmstepd's, keeps only PATH, adds
+  # the job's minus ENROOT_{RUNTIME,DATA,CACHE,TEMP}_PATH and the like (pyxis_slurmstepd.c,
+  # slurm_clear_env and enroot_deny_env), so ENROOT_* exported to slurmd would never reach enroot.
+  # PATH does: slurmd nodeK starts with CLUSTER/enroot/nodeK/bin first on it, where an `enroot`
+  # wrapper sets that node's paths and runs DIR's enroot (whose helpers enroot-* it finds on PATH).
+  for ((k = 1; k <= nodes; k++)); do
+    e=$dir/enroot/node$k
+    mkdir -p "$e"/{bin,data,run,cache,tmp,config}
+    cat >"$e/bin/enroot" <<EOF
+#!/bin/sh
+# Written by up.sh --pyxis: enroot for node$k of the dev cluster in $dir.
+export PATH="$pyxis/bin:\$PATH"
+export ENROOT_DATA_PATH=$e/data ENROOT_RUNTIME_PATH=$e/run ENROOT_CACHE_PATH=$e/cache
+export ENROOT_TEMP_PATH=$e/tmp ENROOT_CONFIG_PATH=$e/config
+exec $pyxis/bin/enroot "\$@"
+EOF
+    chmod 755 "$e/bin/enroot"
+  done
+fi
 for ((k = 1; k <= nodes; k++)); do
   gres=""
   ((gpus)) && gres=" Gres=gpu:$gpus_per_node"
@@ -380,7 +422,9 @@ log "starting slurmctld on 127.0.0.1:$base ($dir)"
 wait_pidfile slurmctld "$dir/run/slurmctld.pid" || fail "slurmctld wrote no pid file"
 for ((k = 1; k <= nodes; k++)); do
   log "starting slurmd node$k on 127.0.0.1:$((base + k))"
-  "$sbin/slurmd" -f "$conf" -N "node$k" -d "$sbin/slurmstepd" \
+  node_path=$PATH
+  [[ -z $pyxis ]] || node_path=$dir/enroot/node$k/bin:$PATH
+  PATH=$node_path "$sbin/slurmd" -f "$conf" -N "node$k" -d "$sbin/slurmstepd" \
     </dev/null >>"$dir/log/slurmd-node$k.out" 2>&1 || fail "slurmd node$k did not start"
   # One at a time, so that pids lists every daemon started before a failure (down.sh stops them).
   wait_pidfile "node$k" "$dir/run/slurmd-node$k.pid" || fail "slurmd node$k wrote no pid file"
