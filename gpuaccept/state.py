@@ -39,10 +39,10 @@ __all__ = ["STATE_KEY", "SessionState", "ran_in_text"]
 
 
 def ran_in_text(where: dict[str, Any]) -> str:
-    """``gpuaccept-dev/bookworm-py3 (oci), Python 3.11.2 /usr/bin/python3``; ``host, Python ...`` outside."""
+    """``gpuaccept-dev/bookworm-py3 (oci), Python 3.11.2 /usr/bin/python3``: the image's marker (else its OS)
+    and the runtime whose traces the probe saw (enroot leaves none: the marker is the proof there)."""
     image = where.get("image") or "unknown image"
-    place = f"{image} ({where['runtime']})" if where.get("runtime") else "host"
-    return f"{place}, Python {where.get('python')}"
+    return f"{image} ({where.get('runtime') or 'no runtime traces'}), Python {where.get('python')}"
 
 
 class SessionState:

@@ -39,8 +39,9 @@ HOST_SIDE: dict[str, str] = {
     "perftest": "runs scontrol and the host's perftest tools (ib_write_bw) against the HCAs",
 }
 
-#: the pyxis container every step of the job reuses: imported once per node by the start check
-PYXIS_NAME = "gpuaccept"
+#: the pyxis container every step of the job reuses, ``gpuaccept_<job>``: imported once per node by the
+#: start check; named for the job, so a later run never finds an earlier run's (older) image under it
+PYXIS_NAME = "gpuaccept_{job}"
 
 #: one line per node, outside the image: the runtimes' versions, the paths a node lacks, and whether the
 #: host's Python (the one host-side probes run with, ``$1``) imports the suite. Plain sh: many GPU nodes
@@ -55,10 +56,13 @@ conf=$(scontrol show config 2>/dev/null | awk -F'= ' '/^PlugStackConfig/ {print 
 for f in ${conf:-/etc/slurm/plugstack.conf} $(ls "${conf%/*}"/plugstack.conf.d/* 2>/dev/null); do
   [ -r "$f" ] && pyxis=${pyxis:-$(awk '!/^#/ && /spank_pyxis/ {print $2; exit}' "$f")}
 done
+# pyxis has no version of its own to print: its plugin's path names it. slurmstepd runs enroot from its
+# own PATH, which may not be the tasks': else the enroot installed beside the plugin (PREFIX/bin).
+enroot=$(command -v enroot || echo "${pyxis%/lib/*}/bin/enroot")
 hostpy=no
 "$py" -c 'import gpuaccept' 2>/dev/null && hostpy=yes
 printf 'GPUACCEPT_HOST\t%s\trunc=%s\tcrun=%s\tenroot=%s\tpyxis=%s\tmissing=%s\thost_python=%s\n' \
-  "${SLURMD_NODENAME:-$(hostname)}" "$(v runc --version)" "$(v crun --version)" "$(v enroot version)" \
+  "${SLURMD_NODENAME:-$(hostname)}" "$(v runc --version)" "$(v crun --version)" "$(v "$enroot" version)" \
   "$pyxis" "$missing" "$hostpy"
 """
 
@@ -79,10 +83,10 @@ class Container:
     def option(self) -> str:
         return "--container-bundle" if self.kind == "oci" else "--container-image"
 
-    def srun_args(self) -> list[str]:
+    def srun_args(self, job: str) -> list[str]:
         if self.kind == "oci":
             return [f"--container={self.image}"]
-        args = [f"--container-image={self.image}", f"--container-name={PYXIS_NAME}"]
+        args = [f"--container-image={self.image}", f"--container-name={PYXIS_NAME.format(job=job)}"]
         return args + ([f"--container-mounts={self.mounts}"] if self.mounts else [])
 
     def local_paths(self) -> list[str]:
@@ -112,8 +116,9 @@ class Container:
 
 
 def _is_local(image: str) -> bool:
-    """A file or folder path, not a registry reference (``docker://``, ``nvcr.io#nvidia/pytorch:24.05``)."""
-    return "://" not in image and "#" not in image and (image.startswith(("/", "./", "../")) or os.path.exists(image))
+    """A file or folder path, as pyxis tells one from a registry image (``docker://...``, ``ubuntu:24.04``,
+    ``nvcr.io#nvidia/pytorch:24.05-py3``): it begins with ``/`` or ``.``."""
+    return image.startswith(("/", "."))
 
 
 def _bundle_mount_sources(bundle: Path) -> list[str]:
@@ -162,6 +167,8 @@ def from_settings(settings: Settings) -> Container | None:
     elif image:
         if _is_local(image) and not Path(image).is_file():
             raise ContainerUnusable(f"--container-image {image}: no such file (a squashfs image, or a docker:// URI)")
+        if not _is_local(image) and Path(image).is_file():
+            raise ContainerUnusable(f"--container-image {image}: pyxis reads this as a registry image; write ./{image}")
         container = Container("pyxis", str(Path(image).resolve()) if _is_local(image) else image, mounts)
     else:
         return None

@@ -135,7 +135,7 @@ class SlurmLauncher:
             argv.append("--overlap")
         if in_image and self.container is not None:
             # the image must hold gpuaccept and its packages (installed, or mounted and on its PYTHONPATH)
-            argv += self.container.srun_args()
+            argv += self.container.srun_args(self.allocation.job_id)
         argv += list(self.srun_args)
         # inside the image its own python3: the login node's interpreter path means nothing there
         python = "python3" if in_image else self._python
@@ -196,7 +196,8 @@ class SlurmLauncher:
             f"gpuaccept: starting {container.image} on {len(nodes)} node(s)"
             + ("" if local or container.kind == "oci" else " (pyxis imports it once per node; later steps reuse it)")
         )
-        inside = [*base, "--label", *container.srun_args(), *probe_argv("container", (), "python3")]
+        image_args = container.srun_args(self.allocation.job_id)
+        inside = [*base, "--label", *image_args, *probe_argv("container", (), "python3")]
         timeout = self._start_timeout(local)
         started = run_all([inside], [{**STEP_ENV_DEFAULTS, **os.environ}], timeout, first_signal=signal.SIGTERM)
         stderr = started.stderr[0].strip()

@@ -121,12 +121,18 @@ def _parse_exports(text: str) -> dict[str, str]:
 
 
 def start_cluster(
-    nodes: int, extra_env: dict[str, str] | None = None, *, gpus_per_node: int = 0, gpu_files: Path | None = None
+    nodes: int,
+    extra_env: dict[str, str] | None = None,
+    *,
+    gpus_per_node: int = 0,
+    gpu_files: Path | None = None,
+    oci: str | None = None,
 ) -> DevCluster:
     """Start a fresh loopback cluster of ``nodes`` nodes (the caller stops it with ``stop_cluster``): the one
     way every selftest starts one. ``gpus_per_node``: the GPUs (gres) each node declares; ``gpu_files``: a
     folder where the ``nvidia<i>`` files backing them are made (``GPUACCEPT_DEV_GPU_FILE``), for a test
-    whose probes read injected GPUs. ``extra_env`` goes on top of the cluster's environment."""
+    whose probes read injected GPUs. ``oci``: the runtime of Slurm's own containers (``up.sh --oci``).
+    ``extra_env`` goes on top of the cluster's environment."""
     if shutil.which("slurmctld") is None and shutil.which("slurmctld-wlm") is None:
         if os.environ.get("CI"):
             pytest.fail("Slurm is not installed in CI: .ci/run must apt-get install slurm-wlm")
@@ -138,6 +144,7 @@ def start_cluster(
         base["GPUACCEPT_DEV_GPU_FILE"] = str(gpu_files / "nvidia")
     base.pop("SLURM_JOB_ID", None)
     up = ["bash", str(UP), "--nodes", str(nodes)] + (["--gpus-per-node", str(gpus_per_node)] if gpus_per_node else [])
+    up += ["--oci", oci] if oci else []
     done = subprocess.run(up, env=base, capture_output=True, text=True, timeout=180)
     if done.returncode:
         raise RuntimeError(f"up.sh failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -200,6 +207,11 @@ def run_inner(directory: Path, *args: str, env: dict[str, str] | None = None, ti
     record = directory / "record.json"
     argv = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "gpuaccept.fixtures", "--run-record", str(record), *args]
     start = time.monotonic()
-    env = {**(env or os.environ), "GPUACCEPT_SELFTEST": "1", "PYTHONPATH": str(REPO)}
+    given = (env or os.environ).get("PYTHONPATH")  # kept after ours: an image's steps may need it
+    env = {
+        **(env or os.environ),
+        "GPUACCEPT_SELFTEST": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), given])),
+    }
     done = subprocess.run(argv, cwd=directory, env=env, capture_output=True, text=True, timeout=timeout)
     return InnerRun(done.returncode, done.stdout + done.stderr, record, time.monotonic() - start)

@@ -100,6 +100,19 @@ def _future_record(d: Path) -> Path:
     return path
 
 
+def _bundle(mounts: list[str]) -> Callable[[Path], Path]:
+    """An OCI bundle folder (config.json, rootfs/) whose config binds ``mounts`` (host paths)."""
+
+    def make(d: Path) -> Path:
+        path = d / "bundle"
+        (path / "rootfs").mkdir(parents=True)
+        binds = [{"destination": m, "type": "bind", "source": m, "options": ["rbind"]} for m in mounts]
+        (path / "config.json").write_text(json.dumps({"process": {"args": ["sh"]}, "mounts": binds}))
+        return path
+
+    return make
+
+
 #: option, how to make its value in the suite's folder, what the one line must say
 ROWS: dict[str, tuple[str, Callable[[Path], Path] | str, str]] = {
     "thresholds is binary": ("--thresholds", _binary, "not a text file"),
@@ -141,6 +154,16 @@ ROWS: dict[str, tuple[str, Callable[[Path], Path] | str, str]] = {
     "dataset empty": ("--dataset", _text("train.jsonl", ""), "holds 0 conversation(s)"),
     "dataset line 3 malformed": ("--dataset", _text("d.jsonl", CHAT + "\n" + "{oops\n" + CHAT), "d.jsonl:3: not JSON"),
     "dataset missing": ("--dataset", "nothing.jsonl", "nothing.jsonl does not exist"),
+    "container bundle missing": ("--container-bundle", "no-bundle", "--container-bundle no-bundle: no such folder"),
+    "container bundle without config.json": ("--container-bundle", _folder, "cannot read config.json"),
+    "container bundle mount source missing": (
+        "--container-bundle",
+        _bundle(["/tmp", "/no/such/checkout"]),
+        "mount source /no/such/checkout does not exist",
+    ),
+    "container bundle on the local launcher": ("--container-bundle", _bundle([]), "--launcher local has no srun"),
+    "container image file missing": ("--container-image", "./gone.sqsh", "--container-image ./gone.sqsh: no such file"),
+    "container mounts without an image": ("--container-mounts", "/tmp:/tmp", "--container-mounts is pyxis's"),
 }
 
 
