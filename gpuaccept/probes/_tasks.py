@@ -5,7 +5,10 @@ more ("_modify_config: unexpected number of tasks 2 > 1", "Task count specificat
 GPU node's probes run one rank per GPU. The dispatcher then asks srun for one task per node, holding all
 of the node's GPUs, and this module starts the ranks in it, as torchrun does: each child gets the
 variables Slurm would have given that task (``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS``, ...)
-and its own slice of ``CUDA_VISIBLE_DEVICES``. One rank failing ends its siblings, as
+and its own slice of ``CUDA_VISIBLE_DEVICES``. 22.05 leaves the task's GPU list out of the container too
+(seen on the lent 2 x H100: no ``CUDA_VISIBLE_DEVICES`` inside, every rank saw both GPUs and the
+isolation test failed); when the task then holds as many GPUs as the node has device files, it holds
+them all, and rank i gets GPUs i*G .. i*G+G-1 of them. One rank failing ends its siblings, as
 ``--kill-on-bad-exit`` does, and the exit code is the first failure's.
 
     python -m gpuaccept.probes._tasks TASKS GPUS_PER_TASK MODULE [ARGS...]
@@ -16,6 +19,7 @@ MODULE is a module of ``gpuaccept.probes`` (a probe, or ``_pernode`` for a fan-o
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,6 +50,9 @@ def rank_env(task: int, tasks: int, gpus_per_task: int) -> dict[str, str]:
         "SLURM_STEP_TASKS_PER_NODE": f"{tasks}(x{nodes})" if nodes > 1 else str(tasks),
     }
     gpus = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
+    if not gpus and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        on_node = sorted(int(m[1]) for f in os.listdir("/dev") if (m := re.fullmatch(r"nvidia(\d+)", f)))
+        gpus = [str(g) for g in on_node] if len(on_node) == tasks * gpus_per_task else []
     if gpus_per_task and gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[task * gpus_per_task : (task + 1) * gpus_per_task])
     return env

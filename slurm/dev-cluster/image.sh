@@ -140,8 +140,13 @@ config = {
         bind("/etc/resolv.conf", "/etc/resolv.conf", "ro"),
         *(bind(*mount(m)) for m in mounts),
     ],
-    # the host's network and PIDs (as enroot): a mount namespace, and a UTS one for Slurm's hostname
-    "linux": {"namespaces": [{"type": "mount"}, {"type": "uts"}]},
+    # the host's network and PIDs (as enroot): a mount namespace, and a UTS one for Slurm's hostname;
+    # every device of the bound /dev: runc's default device rules leave /dev/nvidia* out (seen on the lent
+    # H100s: NVML "Can't initialize", torch saw 0 GPUs); confining a task to its GPUs is task/cgroup's job
+    "linux": {
+        "namespaces": [{"type": "mount"}, {"type": "uts"}],
+        "resources": {"devices": [{"allow": True, "access": "rwm"}]},
+    },
 }
 with open(path, "w") as fh:
     json.dump(config, fh, indent=1)

@@ -18,6 +18,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 usage() {
   cat >&2 <<'EOF'
 usage: up.sh --nodes N [--gpus] [--gpus-per-node G] [--cpus-per-node C] [--dir DIR] [--oci runc|crun]
+             [--constrain-devices]
              [--slurm 22.05|24.11|26.05 | --prefix PREFIX [--debs DEBDIR]] [--pyxis DIR]
 
   --nodes N           number of slurmd "nodes" (node1..nodeN), all on this host
@@ -28,6 +29,10 @@ usage: up.sh --nodes N [--gpus] [--gpus-per-node G] [--cpus-per-node C] [--dir D
   --oci RUNTIME       write oci.conf for Slurm's own containers (srun --container=BUNDLE) with runc or crun
                       (Debian's packages), each node with its own runtime state folder; the tasks' Slurm
                       variables are put back by oci-run.sh (22.05 leaves them out of the container)
+  --constrain-devices TaskPlugin=task/cgroup with ConstrainDevices=yes on cgroup v2 without systemd
+                      (IgnoreSystemd=yes): a task may open only its own GPUs' device files, as on a
+                      production cluster. Needs a writable cgroup v2 hierarchy (not this CI machine's
+                      hybrid one); tried on the lent GPU machines (docs/measurements.md)
   --slurm VERSION     22.05: the host's Slurm (Debian bookworm; the default). 24.11 or 26.05: Debian
                       trixie's or sid's, from the root that chroot.sh builds and caches; its daemons
                       and client commands run on this host with that root's own loader and libraries
@@ -51,7 +56,7 @@ EOF
 log() { printf 'up.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-nodes="" gpus=0 gpus_per_node=1 cpus=4 dir="" prefix="" debs="" slurm="" oci="" pyxis=""
+nodes="" gpus=0 gpus_per_node=1 cpus=4 dir="" prefix="" debs="" slurm="" oci="" pyxis="" devices=0
 while (($#)); do
   case $1 in
     --nodes) nodes=${2:?}; shift 2 ;;
@@ -63,6 +68,7 @@ while (($#)); do
     --debs) debs=${2:?}; shift 2 ;;
     --slurm) slurm=${2:?}; shift 2 ;;
     --oci) oci=${2:?}; shift 2 ;;
+    --constrain-devices) devices=1; shift ;;
     --pyxis) pyxis=${2:?}; shift 2 ;;
     -h | --help) usage ;;
     *) log "unknown argument: $1"; usage ;;
@@ -235,6 +241,8 @@ fi
 
 # --- configuration ----------------------------------------------------------------------------
 first_job=$((RANDOM % 90000 + 10000))
+proctrack=proctrack/linuxproc task_plugin=task/none
+((devices)) && proctrack=proctrack/cgroup task_plugin=task/cgroup
 gres_line="" prolog_line=""
 if ((gpus)); then
   gres_line="GresTypes=gpu"
@@ -252,8 +260,8 @@ SlurmdUser=root
 AuthType=auth/none
 CredType=cred/none
 # No systemd and no cgroup delegation: track processes by parentage, bind nothing.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+ProctrackType=$proctrack
+TaskPlugin=$task_plugin
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 # Nodes declare more CPUs than the host has (and share one host): trust slurm.conf, do not drain.
@@ -323,7 +331,11 @@ echo "PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >>"$co
 # cgroup v2 without systemd makes the cgroup/v2 plugin fail and slurmd exit; on 22.05 v1 initialises
 # and, with proctrack/linuxproc + task/none, constrains nothing. From 24.05 on, slurmd exits "cgroup
 # filesystem not mounted" with v1 too, and "disabled" (new in 24.05) says what is meant.
-if [[ -n $root ]]; then
+if ((devices)); then
+  # --constrain-devices: the cgroup v2 plugin, which needs systemd unless told to manage the hierarchy
+  # itself (IgnoreSystemd, 22.05 on); the devices controller of v2 is an eBPF program per step
+  printf '%s\n' CgroupPlugin=cgroup/v2 IgnoreSystemd=yes ConstrainDevices=yes >"$dir/cgroup.conf"
+elif [[ -n $root ]]; then
   echo "CgroupPlugin=disabled" >"$dir/cgroup.conf"
 else
   echo "CgroupPlugin=cgroup/v1" >"$dir/cgroup.conf"

@@ -88,6 +88,16 @@ def test_each_started_rank_gets_the_variables_and_gpus_slurm_would_have_given_it
     assert (first["CUDA_VISIBLE_DEVICES"], second["CUDA_VISIBLE_DEVICES"]) == ("4,5", "6,7")
 
 
+def test_a_task_holding_every_gpu_of_its_node_without_their_list_splits_them_by_rank(monkeypatch):
+    """Slurm 22.05's OCI support leaves CUDA_VISIBLE_DEVICES out of the container (seen on the lent 2 x H100)."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(
+        "gpuaccept.probes._tasks.os.listdir", lambda _: ["nvidiactl", "nvidia1", "nvidia0", "nvidia-uvm"]
+    )
+    assert [rank_env(t, 2, 1)["CUDA_VISIBLE_DEVICES"] for t in (0, 1)] == ["0", "1"]
+    assert "CUDA_VISIBLE_DEVICES" not in rank_env(0, 1, 1), "a task holding one of two GPUs cannot know which"
+
+
 def _tasks(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SLURM_NODEID": "0", "SLURM_STEP_NUM_NODES": "1", "PYTHONPATH": str(REPO)}
     env.pop("RANK", None)
