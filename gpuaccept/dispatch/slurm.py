@@ -212,7 +212,8 @@ class SlurmLauncher:
         inside_of = {r.node: r.data.get("where") or {} for r in records}
         failed = [n for n in nodes if n not in inside_of]
         if started.timed_out or started.returncodes[0] != 0 or failed:
-            why = f"no answer within {timeout:g} s" if started.timed_out else stderr[-600:] or "no output"
+            said = " | ".join(line.strip() for line in stderr[-600:].splitlines() if line.strip())
+            why = f"no answer within {timeout:g} s" if started.timed_out else said or "no output"
             raise ContainerUnusable(
                 f"{where}: the image did not start, or its python3 cannot import gpuaccept, on "
                 f"{', '.join(failed or nodes)}: {why}"
