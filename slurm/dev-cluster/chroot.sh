@@ -10,6 +10,8 @@
 # under $GPUACCEPT_SLURM_CACHE (default /var/cache/gpuaccept-slurm) and reused while it holds the
 # version asked for. Needs patchelf. Nothing of the root is mounted at run time (see host-bin below).
 set -euo pipefail
+# shellcheck source=slurm/dev-cluster/debootstrap.sh
+source "$(dirname "${BASH_SOURCE[0]}")/debootstrap.sh"
 
 log() { printf 'chroot.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -56,40 +58,11 @@ if [[ -f $marker ]] && [[ $(cat "$marker") == "$version".* ]]; then
   exit 0
 fi
 
-# The mirror apt already uses on this machine (deb822 or one-line sources), else Debian's CDN.
-mirror=$(awk '/^URIs:/ && $2 ~ /debian\/?$/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
-[[ -n $mirror ]] || mirror=$(awk '$1 == "deb" && $2 ~ /debian\/?$/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-mirror=${mirror:-http://deb.debian.org/debian}
-
 mkdir -p "$cache"
 work=$(mktemp -d "$cache/build.XXXX")
-# debootstrap mounts proc and sys inside the root while it installs: whatever happens, unmount
-# anything still mounted under the build folder before removing it (deepest first).
-unmount_under() {
-  awk -v r="$1/" 'index($2 "/", r) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
-    umount "$m" 2>/dev/null || umount -l "$m" || log "warning: could not unmount $m"
-  done
-}
-cleanup() {
-  unmount_under "$work"
-  rm -rf --one-file-system "$work"
-}
-trap cleanup EXIT
+trap 'build_cleanup "$work"' EXIT
 started=$SECONDS
-
-log "fetching debootstrap (not installed: unpacked under $work)"
-(cd "$work" && apt-get download -q debootstrap >/dev/null 2>&1) || die "apt-get download debootstrap failed"
-dpkg -x "$work"/debootstrap_*.deb "$work/dbs"
-
-log "debootstrap $suite from $mirror into $work/root (about 240 MB, a few minutes)"
-DEBOOTSTRAP_DIR=$work/dbs/usr/share/debootstrap "$work/dbs/usr/sbin/debootstrap" \
-  --variant=minbase --include=slurm-wlm,slurm-client,munge \
-  "$suite" "$work/root" "$mirror" >"$work/debootstrap.log" 2>&1 || {
-  tail -n 20 "$work/debootstrap.log" >&2
-  die "debootstrap $suite failed (log above)"
-}
-unmount_under "$work"
-rm -rf "$work/root/var/cache/apt/archives/"*.deb
+build_root "$work" "$suite" slurm-wlm,slurm-client,munge
 
 # (not `sinfo --version`: from 24.11 on it reads slurm.conf first and fails without one)
 got=$(chroot "$work/root" dpkg-query -W -f '${Version}' slurm-client)

@@ -27,6 +27,8 @@
 # isolation is Slurm's task/cgroup's job, outside the container), /sys, /tmp. It has its own mount and
 # UTS namespaces (Slurm sets the container's hostname, which runc refuses without one).
 set -euo pipefail
+# shellcheck source=slurm/dev-cluster/debootstrap.sh
+source "$(dirname "${BASH_SOURCE[0]}")/debootstrap.sh"
 
 log() { printf 'image.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -63,32 +65,11 @@ started=$SECONDS
 if [[ -f $marker ]] && grep -q "\"recipe\": $RECIPE," "$marker"; then
   log "reusing $root"
 else
-  mirror=$(awk '/^URIs:/ && $2 ~ /debian\/?$/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
-  [[ -n $mirror ]] || mirror=$(awk '$1 == "deb" && $2 ~ /debian\/?$/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-  mirror=${mirror:-http://deb.debian.org/debian}
   mkdir -p "$cache"
   work=$(mktemp -d "$cache/build.XXXX")
-  unmount_under() {
-    awk -v r="$1/" 'index($2 "/", r) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
-      umount "$m" 2>/dev/null || umount -l "$m" || log "warning: could not unmount $m"
-    done
-  }
-  cleanup() {
-    unmount_under "$work"
-    rm -rf --one-file-system "$work"
-  }
-  trap cleanup EXIT
-  log "fetching debootstrap (not installed: unpacked under $work)"
-  (cd "$work" && apt-get download -q debootstrap >/dev/null 2>&1) || die "apt-get download debootstrap failed"
-  dpkg -x "$work"/debootstrap_*.deb "$work/dbs"
-  log "debootstrap bookworm + python3 from $mirror (about 150 MB, a minute or two)"
-  DEBOOTSTRAP_DIR=$work/dbs/usr/share/debootstrap "$work/dbs/usr/sbin/debootstrap" \
-    --variant=minbase --include=python3 bookworm "$work/root" "$mirror" >"$work/debootstrap.log" 2>&1 || {
-    tail -n 20 "$work/debootstrap.log" >&2
-    die "debootstrap bookworm failed (log above)"
-  }
-  unmount_under "$work"
-  rm -rf "$work/root/var/cache/apt/archives/"*.deb "$work/root/var/lib/apt/lists/"*
+  trap 'build_cleanup "$work"' EXIT
+  build_root "$work" bookworm python3
+  rm -rf "$work/root/var/lib/apt/lists/"*
   python=$(chroot "$work/root" python3 -c 'import platform; print(platform.python_version())')
   # The proof a step ran in this image: probes report this file's content (gpuaccept/probes/container.py).
   cat >"$work/root/etc/gpuaccept-image.json" <<EOF

@@ -25,7 +25,7 @@ from gpuaccept.errors import ToolMissing
 from gpuaccept.judging.verdict import EXIT_TEST_HOOKS
 from gpuaccept.probes._tasks import rank_env
 
-from .conftest import REPO, DevCluster, run_inner, start_cluster, stop_cluster, write_suite
+from .conftest import REPO, DevCluster, InnerRun, run_inner, start_cluster, stop_cluster, write_suite
 
 IMAGE_SH = REPO / "slurm" / "dev-cluster" / "image.sh"
 
@@ -170,12 +170,16 @@ def dev_bundle() -> Path:
     return Path(done.stdout.strip()) / "bundle"
 
 
+def _on(cluster: DevCluster, suite: Path, *args: str, env: dict[str, str] | None = None) -> InnerRun:
+    """The inner acceptance suite through srun on both nodes of ``cluster``, with ``args`` (the image)."""
+    base = ("-m", "acceptance", "--launcher", "slurm", "--nodes", "2")
+    return run_inner(suite, *base, *args, env=env or cluster.env)
+
+
 def test_every_step_runs_in_the_image_and_the_record_proves_it(tmp_path, oci_cluster, dev_bundle):
     suite = write_suite(tmp_path, SUITE)
     env = {**oci_cluster.env, "PYTHONPATH": _site_packages()}
-    run = run_inner(
-        suite, "-m", "acceptance", "--launcher", "slurm", "--nodes", "2", f"--container-bundle={dev_bundle}", env=env
-    )
+    run = _on(oci_cluster, suite, f"--container-bundle={dev_bundle}", env=env)
     assert run.returncode == EXIT_TEST_HOOKS, run.output[-3000:]  # accepted but for the selftest's hooks
     record = run.record
     ran_in = {n: where for t in record["tests"] for n, where in t["ran_in"].items()}
@@ -192,18 +196,7 @@ def test_an_image_that_cannot_start_is_refused_before_the_first_test_naming_the_
     (bundle / "rootfs").mkdir(parents=True)  # no python3 in it, nothing at all
     (bundle / "config.json").write_text(json.dumps({"ociVersion": "1.0.2", "process": {"cwd": "/", "args": ["sh"]}}))
     suite = write_suite(tmp_path / "suite", SUITE)
-    run = run_inner(
-        suite,
-        "-m",
-        "acceptance",
-        "--launcher",
-        "slurm",
-        "--nodes",
-        "2",
-        "--container-bundle",
-        str(bundle),
-        env=oci_cluster.env,
-    )
+    run = _on(oci_cluster, suite, f"--container-bundle={bundle}")
     assert run.returncode == 4, run.output[-3000:]
     errors = [line for line in run.output.splitlines() if line.startswith("ERROR:")]
     assert len(errors) == 1 and "did not start" in errors[0] and "node1, node2" in errors[0], run.output[-3000:]
@@ -214,18 +207,7 @@ def test_a_container_image_on_a_cluster_without_pyxis_is_refused_in_our_words(tm
     suite = write_suite(tmp_path, SUITE)
     image = suite / "image.sqsh"
     image.write_bytes(b"hsqs")
-    run = run_inner(
-        suite,
-        "-m",
-        "acceptance",
-        "--launcher",
-        "slurm",
-        "--nodes",
-        "2",
-        "--container-image",
-        str(image),
-        env=oci_cluster.env,
-    )
+    run = _on(oci_cluster, suite, f"--container-image={image}")
     assert run.returncode == 4, run.output[-3000:]
     assert "pyxis is not installed" in run.output and "unrecognized option" in run.output, run.output[-3000:]
     assert oci_cluster.jobs() == []
