@@ -30,7 +30,15 @@ from typing import Any
 from gpuaccept.dispatch.preflight import SlurmUnusable
 from gpuaccept.settings import Settings
 
-__all__ = ["HOST_QUERY", "HOST_SIDE", "Container", "ContainerUnusable", "from_settings", "parse_host_lines"]
+__all__ = [
+    "HOST_QUERY",
+    "HOST_SIDE",
+    "Container",
+    "ContainerUnusable",
+    "from_settings",
+    "parse_host_lines",
+    "runtime_versions",
+]
 
 #: probes that read what an image cannot see; each runs on the host side, with the reason the report gives
 HOST_SIDE: dict[str, str] = {
@@ -89,21 +97,27 @@ class Container:
         args = [f"--container-image={self.image}", f"--container-name={PYXIS_NAME.format(job=job)}"]
         return args + ([f"--container-mounts={self.mounts}"] if self.mounts else [])
 
+    @property
+    def local(self) -> bool:
+        """A file or bundle on a path, not a registry image that pyxis pulls."""
+        return _is_local(self.image)
+
+    def mount_sources(self) -> list[str]:
+        """The host paths the image gets: a bundle's bind mounts, or ``--container-mounts``' sources."""
+        if self.kind == "oci":
+            return _bundle_mount_sources(Path(self.image))
+        return [m.split(":")[0] for m in (self.mounts or "").split(",") if m.strip()]
+
     def local_paths(self) -> list[str]:
         """The paths every node must have: a local image or bundle, and each mount's source."""
-        paths = [self.image] if _is_local(self.image) else []
-        if self.kind == "oci":
-            paths += _bundle_mount_sources(Path(self.image))
-        elif self.mounts:
-            paths += [m.split(":")[0] for m in self.mounts.split(",") if m.strip()]
-        return paths
+        return ([self.image] if self.local else []) + self.mount_sources()
 
     def describe(self) -> dict[str, Any]:
         """The image as the record names it: path or URI, and size and mtime of a local one (not a hash
         of a 20 GB file); a bundle also gives its config.json's sha256, which holds its mounts."""
         out: dict[str, Any] = {"kind": self.kind, "image": self.image, "mounts": self.mounts}
         path = Path(self.image)
-        if _is_local(self.image) and path.exists():
+        if self.local and path.exists():
             stat = path.stat()
             mtime = datetime.datetime.fromtimestamp(stat.st_mtime, datetime.timezone.utc)
             out["mtime"] = mtime.isoformat(timespec="seconds")
@@ -172,7 +186,7 @@ def from_settings(settings: Settings) -> Container | None:
         container = Container("pyxis", str(Path(image).resolve()) if _is_local(image) else image, mounts)
     else:
         return None
-    for path in container.local_paths()[1 if _is_local(container.image) else 0 :]:
+    for path in container.mount_sources():
         if not os.path.exists(path):
             raise ContainerUnusable(f"{container.option} {container.image}: mount source {path} does not exist")
     return container

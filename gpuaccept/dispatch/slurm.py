@@ -191,14 +191,14 @@ class SlurmLauncher:
                 raise ContainerUnusable(f"{where}: {node} has no {host[node]['missing'].replace(',', ', ')}")
             if container.kind == "oci" and not (host[node].get("runc") or host[node].get("crun")):
                 raise ContainerUnusable(f"{where}: {node} has neither runc nor crun for Slurm's oci.conf")
-        local = container.image.startswith("/")
         notify(
             f"gpuaccept: starting {container.image} on {len(nodes)} node(s)"
-            + ("" if local or container.kind == "oci" else " (pyxis imports it once per node; later steps reuse it)")
+            + ("" if container.local else " (pyxis imports it once per node; later steps reuse it)")
         )
         image_args = container.srun_args(self.allocation.job_id)
         inside = [*base, "--label", *image_args, *probe_argv("container", (), "python3")]
-        timeout = self._start_timeout(local)
+        # a registry image is pulled and squashed once per node on first use: tens of GB take minutes
+        timeout = 300.0 if container.local else 1800.0
         started = run_all([inside], [{**STEP_ENV_DEFAULTS, **os.environ}], timeout, first_signal=signal.SIGTERM)
         stderr = started.stderr[0].strip()
         if "unrecognized option" in stderr and container.kind == "pyxis":
@@ -224,10 +224,6 @@ class SlurmLauncher:
                 "runtime_versions": runtime_versions(host[node], container.kind),
                 "host_python": host[node].get("host_python"),
             }
-
-    def _start_timeout(self, local: bool) -> float:
-        """A registry image is pulled and squashed once per node on first use: tens of GB take minutes."""
-        return 300.0 if local else 1800.0
 
     def container_record(self) -> dict[str, Any] | None:
         """The image and what every node runs it with, for the run record and the summary."""
