@@ -1,13 +1,32 @@
-"""The probe side of the probe protocol: rank identity and the one sentinel line per rank.
+"""The probe side of the probe protocol: rank identity and the one framed result per rank.
 
 A probe is a plain module (``python -m gpuaccept.probes.<name>``) that an operator can run by hand
 on a node. It must not import pytest or anything from the plugin: only this module, the standard
 library, ``gpuaccept.testhooks`` and what the measurement itself needs (torch, pynvml).
 
-Each rank prints exactly one line ``GPUACCEPT_RESULT {json}`` on stdout. The JSON carries the rank's
-identity (node, rank, world size, local rank, GPU index/UUID/PCI bus when it has one) and the
-measurements under ``"data"``. The dispatcher (``gpuaccept.dispatch.result``) turns those lines back
-into records and treats a missing, duplicated or malformed line as "could not measure".
+Each rank prints its result once on stdout. The JSON text carries the rank's identity (node, rank,
+world size, local rank, GPU index/UUID/PCI bus when it has one) and the measurements under ``"data"``.
+It travels *framed* with its own length and checksum, so that the dispatcher can tell a result that
+arrived whole from one that arrived changed (a byte lost at a cut, a trimmed space, an interleaved
+write) instead of judging a changed figure:
+
+* a result that fits one line is ``GPUACCEPT_RESULT <nbytes> <crc32> <json>``, ``nbytes`` and ``crc32``
+  (8 lower-case hex digits, ``zlib.crc32``) taken over the JSON text's UTF-8 bytes. It stays readable
+  for an operator running a probe by hand.
+* a longer one travels as numbered parts ``GPUACCEPT_PART <rank> <i>/<n> <chunk>``, each line shorter
+  than ``PART_BYTES``, whose chunks joined in order are the base64 of the framed text
+  ``<nbytes> <crc32> <json>``. srun cuts longer lines and may put other ranks' output between them
+  (see ``PART_BYTES``); base64 has no whitespace, so nothing at a part's edges can be significant
+  (the parts used to carry the JSON text itself, and a space that ended a part was lost on the way).
+
+The dispatcher (``gpuaccept.dispatch.result``) joins and verifies them and treats a missing,
+duplicated, changed or malformed result as "could not measure".
+
+A probe whose work comes in stages (the fine-tune: each GPU alone, then DDP, then FSDP) may also send a
+stage's result as soon as that stage is done, so that a later stage's failure or the step's time limit
+cannot take it away: the same framed lines behind ``GPUACCEPT_STAGE <stage> R`` (one line) or
+``GPUACCEPT_STAGE <stage> P`` (a part), which the step's own result parse never reads
+(``gpuaccept.dispatch.result.stage_records`` does).
 
 Rank variables come from the launcher: Slurm's ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``
 under srun, or ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` from the local launcher or torchrun. With
@@ -16,11 +35,13 @@ neither (a probe run by hand) the probe is rank 0 of 1.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
 import socket
 import sys
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,20 +55,31 @@ __all__ = [
     "PART_SENTINEL",
     "RENDEZVOUS_PORTS",
     "SENTINEL",
+    "STAGE_SENTINEL",
     "RankInfo",
     "emit",
+    "frame",
     "gpu_identity",
     "node_name",
     "rank_info",
     "rendezvous_port",
+    "result_lines",
 ]
 
+#: One framed result on one line: ``GPUACCEPT_RESULT <nbytes> <crc32> <json>``.
 SENTINEL = "GPUACCEPT_RESULT "
-#: A result longer than srun passes whole travels as numbered parts: ``GPUACCEPT_PART <rank> i/n <text>``.
+#: A result longer than srun passes whole travels as numbered parts of base64:
+#: ``GPUACCEPT_PART <rank> <i>/<n> <chunk>``.
 PART_SENTINEL = "GPUACCEPT_PART "
+#: A stage's result, sent when the stage is done: ``GPUACCEPT_STAGE <stage> R|P <the result line's rest>``
+STAGE_SENTINEL = "GPUACCEPT_STAGE "
 #: srun (Slurm 22.05) cuts task output lines at about 1 KiB and may interleave other ranks' output
-#: between the pieces (seen with a 4.7 KB line, 2026-11-22); parts stay well under that.
+#: between the pieces (seen with a 4.7 KB line, 2026-11-22); every result line, whole or part, stays
+#: below this many bytes.
 PART_BYTES = 800
+#: Base64 characters per part: room for the part's header (sentinel, a rank and ``i/n`` of up to
+#: seven digits each) below ``PART_BYTES``, and a multiple of 4 so that every chunk is whole base64.
+PART_CHUNK = PART_BYTES - 64
 
 
 def node_name() -> str:
@@ -158,9 +190,17 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def emit(data: Mapping[str, Any], *, gpu: Mapping[str, Any] | None = None, probe: str | None = None) -> None:
-    """Print this rank's one result line: identity plus ``data``, and ``test_hooks`` (name -> value) when
-    a test hook of ``gpuaccept.testhooks`` is set where the probe ran: the run is then not an acceptance."""
+def emit(
+    data: Mapping[str, Any],
+    *,
+    gpu: Mapping[str, Any] | None = None,
+    probe: str | None = None,
+    stage: str | None = None,
+) -> None:
+    """Print this rank's one result, framed (see the module docstring): identity plus ``data``, and
+    ``test_hooks`` (name -> value) when a test hook of ``gpuaccept.testhooks`` is set where the probe ran:
+    the run is then not an acceptance. With ``stage`` (a word: ``solo``), the result of that stage alone,
+    sent as it finishes (``STAGE_SENTINEL``); the rank still prints its one result at the end."""
     info = rank_info()
     line = {
         "probe": probe or os.path.basename(sys.argv[0]).removesuffix(".py"),
@@ -175,12 +215,45 @@ def emit(data: Mapping[str, Any], *, gpu: Mapping[str, Any] | None = None, probe
     hooks = testhooks.active()
     if hooks:
         line["test_hooks"] = hooks
+    # ASCII JSON (json's default): any text in the data travels as \u escapes, the same bytes whatever
+    # locale the launcher and the dispatcher decode stdout with.
     text = json.dumps(line, sort_keys=True)
-    if len(text) + len(SENTINEL) < PART_BYTES:
-        sys.stdout.write(SENTINEL + text + "\n")
-    else:
-        parts = [text[i : i + PART_BYTES] for i in range(0, len(text), PART_BYTES)]
-        for number, part in enumerate(parts, 1):
-            sys.stdout.write(f"{PART_SENTINEL}{info.rank} {number}/{len(parts)} {part}\n")
-            sys.stdout.flush()
-    sys.stdout.flush()
+    lines = result_lines(text, info.rank)
+    if stage is not None:
+        lines = [_staged(line, stage) for line in lines]
+    for out in lines:
+        sys.stdout.write(out + "\n")
+        sys.stdout.flush()  # a part at a time: a rank that dies mid-way leaves whole lines behind
+
+
+def _staged(line: str, stage: str) -> str:
+    """A result line as a stage's: behind ``GPUACCEPT_STAGE <stage> R`` or ``P``, without the words the
+    step's own result parse looks for."""
+    if line.startswith(SENTINEL):
+        return f"{STAGE_SENTINEL}{stage} R {line[len(SENTINEL) :]}"
+    return f"{STAGE_SENTINEL}{stage} P {line[len(PART_SENTINEL) :]}"
+
+
+def frame(text: str) -> str:
+    """``<nbytes> <crc32> <text>``: the text behind its UTF-8 length and CRC-32 (8 hex digits).
+
+    The receiver recomputes both over what arrived; any byte lost, added or changed on the way
+    (a cut line, a trimmed space, another rank's output written into it) shows as a mismatch
+    instead of passing on as a different figure."""
+    raw = text.encode("utf-8")
+    return f"{len(raw)} {zlib.crc32(raw):08x} {text}"
+
+
+def result_lines(text: str, rank: int) -> list[str]:
+    """The stdout lines (without their newline) that carry one rank's JSON ``text``.
+
+    One ``GPUACCEPT_RESULT`` line while it fits below ``PART_BYTES``, where an operator can still read
+    it; else ``GPUACCEPT_PART`` lines of base64 of the framed text, numbered so the receiver can put
+    them back in order between other ranks' lines and notice one missing or repeated."""
+    framed = frame(text)
+    single = SENTINEL + framed
+    if len(single.encode("utf-8")) < PART_BYTES:
+        return [single]
+    encoded = base64.b64encode(framed.encode("utf-8")).decode("ascii")
+    chunks = [encoded[i : i + PART_CHUNK] for i in range(0, len(encoded), PART_CHUNK)]
+    return [f"{PART_SENTINEL}{rank} {number}/{len(chunks)} {chunk}" for number, chunk in enumerate(chunks, 1)]

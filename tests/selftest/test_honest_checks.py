@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _emitted(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("GPUACCEPT")][-1]
-    return dict(json.loads(line.split(" ", 1)[1])["data"])
+    return dict(json.loads(line.split(" ", 3)[3])["data"])  # GPUACCEPT_RESULT <nbytes> <crc32> <json>
 
 
 def test_sharedfs_writer_reports_what_it_reads_back(

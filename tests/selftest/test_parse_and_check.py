@@ -9,13 +9,20 @@ import pytest
 from gpuaccept.dispatch.result import ProbeResult, check_step, parse_records
 from gpuaccept.errors import MeasurementError, ProbeError
 from gpuaccept.judging.judge import Judge
-from gpuaccept.probes._protocol import SENTINEL
+from gpuaccept.probes._protocol import SENTINEL, frame
 from gpuaccept.thresholds.loader import load_thresholds
 
 from .ending import ends
 
 
 def line(rank: int, node: str = "n1", **data: object) -> str:
+    """A rank's result line as a probe prints it: framed with its length and checksum."""
+    payload = {"node": node, "rank": rank, "world_size": 2, "local_rank": rank, "gpu": None, "data": data}
+    return SENTINEL + frame(json.dumps(payload))
+
+
+def unframed(rank: int, node: str = "n1", **data: object) -> str:
+    """A line in the format before framing (the recorded fixtures, an operator's hand-written line)."""
     payload = {"node": node, "rank": rank, "world_size": 2, "local_rank": rank, "gpu": None, "data": data}
     return SENTINEL + json.dumps(payload)
 
@@ -40,6 +47,16 @@ def test_bad_output_is_probe_error(stdout, expected):
     with pytest.raises(ProbeError) as info:
         parse_records("p", stdout, 2, ("n1",))
     assert expected in str(info.value)
+
+
+def test_unframed_lines_are_still_read():
+    out = "\n".join([unframed(0, v=1), "0: " + unframed(1, v=2) + "\r"])
+    assert [r.data for r in parse_records("p", out, 2, ("n1",))] == [{"v": 1}, {"v": 2}]
+
+
+def test_a_line_that_is_neither_framed_nor_json_is_malformed():
+    with pytest.raises(ProbeError, match="malformed result line 2: neither framed"):
+        parse_records("p", line(0) + "\n" + SENTINEL + "oops", 2, ("n1",))
 
 
 def test_nonzero_exit_wins_over_good_lines():
