@@ -26,6 +26,8 @@ from gpuaccept.dispatch.slurm_cli import recording
 from gpuaccept.dispatch.step import Launcher, Step, shell_join
 from gpuaccept.errors import MeasurementError
 from gpuaccept.nccl.plan import NodePlan, lost_text
+from gpuaccept.probes.specs import declared_limit
+from gpuaccept.timelimits import TimeLimit, TimeoutRule
 
 if TYPE_CHECKING:  # typing.Unpack for **kwargs is Python 3.12; annotations are not evaluated at run time
     from typing_extensions import Unpack
@@ -43,7 +45,9 @@ class StepOptions(TypedDict, total=False):
     gpus_per_task: int
     args: Iterable[Any]
     env: dict[str, str] | None
-    timeout_s: float | None
+    #: the step's own time limit, derived from its plan by the test (the fine-tune's); else the probe's
+    #: declared one (``gpuaccept.probes.specs``); ``--probe-timeout`` scales or caps either
+    limit: TimeLimit | None
     exclusive: bool
 
 
@@ -67,14 +71,14 @@ class Cluster:
         self,
         launcher: Launcher,
         *,
-        probe_timeout_s: float,
+        timeout_rule: TimeoutRule = TimeoutRule(),
         dry_run: bool = False,
         on_step: Callable[[Step, list[str], ProbeResult | None], None] | None = None,
         on_command: Callable[[list[str]], None] | None = None,
         fanout: Callable[[str], FanoutGroup | None] | None = None,
     ) -> None:
         self.launcher = launcher
-        self.probe_timeout_s = probe_timeout_s
+        self.timeout_rule = timeout_rule
         self.dry_run = dry_run
         self._on_step = on_step
         self._on_command = on_command
@@ -217,16 +221,28 @@ class Cluster:
         except MeasurementError:
             return False
 
+    def limit(self, probe: str, args: Iterable[Any] = (), gpus_per_task: int = 0) -> TimeLimit:
+        """The time limit a step of ``probe`` with these arguments runs under: its declared one
+        (``gpuaccept.probes.specs``), as ``--probe-timeout`` scales or caps it."""
+        return self.timeout_rule.apply(declared_limit(probe, tuple(str(a) for a in args), gpus_per_task))
+
     def _step(self, probe: str, nodes: Iterable[str], **options: Unpack[StepOptions]) -> Step:
+        args = tuple(str(a) for a in options.get("args", ()))
+        gpus = options.get("gpus_per_task", 0)
+        given = options.get("limit")
+        limit = self.timeout_rule.apply(given) if given is not None else self.limit(probe, args, gpus)
         return Step(
             probe=probe,
             nodes=tuple(nodes),
             tasks_per_node=options.get("tasks_per_node", 1),
-            gpus_per_task=options.get("gpus_per_task", 0),
-            args=tuple(str(a) for a in options.get("args", ())),
+            gpus_per_task=gpus,
+            args=args,
             env=dict(options.get("env") or {}),
-            timeout_s=options.get("timeout_s") or self.probe_timeout_s,
+            timeout_s=limit.seconds,
             exclusive=options.get("exclusive", False),
+            limit_basis=limit.basis,
+            phases=limit.phases,
+            hang_s=limit.hang_s,
         )
 
     def run_shared(self, probe: str, *, nodes: Iterable[str], **options: Unpack[StepOptions]) -> ProbeResult:

@@ -44,7 +44,7 @@ class Fingerprints:
     def get(self, node: str) -> dict[str, Any]:
         if node not in self._seen:
             try:
-                result = self._cluster.run("fingerprint", nodes=[node], timeout_s=120)
+                result = self._cluster.run("fingerprint", nodes=[node])
                 self._seen[node] = self._with_runtime(node, result.one().data)
             except MeasurementError as exc:
                 self._seen[node] = exc
@@ -57,7 +57,7 @@ class Fingerprints:
         """Take the fingerprints of ``nodes`` not seen yet, all at once (a cross-node check needs every
         node's; one after another they would cost a step time per node)."""
         missing = [n for n in nodes if n not in self._seen]
-        for node, result in self._cluster.run_each("fingerprint", missing, timeout_s=120).items():
+        for node, result in self._cluster.run_each("fingerprint", missing).items():
             if isinstance(result, MeasurementError):
                 self._seen[node] = result
                 continue

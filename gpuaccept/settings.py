@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.timelimits import TimeoutRule
 from gpuaccept.units import parse_bytes as _size
 
 __all__ = [
@@ -42,6 +43,13 @@ def _positive_float(text: str) -> float:
     if value <= 0:
         raise ValueError("must be greater than 0")
     return value
+
+
+def _timeout_rule(text: str) -> TimeoutRule:
+    try:
+        return TimeoutRule.parse(text)
+    except ValueError as exc:
+        raise ValueError(f"expected seconds (a cap), x<factor> (a scale) or both as 'x2,900': {exc}") from None
 
 
 def _nodes(text: str) -> int | str:
@@ -136,7 +144,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("srun_arg", "extra argument passed to every srun (repeatable)", str, (), repeatable=True),
     Option("thresholds", "site thresholds YAML merged over the packaged defaults", Path),
     Option("sku", "force this SKU from thresholds.yaml instead of detecting it from NVML"),
-    Option("probe_timeout", "seconds one probe step may take before it is cancelled", _positive_float, 300.0),
+    Option(
+        "probe_timeout",
+        "every probe step's declared time limit scaled (x1.5) and/or capped in seconds (600), e.g. 'x2,900'",
+        _timeout_rule,
+        TimeoutRule(),
+    ),
     Option("run_record", "path of the run record JSON (default reports/runs/<UTC start>[-job<id>].json)", Path),
     Option(
         "sharedfs_path",
@@ -210,7 +223,7 @@ class Settings:
     srun_arg: tuple[str, ...] = ()
     thresholds: Path | None = None
     sku: str | None = None
-    probe_timeout: float = 300.0
+    probe_timeout: TimeoutRule = field(default_factory=TimeoutRule)
     run_record: Path | None = None
     sharedfs_path: Path | None = None
     dry_run: bool = False

@@ -26,7 +26,7 @@ from gpuaccept.dispatch import SlurmUnusable, choose_launcher, make_launcher
 from gpuaccept.dispatch.container import ContainerUnusable
 from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.dispatch.slurm_cli import SlurmError, cluster_name, share_node_reads
-from gpuaccept.dispatch.step import Step, shell_join
+from gpuaccept.dispatch.step import Step, shell_join, step_limits
 from gpuaccept.fingerprints import Fingerprints
 from gpuaccept.judging.verdict import verdict_line
 from gpuaccept.results.record import RunRecord, record_id
@@ -100,7 +100,7 @@ class SessionState:
                 raise self._setup_failure from None
             self._cluster = Cluster(
                 launcher,
-                probe_timeout_s=self.settings.probe_timeout,
+                timeout_rule=self.settings.probe_timeout,
                 dry_run=self.settings.dry_run,
                 on_step=self._on_step,
                 on_command=self._record_command,
@@ -146,6 +146,8 @@ class SessionState:
     def _on_step(self, step: Step, command: list[str], result: ProbeResult | None) -> None:
         self._record_command(command)
         entry = self.record.test(record_id(self.current_item.nodeid)) if self.current_item is not None else None
+        if entry is not None:
+            entry.steps.append(step_limits(step, result))
         for rank in result.records if result is not None else []:
             for name, value in rank.test_hooks.items():
                 self.record.hook_seen(name, value, f"probes on {rank.node}")

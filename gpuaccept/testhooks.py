@@ -56,6 +56,18 @@ HOOKS: tuple[Hook, ...] = (
         gated=True,
     ),
     Hook(
+        "GPUACCEPT_FAULT_SLOW_RANK",
+        "gpuaccept.training.progress",
+        "a fine-tune rank sleeps after each step (a slow GPU)",
+        gated=True,
+    ),
+    Hook(
+        "GPUACCEPT_FAULT_STALL_RANK",
+        "gpuaccept.training.progress",
+        "a fine-tune rank stops making progress at a given step (a hang)",
+        gated=True,
+    ),
+    Hook(
         "GPUACCEPT_FAULT_MEMCPY_SLOWDOWN",
         "gpuaccept.probes._cpubench",
         "the host copy probe does n times the work it counts",

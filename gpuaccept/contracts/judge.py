@@ -33,6 +33,8 @@ class JudgeLike(Protocol):
 
     def datasheet(self, sku: str, name: str) -> float | None: ...
 
+    def declared(self, metric: str, node: str, scale: int | None = None) -> Any: ...
+
 
 def gpu_label(gpu: Mapping[str, Any] | None) -> str | None:
     """``3 (00000000:9A:00.0)``: the same spelling as ``RankRecord.gpu_label``, so results line up."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpuaccept.dispatch.result import ProbeResult, check_step, parse_records, reported_ranks
+from gpuaccept.dispatch.result import ProbeResult, check_step, parse_records, reported_ranks, timeout_text
 from gpuaccept.errors import MeasurementError, ProbeError, ProbeTimeout
 from gpuaccept.probes._pernode import TASK_SENTINEL
 
@@ -124,6 +124,8 @@ def slice_results(
             stdout=stdout + "\n" if stdout else "",
             stderr=stderr,
             duration_s=whole.duration_s,
+            ended_at=whole.ended_at,
+            stop_reason=whole.stop_reason,
         )
         results[node] = _judge_slice(part, node, parsed, tasks_per_node, timed_out, timeout_s)
     return results
@@ -149,10 +151,12 @@ def _judge_slice(
         return ProbeError(f"probe {part.probe} on {node}: srun launched no task on {node}", nodes=(node,))
     if timed_out and len(reported_ranks(part.stdout)) < tasks_per_node:
         missing = sorted(set(range(tasks_per_node)) - reported_ranks(part.stdout))
-        return ProbeTimeout(
-            f"probe {part.probe} on {node}: no result within {timeout_s:g} s; ranks {missing} on {node} did not finish",
+        timeout = ProbeTimeout(
+            f"{timeout_text(part, node, timeout_s)}; ranks {missing} on {node} did not finish",
             nodes=(node,),
         )
+        timeout.result = part  # type: ignore[attr-defined]  # what the ranks wrote: progress, finished phases
+        return timeout
     if timed_out:  # every rank reported before the deadline: their lines stand
         try:
             part.records = parse_records(part.probe, part.stdout, tasks_per_node, (node,))

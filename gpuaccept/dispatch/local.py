@@ -14,8 +14,8 @@ import socket
 import time
 
 from gpuaccept.dispatch.proc import run_all
-from gpuaccept.dispatch.result import ProbeResult, check_step, reported_ranks
-from gpuaccept.dispatch.step import STEP_ENV_DEFAULTS, Step, probe_argv
+from gpuaccept.dispatch.result import ProbeResult, check_step, reported_ranks, timeout_text
+from gpuaccept.dispatch.step import STEP_ENV_DEFAULTS, Step, probe_argv, watch
 from gpuaccept.errors import ProbeError, ProbeTimeout
 
 __all__ = ["LocalLauncher", "local_gpu_count"]
@@ -89,7 +89,7 @@ class LocalLauncher:
         envs = self._rank_envs(step)
         argv = probe_argv(step.probe, step.args, self._python)
         started = time.monotonic()
-        finished = run_all([argv] * step.ranks, envs, step.timeout_s)
+        finished = run_all([argv] * step.ranks, envs, step.timeout_s, watch=watch(step))
         codes = finished.returncodes
         bad = [(rank, code) for rank, code in enumerate(codes) if code not in (0, None)]
         if finished.first_bad is not None:  # the rank that died first, not the lowest-numbered casualty
@@ -104,15 +104,18 @@ class LocalLauncher:
                 f"[rank {r}] {line}\n" for r, text in enumerate(finished.stderr) for line in text.splitlines()
             ),
             duration_s=time.monotonic() - started,
+            ended_at=finished.ended_at,
+            stop_reason=finished.stop_reason,
         )
         if finished.timed_out:
             reported = reported_ranks(result.stdout)
             missing = [rank for rank in range(step.ranks) if rank not in reported]
-            raise ProbeTimeout(
-                f"probe {step.probe} on {self.node}: no result within {step.timeout_s:g} s; "
-                f"ranks {missing} did not finish",
+            timeout = ProbeTimeout(
+                f"{timeout_text(result, self.node, step.timeout_s)}; ranks {missing} did not finish",
                 nodes=step.nodes,
             )
+            timeout.result = result  # type: ignore[attr-defined]  # what the ranks wrote: progress, finished phases
+            raise timeout
         if bad:
             rank, _ = bad[0]
             result.stderr = (

@@ -10,7 +10,9 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import IO
 
 __all__ = ["Finished", "run_all", "stop_group"]
 
@@ -25,6 +27,24 @@ class Finished:
     timed_out: bool
     duration_s: float
     first_bad: int | None = None
+    #: why ``watch`` stopped the processes before their deadline ('' when it did not)
+    stop_reason: str = ""
+    #: the wall clock (epoch seconds) when the processes ended or were stopped
+    ended_at: float = 0.0
+
+
+#: Seconds between two looks of a ``watch`` at the output so far
+WATCH_EVERY_S = 2.0
+
+
+def _output_so_far(files: Sequence[IO[str]]) -> str:
+    """What the processes wrote so far, read without moving the files' offsets (``os.pread``)."""
+    texts = []
+    for handle in files:
+        fd = handle.fileno()
+        size = os.fstat(fd).st_size
+        texts.append(os.pread(fd, size, 0).decode(errors="replace"))
+    return "".join(texts)
 
 
 def stop_group(proc: subprocess.Popen[str], first: int = signal.SIGTERM, grace_s: float = 5.0) -> None:
@@ -52,8 +72,13 @@ def run_all(
     *,
     kill_on_bad_exit: bool = True,
     first_signal: int = signal.SIGTERM,
+    watch: Callable[[str, float], str] | None = None,
 ) -> Finished:
-    """Start every argv at once; wait until all end, one fails (if asked) or the deadline passes."""
+    """Start every argv at once; wait until all end, one fails (if asked) or the deadline passes.
+
+    ``watch(output so far, seconds since the start)`` is asked every ``WATCH_EVERY_S``: a reason it gives
+    stops the processes then, as a deadline would (``timed_out``, with ``stop_reason``): a launch whose
+    progress proves it cannot pass need not run to its limit."""
     import tempfile
 
     start = time.monotonic()
@@ -67,6 +92,8 @@ def run_all(
     ]
     timed_out = False
     first_bad: int | None = None
+    reason = ""
+    looked = start
     try:
         while True:
             codes = [p.poll() for p in procs]
@@ -79,6 +106,12 @@ def run_all(
             if time.monotonic() - start > timeout_s:
                 timed_out = True
                 break
+            if watch is not None and time.monotonic() - looked >= WATCH_EVERY_S:
+                looked = time.monotonic()
+                reason = watch(_output_so_far(outs), looked - start)
+                if reason:
+                    timed_out = True
+                    break
             time.sleep(0.05)
     finally:
         codes = [p.poll() for p in procs]
@@ -92,4 +125,4 @@ def run_all(
         texts_err.append(err.read())
         out.close()
         err.close()
-    return Finished(codes, texts_out, texts_err, timed_out, time.monotonic() - start, first_bad)
+    return Finished(codes, texts_out, texts_err, timed_out, time.monotonic() - start, first_bad, reason, time.time())

@@ -33,9 +33,9 @@ from gpuaccept.dispatch.container import (
 )
 from gpuaccept.dispatch.fanout import launched_any, lost_from_stderr, slice_results
 from gpuaccept.dispatch.proc import run_all
-from gpuaccept.dispatch.result import ProbeResult, check_step, parse_records, reported_ranks
+from gpuaccept.dispatch.result import ProbeResult, check_step, parse_records, reported_ranks, timeout_text
 from gpuaccept.dispatch.slurm_cli import SlurmError, expand_hostlist, gres_gpus, key_values, node_info, slurm_cmd
-from gpuaccept.dispatch.step import STEP_ENV_DEFAULTS, Step, probe_argv
+from gpuaccept.dispatch.step import STEP_ENV_DEFAULTS, Step, probe_argv, watch
 from gpuaccept.errors import MeasurementError, ProbeError, ProbeTimeout, ToolMissing
 
 __all__ = ["SlurmLauncher"]
@@ -249,7 +249,7 @@ class SlurmLauncher:
             time.sleep(2)
 
     def _srun(self, step: Step, argv: list[str]) -> tuple[ProbeResult, bool]:
-        finished = run_all([argv], [self._env(step)], step.timeout_s, first_signal=signal.SIGTERM)
+        finished = run_all([argv], [self._env(step)], step.timeout_s, first_signal=signal.SIGTERM, watch=watch(step))
         result = ProbeResult(
             probe=step.probe,
             command=argv,
@@ -258,6 +258,8 @@ class SlurmLauncher:
             stdout=finished.stdout[0],
             stderr=finished.stderr[0],
             duration_s=finished.duration_s,
+            ended_at=finished.ended_at,
+            stop_reason=finished.stop_reason,
         )
         return result, finished.timed_out
 
@@ -267,7 +269,9 @@ class SlurmLauncher:
         result, timed_out = self._launch(step, self.command(step))
         if timed_out:
             left = self._cancel_step(step)
-            raise ProbeTimeout(self._timeout_message(step, result, left), nodes=step.nodes)
+            timeout = ProbeTimeout(self._timeout_message(step, result, left), nodes=step.nodes)
+            timeout.result = result  # type: ignore[attr-defined]  # what the ranks wrote: progress, finished phases
+            raise timeout
         if result.returncode != 0:
             self._find_lost(step, result)
             if any(n in self.lost for n in step.nodes):
@@ -357,7 +361,7 @@ class SlurmLauncher:
         missing = [rank for rank in range(step.ranks) if rank not in reported]
         nodes_missing = sorted({step.nodes[rank // step.tasks_per_node] for rank in missing})
         return (
-            f"probe {step.probe} on {', '.join(step.nodes)}: no result within {step.timeout_s:g} s; "
+            f"{timeout_text(result, ', '.join(step.nodes), step.timeout_s)}; "
             f"step {step.name} {left or 'cancelled'}; ranks {missing} on {', '.join(nodes_missing)} did not finish"
         )
 

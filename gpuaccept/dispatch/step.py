@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from gpuaccept.dispatch.result import ProbeResult
+from gpuaccept.probes.specs import declared_limit
+from gpuaccept.training.watch import standing
 
-__all__ = ["Launcher", "Step", "probe_argv"]
+__all__ = ["Launcher", "Step", "probe_argv", "step_limits", "watch"]
 
 #: Variables every multi-GPU step needs on the lent machines and on NVLS-less fabrics alike;
 #: a site can override them by exporting its own values before pytest.
@@ -37,9 +41,23 @@ class Step:
     gpus_per_task: int = 0
     args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
-    timeout_s: float = 300.0
+    #: seconds before the step is cancelled; 0: the probe's declared limit (``gpuaccept.probes.specs``)
+    timeout_s: float = 0.0
     exclusive: bool = False
     name: str = field(default_factory=lambda: "gpuaccept-" + uuid.uuid4().hex[:10])
+    #: how ``timeout_s`` follows from the step's plan (``gpuaccept.timelimits.TimeLimit.basis``)
+    limit_basis: str = ""
+    #: each phase's end for a GPU at the floor, from the step's start (``TimeLimit.phases``): with them the
+    #: launcher watches the ranks' progress and stops the step once one is proven behind (``watch``)
+    phases: tuple[tuple[str, float], ...] = ()
+    #: seconds without a progress line from any rank before a step with phases is stopped as hung
+    hang_s: float = 180.0
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s:
+            limit = declared_limit(self.probe, self.args, self.gpus_per_task)
+            object.__setattr__(self, "timeout_s", limit.seconds)
+            object.__setattr__(self, "limit_basis", self.limit_basis or limit.basis)
 
     @property
     def ranks(self) -> int:
@@ -76,3 +94,31 @@ def shell_join(argv: list[str]) -> str:
         else shlex.quote(arg)
         for arg in argv
     )
+
+
+def step_limits(step: Step, result: ProbeResult | None) -> dict[str, object]:
+    """What the run record keeps of a step's time: its limit and why, its wall, and the share of the limit it
+    used (a healthy step keeps within two thirds of it; one cancelled at its limit shows about 1)."""
+    wall = result.duration_s if result is not None else None
+    return {
+        "probe": step.probe,
+        "nodes": list(step.nodes),
+        "limit_s": step.timeout_s,
+        "basis": step.limit_basis,
+        "wall_s": None if wall is None else round(wall, 3),
+        "ratio": None if wall is None else round(wall / step.timeout_s, 3),
+    }
+
+
+def watch(step: Step) -> Callable[[str, float], str] | None:
+    """For a step with phases: what the launcher asks every few seconds while it runs. It stops the step
+    once a rank has not finished a phase whose end at the floor has passed, or no rank has made progress
+    for ``step.hang_s`` (the reason names the ranks); None for a step without phases."""
+    if not step.phases:
+        return None
+    started = time.time()
+
+    def look(output: str, elapsed: float) -> str:
+        return standing(output, step.phases, started, started + elapsed, step.hang_s).reason
+
+    return look

@@ -20,7 +20,6 @@ from gpuaccept.contracts.judge import JudgeLike, gpu_label
 from gpuaccept.errors import MeasurementError
 
 __all__ = [
-    "BENCH_TIMEOUT_S",
     "Part",
     "agreement",
     "bench_parts",
@@ -30,10 +29,6 @@ __all__ = [
     "record_busy",
 ]
 
-
-#: The one-process node benchmark: start-up plus a few seconds per part on 2 GPUs; 8 GPUs add host links
-#: measured one at a time and 14 rounds of GPU pairs.
-BENCH_TIMEOUT_S = 300
 
 #: One GPU's figures: its label (``3 (0000:9A:00.0)``) and what the probe measured on it.
 Part = tuple[str | None, dict[str, Any]]

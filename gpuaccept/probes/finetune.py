@@ -175,6 +175,10 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     of every strategy runs at the end, side by side on different GPUs of rank 0's node (``_lifecycles``).
     """
     node = node_name()
+    from gpuaccept.training.progress import Reporter
+
+    progress = Reporter(node, info.rank)
+    progress.phase("start-up")
     # one set of arguments for every node of a fan-out step, each node's files in its own folder
     args.out = Path(str(args.out).replace("{node}", node))
     _quiet()
@@ -249,6 +253,7 @@ def _run(args: argparse.Namespace, info: Any) -> None:
         "torch_threads": threads,
     }
     gpu = gpu_identity(0) if use_cuda else None
+    progress.gpu = (gpu or {}).get("index")
     hook = parse_perturbation(testhooks.value(PERTURB_ENV))
     selected = hook is not None and hook.selects(node=node, gpu=(gpu or {}).get("index"), rank=info.rank)
     perturb_after = hook.step if hook is not None and selected else None
@@ -259,21 +264,36 @@ def _run(args: argparse.Namespace, info: Any) -> None:
         cfg = profile_for(kind, args.profile, **{**overrides, "strategy": strategy, "out": out})
         started = time.monotonic()
         data, job = train_one(
-            cfg, rt, tokenizer, train_ex, test_ex, data_desc, use_cuda, gpu, info.rank, args.out, perturb_after
+            cfg,
+            rt,
+            tokenizer,
+            train_ex,
+            test_ex,
+            data_desc,
+            use_cuda,
+            gpu,
+            info.rank,
+            args.out,
+            perturb_after,
+            progress,
         )
         data.update(shared)
         # What this strategy would take launched alone: the shared start-up plus its own run.
         data["run_s"] = round(time.monotonic() - started, 3)
         data["wall_s"] = round(shared["startup_s"] + data["run_s"], 3)
         runs[strategy] = data
+        if several:  # out now: a later strategy's failure or the launch's time limit cannot take it away
+            emit(data, gpu=gpu, probe="finetune", stage=strategy)
         if job is not None:
             pending[strategy] = job
         release(torch, use_cuda)
     PHASES.mark("strategies")
+    progress.phase("lifecycle")
     for strategy, extra in _lifecycles(dist, rt, pending, tokenizer, test_ex).items():
         runs[strategy].update(extra)
         runs[strategy]["wall_s"] = round(runs[strategy]["wall_s"] + extra.get("lifecycle_s", 0.0), 3)
     PHASES.mark("lifecycle")
+    progress.phase("serving")
     own = serve_own(tokenizer, test_ex, device)  # every GPU's solo adapter, served by all GPUs at once
     if own is not None:
         runs["solo"]["serving"] = own

@@ -65,6 +65,9 @@ class TestEntry:
     #: node -> what its probe steps ran in, from every rank's line (``probes/container.py``): the image's
     #: marker and runtime, or "host", and the Python; the proof that a step ran inside the image
     ran_in: dict[str, str] = field(default_factory=dict)
+    #: every probe step the test ran: its time limit, how the limit follows from the step's plan, the step's
+    #: wall and their ratio (a healthy launch keeps within two thirds of its limit)
+    steps: list[dict[str, Any]] = field(default_factory=list)
     #: why it did not pass: could not measure, regression, hardware fault, drift, threshold miss
     category: str | None = None
     #: every check the test made: what was observed, what was expected, the source and the verdict

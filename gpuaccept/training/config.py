@@ -17,7 +17,18 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FIXTURES", "PRETRAINED", "PROFILES", "SCALE", "TrainConfig", "pretrained_rows", "profile_for", "scale_plan"]
+__all__ = [
+    "FIXTURES",
+    "LINEAR_MODULES",
+    "PRETRAINED",
+    "PROFILES",
+    "ROWS_MAX",
+    "SCALE",
+    "TrainConfig",
+    "pretrained_rows",
+    "profile_for",
+    "scale_plan",
+]
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "training"
 

@@ -28,6 +28,7 @@ from gpuaccept.training.data import Example, batches, eval_shards
 from gpuaccept.training.model import trainable_state
 from gpuaccept.training.monitor import UtilSampler
 from gpuaccept.training.packing import PackedBatch, packed_batches
+from gpuaccept.training.progress import Reporter, Slowdown
 
 __all__ = [
     "FAULT_ENV",
@@ -208,19 +209,24 @@ def train(
     save: bool = True,
     fault_rank: int | None = None,
     perturb_after: int | None = None,
+    progress: Reporter | None = None,
 ) -> TrainResult:
     """Run ``cfg.steps`` optimizer steps; evaluate (and with ``save``, checkpoint) every ``cfg.ckpt_every``.
 
     ``save=False`` is the per-GPU solo run: evals only, nothing written. ``fault_rank`` is the rank the
     selftest fault knob names this process by (the launch's global rank; a solo run is rank 0 of its own
     world of one). ``perturb_after`` is the step after which the test hook perturbs this rank's weights
-    (``gpuaccept.training.perturb``; None, the default, leaves the run alone).
+    (``gpuaccept.training.perturb``; None, the default, leaves the run alone). ``progress`` prints this rank's
+    line after every step (``gpuaccept.training.progress``): where the rank stood if the launch's limit comes.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(cfg))
     stream = _stream(cfg, train_ex, rt, pad_id)
     die_at = fault_point(rt.rank if fault_rank is None else fault_rank)
+    slowdown = Slowdown.for_rank(rt.rank if fault_rank is None else fault_rank, rt.node)
+    if progress is not None:
+        progress.phase(cfg.strategy, cfg.steps)
     result = TrainResult()
     pending: list[torch.Tensor] = []
     clock: float | None = None
@@ -248,6 +254,9 @@ def train(
             )
         opt.zero_grad(set_to_none=True)
         pending.append(loss.detach().float())
+        if progress is not None:
+            progress.step(step)
+        slowdown.after(step)
         if clock is not None:
             result.timed_tokens += tokens
         result.steps_done = step

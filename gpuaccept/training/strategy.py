@@ -115,6 +115,7 @@ def train_one(
     rank: int,
     root: Path,
     perturb_after: int | None = None,
+    progress: Any = None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """One strategy: build the seeded model, save the original, train, measure; the lifecycle to run.
 
@@ -124,6 +125,7 @@ def train_one(
     saves its checkpoints and gets the lifecycle. Returns the rank's figures and, on rank 0 of a run that
     saves, the lifecycle job (run later, ``_lifecycles``). ``losses`` are the exact float32 step losses
     (no rounding): the fleet agreement compares them bit for bit. ``perturb_after``: the test hook.
+    ``progress``: this rank's ``gpuaccept.training.progress.Reporter`` (set-up, then every step).
     """
     import dataclasses
 
@@ -145,6 +147,8 @@ def train_one(
     solo = cfg.strategy == "solo"
     saves = not solo or rt.world == 1  # a launch of one rank: its solo run is the run with the lifecycle
     setup_started = time.monotonic()
+    if progress is not None:
+        progress.phase(f"{cfg.strategy} set-up")
     if solo:
         rt = dataclasses.replace(rt, rank=0, world=1)
         if not saves:
@@ -195,6 +199,7 @@ def train_one(
         save=saves,
         fault_rank=rank,
         perturb_after=perturb_after,
+        progress=progress,
     )
     memory = peak_memory_gib(device)
     util = sampler.summary() if sampler else {"util_pct": None, "util_samples": 0, "util_error": "CPU run"}

@@ -38,6 +38,5 @@ def test_burn_in(node, cluster, judge, settings):
         tasks_per_node=gpus,
         gpus_per_task=1,
         args=["--burn-in", settings.burn_in, "--interval", interval],
-        timeout_s=settings.burn_in + 180,
     )
     judge_burn_in(result.records, judge, node)

@@ -86,7 +86,7 @@ def _ib(cluster, nodes, counters_only=False) -> dict[str, dict]:
     during the step is left out (the tests go on without it)."""
     args = ["--counters-only"] if counters_only else []
     out = {}
-    for node, result in cluster.run_each("infiniband", nodes, args=args, timeout_s=60).items():
+    for node, result in cluster.run_each("infiniband", nodes, args=args).items():
         if isinstance(result, MeasurementError):
             if node in cluster.lost:
                 continue
@@ -121,7 +121,7 @@ def _fabric(cluster, judge) -> dict[str, dict[str, float]]:
 def _affinity(cluster, node) -> dict[str, list[str]]:
     """GPU bus -> PCIe-affine HCAs, from the same NVML read test_interconnect uses (one run per node)."""
     gpus = cluster.gpus_on(node)
-    data = cluster.run_shared("nvlink", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=120).one().data
+    data = cluster.run_shared("nvlink", nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
     return affine_hcas(data)
 
 
@@ -162,7 +162,7 @@ def test_gdr_enablement(node, cluster, judge):
         pytest.skip(f"{node}: SKU {judge.sku(node)} declares no InfiniBand and the node has no HCA")
     if not hcas:
         pytest.skip(_no_hca(judge, node, "no GPU -> HCA path to judge"))
-    data = cluster.run("gdr", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, timeout_s=120).one().data
+    data = cluster.run("gdr", nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
     judge_gdr(data, judge, node)
 
 
@@ -267,13 +267,11 @@ def test_nccl_rails(cluster, judge, settings):
 # ---- RDMA data path ----------------------------------------------------------------------------------
 
 
-def _perftest_round(cluster, batch, gpu_memory: bool, timeout: float):
+def _perftest_round(cluster, batch, gpu_memory: bool):
     step_nodes = sorted({e[0] for p in batch for e in (p.server, p.client)})
     gpus = min(cluster.gpus_on(n) for n in step_nodes)
     args = [f"--plan={schedule.format_plan(batch)}"] + (["--gpu-memory"] if gpu_memory else [])
-    result = cluster.run(
-        "perftest", nodes=step_nodes, tasks_per_node=1, gpus_per_task=gpus, args=args, timeout_s=timeout
-    )
+    result = cluster.run("perftest", nodes=step_nodes, tasks_per_node=1, gpus_per_task=gpus, args=args)
     gaps = missing_tools(result.records)
     if gaps:
         why = "; ".join(f"{n}: {why}" for n, why in gaps.items())
@@ -285,7 +283,6 @@ def _perftest_round(cluster, batch, gpu_memory: bool, timeout: float):
 @pytest.mark.multinode
 def test_rdma_perftest(cluster, judge, settings):
     """ib_write_bw / ib_write_lat for every HCA of every node against a partner HCA, concurrent rounds, second pass."""
-    timeout = 2 * 60 + 30.0
 
     def measure(live: list[str]) -> tuple[dict, list[str], dict, bool, list, dict]:
         rates = _fabric(cluster, judge)
@@ -297,7 +294,7 @@ def test_rdma_perftest(cluster, judge, settings):
         plan = schedule.first_pass(hcas)
         first: dict[Any, Any] = {}
         for batch in plan:
-            first.update(_perftest_round(cluster, batch, gpu_memory, timeout))
+            first.update(_perftest_round(cluster, batch, gpu_memory))
         return rates, nodes, hcas, gpu_memory, plan, first
 
     rates, nodes, hcas, gpu_memory, plan, first = cluster.across_nodes(measure, what="an RDMA pair")
@@ -310,7 +307,7 @@ def test_rdma_perftest(cluster, judge, settings):
             print(f"perftest second pass: {lost_text(cluster.lost)}; its pairs are incomplete")
             batch = [p for p in batch if p.server[0] not in cluster.lost and p.client[0] not in cluster.lost]
         if batch:
-            results = _perftest_round(cluster, batch, gpu_memory, timeout)
+            results = _perftest_round(cluster, batch, gpu_memory)
             second.update(judge_rdma_pairs(judge, results, rates, gpu_memory))
     judge_hca_blame(judge, verdicts, second, cluster.lost)
     print(f"perftest: {len(first)} pairs in {len(plan)} rounds, {len(second)} re-tests")

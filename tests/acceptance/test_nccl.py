@@ -84,17 +84,19 @@ def _layout(cluster: Any, node: str, multinode: bool) -> tuple[int, int]:
     return (1 if multinode else CPU_RANKS), 0
 
 
-def _sweep_args(settings: Any, gpu: bool, multinode: bool = False, **override: Any) -> list[str]:
+def _sweep_args(cluster: Any, settings: Any, gpu: bool, multinode: bool = False, **override: Any) -> list[str]:
     """Probe arguments from the settings; CPU nodes get small sizes unless the operator chose sizes;
     multi-node GPU passes run Ring, the algorithm their floors were measured with (``algo_args``)."""
     lo, hi = settings.nccl_min_bytes, settings.nccl_max_bytes
+    op_limit_s = cluster.limit("nccl").seconds
     if not gpu:
         lo = lo if settings.sources.get("nccl_min_bytes", "default") != "default" else CPU_MIN_BYTES
         hi = hi if settings.sources.get("nccl_max_bytes", "default") != "default" else CPU_MAX_BYTES
     opts: dict[str, Any] = {
         "min-bytes": lo,
         "max-bytes": max(lo, hi),
-        "op-timeout": max(10.0, settings.probe_timeout / 3),
+        # a third of the step's limit: a hung collective is named by the probe's watchdog before the step ends
+        "op-timeout": max(10.0, op_limit_s / 3),
     }
     if not gpu:
         opts.update({"iters": 5, "warmup": 2})
@@ -147,7 +149,10 @@ def _run_groups(
     several tests judge)."""
     nodes = [n for g in groups for n in g]
     tasks, gpt = _layout(cluster, nodes[0], multinode=True)
-    args = [*_sweep_args(settings, bool(gpt), True, **override), "--groups=" + ";".join(",".join(g) for g in groups)]
+    args = [
+        *_sweep_args(cluster, settings, bool(gpt), True, **override),
+        "--groups=" + ";".join(",".join(g) for g in groups),
+    ]
     run = cluster.run_shared if shared else cluster.run
     result = run("nccl", nodes=nodes, tasks_per_node=tasks, gpus_per_task=gpt, args=args)
     tables = group_tables(result.records)
@@ -171,7 +176,7 @@ def _scale(cluster: Any, settings: Any, scale: int, nodes: list[str]) -> list[Gr
 def _node_sweep(cluster: Any, settings: Any, node: str, tasks: int, gpt: int) -> Any:
     """All GPUs of the node in one sweep, once per session: ``test_nccl_node`` judges it and the
     fidelity test compares nccl-tests with it."""
-    args = _sweep_args(settings, bool(gpt))
+    args = _sweep_args(cluster, settings, bool(gpt))
     return cluster.run_shared("nccl", nodes=[node], tasks_per_node=tasks, gpus_per_task=gpt, args=args)
 
 
@@ -225,7 +230,7 @@ def test_nccl_tests_fidelity(node, cluster, judge, settings):
     tasks, gpt = _layout(cluster, node, multinode=False)
     table = group_tables(_node_sweep(cluster, settings, node, tasks, gpt).records)[0]
     if table.at("all_reduce", size) is None:  # the sweep stopped below this size (--nccl-max-bytes)
-        args = _sweep_args(settings, True, collectives="all_reduce,all_gather", min_bytes=size, max_bytes=size)
+        args = _sweep_args(cluster, settings, True, collectives="all_reduce,all_gather", min_bytes=size, max_bytes=size)
         result = cluster.run("nccl", nodes=[node], tasks_per_node=gpus, gpus_per_task=1, args=args)
         table = group_tables(result.records)[0]
     judge_fidelity(theirs["runs"], table, size, judge, node)

@@ -26,12 +26,14 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.dispatch.result import ProbeResult, RankRecord
-from gpuaccept.errors import MeasurementError
+from gpuaccept.dispatch.result import ProbeResult, RankRecord, stage_records
+from gpuaccept.errors import MeasurementError, ProbeTimeout
 from gpuaccept.judging.trajectory import Trajectory, judge_fleet
 from gpuaccept.report.charts.loss import artifacts
+from gpuaccept.timelimits import TimeLimit
 from gpuaccept.training.report import TARGET_LOSS, print_summary
 from gpuaccept.verdicts.inference import AGREEMENT, SERVING, Served, judge_agreement, judge_serving
+from gpuaccept.verdicts.progress import RankStand, judge_unfinished, planned_limit, stands
 from gpuaccept.verdicts.training import (
     LIFECYCLE,
     LOSS_FIGURES,
@@ -125,9 +127,11 @@ def _profiled(ctx: Ctx, name: str, nodes: tuple[str, ...], profile: str) -> Scal
     return scale
 
 
-def _launch(cluster: Any, settings: Any, rootdir: Path, scale: Scale) -> ProbeResult:
+def _launch(ctx: Ctx, scale: Scale) -> ProbeResult:
     """One launch per shape trains every strategy of the shape in one process group (start-up paid once);
-    every case of the shape reads it (``cluster.run_shared``)."""
+    every case of the shape reads it (``cluster.run_shared``). Its time limit follows from its plan at the
+    floors of the first node's SKU (``gpuaccept.verdicts.progress.planned_limit``)."""
+    cluster, settings, rootdir = ctx.cluster, ctx.settings, ctx.rootdir
     args = [
         "--strategy",
         ",".join(scale.strategies),
@@ -147,12 +151,52 @@ def _launch(cluster: Any, settings: Any, rootdir: Path, scale: Scale) -> ProbeRe
         gpus_per_task=scale.gpus_per_task,
         args=args,
         exclusive=True,
+        limit=_limit(ctx, scale),
     )
 
 
-def _finetune(cluster: Any, settings: Any, rootdir: Path, strategy: str, scale: Scale) -> ProbeResult:
-    """The launch's result as seen by one strategy: each rank's record holds that strategy's figures."""
-    launch = _launch(cluster, settings, rootdir, scale)
+def _limit(ctx: Ctx, scale: Scale) -> TimeLimit | None:
+    """The launch's time limit from its plan at the floors of its first node's SKU (None: no floor to plan
+    with, the probe's declared limit applies)."""
+    shape = _shape(ctx, scale)
+    return planned_limit(
+        ctx.judge,
+        shape,
+        scale.nodes[0],
+        scale.strategies,
+        model_path=ctx.settings.model_path,
+        lifecycle=scale.ranks == 1 or scale.strategies != ["solo"],
+        serving=shape.gpu_run and shape.profile != "small",
+    )
+
+
+@dataclass(frozen=True)
+class Part:
+    """One strategy's share of a launch: the records of the ranks that finished it, and, when the launch was
+    stopped before it ended, where each other rank stood and why it was stopped."""
+
+    result: ProbeResult
+    unfinished: dict[tuple[str, int], RankStand]
+    why: str = ""
+
+
+def _finetune(ctx: Ctx, strategy: str, scale: Scale) -> Part:
+    """The launch's result as seen by one strategy: each rank's record holds that strategy's figures. A launch
+    stopped at its limit (or earlier, by its ranks' progress) keeps what its ranks sent as each strategy
+    finished; the ranks that had not finished this one are handed back with where they stood."""
+    try:
+        launch = _launch(ctx, scale)
+    except ProbeTimeout as exc:
+        stopped = getattr(exc, "result", None)
+        if stopped is None:
+            raise
+        records = stage_records("finetune", stopped.stdout, strategy)
+        done = {(r.node, r.rank) for r in records}
+        planned = _limit(ctx, scale)
+        hang_s = ctx.cluster.timeout_rule.apply(planned).hang_s if planned else TimeLimit(0, "").hang_s
+        everyone = stands(stopped.stdout, stopped.ended_at, hang_s)
+        left = {key: stand for key, stand in everyone.items() if key not in done}
+        return Part(replace(stopped, records=records), left, str(exc))
     absent = sorted({str(r.data["not_applicable"]) for r in launch.records if r.data.get("not_applicable")})
     if absent:  # declared by the GPUs themselves (memory too small for a 7B-class model)
         pytest.skip(f"not applicable: {'; '.join(absent)}")
@@ -167,7 +211,18 @@ def _finetune(cluster: Any, settings: Any, rootdir: Path, strategy: str, scale: 
                 nodes=(record.node,),
             )
         records.append(replace(record, data=runs[strategy]))
-    return replace(launch, records=records)
+    return Part(replace(launch, records=records), {})
+
+
+def _unfinished(ctx: Ctx, part: Part, strategy: str, scale: Scale) -> None:
+    """Every rank that had not finished ``strategy`` when its launch was stopped: FAILED by its progress bound
+    where that proves it below the floor, else unreadable naming where it stood."""
+    shape = _shape(ctx, scale)
+    for (node, rank), stand in sorted(part.unfinished.items()):
+        gpu = f"{stand.last.gpu}" if stand.last.gpu is not None else f"cpu rank {rank}"
+        judge_unfinished(
+            ctx.judge, shape, strategy, stand, node=node, gpu=gpu, model_path=ctx.settings.model_path, why=part.why
+        )
 
 
 def _launch_figures(strategy: str, scale: Scale, ctx: Ctx) -> None:
@@ -175,7 +230,10 @@ def _launch_figures(strategy: str, scale: Scale, ctx: Ctx) -> None:
     lifecycle, teardown), recorded once per launch by the case of its first strategy."""
     if strategy != scale.strategies[0]:
         return
-    result = _launch(ctx.cluster, ctx.settings, ctx.rootdir, scale)
+    try:
+        result = _launch(ctx, scale)
+    except MeasurementError:  # a launch that did not end: its step's limit, wall and ratio are on the record
+        return
     judge = ctx.judge
     first = result.records[0]
     phases = first.data.get("phases") or {}
@@ -214,13 +272,22 @@ def _report(records: list[RankRecord], run: str, step_s: float) -> None:
 def _check_solo(scale: Scale, ctx: Ctx) -> None:
     """Every GPU's own fine-tune, measured at the same time on every GPU, one rank per GPU: no GPU is
     shared, and the node's GPUs run under the power and cooling they share in real use."""
-    result = _finetune(ctx.cluster, ctx.settings, ctx.rootdir, "solo", scale)
+    part = _finetune(ctx, "solo", scale)
+    result = part.result
     _launch_figures("solo", scale, ctx)
     shape = _shape(ctx, scale)
+    _unfinished(ctx, part, "solo", scale)
+    if not result.records:
+        return
     judge_solo(ctx.judge, shape, result.records)
     if shape.gpu_run and shape.profile != "small":  # every GPU serving its own adapter, all at once
         for record in result.records:
-            judge_serving(ctx.judge, record, label(record))
+            if part.why:
+                ctx.judge.unreadable("infer_decode_mbu_pct", f"not served: {part.why}", node=record.node)
+            else:
+                judge_serving(ctx.judge, record, label(record))
+    if part.why:
+        return
     if scale.ranks == 1:  # a one-GPU node: its own run is the run with the lifecycle (DDP/FSDP do not apply)
         _report(result.records, scale.folder("solo"), result.duration_s)
         judge_lifecycle(ctx.judge, shape, result.records[0].data, result.records[0].node)
@@ -241,14 +308,19 @@ def _attach(paths: list[Path], run: str) -> None:
 
 def _check_run(strategy: str, scale: Scale, ctx: Ctx) -> None:
     """DDP or FSDP across the launch's ranks; FSDP's memory is held against DDP's of the same shape."""
-    result = _finetune(ctx.cluster, ctx.settings, ctx.rootdir, strategy, scale)
+    part = _finetune(ctx, strategy, scale)
+    result = part.result
     _launch_figures(strategy, scale, ctx)
+    _unfinished(ctx, part, strategy, scale)
+    if part.unfinished or not result.records:  # a run across ranks is judged whole or not at all
+        return
+    if part.why:  # every rank finished it, then the launch was stopped: its lifecycle never ran
+        data0 = result.records[0].data
+        data0.setdefault("lifecycle_error", f"the lifecycle did not run: {part.why}")
     ddp: list[RankRecord] | MeasurementError | None = None
     if strategy == "fsdp" and scale.gpus_per_task and scale.ranks > 1:
-        try:
-            ddp = _finetune(ctx.cluster, ctx.settings, ctx.rootdir, "ddp", scale).records
-        except MeasurementError as exc:
-            ddp = exc
+        earlier = _finetune(ctx, "ddp", scale)
+        ddp = earlier.result.records if not earlier.unfinished else MeasurementError(f"DDP did not finish: {part.why}")
     _report(result.records, f"{scale.folder(strategy)} ({scale.name})", result.duration_s)
     judge_run(ctx.judge, _shape(ctx, scale), strategy, result.records, result.duration_s, ddp)
 
@@ -305,11 +377,14 @@ def test_finetune_agreement(profile, ctx, fingerprints):
         scale = _profiled(ctx, "node", (node,), profile)
         judged_as = _shape(ctx, scale).profile
         try:
-            result = _finetune(ctx.cluster, ctx.settings, ctx.rootdir, "solo", scale)
+            part = _finetune(ctx, "solo", scale)
         except MeasurementError as exc:  # that node is named; the others are still judged
             failed.append(node)
             ctx.judge.unreadable("train_trajectory_rel_diff", f"trajectory not compared: {exc}", node=node)
             continue
+        result = part.result
+        if part.unfinished:  # the GPUs that finished still agree or not; the others are named by their test
+            failed.append(node)
         for record in result.records:
             losses = tuple(float(v) for v in record.data["losses"])
             runs.append(Trajectory(record.node, label(record), losses, record.data.get("checksum"), judged_as))
@@ -349,5 +424,5 @@ def test_finetune_multinode(profile, strategy, ctx):
 
 def _launched(ctx: Ctx, scale: Scale) -> Scale:
     """The shape once its launch has run (a lost node raises here, inside ``across_nodes``)."""
-    _launch(ctx.cluster, ctx.settings, ctx.rootdir, scale)
+    _launch(ctx, scale)
     return scale

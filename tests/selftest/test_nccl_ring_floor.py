@@ -10,6 +10,7 @@ import pytest
 
 from gpuaccept.contracts.nccl_sweep import algo_args
 from gpuaccept.errors import MeasurementError
+from gpuaccept.timelimits import TimeLimit
 
 pytestmark = pytest.mark.selftest
 
@@ -29,14 +30,15 @@ class _Cluster:
     def gpus_on(self, node: str) -> int:
         return self.gpus
 
+    def limit(self, probe: str, args: Any = (), gpus_per_task: int = 0) -> TimeLimit:
+        return TimeLimit(60.0, "a selftest's")
+
     def run(self, probe: str, **kwargs: Any) -> Any:
         self.args = [str(a) for a in kwargs["args"]]
         raise MeasurementError("stop here: only the arguments matter")
 
 
-SETTINGS = types.SimpleNamespace(
-    nccl_min_bytes=1 << 20, nccl_max_bytes=1 << 30, nccl_ring=False, probe_timeout=60.0, sources={}
-)
+SETTINGS = types.SimpleNamespace(nccl_min_bytes=1 << 20, nccl_max_bytes=1 << 30, nccl_ring=False, sources={})
 
 
 @pytest.mark.parametrize(("module", "call"), [("test_nccl", "_run_groups"), ("test_fabric", "_run_rails")])
@@ -50,5 +52,5 @@ def test_multinode_gpu_passes_run_ring(module: str, call: str) -> None:
 
 def test_intra_node_sweep_keeps_nccls_choice() -> None:
     mod = importlib.import_module("tests.acceptance.test_nccl")
-    assert "--ring" not in mod._sweep_args(SETTINGS, True)
-    assert "--ring" in mod._sweep_args(SETTINGS, True, True)
+    assert "--ring" not in mod._sweep_args(_Cluster(gpus=8), SETTINGS, True)
+    assert "--ring" in mod._sweep_args(_Cluster(gpus=8), SETTINGS, True, True)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from gpuaccept.settings import SettingsError, resolve
+from gpuaccept.timelimits import TimeoutRule
 
 
 class FakeConfig:
@@ -29,7 +30,7 @@ def test_order_cli_env_ini():
     assert settings.partition == "cli-part" and settings.sources["partition"] == "--partition (command line)"
     assert settings.nodes == "all" and settings.sources["nodes"] == "GPUACCEPT_NODES (environment)"
     assert settings.qos == "high" and settings.sources["qos"].startswith("ini gpuaccept_qos")
-    assert settings.probe_timeout == 300.0 and settings.sources["probe_timeout"] == "default"
+    assert settings.probe_timeout == TimeoutRule() and settings.sources["probe_timeout"] == "default"
 
 
 def test_repeatable_and_lists():

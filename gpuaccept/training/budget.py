@@ -1,0 +1,90 @@
+"""The fine-tune launch's time limit, derived from its plan: the work each strategy will do at the SKU's
+floor, plus the measured costs that do not scale with that work.
+
+Why derived: a fixed limit is a guess that healthy nodes outgrow. A 4 x H200 launch of the 7B-class run took
+295.85 s against a fixed 300 s and was cancelled on the next run (docs/measurements.md, 2026-11-27), which
+named no GPU. The launch's limit is now a prediction from what it will do:
+
+- each strategy's optimizer steps x tokens a step, at the slowest rate a healthy GPU of the SKU may train
+  (the SKU's floor: MFU x dense BF16 peak / FLOPs per token for the 7B-class and ``--model-path`` runs,
+  tokens/s for the small model and CPU ranks); ``phases`` keeps where each strategy ends at that rate, so
+  a GPU still training then is proven below the floor by its own progress (``gpuaccept.verdicts.progress``);
+- plus the costs measured on H100 and H200 nodes that do not scale with the steps (``FIXED_S``), each taken
+  at about twice the largest seen;
+- times ``MARGIN`` on the whole, so that a healthy launch uses well under two thirds of its limit.
+
+Pure arithmetic on plain numbers: the test gathers the floors from the thresholds and the FLOPs from the
+model's config (``gpuaccept.training.flops.flops_from_config``) and hands them over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuaccept.timelimits import TimeLimit
+
+__all__ = ["FIXED_S", "MARGIN", "LaunchPlan", "StrategyWork", "launch_limit"]
+
+#: Seconds a launch spends beyond its optimizer steps, each about twice the largest seen on H100 and H200
+#: nodes (docs/measurements.md 'Training at real scale', 'The lent 2 x H100' and 2026-11-27's 4 x H200 run:
+#: start-up 10.4-21.6 s; set-up 2.5-3.1 s a strategy; warm-up's extra over its steps (first-step
+#: allocations, cuBLAS heuristics) under 2 s; evals and checkpoints 5.6 s for three strategies; lifecycle
+#: 12.1-42.8 s; every GPU serving its own adapter 17.7 s).
+FIXED_S: dict[str, float] = {
+    "start-up": 45.0,
+    "set-up": 10.0,  # per strategy
+    "warm-up": 5.0,  # per strategy, beyond its steps at the floor rate
+    "evals and checkpoints": 10.0,  # per strategy
+    "lifecycle": 90.0,
+    "serving": 45.0,
+}
+#: The whole prediction's margin: at the floor rates and the fixed costs above a launch would take 1/MARGIN
+#: of its limit; a healthy one, faster than its floors, takes less.
+MARGIN = 1.25
+
+
+@dataclass(frozen=True)
+class StrategyWork:
+    """One strategy of the launch: how many steps of how many tokens (per rank, an upper bound), and the
+    slowest rate a healthy GPU (or CPU rank) of the SKU may train them at, in tokens/s per rank."""
+
+    name: str
+    steps: int
+    tokens_per_step: int
+    floor_tokens_per_s: float
+    #: where the floor rate comes from, in words ("train_mfu_pct >= 30% of 989 TFLOPS at 3.2e10 FLOPs/token")
+    floor_basis: str
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What one launch does: its strategies in order, whether one saves and gets the lifecycle, whether
+    every GPU serves its adapter at the end."""
+
+    strategies: tuple[StrategyWork, ...]
+    lifecycle: bool
+    serving: bool
+
+
+def launch_limit(plan: LaunchPlan) -> TimeLimit:
+    """The launch's limit and, per strategy, the moment (from the launch's start) a GPU at the floor has
+    finished it: ``MARGIN`` x (fixed costs + steps at the floor)."""
+    fixed = FIXED_S
+    t = fixed["start-up"]
+    ends: list[tuple[str, float]] = []
+    terms = [f"start-up {fixed['start-up']:g} s"]
+    for work in plan.strategies:
+        at_floor = work.steps * work.tokens_per_step / work.floor_tokens_per_s
+        own = fixed["set-up"] + fixed["warm-up"] + fixed["evals and checkpoints"]
+        t += own + at_floor
+        ends.append((work.name, round(MARGIN * t, 1)))
+        terms.append(
+            f"{work.name} {own:g} s + {work.steps} steps x {work.tokens_per_step} tokens at "
+            f"{work.floor_tokens_per_s:,.0f} tokens/s ({work.floor_basis}) = {at_floor:.1f} s"
+        )
+    for name, wanted in (("lifecycle", plan.lifecycle), ("serving", plan.serving)):
+        if wanted:
+            t += fixed[name]
+            terms.append(f"{name} {fixed[name]:g} s")
+    basis = f"x{MARGIN:g} of ({' + '.join(terms)}) = {MARGIN * t:.0f} s"
+    return TimeLimit(round(MARGIN * t, 1), basis, tuple(ends))

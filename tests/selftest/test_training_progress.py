@@ -1,0 +1,91 @@
+"""A slow GPU is named by its own progress, a hung one as a hang, and the others keep their verdicts.
+
+Real fine-tune launches (gloo ranks on CPU) with the selftest knobs of ``gpuaccept.training.progress``:
+
+- through the acceptance suite on the 2-node loopback cluster: node2's rank 1 sleeps after every step.
+  The launch's limit follows from its plan at the CPU SKU's floor (``--probe-timeout x0.6`` scales it, to keep
+  CI short); the launcher stops the fan-out step once that rank has not finished its solo run when a rank at
+  the floor would have, and ``test_finetune_each_gpu[node2-default]`` is FAILED by that rank's speed check,
+  whose value is the upper bound its progress proves. node2's rank 0 and both of node1's ranks finished their
+  solo runs before the stop and are judged on their own figures: they pass.
+- through the local launcher: rank 1 stops making progress at step 3; the step is stopped as a hang once no
+  rank has written a progress line for the step's hang time, naming rank 1 and where it stood, long before
+  the step's limit.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuaccept.dispatch.local import LocalLauncher
+from gpuaccept.dispatch.step import Step
+from gpuaccept.errors import ProbeTimeout
+from gpuaccept.training.progress import SLOW_RANK_ENV, STALL_RANK_ENV
+
+from .conftest import REPO, run_inner
+
+
+def test_slow_rank_is_failed_by_its_progress_bound_and_the_others_judged(dev_cluster, tmp_path: Path):
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    started = time.monotonic()
+    run = run_inner(
+        tmp_path,
+        str(REPO / "tests" / "acceptance" / "test_training.py"),
+        "-m",
+        "acceptance",
+        "-k",
+        "finetune_each_gpu and default",
+        "--launcher",
+        "slurm",
+        "--nodes",
+        "2",
+        "--probe-timeout",
+        "x0.6",
+        env={**dev_cluster.env, SLOW_RANK_ENV: "1:4@node2", "OMP_NUM_THREADS": "1"},
+        timeout=900,
+    )
+    verdicts = run.verdicts()
+    assert verdicts.get("test_finetune_each_gpu[node2-default]") == "failed", (verdicts, run.output[-3000:])
+    assert verdicts.get("test_finetune_each_gpu[node1-default]") == "passed", (verdicts, run.output[-3000:])
+    speed = [m for m in run.record["metrics"] if m["metric"] == "train_tokens_per_s_per_gpu_solo"]
+    failed = [(m["node"], m["subject"]) for m in speed if m["verdict"] == "fail"]
+    assert failed == [("node2", "cpu rank 1")], speed
+    (slow,) = [m for m in speed if m["verdict"] == "fail"]
+    assert "at most" in slow["extra"]["bound"] and "in solo at step" in slow["extra"]["progress"], slow
+    assert "not done with solo" in slow["extra"]["stopped"], slow
+    judged = sorted((m["node"], m["subject"]) for m in speed if m["verdict"] == "pass")
+    assert judged == [("node1", "cpu rank 0"), ("node1", "cpu rank 1"), ("node2", "cpu rank 0")], speed
+    # the step was stopped by the ranks' progress, well within its derived limit, and the record says so
+    tests = run.record["tests"].values() if isinstance(run.record["tests"], dict) else run.record["tests"]
+    steps = [s for t in tests for s in t.get("steps", []) if s["probe"] == "finetune"]
+    assert steps and all(s["ratio"] is not None and s["ratio"] < 0.95 for s in steps), steps
+    assert all("tokens/s" in s["basis"] and "x0.6 (--probe-timeout)" in s["basis"] for s in steps), steps
+    assert time.monotonic() - started < 600
+
+
+@pytest.mark.timeout(300)
+def test_hung_rank_is_named_as_a_hang_long_before_the_limit(tmp_path: Path):
+    launcher = LocalLauncher(gpus_per_node=0)
+    args = ("--strategy", "solo,ddp", "--device", "cpu", "--out", str(tmp_path), "--steps", "20", "--ckpt-every", "20")
+    step = Step(
+        probe="finetune",
+        nodes=(launcher.node,),
+        tasks_per_node=2,
+        args=args,
+        env={"GPUACCEPT_SELFTEST": "1", STALL_RANK_ENV: "1:3", "OMP_NUM_THREADS": "1"},
+        timeout_s=280,
+        phases=(("solo", 260.0), ("ddp", 270.0)),
+        hang_s=20.0,
+    )
+    started = time.monotonic()
+    with pytest.raises(ProbeTimeout) as info:
+        launcher.run(step)
+    elapsed = time.monotonic() - started
+    message = str(info.value)
+    assert "(a hang)" in message and "rank 1 " in message and "in solo step 3 of 20" in message, message
+    reason = message.split(" limit: ", 1)[1].split("; ranks")[0]
+    assert "rank 0 " not in reason, f"rank 0 only waited for rank 1: {message}"
+    assert elapsed < 200, f"the hang took {elapsed:.0f} s to be named"
