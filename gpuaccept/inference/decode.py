@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from gpuaccept.inference.kernels import plain_writes, unsorted_cache_writes
+
 __all__ = ["MODES", "DecodeRun", "Decoder", "logits_fold"]
 
 MODES = ("graph", "eager", "dynamic")
@@ -96,7 +98,9 @@ class Decoder:
         config: Any = self.model.config
         if self.mode == "dynamic":
             return DynamicCache(config=config)
-        return StaticCache(config=config, max_cache_len=self.length)
+        cache = StaticCache(config=config, max_cache_len=self.length)
+        unsorted_cache_writes(cache)  # one slot a step: the plain write, also under deterministic algorithms
+        return cache
 
     def _mask(self, queries: int) -> torch.Tensor:
         """(batch, 1, queries, keys) bool, True = attend: causal, real keys only, every query its own slot."""
@@ -166,7 +170,8 @@ class Decoder:
         logits = out.logits[:, -1]
         nxt = logits.argmax(-1)
         self.fold.add_(logits_fold(logits))
-        self.tokens.index_copy_(1, self.slot - (self.prompt_len - 1), nxt[:, None])
+        with plain_writes():  # one column a step: the plain kernel, also under deterministic algorithms
+            self.tokens.index_copy_(1, self.slot - (self.prompt_len - 1), nxt[:, None])
         self.ids.copy_(nxt[:, None])
         self.pos.add_(1)
         self.slot.add_(1)

@@ -1,37 +1,82 @@
 """The kernels a model is served with: the fastest that still give every GPU of a SKU the same tokens.
 
-The fine-tune runs with ``torch.use_deterministic_algorithms(True)`` (bit-identical training on every GPU of
-a SKU and stack). Left on while serving, it slows decoding by 21% on an H100 and 25% on an H200
-(docs/measurements.md 'Inference at serving speed'): every new tensor is NaN-filled
-(``torch.utils.deterministic.fill_uninitialized_memory``, about a third of the loss), and the static cache's
-``index_copy_`` becomes a sort-based ``index_put_``. Serving needs neither: decode is matrix products and
-attention forwards, which cuBLAS computes bit-wise identically run to run on GPUs of one architecture and SM
-count with one stream (NVIDIA cuBLAS guide, 'Results reproducibility'), and the cache's writes go to distinct
-positions, so no atomic order can differ. The suite's agreement check (every GPU's tokens and logits
-checksum, ``gpuaccept.verdicts.inference.judge_agreement``) and graph-against-eager hold that promise on
-every run.
+The fine-tune runs with ``torch.use_deterministic_algorithms(True)`` (bit-identical training on every GPU of a
+SKU and stack). Left as it is while serving, it slows decoding by 21% on an H100 and 25% on an H200, in two
+places (docs/measurements.md 'Serving kernels'): every new tensor is NaN-filled
+(``torch.utils.deterministic.fill_uninitialized_memory``), and the static KV cache's ``index_copy_`` (and the
+decoder's own token write) become a sort-based ``index_put_``. Neither is needed for identical results: a
+NaN fill only touches memory that is written before it is read, and an ``index_copy_`` to distinct positions
+(one slot per step) has only one possible result, whichever kernel writes it. So serving keeps deterministic
+algorithms on for everything that computes (matrix products, attention), drops the fills, and writes the
+cache and the tokens with ``index_copy_``'s plain kernel.
+
+Default kernels throughout were measured too: as fast, and bit-identical on four H200s in a fresh process,
+but the suite's own serving after the fine-tune gave four different batch-32 checksums on the same four GPUs
+(docs/measurements.md 'Serving kernels'): not reproducible where the suite serves, so not used. The agreement
+check (every GPU's tokens and logits checksum, ``gpuaccept.verdicts.inference.judge_agreement``) and graph
+against eager hold the result on every run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
+import torch.utils.deterministic
 
-__all__ = ["SERVING_KERNELS", "serving_kernels"]
+__all__ = ["SERVING_KERNELS", "plain_writes", "serving_kernels", "unsorted_cache_writes"]
 
 #: What the record says the model was served with
-SERVING_KERNELS = "default (deterministic algorithms off while serving)"
+SERVING_KERNELS = "deterministic algorithms without NaN fills; cache and token writes by index_copy_'s plain kernel"
 
 
 @contextmanager
 def serving_kernels() -> Iterator[str]:
-    """Deterministic algorithms off for the block (and NaN fills with them), as they were after it."""
-    was = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(False)
+    """NaN fills of new tensors off for the block (deterministic algorithms stay as they are), as before after."""
+    was = torch.utils.deterministic.fill_uninitialized_memory  # type: ignore[attr-defined]
+    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
     try:
         yield SERVING_KERNELS
     finally:
-        torch.use_deterministic_algorithms(was, warn_only=warn_only)
+        torch.utils.deterministic.fill_uninitialized_memory = was  # type: ignore[attr-defined]
+
+
+@contextmanager
+def plain_writes() -> Iterator[None]:
+    """Deterministic algorithms off for a write to distinct positions (its result is the same either way):
+    PyTorch then dispatches ``index_copy_``'s plain kernel instead of a sort-based ``index_put_``. A host-side
+    switch only: inside a CUDA graph capture, the captured kernel is the plain one."""
+    was = torch.are_deterministic_algorithms_enabled()
+    if not was:
+        yield
+        return
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(False)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(True, warn_only=warn_only)
+
+
+def unsorted_cache_writes(cache: Any) -> int:
+    """Every layer of a transformers static cache writes its keys and values under ``plain_writes``; returns
+    how many layers it wrapped (0 for a cache without per-layer ``update``: it keeps its own writes)."""
+    wrapped = 0
+    for layer in getattr(cache, "layers", None) or ():
+        update = getattr(layer, "update", None)
+        if update is None or getattr(update, "_gpuaccept_plain", False):
+            continue
+        layer.update = _plain(update)
+        wrapped += 1
+    return wrapped
+
+
+def _plain(update: Callable[..., Any]) -> Callable[..., Any]:
+    def write(*args: Any, **kwargs: Any) -> Any:
+        with plain_writes():
+            return update(*args, **kwargs)
+
+    write._gpuaccept_plain = True  # type: ignore[attr-defined]
+    return write
