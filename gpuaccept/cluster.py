@@ -265,7 +265,8 @@ class Cluster:
         value = self._shared[key]
         if self._on_step:
             step = self._step(probe, nodes, **options)
-            self._on_step(step, self.launcher.command(step), value if isinstance(value, ProbeResult) else None)
+            result = value if isinstance(value, ProbeResult) else getattr(value, "result", None)
+            self._on_step(step, self.launcher.command(step), result)
         if isinstance(value, MeasurementError):
             raise value
         return value

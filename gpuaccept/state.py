@@ -146,8 +146,9 @@ class SessionState:
     def _on_step(self, step: Step, command: list[str], result: ProbeResult | None) -> None:
         self._record_command(command)
         entry = self.record.test(record_id(self.current_item.nodeid)) if self.current_item is not None else None
-        if entry is not None:
-            entry.steps.append(step_limits(step, result))
+        timing = step_limits(step, result) if result is not None else None
+        if entry is not None and timing is not None and timing not in entry.steps:  # a shared step: listed once
+            entry.steps.append(timing)
         for rank in result.records if result is not None else []:
             for name, value in rank.test_hooks.items():
                 self.record.hook_seen(name, value, f"probes on {rank.node}")
