@@ -4,12 +4,13 @@
 #
 #   OUT=reports/fault-gpu-runs bash benchmarks/fault_gpu_runs.sh
 #
-# 1. a slow GPU: the last GPU's SM clock locked at 600 MHz (nvidia-smi -lgc, undone with -rgc at the end,
-#    also on error): test_matmul, test_membw, test_p2p must FAIL naming that GPU (the floor or the node
-#    median), every other GPU measured and passed;
-# 2. the same node with the clocks reset: every test passes again (the fault was the clock, not the node).
-# Then one table: per run, each failed or errored test and the GPUs its failed checks name. Needs root
-# (clock locks). On a machine without GPUs it stops at once, saying so.
+# 1. a slow GPU: a neighbour process on the last GPU keeping its SMs busy with matmuls (benchmarks/neighbour.py;
+#    no clock, power or other GPU setting is touched: the machines are shared): test_matmul, test_membw,
+#    test_p2p must name that GPU (busy: another process holds it; or FAILED by the floor or the node median),
+#    every other GPU measured and passed;
+# 2. the same node once the neighbour has ended: every test passes again (the fault was the neighbour).
+# Then one table: per run, each failed or errored test and the GPUs its failed checks name. On a machine
+# without GPUs it stops at once, saying so.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 command -v nvidia-smi >/dev/null || { echo "fault_gpu_runs.sh: no nvidia-smi: needs a GPU host" >&2; exit 2; }
@@ -24,7 +25,7 @@ slurm=()
 [[ -x /usr/sbin/slurmctld ]] || slurm=(--prefix /opt/sl --debs .cache/slurmdeb)
 env=$(bash slurm/dev-cluster/up.sh --nodes 1 --gpus-per-node "$ngpu" "${slurm[@]}") || exit 1
 eval "$env"
-trap 'nvidia-smi -i "$slow" -rgc >/dev/null 2>&1; bash slurm/dev-cluster/down.sh >/dev/null 2>&1' EXIT
+trap 'kill "${neighbour:-}" 2>/dev/null; bash slurm/dev-cluster/down.sh >/dev/null 2>&1' EXIT
 run() { # name pytest-args...
   local name=$1 t0=$SECONDS
   shift
@@ -34,10 +35,14 @@ run() { # name pytest-args...
     tee -a "$out/summary.txt"
 }
 : >"$out/summary.txt"
-nvidia-smi -i "$slow" -lgc 600,600 | tee -a "$out/summary.txt"
+CUDA_DEVICE_ORDER=PCI_BUS_ID python3 benchmarks/neighbour.py --gpu "$slow" --mode sm --seconds 600 \
+  >"$out/neighbour.log" 2>&1 &
+neighbour=$!
+sleep 8
 run "slow-gpu$slow" -m "acceptance and (compute or memory)"
-nvidia-smi -i "$slow" -rgc | tee -a "$out/summary.txt"
-run "clocks-reset" -m "acceptance and (compute or memory)"
+kill "$neighbour" 2>/dev/null
+wait "$neighbour" 2>/dev/null
+run "neighbour-gone" -m "acceptance and (compute or memory)"
 python3 - "$out" >>"$out/summary.txt" <<'PY'
 import json, pathlib, sys
 for path in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):

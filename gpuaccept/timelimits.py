@@ -1,6 +1,6 @@
 """A probe step's time limit: how many seconds, and how that number follows from what the step will do.
 
-A limit is a prediction (DESIGN.md 'Time limits and slow GPUs'): the work a step plans (steps, tokens,
+A limit is a prediction: the work a step plans (steps, tokens,
 FLOPs, bytes) at the SKU's floor, plus the measured costs that do not scale with the work (start-up,
 set-up, checkpoints, lifecycle, serving), with a stated margin. Each probe declares its own
 (``gpuaccept.probes.specs``; the fine-tune's from its plan, ``gpuaccept.training.budget``); the settings'

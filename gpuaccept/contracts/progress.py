@@ -1,7 +1,7 @@
 """Where a rank stands while a long probe runs: the progress line a rank streams and the dispatcher reads.
 
 A fine-tune launch takes minutes; when its time limit comes, the suite must know where each GPU stood,
-so that a timeout is a measurement and not a loss (DESIGN.md 'Time limits and slow GPUs'). Every rank
+so that a timeout is a measurement and not a loss. Every rank
 prints one short line per step and one at the start of each phase::
 
     GPUACCEPT_PROGRESS {"node": "node1", "rank": 2, "gpu": 2, "phase": "solo", "step": 41, "steps": 100, "t": 1764...}

@@ -1,9 +1,10 @@
 """The fine-tune launch's time limit, derived from its plan: the work each strategy will do at the SKU's
 floor, plus the measured costs that do not scale with that work.
 
-Why derived: a fixed limit is a guess that healthy nodes outgrow. A 4 x H200 launch of the 7B-class run took
-295.85 s against a fixed 300 s and was cancelled on the next run (docs/measurements.md, 2026-11-27), which
-named no GPU. The launch's limit is now a prediction from what it will do:
+Why derived: a fixed limit is a guess that healthy nodes outgrow. The fixed 300 s it replaces was written
+four times over the code while a 4 x H200 node's 7B launch took 292-295 s (docs/measurements.md
+'4 x H200 SXM 141GB, 2026-11-27': 294.59 s and 292.46 s), and a cancelled launch named no GPU. The launch's
+limit is now a prediction from what it will do:
 
 - each strategy's optimizer steps x tokens a step, at the slowest rate a healthy GPU of the SKU may train
   (the SKU's floor: MFU x dense BF16 peak / FLOPs per token for the 7B-class and ``--model-path`` runs,
@@ -25,11 +26,11 @@ from gpuaccept.timelimits import TimeLimit
 
 __all__ = ["FIXED_S", "MARGIN", "LaunchPlan", "StrategyWork", "launch_limit"]
 
-#: Seconds a launch spends beyond its optimizer steps, each about twice the largest seen on H100 and H200
-#: nodes (docs/measurements.md 'Training at real scale', 'The lent 2 x H100' and 2026-11-27's 4 x H200 run:
-#: start-up 10.4-21.6 s; set-up 2.5-3.1 s a strategy; warm-up's extra over its steps (first-step
-#: allocations, cuBLAS heuristics) under 2 s; evals and checkpoints 5.6 s for three strategies; lifecycle
-#: 12.1-42.8 s; every GPU serving its own adapter 17.7 s).
+#: Seconds a launch spends beyond its optimizer steps, each about twice or more the largest seen on H100 and H200
+#: nodes (docs/measurements.md 'Training at real scale', 'The lent 2 x H100' and '4 x H200 SXM 141GB, 2026-11-27':
+#: start-up 11.82-17.0 s on one H100, 13.71-14.63 s on 4 H200s; set-up 6.37-7.98 s for three strategies;
+#: evals and checkpoints 5.98-6.06 s for three; lifecycle 12.09 s on one H100, 37.06-41.47 s on 4 H200s; every
+#: GPU serving its own adapter 14.51-14.96 s).
 FIXED_S: dict[str, float] = {
     "start-up": 45.0,
     "set-up": 10.0,  # per strategy
