@@ -93,6 +93,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gen-tokens", type=int)
     p.add_argument("--threads", type=int, help="torch CPU threads per rank (GPU default: min(4, cores / local ranks))")
     p.add_argument("--seed", type=int)
+    p.add_argument(
+        "--solo-floor",
+        type=float,
+        help="tokens/s a GPU's own run must reach (the SKU's floor): below it on any rank, the node-wide "
+        "strategies are not run (they would train at that GPU's pace) and the result says why",
+    )
     return p.parse_args(argv)
 
 
@@ -287,6 +293,11 @@ def _run(args: argparse.Namespace, info: Any) -> None:
         if job is not None:
             pending[strategy] = job
         release(torch, use_cuda)
+        slow = _below_floor(dist, runs["solo"], gpu, node, info.rank, args.solo_floor) if strategy == "solo" else ""
+        if slow:  # every rank knows the same: the rest are skipped together, with the reason on the record
+            for rest in strategies[strategies.index("solo") + 1 :]:
+                runs[rest] = {"strategy": rest, "not_run": slow, **shared}
+            break
     PHASES.mark("strategies")
     progress.phase("lifecycle")
     for strategy, extra in _lifecycles(dist, rt, pending, tokenizer, test_ex).items():
@@ -305,6 +316,30 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     payload["phases"] = _launch_phases(runs)
     payload["process_wall_s"] = round(PHASES.elapsed(), 3)
     emit(payload, gpu=gpu, probe="finetune")
+
+
+def _below_floor(dist: Any, solo: dict[str, Any], gpu: Any, node: str, rank: int, floor: float | None) -> str:
+    """Why the node-wide strategies should not run ('' when they should): a GPU whose own run trained below
+    ``floor`` tokens/s. DDP and FSDP step at their slowest rank's pace: they would take that GPU's time again and
+    judge every GPU of the node by it, while its own figure already fails it. All ranks agree (one gather)."""
+    if not floor or dist.get_world_size() == 1:
+        return ""
+    mine = (rank, node, (gpu or {}).get("index"), solo.get("tokens_per_s"))
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    slow = [
+        f"GPU {index} on {where} (rank {r}) at {rate:,.0f}"
+        if index is not None
+        else f"rank {r} on {where} at {rate:,.0f}"
+        for r, where, index, rate in every
+        if rate is not None and rate < floor
+    ]
+    if not slow:
+        return ""
+    return (
+        f"not run: {'; '.join(slow)} tokens/s in its own run, below the floor of {floor:,.0f}: across the node "
+        "this strategy would train at that pace"
+    )
 
 
 def _launch_phases(runs: dict[str, dict[str, Any]]) -> dict[str, float]:

@@ -31,7 +31,7 @@ from gpuaccept.training.flops import flops_from_config
 from gpuaccept.training.watch import latest, phase_start
 from gpuaccept.verdicts.training import Shape
 
-__all__ = ["RankStand", "judge_unfinished", "planned_limit", "stands"]
+__all__ = ["RankStand", "judge_unfinished", "planned_limit", "solo_floor", "stands"]
 
 
 def _flops_per_token(shape: Shape, cfg: TrainConfig, model_path: Path | None) -> float | None:
@@ -92,6 +92,15 @@ def planned_limit(
             return None
         works.append(StrategyWork(strategy, cfg.steps, rows * cfg.seq_len, floor[0], floor[1]))
     return launch_limit(LaunchPlan(tuple(works), lifecycle, serving))
+
+
+def solo_floor(judge: JudgeLike, shape: Shape, node: str, model_path: Path | None) -> float | None:
+    """The tokens/s a GPU's own run must reach on ``node``'s SKU (its speed metric's floor, as a rate): what the
+    probe holds every rank's solo run to before it trains the node-wide strategies (``--solo-floor``)."""
+    kind = "gpu" if shape.gpu_run else "cpu"
+    cfg = profile_for(kind, "scale" if shape.profile == "scale" else "small", strategy="solo", model_path=model_path)
+    floor = _floor_rate(judge, shape, "solo", node, cfg, model_path)
+    return None if floor is None else round(floor[0], 1)
 
 
 class RankStand:

@@ -33,7 +33,7 @@ from gpuaccept.report.charts.loss import artifacts
 from gpuaccept.timelimits import TimeLimit
 from gpuaccept.training.report import TARGET_LOSS, print_summary
 from gpuaccept.verdicts.inference import AGREEMENT, SERVING, Served, judge_agreement, judge_serving
-from gpuaccept.verdicts.progress import RankStand, judge_unfinished, planned_limit, stands
+from gpuaccept.verdicts.progress import RankStand, judge_unfinished, planned_limit, solo_floor, stands
 from gpuaccept.verdicts.training import (
     LIFECYCLE,
     LOSS_FIGURES,
@@ -144,6 +144,10 @@ def _launch(ctx: Ctx, scale: Scale) -> ProbeResult:
         args += ["--model-path", str(settings.model_path)]
     if settings.dataset:
         args += ["--dataset", str(settings.dataset)]
+    if "solo" in scale.strategies and len(scale.strategies) > 1:
+        # a GPU whose own run is below its floor fails by it; the node-wide runs would only repeat its pace
+        floor = solo_floor(ctx.judge, _shape(ctx, scale), scale.nodes[0], settings.model_path)
+        args += ["--solo-floor", str(floor)] if floor else []
     return cluster.run_shared(
         "finetune",
         nodes=scale.nodes,
@@ -313,6 +317,12 @@ def _check_run(strategy: str, scale: Scale, ctx: Ctx) -> None:
     _launch_figures(strategy, scale, ctx)
     _unfinished(ctx, part, strategy, scale)
     if part.unfinished or not result.records:  # a run across ranks is judged whole or not at all
+        return
+    skipped = [r for r in result.records if r.data.get("not_run")]
+    for record in skipped:  # a GPU's own run was below its floor: this strategy was not trained, and why
+        metric = _shape(ctx, scale).speed_metric(strategy)
+        ctx.judge.unreadable(metric, record.data["not_run"], node=record.node, gpu=label(record))
+    if skipped:
         return
     if part.why:  # every rank finished it, then the launch was stopped: its lifecycle never ran
         data0 = result.records[0].data

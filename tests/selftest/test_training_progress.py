@@ -92,3 +92,21 @@ def test_hung_rank_is_named_as_a_hang_long_before_the_limit(tmp_path: Path):
     reason = message.split(" limit: ", 1)[1].split("; ranks")[0]
     assert "rank 0 " not in reason, f"rank 0 only waited for rank 1: {message}"
     assert elapsed < 200, f"the hang took {elapsed:.0f} s to be named"
+
+
+@pytest.mark.timeout(400)
+def test_a_gpu_below_its_floor_alone_is_not_trained_across_the_node(tmp_path: Path):
+    """Rank 1's own run trains below the floor (1.5 s of sleep after every step, and a floor just under what
+    rank 0 trains at): both ranks skip DDP and say why, naming rank 1 and its rate; rank 0's solo run stands."""
+    launcher = LocalLauncher(gpus_per_node=0)
+    args = ("--strategy", "solo,ddp", "--device", "cpu", "--out", str(tmp_path), "--steps", "12", "--ckpt-every", "12")
+    env = {"GPUACCEPT_SELFTEST": "1", SLOW_RANK_ENV: "1:1.5", "OMP_NUM_THREADS": "1"}
+    step = Step("finetune", (launcher.node,), tasks_per_node=2, args=(*args, "--solo-floor", "1000"), env=env)
+    result = launcher.run(step)
+    for record in result.records:
+        runs = record.data["strategies"]
+        assert "steps_done" in runs["solo"], runs["solo"]
+        why = runs["ddp"]["not_run"]
+        assert "rank 1 on" in why and "below the floor of 1,000" in why and "rank 0" not in why, why
+    rates = {r.rank: r.data["strategies"]["solo"]["tokens_per_s"] for r in result.records}
+    assert rates[1] < 1000 < rates[0], rates
