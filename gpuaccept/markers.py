@@ -65,5 +65,5 @@ MARKERS: tuple[str, ...] = (
     "multinode: needs several nodes at once (holds them exclusively)",
     "xdist_group(name): tests of one node run in one pytest-xdist worker (--dist loadgroup)",
     "judges(*metrics, gpus, nodes, absent, optional, scaled): the metrics with limits a test judges and when it "
-    "runs (gpuaccept/thresholds/coverage.py reads it: SKU coverage, docs/thresholds.md)",
+    "runs (the SKU coverage selftest reads it for gpuaccept/thresholds/coverage.py, docs/thresholds.md)",
 )

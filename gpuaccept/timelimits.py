@@ -65,7 +65,3 @@ class TimeoutRule:
             basis += f"; capped at {self.cap_s:g} s (--probe-timeout)"
         phases = tuple((name, end * self.scale) for name, end in limit.phases)
         return replace(limit, seconds=round(seconds, 1), basis=basis, phases=phases, hang_s=limit.hang_s * self.scale)
-
-    def __str__(self) -> str:
-        parts = [f"x{self.scale:g}"] if self.scale != 1.0 else []
-        return ",".join(parts + ([f"{self.cap_s:g}"] if self.cap_s is not None else [])) or "as declared"

@@ -49,7 +49,7 @@ from typing import Any
 from gpuaccept import testhooks
 from gpuaccept.probes._gpu import handle_for_rank, identity
 from gpuaccept.probes._nvml import nvml
-from gpuaccept.probes.container import ran_in
+from gpuaccept.probes._where import ran_in
 
 __all__ = [
     "PART_SENTINEL",

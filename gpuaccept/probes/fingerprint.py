@@ -23,7 +23,7 @@ from gpuaccept.probes._cpus import granted_cpus
 from gpuaccept.probes._gpu import identity
 from gpuaccept.probes._nvml import nvml, safe, text
 from gpuaccept.probes._protocol import emit, node_name
-from gpuaccept.probes.container import where
+from gpuaccept.probes._where import where
 
 __all__ = ["collect"]
 

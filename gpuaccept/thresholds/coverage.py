@@ -3,9 +3,11 @@
 A SKU is covered when, on every node shape its users have, each test that would run finds a limit for
 every metric it judges (or the catalogue calls the metric informational), and each test about a thing
 the SKU declares absent (NVLink on a PCIe card, InfiniBand on a node without HCAs) skips naming that
-absence instead of erroring "no limit". Each test declares what it judges (``@pytest.mark.judges``,
-read by ``declared_tests()``); ``coverage`` computes, for a SKU
-and a shape, what runs, what skips and why, and which limits are missing. The selftest
+absence instead of erroring "no limit". Each test declares what it judges (``@pytest.mark.judges``);
+``coverage`` computes, for a SKU and a shape, what runs, what skips and why, and which limits are
+missing, from those declarations as ``TestSpec``s handed in. It reads no test itself: the tests import
+the whole plugin, and this module sits in the lowest layers (docs/ARCHITECTURE.md), so the suite reads
+its own marks (``tests/selftest/test_sku_coverage.py``'s ``declared_tests``) and passes them here. The selftest
 ``tests/selftest/test_sku_coverage.py`` holds the declaration to the tests themselves (the metric names
 in ``tests/acceptance/*.py`` and the modules they import) and to run records (``fixtures/runs/``), so a
 test that starts judging a new metric, or stops, fails it.
@@ -16,11 +18,8 @@ the coverage and the tests cannot disagree about it.
 
 from __future__ import annotations
 
-import functools
-import importlib
-import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from gpuaccept.thresholds.loader import Thresholds
@@ -34,7 +33,6 @@ __all__ = [
     "Shape",
     "TestSpec",
     "coverage",
-    "declared_tests",
     "declares_absent",
 ]
 
@@ -77,7 +75,9 @@ class Shape:
 
 @dataclass(frozen=True)
 class TestSpec:
-    """One acceptance test: the metrics it judges (``judge.check``), and when it runs.
+    """One acceptance test: the metrics it judges (``judge.check``), and when it runs, as its
+    ``@pytest.mark.judges(*metrics, gpus=, nodes=, absent=, optional=, scaled=)`` declares them (a test
+    without the mark judges no metric with a limit: expectations only).
 
     ``gpus``: "any" runs on CPU nodes too; "gpu" needs a GPU; "pair" needs two GPUs on the node;
     "collective" needs two ranks on the node (two GPUs, or two gloo ranks on a CPU node). ``nodes``: the
@@ -93,29 +93,6 @@ class TestSpec:
     absent: Feature | None = None
     optional: str | None = None
     scaled: bool = False  # looked up as metric@N first (N = ranks on the node, or nodes)
-
-
-ACCEPTANCE = Path(__file__).resolve().parents[2] / "tests" / "acceptance"
-
-
-@functools.cache
-def declared_tests(folder: Path = ACCEPTANCE) -> dict[str, TestSpec]:
-    """``file::function`` -> what each acceptance test judges and when it runs, read from the test's own
-    ``@pytest.mark.judges(*metrics, gpus=, nodes=, absent=, optional=, scaled=)`` (a test without it
-    judges no metric with a limit: expectations only). The declaration sits on the test, as ReFrame keeps
-    a check and its references together; the selftests hold it to the metric names in the code."""
-    if str(folder.parents[1]) not in sys.path:
-        sys.path.insert(0, str(folder.parents[1]))
-    out: dict[str, TestSpec] = {}
-    for path in sorted(folder.glob("test_*.py")):
-        module = importlib.import_module(f"{folder.parent.name}.{folder.name}.{path.stem}")
-        for name, fn in sorted(vars(module).items()):
-            if not (name.startswith("test_") and callable(fn)) or getattr(fn, "__module__", "") != module.__name__:
-                continue
-            marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "judges"]
-            spec = TestSpec(tuple(marks[0].args), **marks[0].kwargs) if marks else TestSpec(())
-            out[f"{path.name}::{name}"] = spec
-    return out
 
 
 #: busbw floors of the network between nodes: a property of the compute fabric, which a SKU knows only
@@ -208,11 +185,12 @@ def _has_limit(metric: str, limits: dict[str, Limit], scale: int | None) -> bool
     return metric in limits or (scale is not None and f"{metric}@{scale}" in limits)
 
 
-def coverage(thresholds: Thresholds, sku: str, shape: Shape) -> Coverage:
-    """Which tests run on ``shape`` for ``sku``, what each judges, and which of those lack a limit."""
+def coverage(thresholds: Thresholds, sku: str, shape: Shape, tests: Mapping[str, TestSpec]) -> Coverage:
+    """Which of ``tests`` (``file::function`` -> what it declares) run on ``shape`` for ``sku``, what each
+    judges, and which of those lack a limit."""
     limits = thresholds.limits_for(sku)
     result = Coverage(sku, shape)
-    for test, spec in declared_tests().items():
+    for test, spec in tests.items():
         reason = _skip(spec, shape, limits, sku)
         if reason is not None:
             result.skipped[test] = reason

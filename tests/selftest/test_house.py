@@ -1,13 +1,15 @@
 """The house rules a newcomer can rely on, held by CI: no import cycle between gpuaccept's modules nor
 between its packages, every import running down the declared layers (``LAYERS``, drawn in
-docs/ARCHITECTURE.md), a judging core that imports no domain (NCCL, fabric, hardware, training), and a
-warning (never a failure) for a module past 400 lines: a long module is a hint to split it by what it
-holds, not a number to squeeze code under.
+docs/ARCHITECTURE.md), no gpuaccept module importing the suite (``tests.*``), a judging core that imports
+no domain (NCCL, fabric, hardware, training), and a warning (never a failure) for a module past 400
+lines: a long module is a hint to split it by what it holds, not a number to squeeze code under.
 
-Imports are read from the source, outside ``if TYPE_CHECKING:``. The module cycle counts module-level
-imports (one inside a function runs late and cannot close a cycle at import time); the package cycle,
-the layers and the judging core count every import, in functions too: a late import is still a
-dependency that runs one way or the other.
+Imports are read from the source, outside ``if TYPE_CHECKING:``, every spelling counted: ``import``,
+``from`` (a relative one resolved against the importing module's package), and ``importlib.import_module``
+/ ``__import__`` calls (a constant name, or an f-string's leading constant; a name the check cannot read
+fails, so no spelling walks an import around the rules). Every check counts every import, in functions
+too: a late import is still a dependency that runs one way or the other, and a circle of files closed
+through a function's import still makes each file need the other (the tree holds none).
 """
 
 from __future__ import annotations
@@ -37,34 +39,97 @@ CORE_MAY_IMPORT = (
 )
 
 
-def _name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+#: the top-level names whose imports the checks follow: gpuaccept itself, and the suite above it (which
+#: no gpuaccept module may import: the tests sit above every layer)
+FIRST_PARTY = ("gpuaccept", "tests")
+#: what a dynamic import (``importlib.import_module``, ``__import__``) becomes when its argument names no
+#: module the check can read: an arrow to this package, which no layer may import
+UNREADABLE = "?"
+_DYNAMIC = ("import_module", "__import__")
+
+
+def _name(path: Path, root: Path = PACKAGE.parent) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path, module_level: bool) -> set[str]:
-    tree = ast.parse(path.read_text())
+def _first_party(module: str) -> bool:
+    return module.split(".")[0] in FIRST_PARTY
+
+
+def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The module ``from <dots><name> import ...`` names, written absolute: relative to the importing
+    module's package (``from ..verdicts import nccl`` in ``gpuaccept.probes.membw`` is ``gpuaccept.verdicts``),
+    so a relative import is held to the layers as its absolute spelling is."""
+    if not node.level:
+        return node.module or ""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    base = package[: len(package) - (node.level - 1)] if node.level - 1 <= len(package) else []
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def _dynamic_target(call: ast.Call) -> str | None:
+    """The module an ``importlib.import_module(...)`` / ``__import__(...)`` call imports, as far as its
+    argument says: a constant whole; an f-string or ``"..." + x`` up to the last dot of its leading
+    constant (``f"gpuaccept.verdicts.{name}"`` is ``gpuaccept.verdicts``); else ``UNREADABLE``, so a
+    computed name cannot walk an import around the layers. None when the call imports nothing."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if name not in _DYNAMIC or not call.args:
+        return None
+    arg = call.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    lead = arg.values[0] if isinstance(arg, ast.JoinedStr) and arg.values else None
+    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Add):
+        lead = arg.left
+    if isinstance(lead, ast.Constant) and isinstance(lead.value, str) and "." in lead.value:
+        return lead.value.rsplit(".", 1)[0]
+    return f"{UNREADABLE}{ast.unparse(call)}"
+
+
+def _source_imports(source: str, module: str, is_package: bool, module_level: bool) -> set[str]:
+    """Every first-party module ``source`` (the text of ``module``) imports: ``import``, ``from`` (relative
+    ones resolved), and dynamic imports; outside ``if TYPE_CHECKING:``. ``module_level``: only what runs
+    when the module is imported (not function bodies)."""
     found: set[str] = set()
 
-    def visit(nodes: list[ast.stmt]) -> None:
-        for node in nodes:
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                continue
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gpuaccept"):
-                found.add(node.module)
-                found.update(f"{node.module}.{a.name}" for a in node.names)
-            elif isinstance(node, ast.Import):
-                found.update(a.name for a in node.names if a.name.startswith("gpuaccept"))
-            if not module_level:
-                visit(list(ast.iter_child_nodes(node)))  # type: ignore[arg-type]
-            elif isinstance(node, (ast.If, ast.Try)):
-                visit(node.body + node.orelse + getattr(node, "finalbody", []))
+    def record(node: ast.AST) -> None:
+        if isinstance(node, ast.ImportFrom):
+            base = _absolute(node, module, is_package)
+            if _first_party(base):
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if _first_party(a.name))
+        elif isinstance(node, ast.Call) and (target := _dynamic_target(node)) is not None:
+            if target.startswith(UNREADABLE) or _first_party(target):
+                found.add(target)
 
-    visit(tree.body)
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            record(child)
+            if module_level and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            visit(child)
+
+    visit(ast.parse(source))
     return found
 
 
-MODULES = {_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+def _imports(path: Path, module_level: bool, root: Path = PACKAGE.parent) -> set[str]:
+    return _source_imports(path.read_text(), _name(path, root), path.name == "__init__.py", module_level)
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    """Module name -> file, for every module of the ``gpuaccept`` tree under ``root`` (a tmp tree in the
+    selftests of the checks themselves)."""
+    return {_name(p, root): p for p in sorted((root / "gpuaccept").rglob("*.py"))}
+
+
+MODULES = _modules(PACKAGE.parent)
 
 #: The layers, bottom first: (layer, its packages and top-level modules, the layers it may import).
 #: A package imports its own modules, its own layer's and those of the layers named; nothing else.
@@ -95,24 +160,32 @@ MAY_IMPORT = {layer: {layer, *below} for layer, _, below in LAYERS}
 
 
 def _package(module: str) -> str:
-    """``gpuaccept.nccl.plan`` -> ``nccl``; a top-level module (``gpuaccept.units``) is its own package."""
+    """``gpuaccept.nccl.plan`` -> ``nccl``; a top-level module (``gpuaccept.units``) is its own package;
+    anything of the suite (``tests.acceptance.test_nccl``) is ``tests``, an unreadable dynamic import ``?``."""
+    if module.startswith(UNREADABLE):
+        return UNREADABLE
     parts = module.split(".")
+    if parts[0] != "gpuaccept":
+        return parts[0]
     return parts[1] if len(parts) > 1 else ""
 
 
-def _package_imports() -> dict[tuple[str, str], list[str]]:
-    """(importing package, imported package) -> the imports that draw that arrow, every import counted."""
+def _package_imports(root: Path = PACKAGE.parent) -> dict[tuple[str, str], list[str]]:
+    """(importing package, imported package) -> the imports that draw that arrow, every import counted;
+    ``root`` holds the ``gpuaccept`` tree (this repository's, or a tmp tree the checks are tried on)."""
+    modules = MODULES if root == PACKAGE.parent else _modules(root)
     arrows: dict[tuple[str, str], list[str]] = {}
-    for module, path in MODULES.items():
-        for target in _imports(path, False):
-            source, dest = _package(module), _package(target if target in MODULES else target.rsplit(".", 1)[0])
+    for module, path in modules.items():
+        for target in sorted(_imports(path, False, root)):  # a set: sorted, so a failure reads the same each run
+            source, dest = _package(module), _package(target if target in modules else target.rsplit(".", 1)[0])
             if source and dest and source != dest:
                 arrows.setdefault((source, dest), []).append(f"{module} -> {target}")
     return arrows
 
 
 def _package_cycle(arrows: Iterable[tuple[str, str]]) -> list[str] | None:
-    """A cycle between packages (the first found, closed), or None."""
+    """A cycle in a graph of arrows (the first found, closed), or None: between packages, or between
+    modules (``_module_arrows``)."""
     graph: dict[str, set[str]] = {}
     for source, dest in arrows:
         graph.setdefault(source, set()).add(dest)
@@ -141,33 +214,30 @@ def _against_layers(arrows: dict[tuple[str, str], list[str]]) -> list[str]:
     """Every import whose arrow the layer table does not allow (or whose package it does not place)."""
     wrong = []
     for (source, dest), why in sorted(arrows.items()):
-        if source not in LAYER_OF or dest not in LAYER_OF:
+        if dest == UNREADABLE:
+            wrong += [f"{w} (an import the house check cannot read: name its module in a constant)" for w in why]
+        elif dest == "tests":
+            wrong += [f"{w} (gpuaccept imports no test: the suite sits above every layer)" for w in why]
+        elif source not in LAYER_OF or dest not in LAYER_OF:
             wrong.append(f"{source} -> {dest}: place {source if source not in LAYER_OF else dest} in LAYERS")
         elif LAYER_OF[dest] not in MAY_IMPORT[LAYER_OF[source]]:
             wrong += [f"{w} ({LAYER_OF[source]} may not import {LAYER_OF[dest]})" for w in why]
     return wrong
 
 
+def _module_arrows(root: Path = PACKAGE.parent) -> list[tuple[str, str]]:
+    """(importing module, imported module) for every import between the modules under ``root``, in
+    functions too: a late import hides a circle from the interpreter, not from a reader, and the tree
+    holds none, so none may start."""
+    modules = MODULES if root == PACKAGE.parent else _modules(root)
+    return [(m, i) for m, p in modules.items() for i in sorted(_imports(p, False, root)) if i in modules and i != m]
+
+
 def test_no_import_cycle() -> None:
-    graph = {m: {i for i in _imports(p, True) if i in MODULES and i != m} for m, p in MODULES.items()}
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def walk(module: str) -> None:
-        state[module] = 1
-        stack.append(module)
-        for target in sorted(graph[module]):
-            if state.get(target) == 1:
-                cycle = [*stack[stack.index(target) :], target]
-                raise AssertionError("import cycle: " + " -> ".join(cycle))
-            if target not in state:
-                walk(target)
-        stack.pop()
-        state[module] = 2
-
-    for module in sorted(graph):
-        if module not in state:
-            walk(module)
+    """No two files import each other, through any number of others, whether at import time or inside
+    a function."""
+    cycle = _package_cycle(_module_arrows())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
 def test_no_package_cycle() -> None:
@@ -221,3 +291,87 @@ def test_area_tests_judge_nothing_themselves() -> None:
                 if isinstance(call.value, ast.Name) and call.value.id == "judge":
                     found.append(f"test_{area}.py:{node.lineno} judge.{call.attr}")
     assert not found, found
+
+
+# ---- the checks cannot be walked around ------------------------------------------------------------------
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    """A ``gpuaccept`` tree under ``root`` made of ``files`` (path -> source), package ``__init__``s added."""
+    for name, text in files.items():
+        path = root / name
+        for folder in path.relative_to(root).parents[:-1]:
+            (root / folder).mkdir(parents=True, exist_ok=True)
+            (root / folder / "__init__.py").touch()
+        path.write_text(text)
+    return root
+
+
+def test_a_relative_import_is_held_to_the_layers(tmp_path: Path) -> None:
+    """``from ..verdicts import nccl`` in a probe is the same upward import as its absolute spelling,
+    whether at the top or inside a function; a relative import within a package draws no arrow."""
+    root = _tree(
+        tmp_path,
+        {
+            "gpuaccept/probes/membw.py": "from ..verdicts import nccl\n",
+            "gpuaccept/probes/hostbw.py": "def main():\n    from .. import verdicts\n",
+            "gpuaccept/probes/p2p.py": "from . import membw\nfrom ._protocol import emit\n",
+            "gpuaccept/verdicts/nccl.py": "from ..contracts import judge\n",
+        },
+    )
+    assert _against_layers(_package_imports(root)) == [
+        "gpuaccept.probes.hostbw -> gpuaccept.verdicts (probes may not import judges)",
+        "gpuaccept.probes.membw -> gpuaccept.verdicts (probes may not import judges)",
+        "gpuaccept.probes.membw -> gpuaccept.verdicts.nccl (probes may not import judges)",
+    ]
+    assert ("probes", "probes") not in _package_imports(root)
+    p2p = _source_imports("from . import membw\n", "gpuaccept.probes.p2p", False, False)
+    assert p2p == {"gpuaccept.probes", "gpuaccept.probes.membw"}
+    init = _source_imports("from .nccl import x\n", "gpuaccept.verdicts", True, False)
+    assert init == {"gpuaccept.verdicts.nccl", "gpuaccept.verdicts.nccl.x"}
+
+
+def test_a_dynamic_import_is_held_to_the_layers(tmp_path: Path) -> None:
+    """``importlib.import_module`` / ``__import__`` count as imports: a constant name whole, an f-string
+    or sum by its leading constant up to its last dot; a name the check cannot read fails, as does
+    any import of the suite (``tests.*``) from gpuaccept."""
+    root = _tree(
+        tmp_path,
+        {
+            "gpuaccept/results/a.py": 'import importlib\nimportlib.import_module("gpuaccept.verdicts.nccl")\n',
+            "gpuaccept/results/b.py": (
+                'from importlib import import_module\ndef f(n):\n    import_module(f"gpuaccept.hardware.{n}")\n'
+            ),
+            "gpuaccept/thresholds/c.py": 'def f(n):\n    __import__("tests.acceptance." + n)\n',
+            "gpuaccept/thresholds/d.py": 'import importlib\ndef f(a, b):\n    importlib.import_module(f"{a}.{b}")\n',
+            "gpuaccept/thresholds/e.py": 'import importlib\nimportlib.import_module("gpuaccept.contracts.judge")\n',
+            "gpuaccept/hardware/compute.py": "",
+        },
+    )
+    assert _against_layers(_package_imports(root)) == [
+        "gpuaccept.results.b -> gpuaccept.hardware (results may not import judges)",
+        "gpuaccept.results.a -> gpuaccept.verdicts.nccl (results may not import judges)",
+        "gpuaccept.thresholds.d -> ?importlib.import_module(f'{a}.{b}') (an import the house check cannot read: "
+        "name its module in a constant)",
+        "gpuaccept.thresholds.c -> tests.acceptance (gpuaccept imports no test: the suite sits above every layer)",
+    ]
+    # and in this repository: the plugin's one dynamic import names its module
+    assert "gpuaccept.report.plugin" in _imports(PACKAGE / "plugin.py", False)
+
+
+def test_a_file_circle_fails_through_a_late_import(tmp_path: Path) -> None:
+    """Two files importing each other fail, also when one side imports inside a function (as
+    ``probes/container.py``'s ``main`` once imported ``_protocol``, which imported it); split what they
+    share into a third and the circle is gone."""
+    circle = {
+        "gpuaccept/probes/_protocol.py": "from gpuaccept.probes.container import ran_in\n",
+        "gpuaccept/probes/container.py": "def main():\n    from gpuaccept.probes._protocol import emit\n",
+    }
+    cycle = _package_cycle(_module_arrows(_tree(tmp_path / "circle", circle)))
+    assert cycle == ["gpuaccept.probes._protocol", "gpuaccept.probes.container", "gpuaccept.probes._protocol"]
+    split = {
+        "gpuaccept/probes/_where.py": "",
+        "gpuaccept/probes/_protocol.py": "from gpuaccept.probes._where import ran_in\n",
+        "gpuaccept/probes/container.py": "from gpuaccept.probes._protocol import emit\n",
+    }
+    assert _package_cycle(_module_arrows(_tree(tmp_path / "split", split))) is None

@@ -1,8 +1,8 @@
 """SKU coverage: on every listed SKU and node shape, each test that runs finds a limit for what it judges.
 
 Each acceptance test declares which metrics it judges and when it runs (``@pytest.mark.judges``, read by
-``gpuaccept/thresholds/coverage.declared_tests``). Three things hold the declarations to the truth, so they cannot
-drift from the tests quietly:
+``declared_tests`` below and handed to ``gpuaccept/thresholds/coverage.coverage``). Three things hold the
+declarations to the truth, so they cannot drift from the tests quietly:
 
 * the metric names written in ``tests/acceptance/*.py`` and in the gpuaccept modules they import;
 * the tests that exist (a new test must be declared);
@@ -13,6 +13,7 @@ drift from the tests quietly:
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import re
 from collections.abc import Callable
@@ -28,7 +29,6 @@ from gpuaccept.thresholds.coverage import (
     Shape,
     TestSpec,
     coverage,
-    declared_tests,
     declares_absent,
 )
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
@@ -37,6 +37,28 @@ REPO = Path(__file__).resolve().parents[2]
 ACCEPTANCE = REPO / "tests" / "acceptance"
 RUNS = sorted((REPO / "fixtures" / "runs").glob("*.json"))
 PACKAGED = load_thresholds()
+
+
+def declared_tests(folder: Path = ACCEPTANCE) -> dict[str, TestSpec]:
+    """``file::function`` -> what each acceptance test judges and when it runs, read from the test's own
+    ``@pytest.mark.judges(*metrics, gpus=, nodes=, absent=, optional=, scaled=)`` (a test without it
+    judges no metric with a limit: expectations only). The declaration sits on the test, as ReFrame keeps
+    a check and its references together; the selftests hold it to the metric names in the code.
+
+    The suite reads its own marks here, by importing its modules (the marks name metric tuples that the
+    judging modules compute), and hands them to ``coverage``: gpuaccept's threshold layer may import no
+    test (tests/selftest/test_house.py)."""
+    out: dict[str, TestSpec] = {}
+    for path in sorted(folder.glob("test_*.py")):
+        module = importlib.import_module(f"{folder.parent.name}.{folder.name}.{path.stem}")
+        for name, fn in sorted(vars(module).items()):
+            if not (name.startswith("test_") and callable(fn)) or getattr(fn, "__module__", "") != module.__name__:
+                continue
+            marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "judges"]
+            out[f"{path.name}::{name}"] = TestSpec(tuple(marks[0].args), **marks[0].kwargs) if marks else TestSpec(())
+    return out
+
+
 TESTS = declared_tests()
 
 
@@ -73,7 +95,7 @@ def problems(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Shape, 
     def of(sku: str, shape: Shape, training: bool) -> list[str]:
         key = (sku, shape.label)
         if key not in cache:
-            cache[key] = coverage(site_for(sku, shape, tmp), sku, shape).problems()
+            cache[key] = coverage(site_for(sku, shape, tmp), sku, shape, TESTS).problems()
         return [p for p in cache[key] if ("test_training.py" in p) == training]
 
     return of
@@ -92,7 +114,7 @@ def test_every_training_metric_has_a_limit(problems):
 
 def test_a_sku_without_a_fabric_leaves_only_the_network_floors_to_the_site():
     two_nodes = Shape(gpus=8, nvlink=False, ib=False, nodes=2)
-    l40s = coverage(PACKAGED, "L40S", two_nodes)
+    l40s = coverage(PACKAGED, "L40S", two_nodes, TESTS)
     assert set(l40s.site_declares) == {
         "test_fabric.py::test_nccl_rails",
         "test_nccl.py::test_nccl_scale",
@@ -100,14 +122,14 @@ def test_a_sku_without_a_fabric_leaves_only_the_network_floors_to_the_site():
     }
     assert {m for ms in l40s.site_declares.values() for m in ms} <= NETWORK_METRICS
     for sku in ("H100-SXM-80GB", "H200", "A100-SXM4-80GB", "B200"):
-        assert not coverage(PACKAGED, sku, Shape(8, True, True, 2)).site_declares, sku
+        assert not coverage(PACKAGED, sku, Shape(8, True, True, 2), TESTS).site_declares, sku
 
 
 def test_a_declared_absence_skips_and_a_missing_limit_is_found():
     """The coverage can fail: L40S's absent NVLink skips the NVLink tests (as the tests do), and a SKU
     whose NCCL floors are taken away is reported on the test that would ERROR."""
     eight_pcie = Shape(gpus=8, nvlink=False, ib=False, nodes=1)
-    l40s = coverage(PACKAGED, "L40S", eight_pcie)
+    l40s = coverage(PACKAGED, "L40S", eight_pcie, TESTS)
     assert "declares no NVLink" in l40s.skipped["test_interconnect.py::test_nvlink"]
     assert "declares no NVLink" in l40s.skipped["test_interconnect.py::test_gpu_topology"]
     assert "test_memory.py::test_p2p" in l40s.judged
@@ -124,7 +146,7 @@ def test_a_declared_absence_skips_and_a_missing_limit_is_found():
         PACKAGED.files,
     )
     assert "test_nccl.py::test_nccl_node" not in l40s.missing
-    missing = coverage(stripped, "L40S", eight_pcie).missing["test_nccl.py::test_nccl_node"]
+    missing = coverage(stripped, "L40S", eight_pcie, TESTS).missing["test_nccl.py::test_nccl_node"]
     assert "nccl_all_reduce_busbw_gbs" in missing and "nccl_wrong_elements" not in missing
 
 
@@ -243,7 +265,7 @@ def test_run_record_agrees_with_the_declaration(path):
     skus = {m["sku"] for m in record["metrics"] if m.get("sku")}
     assert len(skus) == 1, f"{path.name}: one SKU per record, found {skus}"
     sku = skus.pop()
-    cov = coverage(thresholds, sku, _record_shape(record, thresholds, sku))
+    cov = coverage(thresholds, sku, _record_shape(record, thresholds, sku), TESTS)
     problems = []
     for test in record["tests"]:
         key = test["nodeid"].split("/")[-1].split("[")[0]
@@ -284,7 +306,7 @@ def test_lent_machines_are_covered_by_their_site_file(site):
     sku, shapes = LENT[site]
     thresholds = load_thresholds(REPO / "fixtures" / "site" / site)
     for shape in shapes:
-        result = coverage(thresholds, sku, shape)
+        result = coverage(thresholds, sku, shape, TESTS)
         problems = [p for p in result.problems() if "test_training.py" not in p]
         assert not problems, "\n".join(problems)
         assert not result.site_declares
