@@ -34,7 +34,18 @@ from gpuaccept.verdicts.training import Shape
 __all__ = ["RankStand", "judge_unfinished", "planned_limit", "solo_floor", "stands"]
 
 
-def _flops_per_token(shape: Shape, cfg: TrainConfig, model_path: Path | None) -> float | None:
+def _config(shape: Shape, strategy: str, model_path: Path | None) -> TrainConfig:
+    """What the probe will run for ``strategy`` of a launch of ``shape`` (the same defaults it starts from)."""
+    profile = "scale" if shape.profile == "scale" else "small"
+    return profile_for("gpu" if shape.gpu_run else "cpu", profile, strategy=strategy, model_path=model_path)
+
+
+def _tokens_per_step(cfg: TrainConfig) -> int:
+    """Tokens a rank trains a step, at most: a checkpoint's rows are chosen on the GPU, up to ROWS_MAX."""
+    return (ROWS_MAX if cfg.auto_rows else cfg.batch_size) * cfg.seq_len
+
+
+def _flops_per_token(cfg: TrainConfig, model_path: Path | None) -> float | None:
     """FLOPs per trained token from the model's config.json (the built-in 7B's, or the checkpoint's)."""
     path = (model_path / "config.json") if model_path else (FIXTURES / "qwen2-7b.json")
     try:
@@ -62,7 +73,7 @@ def _floor_rate(
     if shape.profile == "small":
         return float(floor), f"{metric} >= {floor:g}"
     peak = judge.datasheet(judge.sku(node), "bf16_dense_tflops")
-    flops = _flops_per_token(shape, cfg, model_path)
+    flops = _flops_per_token(cfg, model_path)
     if not peak or not flops:
         return None
     rate = floor / 100 * peak * 1e12 / flops
@@ -81,25 +92,20 @@ def planned_limit(
 ) -> TimeLimit | None:
     """The launch's limit from its plan at the floors of ``node``'s SKU; None where a strategy has no floor
     (a checkpoint on CPU ranks: its speed is reported, not judged), so the probe's declared limit applies."""
-    kind = "gpu" if shape.gpu_run else "cpu"
-    profile = "scale" if shape.profile == "scale" else "small"
     works = []
     for strategy in strategies:
-        cfg = profile_for(kind, profile, strategy=strategy, model_path=model_path)
-        rows = ROWS_MAX if cfg.auto_rows else cfg.batch_size  # a checkpoint's rows: at most ROWS_MAX a step
+        cfg = _config(shape, strategy, model_path)
         floor = _floor_rate(judge, shape, strategy, node, cfg, model_path)
         if floor is None:
             return None
-        works.append(StrategyWork(strategy, cfg.steps, rows * cfg.seq_len, floor[0], floor[1]))
+        works.append(StrategyWork(strategy, cfg.steps, _tokens_per_step(cfg), floor[0], floor[1]))
     return launch_limit(LaunchPlan(tuple(works), lifecycle, serving))
 
 
 def solo_floor(judge: JudgeLike, shape: Shape, node: str, model_path: Path | None) -> float | None:
     """The tokens/s a GPU's own run must reach on ``node``'s SKU (its speed metric's floor, as a rate): what the
     probe holds every rank's solo run to before it trains the node-wide strategies (``--solo-floor``)."""
-    kind = "gpu" if shape.gpu_run else "cpu"
-    cfg = profile_for(kind, "scale" if shape.profile == "scale" else "small", strategy="solo", model_path=model_path)
-    floor = _floor_rate(judge, shape, "solo", node, cfg, model_path)
+    floor = _floor_rate(judge, shape, "solo", node, _config(shape, "solo", model_path), model_path)
     return None if floor is None else round(floor[0], 1)
 
 
@@ -152,15 +158,8 @@ def stands(stdout: str, ended_at: float, hang_s: float) -> dict[tuple[str, int],
 
 def _plan_figures(shape: Shape, strategy: str, model_path: Path | None) -> tuple[int, float | None]:
     """Tokens a step (an upper bound per rank) and FLOPs a token of ``strategy``, as the launch planned them."""
-    cfg = profile_for(
-        "gpu" if shape.gpu_run else "cpu",
-        "scale" if shape.profile == "scale" else "small",
-        strategy=strategy,
-        model_path=model_path,
-    )
-    rows = ROWS_MAX if cfg.auto_rows else cfg.batch_size
-    flops = None if shape.profile == "small" else _flops_per_token(shape, cfg, model_path)
-    return rows * cfg.seq_len, flops
+    cfg = _config(shape, strategy, model_path)
+    return _tokens_per_step(cfg), None if shape.profile == "small" else _flops_per_token(cfg, model_path)
 
 
 def judge_unfinished(
