@@ -6,23 +6,25 @@
 #
 # GPU 2 gets a neighbour streaming its HBM (2 GiB copies in a loop) and GPU 1 one keeping its SMs busy with
 # bf16 matmuls (benchmarks/neighbour.py, NVML's index order); both end by themselves. Then the suite runs on one
-# loopback Slurm node holding every GPU (benchmarks/device_suite.sh), by default the 7B fine-tune of every GPU
-# alone and the GPU benchmark (which finds the neighbours' processes). What comes back: the run record, the
-# log, the neighbours' own rates, and a table of every GPU's speed checks.
+# loopback Slurm node holding every GPU (benchmarks/device_suite.sh), by default the whole suite (a -k
+# expression narrows it). What comes back: the run record, the log, the neighbours' own rates, and a table of
+# every GPU's speed checks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-reports/device}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
-expr=${1:-"(finetune_each_gpu and scale) or compute or memory"}
-python3 benchmarks/neighbour.py --gpu 2 --mode hbm --seconds 420 >"$out/neighbour-hbm.log" 2>&1 &
+expr=${1:-}
+select=()
+[[ -n $expr ]] && select=(-k "$expr")
+python3 benchmarks/neighbour.py --gpu 2 --mode hbm --seconds 600 >"$out/neighbour-hbm.log" 2>&1 &
 hbm=$!
-python3 benchmarks/neighbour.py --gpu 1 --mode sm --seconds 420 >"$out/neighbour-sm.log" 2>&1 &
+python3 benchmarks/neighbour.py --gpu 1 --mode sm --seconds 600 >"$out/neighbour-sm.log" 2>&1 &
 sm=$!
 sleep 8
 t0=$SECONDS
-GPUACCEPT_MULTINODE=0 GPUACCEPT_RUN_NAME=slow OUT=$out bash benchmarks/device_suite.sh 1 -k "$expr" >/dev/null 2>&1
+GPUACCEPT_MULTINODE=0 GPUACCEPT_RUN_NAME=slow OUT=$out bash benchmarks/device_suite.sh 1 "${select[@]}" >/dev/null 2>&1
 echo "slow-GPU run: $((SECONDS - t0)) s"
 kill "$hbm" "$sm" 2>/dev/null
 wait 2>/dev/null
