@@ -25,7 +25,7 @@ ngpu=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU')
 slurm=()
 [[ -x /usr/sbin/slurmctld ]] || [[ -x /usr/bin/slurmctld ]] || slurm=(--prefix /opt/sl --debs .cache/slurmdeb)
 if ((ngpu)); then
-  sku=H100-UNLISTED site=${GPUACCEPT_SITE:-fixtures/site/lent-h100-x1.yaml}
+  sku=H100-UNLISTED site=${GPUACCEPT_SITE:-fixtures/site/h100-1gpu.yaml}
   calib=(--sku "$sku" --thresholds "$out/base.yaml")
   select=(${CALIB_PYTEST_ARGS:-})
 else

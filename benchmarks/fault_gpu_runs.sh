@@ -18,7 +18,7 @@ out=${OUT:-reports/fault-gpu-runs}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-site=${GPUACCEPT_SITE:-fixtures/site/lent-h200-no-ib.yaml}
+site=${GPUACCEPT_SITE:-fixtures/site/h200-multi-gpu-no-ib.yaml}
 ngpu=$(nvidia-smi -L | wc -l)
 slow=$((ngpu - 1))
 slurm=()

@@ -23,9 +23,9 @@ ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
 case $model in
-  *H100*) site=${GPUACCEPT_SITE:-fixtures/site/lent-h100-x1.yaml} ;;
-  *H200*) ((ngpu > 1)) && site=${GPUACCEPT_SITE:-fixtures/site/lent-h200-no-ib.yaml} || site=${GPUACCEPT_SITE:-fixtures/site/lent-h200-x1.yaml} ;;
-  *) site=${GPUACCEPT_SITE:-fixtures/site/lent-h200-no-ib.yaml} ;;
+  *H100*) site=${GPUACCEPT_SITE:-fixtures/site/h100-1gpu.yaml} ;;
+  *H200*) ((ngpu > 1)) && site=${GPUACCEPT_SITE:-fixtures/site/h200-multi-gpu-no-ib.yaml} || site=${GPUACCEPT_SITE:-fixtures/site/h200-1gpu.yaml} ;;
+  *) site=${GPUACCEPT_SITE:-fixtures/site/h200-multi-gpu-no-ib.yaml} ;;
 esac
 expected=reports/expected-fingerprint.json
 [[ -f $expected ]] || expected=$out/no-expected-fingerprint.json
@@ -92,7 +92,7 @@ if ((ngpu)); then
   "$python" -m gpuaccept.probes.gpu_health --dump "$out/gpu_health.json" >/dev/null
   dumped=()
 else
-  cp fixtures/nvml/h200-x2-lent.gpu_health.json "$out/gpu_health.json"
+  cp fixtures/nvml/h200-2gpu.gpu_health.json "$out/gpu_health.json"
   dumped=(--gpus 2 --sku H200) # the recorded node's own count and SKU
 fi
 "$python" - "$out/gpu_health.json" "$out/gpu_health.ecc.json" <<'PY'

@@ -119,7 +119,7 @@ def test_socket_fallback_fails_naming_the_transport_and_every_idle_hca() -> None
 
 
 def test_a_site_that_declares_sockets_accepts_them() -> None:
-    limits = checker("H200", "fixtures/site/lent-h200-socket-net.yaml")
+    limits = checker("H200", "fixtures/site/h200-socket-net.yaml")
     for r in observe(log("socket"), affine={}):
         limits.check("nccl_net_transport", r.transport, node=r.node, gpu=r.gpu)
         limits.check("nccl_net_gdr", r.gdr, node=r.node, gpu=r.gpu)
@@ -196,7 +196,7 @@ def test_recorded_socket_fallback_on_the_lent_h200(rank: int) -> None:
     packaged = checker("H200")
     packaged.check("nccl_net_transport", seen.transport, node=f"node{rank + 1}")
     assert [r.reason for r in packaged.failures()] == ["Socket != IB"]
-    declared = checker("H200", "fixtures/site/lent-h200-socket-net.yaml")
+    declared = checker("H200", "fixtures/site/h200-socket-net.yaml")
     declared.check("nccl_net_transport", seen.transport, node=f"node{rank + 1}")
     declared.check("nccl_net_gdr", seen.gdr, node=f"node{rank + 1}")
     assert not declared.failures()

@@ -43,8 +43,8 @@ TESTS = [
 # perftest: no RDMA device here (its "not installed" row is proven in test_faults_nccl.py).
 DESELECT = "not errors_under_load and not test_nccl_transport and not test_nccl_rails and not test_rdma_perftest"
 COMMON = {
-    "gpu_health": str(REPO / "fixtures/nvml/h200-x2-lent.gpu_health.json"),
-    "nvlink": str(REPO / "fixtures/nvml/h200-x2-lent.nvlink.json"),
+    "gpu_health": str(REPO / "fixtures/nvml/h200-2gpu.gpu_health.json"),
+    "nvlink": str(REPO / "fixtures/nvml/h200-2gpu.nvlink.json"),
     "kernel_log": str(REPO / "fixtures/kernel-log/dmesg-h100-clean.txt"),
     "sysfs_root": str(REPO / "fixtures/sysfs/hgx-h100-ndr"),
     "gdr_sysfs_root": str(REPO / "fixtures/sysfs/hgx-h100-gdr"),

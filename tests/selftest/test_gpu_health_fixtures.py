@@ -39,12 +39,12 @@ GPU1 = "1 (00000000:00:07.0)"
 
 @pytest.fixture()
 def health() -> dict[str, Any]:
-    return json.loads((NVML / "h200-x2-lent.gpu_health.json").read_text())
+    return json.loads((NVML / "h200-2gpu.gpu_health.json").read_text())
 
 
 @pytest.fixture()
 def links() -> dict[str, Any]:
-    return json.loads((NVML / "h200-x2-lent.nvlink.json").read_text())
+    return json.loads((NVML / "h200-2gpu.nvlink.json").read_text())
 
 
 @pytest.fixture()
@@ -61,7 +61,7 @@ def test_recorded_h200_is_healthy(health: dict[str, Any], judge: Judge) -> None:
 
 
 def test_load_replays_the_dump(capsys: pytest.CaptureFixture[str]) -> None:
-    gpu_health.main(["--load", str(NVML / "h200-x2-lent.gpu_health.json")])
+    gpu_health.main(["--load", str(NVML / "h200-2gpu.gpu_health.json")])
     data = parse_records("gpu_health", capsys.readouterr().out, 1, ("vm",))[0].data
     assert data["driver"] == "580.159.04" and [g["index"] for g in data["gpus"]] == [0, 1]
 

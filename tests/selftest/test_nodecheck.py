@@ -30,9 +30,9 @@ CLEAN_LOG = REPO / "fixtures" / "kernel-log" / "dmesg-h100-clean.txt"
 def rec(tmp_path: Path) -> dict[str, Any]:
     """A recorded node in tmp_path: files the test edits, and the arguments that point the check at them."""
     health = tmp_path / "gpu_health.json"
-    health.write_text((NVML / "h200-x2-lent.gpu_health.json").read_text())
+    health.write_text((NVML / "h200-2gpu.gpu_health.json").read_text())
     links = tmp_path / "nvlink.json"
-    links.write_text((NVML / "h200-x2-lent.nvlink.json").read_text())
+    links.write_text((NVML / "h200-2gpu.nvlink.json").read_text())
     log = tmp_path / "dmesg.txt"
     log.write_text(CLEAN_LOG.read_text())
     sysfs = tmp_path / "sysfs"

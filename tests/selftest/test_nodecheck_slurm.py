@@ -82,8 +82,8 @@ def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         rec = tmp / "rec"
         for node in cluster.nodes:
             (rec / node).mkdir(parents=True)
-            shutil.copy(NVML / "h200-x2-lent.gpu_health.json", rec / node / "gpu_health.json")
-            shutil.copy(NVML / "h200-x2-lent.nvlink.json", rec / node / "nvlink.json")
+            shutil.copy(NVML / "h200-2gpu.gpu_health.json", rec / node / "gpu_health.json")
+            shutil.copy(NVML / "h200-2gpu.nvlink.json", rec / node / "nvlink.json")
             shutil.copy(CLEAN_LOG, rec / node / "dmesg.txt")
         wrapper = tmp / "nodecheck.sh"
         site = host_site(tmp / "site.yaml")
