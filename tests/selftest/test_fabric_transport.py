@@ -184,7 +184,7 @@ def test_fabric_line_rate_from_sysfs_judges_a_uniformly_slow_fabric() -> None:
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_recorded_socket_fallback_on_the_lent_h200(rank: int) -> None:
+def test_recorded_socket_fallback_on_the_h200_host(rank: int) -> None:
     """Real logs (benchmarks/fabric_device.sh on the lent 2xH200, two loopback Slurm nodes, NCCL_P2P_DISABLE=1
     NCCL_SHM_DISABLE=1): every NET channel is NET/Socket without GPUDirect, so the packaged H200 expectation
     fails naming Socket and the socket site file accepts it."""
