@@ -3,7 +3,7 @@
 #
 #   1. calibrate: the whole suite CALIB_RUNS times (default 3) with --calibrate --sku H100-UNLISTED
 #      (the GPU's site declarations copied under the new SKU: no NVLink fabric, no InfiniBand, no
-#      device cgroups on the lent VM), then the site file from the three run records;
+#      device cgroups on a one-GPU VM), then the site file from the three run records;
 #   2. rerun the suite with the written file: ACCEPTED expected;
 #   3. rerun with a torch process hogging the GPU: NOT ACCEPTED expected, a test naming the GPU;
 #   4. a table of the three steps, and the calibrated limits.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Containers and device cgroups on a lent GPU machine (issue 37, items 8 and 9), in one call:
+# Containers and device cgroups on a GPU machine (issue 37, items 8 and 9), in one call:
 #
 #   OUT=... bash benchmarks/device_containers.sh     # carry .cache/slurmdeb .cache/ocideb .whl
 #   GPUACCEPT_CGROUPS=1 ... (3. alone: the first try, with 1 and 2, lost the machine: "stopped answering")

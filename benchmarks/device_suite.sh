@@ -5,7 +5,7 @@
 #   bash benchmarks/device_suite.sh [runs] [pytest-args...]  # the suite `runs` times (and the two-node layout)
 #   bash benchmarks/device_suite.sh 0          # the two-node layout alone (-m 'acceptance and multinode')
 #   GPUACCEPT_MULTINODE=0 bash benchmarks/device_suite.sh 1   # one run of layout 1 alone
-#   bash benchmarks/device_suite.sh --batch     # everything one GPU session should bring back (below)
+#   bash benchmarks/device_suite.sh --batch     # everything one 10-minute run on a GPU host should bring back (below)
 #
 # Layout 1: one Slurm node holding every GPU (node-local tests: health, compute, memory, P2P, NCCL,
 # each GPU's own fine-tune, DDP/FSDP on all GPUs). Layout 2: one Slurm node per GPU (multi-node NCCL
@@ -14,7 +14,7 @@
 # The site file is the one written for the host's GPUs (fixtures/site/h100-*.yaml, h200-*.yaml), picked by
 # the GPUs' name and count, unless GPUACCEPT_SITE names one. A run of both layouts on 2 GPUs takes ~10 minutes: give each its own call.
 #
-# --batch (one call of at most 10 minutes on nvidia-h200-x2; carry .cache/slurmdeb):
+# --batch (at most 10 minutes on a 2 x H200 SXM 141GB host; carry .cache/slurmdeb):
 #   1. the one-process GPU benchmark by hand: matmul over 7 sizes (is the best size stable?) and the
 #      host links with 1 GiB copies (the suite's 256 MiB figure against the earlier default);
 #      and the NCCL sweep proposed for the suite (2 GiB, 10 x 3 timed launches), by hand;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Are the verdicts earned on real GPUs? Through a real loopback Slurm cluster on a lent multi-GPU host:
+# Are the verdicts earned on real GPUs? Through a real loopback Slurm cluster on a multi-GPU host:
 #
 #   bash benchmarks/device_verdicts.sh        # OUT=... for where the records, logs and summary go
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fabric tests on a lent multi-GPU host without InfiniBand (nvidia-h200-x2 / -x4), through a real
+# The fabric tests on a multi-GPU host without InfiniBand (2 or 4 x H200 SXM 141GB were measured), through a real
 # loopback Slurm cluster with one node per GPU, NCCL forced onto its network path (sockets there):
 #
 #   bash benchmarks/fabric_device.sh          # OUT=... to choose where logs, records and NCCL logs go

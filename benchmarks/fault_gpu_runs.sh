@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The faults of docs/faults.md that only a GPU can show, injected for real on a lent GPU host, through a
+# The faults of docs/faults.md that only a GPU can show, injected for real on a GPU host, through a
 # loopback Slurm cluster (one node holding every GPU). For the rows still "logic only" there:
 #
 #   OUT=reports/fault-gpu-runs bash benchmarks/fault_gpu_runs.sh

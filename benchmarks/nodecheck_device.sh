@@ -10,7 +10,7 @@
 #   hog     a torch process holding GPU 0 (memory + matmul): must be named
 #   fault   this GPU's own NVML readings (gpu_health --dump) with 2 uncorrected ECC errors on GPU 0
 #   hang    the same readings behind a FIFO nobody writes (a hung read): must time out at --check-timeout
-# The site thresholds default by GPU model to the lent machines' files (GPUACCEPT_SITE overrides);
+# The site thresholds default by GPU model and count to fixtures/site/h100-*.yaml or h200-*.yaml (GPUACCEPT_SITE overrides);
 # reports/expected-fingerprint.json, if an acceptance run wrote one here, is the expected stack.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ out=${OUT:-reports/nodecheck-device}
 mkdir -p "$out"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 python=${GPUACCEPT_PYTHON:-python3}
-# a host without a GPU (a CPU check of the script): no hog, and the fault goes into the lent H200 dump
+# a host without a GPU (a CPU check of the script): no hog, and the fault goes into the recorded 2 x H200 dump
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)

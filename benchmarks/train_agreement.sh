@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fleet agreement of fine-tunes on one GPU host, in one command (what a lent one-GPU machine can show):
+# Fleet agreement of fine-tunes on one GPU host, in one command (what a one-GPU machine can show):
 #   1. the training section 3 times, healthy, through a loopback Slurm node holding every GPU, runs 2
 #      and 3 with --baseline run 1 (so the suite itself judges each GPU's curve against run 1's);
 #   2. the 3 trajectories of each GPU compared bit for bit (benchmarks/train_agreement_table.py);
