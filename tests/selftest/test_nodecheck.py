@@ -1,4 +1,4 @@
-"""The node check on recorded readings: the lent 2 x H200 (fixtures/nvml/), the HGX H100 NDR sysfs tree
+"""The node check on recorded readings: 2 x H200 SXM 141GB, 2026-11-22 (fixtures/nvml/), the HGX H100 NDR sysfs tree
 and saved kernel logs. Healthy passes; each fault is one edited reading and must be named (check, GPU,
 value, limit); a reading that hangs is a timeout naming it, well inside the watchdog.
 """
