@@ -3,7 +3,7 @@
 #
 #   1. calibrate: the whole suite CALIB_RUNS times (default 3) with --calibrate --sku H100-UNLISTED
 #      (the GPU's site declarations copied under the new SKU: no NVLink fabric, no InfiniBand, no
-#      device cgroups on the lent VM), then the site file from the three run records;
+#      device cgroups on a one-GPU VM), then the site file from the three run records;
 #   2. rerun the suite with the written file: ACCEPTED expected;
 #   3. rerun with a torch process hogging the GPU: NOT ACCEPTED expected, a test naming the GPU;
 #   4. a table of the three steps, and the calibrated limits.
@@ -25,7 +25,7 @@ ngpu=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU')
 slurm=()
 [[ -x /usr/sbin/slurmctld ]] || [[ -x /usr/bin/slurmctld ]] || slurm=(--prefix /opt/sl --debs .cache/slurmdeb)
 if ((ngpu)); then
-  sku=H100-UNLISTED site=${GPUACCEPT_SITE:-fixtures/site/lent-h100-x1.yaml}
+  sku=H100-UNLISTED site=${GPUACCEPT_SITE:-fixtures/site/h100-1gpu.yaml}
   calib=(--sku "$sku" --thresholds "$out/base.yaml")
   select=(${CALIB_PYTEST_ARGS:-})
 else

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Containers and device cgroups on a lent GPU machine (issue 37, items 8 and 9), in one call:
+# Containers and device cgroups on a GPU machine (issue 37, items 8 and 9), in one call:
 #
 #   OUT=... bash benchmarks/device_containers.sh     # carry .cache/slurmdeb .cache/ocideb .whl
 #   GPUACCEPT_CGROUPS=1 ... (3. alone: the first try, with 1 and 2, lost the machine: "stopped answering")
@@ -34,10 +34,10 @@ export PATH=/opt/oci/usr/sbin:/opt/oci/usr/bin:$PATH
 ngpu=$(nvidia-smi -L | wc -l)
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$gpu_name:$ngpu" in
-  *H100*:1) site=fixtures/site/lent-h100-x1.yaml ;;
-  *H100*) site=fixtures/site/lent-h100-no-ib.yaml ;;
-  *H200*:1) site=fixtures/site/lent-h200-x1.yaml ;;
-  *) site=fixtures/site/lent-h200-no-ib.yaml ;;
+  *H100*:1) site=fixtures/site/h100-1gpu.yaml ;;
+  *H100*) site=fixtures/site/h100-multi-gpu-no-ib.yaml ;;
+  *H200*:1) site=fixtures/site/h200-1gpu.yaml ;;
+  *) site=fixtures/site/h200-multi-gpu-no-ib.yaml ;;
 esac
 say "machine: $ngpu x $gpu_name, driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1); $(runc --version | head -1); site $site"
 say "cgroup: $(stat -fc %T /sys/fs/cgroup) at /sys/fs/cgroup; controllers: $(cat /sys/fs/cgroup/cgroup.controllers 2>/dev/null)"

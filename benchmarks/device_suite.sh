@@ -5,16 +5,16 @@
 #   bash benchmarks/device_suite.sh [runs] [pytest-args...]  # the suite `runs` times (and the two-node layout)
 #   bash benchmarks/device_suite.sh 0          # the two-node layout alone (-m 'acceptance and multinode')
 #   GPUACCEPT_MULTINODE=0 bash benchmarks/device_suite.sh 1   # one run of layout 1 alone
-#   bash benchmarks/device_suite.sh --batch     # everything one GPU session should bring back (below)
+#   bash benchmarks/device_suite.sh --batch     # everything one 10-minute run on a GPU host should bring back (below)
 #
 # Layout 1: one Slurm node holding every GPU (node-local tests: health, compute, memory, P2P, NCCL,
 # each GPU's own fine-tune, DDP/FSDP on all GPUs). Layout 2: one Slurm node per GPU (multi-node NCCL
 # scaling, bisection and training paths with NCCL). Slurm comes from .debs under .cache/slurmdeb
 # unpacked into /opt/sl when the host has no Slurm. Logs and run records go to $OUT (or reports/device).
-# The site file is the lent kind's (fixtures/site/lent-*.yaml), picked by the GPUs' name and count, unless
-# GPUACCEPT_SITE names one. A run of both layouts on 2 GPUs takes ~10 minutes: give each its own call.
+# The site file is the one written for the host's GPUs (fixtures/site/h100-*.yaml, h200-*.yaml), picked by
+# the GPUs' name and count, unless GPUACCEPT_SITE names one. A run of both layouts on 2 GPUs takes ~10 minutes: give each its own call.
 #
-# --batch (one call of at most 10 minutes on nvidia-h200-x2; carry .cache/slurmdeb):
+# --batch (at most 10 minutes on a 2 x H200 SXM 141GB host; carry .cache/slurmdeb):
 #   1. the one-process GPU benchmark by hand: matmul over 7 sizes (is the best size stable?) and the
 #      host links with 1 GiB copies (the suite's 256 MiB figure against the earlier default);
 #      and the NCCL sweep proposed for the suite (2 GiB, 10 x 3 timed launches), by hand;
@@ -34,14 +34,14 @@ mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 mark=${GPUACCEPT_MARK:-acceptance}
 ngpu=$(nvidia-smi -L | wc -l)
-# the lent kind's site file (what it declares absent: IB, NVLink on a one-GPU VM, device cgroups), by the
-# GPU's name and count, unless GPUACCEPT_SITE names one: a call may land on an H100 where it asked for an H200
+# the site file for these GPUs (what it declares absent: IB, NVLink on a one-GPU VM, device cgroups), by the
+# GPU's name and count, unless GPUACCEPT_SITE names one: the same script runs on H100 and H200 hosts
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$gpu_name:$ngpu" in
-  *H100*:1) default_site=fixtures/site/lent-h100-x1.yaml ;;
-  *H100*) default_site=fixtures/site/lent-h100-no-ib.yaml ;;
-  *H200*:1) default_site=fixtures/site/lent-h200-x1.yaml ;;
-  *) default_site=fixtures/site/lent-h200-no-ib.yaml ;;
+  *H100*:1) default_site=fixtures/site/h100-1gpu.yaml ;;
+  *H100*) default_site=fixtures/site/h100-multi-gpu-no-ib.yaml ;;
+  *H200*:1) default_site=fixtures/site/h200-1gpu.yaml ;;
+  *) default_site=fixtures/site/h200-multi-gpu-no-ib.yaml ;;
 esac
 site=${GPUACCEPT_SITE:-$default_site}
 # GPUACCEPT_RUN_NAME: the runs' file names (several calls of this script under one $OUT)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Are the verdicts earned on real GPUs? Through a real loopback Slurm cluster on a lent multi-GPU host:
+# Are the verdicts earned on real GPUs? Through a real loopback Slurm cluster on a multi-GPU host:
 #
 #   bash benchmarks/device_verdicts.sh        # OUT=... for where the records, logs and summary go
 #
@@ -18,7 +18,7 @@ out=${OUT:-reports/device-verdicts}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-site=${GPUACCEPT_SITE:-fixtures/site/lent-h200-no-ib.yaml}
+site=${GPUACCEPT_SITE:-fixtures/site/h200-multi-gpu-no-ib.yaml}
 ngpu=$(nvidia-smi -L | wc -l)
 slurm=()
 [[ -x /usr/sbin/slurmctld ]] || slurm=(--prefix /opt/sl --debs .cache/slurmdeb)

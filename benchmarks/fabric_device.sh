@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The fabric tests on a lent multi-GPU host without InfiniBand (nvidia-h200-x2 / -x4), through a real
+# The fabric tests on a multi-GPU host without InfiniBand (2 or 4 x H200 SXM 141GB were measured), through a real
 # loopback Slurm cluster with one node per GPU, NCCL forced onto its network path (sockets there):
 #
 #   bash benchmarks/fabric_device.sh          # OUT=... to choose where logs, records and NCCL logs go
 #
 # 1. expect-ib: the packaged H200 expectation (NCCL over IB with GPUDirect RDMA) against this box. The
 #    transport test must FAIL, naming Socket (and GDR 0) for every GPU.
-# 2. socket-declared: fixtures/site/lent-h200-socket-net.yaml declares the box's network (Socket, no
+# 2. socket-declared: fixtures/site/h200-socket-net.yaml declares the box's network (Socket, no
 #    GDR, socket busbw floors). The transport test passes; the rails and the multi-node scale test judge
 #    busbw against the site floor. GPUDirect, perftest and IB counter tests skip: the site declares no IB.
 # 3. nccl-logs: the nccl probe across all nodes with --nccl-log-dir, so every rank's NCCL_DEBUG=INFO log
@@ -44,8 +44,8 @@ run() { # name site pytest-args...
   grep -E "nccl_net_transport|nccl_net_gdr|busbw" "$out/$name.log" | head -20 >>"$out/summary.txt"
 }
 
-run expect-ib fixtures/site/lent-h200-no-ib.yaml tests/acceptance/test_fabric.py -k transport
-run socket-declared fixtures/site/lent-h200-socket-net.yaml tests/acceptance/test_fabric.py \
+run expect-ib fixtures/site/h200-multi-gpu-no-ib.yaml tests/acceptance/test_fabric.py -k transport
+run socket-declared fixtures/site/h200-socket-net.yaml tests/acceptance/test_fabric.py \
   tests/acceptance/test_nccl.py::test_nccl_scale
 
 mkdir -p "$out/nccl-logs"

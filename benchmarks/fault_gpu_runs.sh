@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The faults of docs/faults.md that only a GPU can show, injected for real on a lent GPU host, through a
+# The faults of docs/faults.md that only a GPU can show, injected for real on a GPU host, through a
 # loopback Slurm cluster (one node holding every GPU). For the rows still "logic only" there:
 #
 #   OUT=reports/fault-gpu-runs bash benchmarks/fault_gpu_runs.sh
@@ -18,7 +18,7 @@ out=${OUT:-reports/fault-gpu-runs}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-site=${GPUACCEPT_SITE:-fixtures/site/lent-h200-no-ib.yaml}
+site=${GPUACCEPT_SITE:-fixtures/site/h200-multi-gpu-no-ib.yaml}
 ngpu=$(nvidia-smi -L | wc -l)
 slow=$((ngpu - 1))
 slurm=()

@@ -7,7 +7,7 @@ The shapes are Qwen2's published configs (Qwen/Qwen2-7B, Qwen/Qwen2-1.5B on the 
 fixture tokenizer's 1,024-row vocabulary, so the checkpoint carries its own tokenizer and the suite reads it
 as a user's checkpoint (``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer``). Built on the GPU in
 bf16 (seconds), saved as safetensors with the tokenizer beside it. What the suite does with them:
-docs/measurements.md 'Training at real scale'.
+docs/measurements.md '1 x H100 80GB HBM3 and 1 x H200, 2026-11-25: training at real scale'.
 """
 
 from __future__ import annotations

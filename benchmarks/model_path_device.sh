@@ -2,7 +2,7 @@
 # `--model-path` through the suite on a GPU host, as a user runs it: each checkpoint shape is made on the
 # GPU without a download (benchmarks/make_checkpoint.py: seeded random init, bf16 safetensors, the fixture
 # tokenizer), then `pytest -m "acceptance and training" --model-path DIR` runs through a loopback Slurm node
-# holding every GPU (benchmarks/device_suite.sh, the lent kind's site file). Logs, run records and the
+# holding every GPU (benchmarks/device_suite.sh, the site file for the host's GPUs). Logs, run records and the
 # checkpoints' sizes land in $OUT (or reports/device); the checkpoint is deleted after its run.
 #
 #   bash benchmarks/model_path_device.sh            # Qwen2-1.5B's shape (1.31 B), then Qwen2-7B's (6.53 B)

@@ -10,7 +10,7 @@
 #   hog     a torch process holding GPU 0 (memory + matmul): must be named
 #   fault   this GPU's own NVML readings (gpu_health --dump) with 2 uncorrected ECC errors on GPU 0
 #   hang    the same readings behind a FIFO nobody writes (a hung read): must time out at --check-timeout
-# The site thresholds default by GPU model to the lent machines' files (GPUACCEPT_SITE overrides);
+# The site thresholds default by GPU model and count to fixtures/site/h100-*.yaml or h200-*.yaml (GPUACCEPT_SITE overrides);
 # reports/expected-fingerprint.json, if an acceptance run wrote one here, is the expected stack.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,14 +18,14 @@ out=${OUT:-reports/nodecheck-device}
 mkdir -p "$out"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 python=${GPUACCEPT_PYTHON:-python3}
-# a host without a GPU (a CPU check of the script): no hog, and the fault goes into the lent H200 dump
+# a host without a GPU (a CPU check of the script): no hog, and the fault goes into the recorded 2 x H200 dump
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
 case $model in
-  *H100*) site=${GPUACCEPT_SITE:-fixtures/site/lent-h100-x1.yaml} ;;
-  *H200*) ((ngpu > 1)) && site=${GPUACCEPT_SITE:-fixtures/site/lent-h200-no-ib.yaml} || site=${GPUACCEPT_SITE:-fixtures/site/lent-h200-x1.yaml} ;;
-  *) site=${GPUACCEPT_SITE:-fixtures/site/lent-h200-no-ib.yaml} ;;
+  *H100*) site=${GPUACCEPT_SITE:-fixtures/site/h100-1gpu.yaml} ;;
+  *H200*) ((ngpu > 1)) && site=${GPUACCEPT_SITE:-fixtures/site/h200-multi-gpu-no-ib.yaml} || site=${GPUACCEPT_SITE:-fixtures/site/h200-1gpu.yaml} ;;
+  *) site=${GPUACCEPT_SITE:-fixtures/site/h200-multi-gpu-no-ib.yaml} ;;
 esac
 expected=reports/expected-fingerprint.json
 [[ -f $expected ]] || expected=$out/no-expected-fingerprint.json
@@ -92,7 +92,7 @@ if ((ngpu)); then
   "$python" -m gpuaccept.probes.gpu_health --dump "$out/gpu_health.json" >/dev/null
   dumped=()
 else
-  cp fixtures/nvml/h200-x2-lent.gpu_health.json "$out/gpu_health.json"
+  cp fixtures/nvml/h200-2gpu.gpu_health.json "$out/gpu_health.json"
   dumped=(--gpus 2 --sku H200) # the recorded node's own count and SKU
 fi
 "$python" - "$out/gpu_health.json" "$out/gpu_health.ecc.json" <<'PY'

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fleet agreement of fine-tunes on one GPU host, in one command (what a lent one-GPU machine can show):
+# Fleet agreement of fine-tunes on one GPU host, in one command (what a one-GPU machine can show):
 #   1. the training section 3 times, healthy, through a loopback Slurm node holding every GPU, runs 2
 #      and 3 with --baseline run 1 (so the suite itself judges each GPU's curve against run 1's);
 #   2. the 3 trajectories of each GPU compared bit for bit (benchmarks/train_agreement_table.py);
@@ -14,7 +14,7 @@
 #   GPUACCEPT_LAUNCHER=local bash benchmarks/train_agreement.sh   # the same logic without Slurm (CPU: gloo ranks)
 #
 # Overrides: OUT (default reports/train-agreement), GPUACCEPT_RUNS (3), GPUACCEPT_SITE (by GPU name:
-# fixtures/site/lent-h100-x1.yaml, lent-h200-x1.yaml (one H200) or lent-h200-no-ib.yaml (several); none on CPU), GPUACCEPT_MARK ("acceptance and
+# fixtures/site/h100-1gpu.yaml, h200-1gpu.yaml (one H200) or h200-multi-gpu-no-ib.yaml (several); none on CPU), GPUACCEPT_MARK ("acceptance and
 # training"), GPUACCEPT_PERTURBED_MARK (adds compute and gpu_health), GPUACCEPT_PERTURB ("gpu=0,step=10";
 # "gpu=1,step=10" with several GPUs; "rank=1,step=10" on a CPU node), GPUACCEPT_NODES (1), GPUACCEPT_LAUNCHER (slurm | local).
 # Slurm comes from .debs under .cache/slurmdeb unpacked into /opt/sl when the host has none (as in
@@ -33,8 +33,8 @@ perturbed_mark=${GPUACCEPT_PERTURBED_MARK:-acceptance and (training or compute o
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 case "$gpu_name" in
-  *H100*) default_site=fixtures/site/lent-h100-x1.yaml ;;
-  *H200*) ((ngpu > 1)) && default_site=fixtures/site/lent-h200-no-ib.yaml || default_site=fixtures/site/lent-h200-x1.yaml ;;
+  *H100*) default_site=fixtures/site/h100-1gpu.yaml ;;
+  *H200*) ((ngpu > 1)) && default_site=fixtures/site/h200-multi-gpu-no-ib.yaml || default_site=fixtures/site/h200-1gpu.yaml ;;
   *) default_site= ;;
 esac
 site=${GPUACCEPT_SITE-$default_site}

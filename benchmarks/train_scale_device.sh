@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real-scale fine-tune on one lent GPU: the suite's own probe as the suite launches it, then our step
+# The real-scale fine-tune on one GPU: the suite's own probe as the suite launches it, then our step
 # beside transformers.Trainer + peft (benchmarks/train_scale_bench.py). Logs and JSON land in $OUT.
 #
 #   bash benchmarks/train_scale_device.sh probe      # the scale profile, solo, as test_training runs it

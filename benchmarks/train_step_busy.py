@@ -7,7 +7,8 @@ The checkpoint shapes of ``benchmarks/make_checkpoint.py`` (random init, built o
 suite's own step (``gpuaccept.training.loop.optimizer_step``) on the built-in data packed to 2,048-token
 rows. Per run: tokens/s and ms a step over ``--steps`` timed steps, NVML utilisation every 0.1 s, and the
 host's time to issue one step from an idle GPU (``cpu_step_ms``: when it is as long as the step, the host
-never runs ahead and the GPU waits on it). What it found: docs/measurements.md 'Training at real scale'.
+never runs ahead and the GPU waits on it). What it found: docs/measurements.md
+'1 x H100 80GB HBM3 and 1 x H200, 2026-11-25: training at real scale'.
 """
 
 from __future__ import annotations

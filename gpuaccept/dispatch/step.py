@@ -21,7 +21,7 @@ from gpuaccept.training.watch import standing
 
 __all__ = ["Launcher", "Step", "probe_argv", "step_limits", "watch"]
 
-#: Variables every multi-GPU step needs on the lent machines and on NVLS-less fabrics alike;
+#: Variables every multi-GPU step needs on single-host test machines and on NVLS-less fabrics alike;
 #: a site can override them by exporting its own values before pytest.
 STEP_ENV_DEFAULTS: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
 

@@ -1,7 +1,7 @@
 """Fleet agreement of fine-tunes: every GPU of one SKU and software stack trains the same loss curve.
 
 The built-in fine-tune is bitwise deterministic on one GPU: run to run, the maximum relative loss
-difference over all 40 steps was 0.0 on the lent H100 and on the lent H200 (docs/measurements.md,
+difference over all 40 steps was 0.0 on an H100 80GB HBM3 and on an H200 (2026-11-23; docs/measurements.md,
 "Training that tests the GPU"). Loss limits cannot see a GPU that computes slightly wrong (a silent
 data corruption, a marginal SM, a flaky HBM bit still trains to a low loss); its trajectory can. So:
 

@@ -6,7 +6,7 @@ GPU node's probes run one rank per GPU. The dispatcher then asks srun for one ta
 of the node's GPUs, and this module starts the ranks in it, as torchrun does: each child gets the
 variables Slurm would have given that task (``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS``, ...)
 and its own slice of ``CUDA_VISIBLE_DEVICES``. 22.05 leaves the task's GPU list out of the container too
-(seen on the lent 2 x H100: no ``CUDA_VISIBLE_DEVICES`` inside, every rank saw both GPUs and the
+(seen on 2 x H100 80GB HBM3, 2026-11-26: no ``CUDA_VISIBLE_DEVICES`` inside, every rank saw both GPUs and the
 isolation test failed); when the task then holds as many GPUs as the node has device files, it holds
 them all, and rank i gets GPUs i*G .. i*G+G-1 of them. One rank failing ends its siblings, as
 ``--kill-on-bad-exit`` does, and the exit code is the first failure's.

@@ -1,7 +1,7 @@
 """Where a probe's wall time went: start-up, warm-up, measurement, teardown, as the probe itself saw it.
 
 A probe step through srun costs more than its measurement: the interpreter and its imports (torch
-alone took 4-7 s per process on the lent H100/H200), CUDA or NCCL initialisation, warm-up, then the
+alone took 4-7 s per process on the H100 and H200 hosts measured), CUDA or NCCL initialisation, warm-up, then the
 measurement and the teardown. ``Phases`` keeps those apart in every probe's result, so a run record
 says which of them a change would cut (``benchmarks/suite_sections.py`` tabulates them).
 

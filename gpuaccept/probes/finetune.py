@@ -158,7 +158,7 @@ def _threads(requested: int, use_cuda: bool, local_world: int) -> int:
     """torch CPU threads for this rank: as asked, else a few per GPU rank.
 
     Under srun a rank starts with torch's default (every core of the node), so N GPU ranks run N x cores
-    OpenMP threads that fight over the host work of each step. Measured on the lent 2xH200 (32 cores,
+    OpenMP threads that fight over the host work of each step. Measured on 2 x H200 SXM 141GB (32 cores,
     2026-11-22, ``benchmarks/train_sweep.sh``): DDP on 2 GPUs was 86% busy at 218k tokens/s per GPU with
     the default and 98.7% at 292k with 4 threads per rank, the same as one GPU alone (98.1%, 291k).
     """

@@ -1,7 +1,7 @@
 """Every GPU of a node in one process: matmul, HBM copy, each PCIe link alone and all at once, every GPU pair.
 
 Why one process: each probe step paid the interpreter, ``import torch`` and CUDA initialisation again
-(4.3-7.2 s per process on the lent H100/H200 hosts), four times per node for matmul, HBM, host
+(4.3-7.2 s per process on the H100 and H200 hosts measured), four times per node for matmul, HBM, host
 bandwidth and P2P; their measurements together take a few seconds. One process pays it once and
 measures in this order:
 

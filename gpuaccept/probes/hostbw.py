@@ -65,7 +65,7 @@ def _copy(direction: str, host: Any, dev: Any) -> Callable[[], Any]:
 
 #: A timed window whose batches spread wider than this was disturbed, not a measurement of the link (a
 #: steady window spreads 0.06-0.73%; the disturbed ones and what retrying gave: docs/measurements.md
-#: 'Session 5: host-link windows disturbed on the lent H100'). It is measured again (ATTEMPTS in all,
+#: 'Host-link windows disturbed on the H100'). It is measured again (ATTEMPTS in all,
 #: stopping at the first steady one) and the attempt with the highest median reported, every attempt
 #: recorded: other traffic can only slow a copy down. A link that trained down (Gen4, x8) is slow in
 #: every attempt, so it still fails.

@@ -98,7 +98,7 @@ class TestSpec:
 #: busbw floors of the network between nodes: a property of the compute fabric, which a SKU knows only
 #: when its reference design has one (``nccl_net_transport`` declared: HGX boards with 8 x NDR 400). A SKU
 #: without one (L40S) leaves them to the site file that declares its network (as
-#: fixtures/site/lent-h200-socket-net.yaml does) or to ``gpuaccept-calibrate``; until then the tests
+#: fixtures/site/h200-socket-net.yaml does) or to ``gpuaccept-calibrate``; until then the tests
 #: ERROR naming each of them.
 _COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast")
 NETWORK_METRICS = frozenset(

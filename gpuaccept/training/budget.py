@@ -27,7 +27,8 @@ from gpuaccept.timelimits import TimeLimit
 __all__ = ["FIXED_S", "MARGIN", "LaunchPlan", "StrategyWork", "launch_limit"]
 
 #: Seconds a launch spends beyond its optimizer steps, each about twice or more the largest seen on H100 and H200
-#: nodes (docs/measurements.md 'Training at real scale', 'The lent 2 x H100' and '4 x H200 SXM 141GB, 2026-11-27':
+#: nodes (docs/measurements.md '1 x H100 80GB HBM3 and 1 x H200, 2026-11-25: training at real scale',
+#: '2 x H100 80GB HBM3, 2026-11-25' and '4 x H200 SXM 141GB, 2026-11-27':
 #: start-up 11.82-17.0 s on one H100, 13.71-14.63 s on 4 H200s; set-up 6.37-7.98 s for three strategies;
 #: evals and checkpoints 5.98-6.06 s for three; lifecycle 12.09 s on one H100, 37.06-41.47 s on 4 H200s; every
 #: GPU serving its own adapter 14.51-14.96 s).

@@ -94,8 +94,8 @@ class TrainConfig:
 #: Both train LoRA plus ``lm_head`` (peft ``modules_to_save``): on a random-init model the frozen random
 #: lm_head caps the logits (|logit| <= |h| * |w| ~ init_std * hidden), so LoRA alone plateaus — measured on
 #: the CPU model, 120 steps: 1.66 nats LoRA-only vs 0.35 with lm_head trainable.
-#: "gpu": 8 layers x 768 hidden (52 M parameters), 512 sequences per GPU, 40 steps. Measured on the lent
-#:   2xH200 (torch 2.11, 2026-11-22, ``benchmarks/train_sweep.sh``, 60 steps): the 0.5 target is reached at
+#: "gpu": 8 layers x 768 hidden (52 M parameters), 512 sequences per GPU, 40 steps. Measured on 2 x H200
+#:   SXM 141GB (torch 2.11, 2026-11-22, ``benchmarks/train_sweep.sh``, 60 steps): the 0.5 target is reached at
 #:   step 22-28, 8.1 s of training, GPUs 98.7% busy once each rank keeps to 4 CPU threads (see
 #:   ``finetune._threads``). 40 steps (1.4x the slowest step to target; one launch now trains three times:
 #:   every GPU alone, DDP, FSDP) with the clock from step 5 (cuBLAS has chosen its kernels after the first
@@ -132,7 +132,8 @@ PROFILES: dict[str, dict[str, Any]] = {
 #: The built-in real-scale run (GPUs only): Qwen2-7B's shape with its 152,064-row vocabulary, seeded random
 #: init built on the GPU in bf16; LoRA r64 a128 on every linear layer, bf16 adapters, 4 rows of 2,048 packed
 #: tokens (8,192 tokens per step), 100 steps (the seeds' "loss < 0.5 within 100 steps"), deterministic
-#: kernels. Measured figures and the choice of each setting: docs/measurements.md 'Training at real scale'.
+#: kernels. Measured figures and the choice of each setting: docs/measurements.md
+#: '1 x H100 80GB HBM3 and 1 x H200, 2026-11-25: training at real scale'.
 SCALE: dict[str, Any] = {
     "profile": "scale",
     "model_config": FIXTURES / "qwen2-7b.json",
@@ -155,14 +156,14 @@ SCALE: dict[str, Any] = {
     "gen_tokens": 16,
 }
 
-#: With ``--model-path`` (a real pretrained checkpoint such as Qwen2-7B-Instruct): the seeds' run (LoRA r64
-#: a128 on the linear layers; a pretrained lm_head needs no training; 100 steps) on the fast path of the
-#: scale run on GPUs, at the scale run's rate (3e-4): at the seeds' 1e-4 a 1.31 B random-init checkpoint
-#: ended at 0.72, above the 0.5 target, at 3e-4 at 0.12 (lent H100), and rows per step from the checkpoint's
-#: size (``pretrained_rows``). On CPU nodes (CI's loopback cluster) the same code path with fp32 weights (CPU
-#: bf16 is slow and not what CI measures), short packed rows that keep CI within its time and the small CPU
-#: profile's rate: a 7B's 1e-4 barely moves a 64-wide model (CI's checkpoint: loss 2.55 after 100 steps at
-#: 1e-4, 0.41 at 6e-3). Figures: docs/measurements.md 'Training at real scale'.
+#: With ``--model-path`` (a real pretrained checkpoint such as Qwen2-7B-Instruct): the seeds' run (LoRA r64 a128 on the
+#: linear layers; a pretrained lm_head needs no training; 100 steps) on the fast path of the scale run on GPUs, at the
+#: scale run's rate (3e-4): at the seeds' 1e-4 a 1.31 B random-init checkpoint ended at 0.72, above the 0.5 target, at
+#: 3e-4 at 0.12 (one H100 80GB HBM3), and rows per step from the checkpoint's size (``pretrained_rows``). On CPU nodes
+#: (CI's loopback cluster) the same code path with fp32 weights (CPU bf16 is slow and not what CI measures), short
+#: packed rows that keep CI within its time and the small CPU profile's rate: a 7B's 1e-4 barely moves a 64-wide model
+#: (CI's checkpoint: loss 2.55 after 100 steps at 1e-4, 0.41 at 6e-3). Figures: docs/measurements.md '1 x H100 80GB HBM3
+#: and 1 x H200, 2026-11-25: training at real scale'.
 PRETRAINED: dict[str, dict[str, Any]] = {
     "gpu": {**SCALE, "profile": "pretrained", "auto_rows": True},
     "cpu": {
@@ -184,8 +185,9 @@ PRETRAINED: dict[str, dict[str, Any]] = {
 }
 
 
-#: GPU memory the scale profile needs, by what it runs (docs/measurements.md 'Training at real scale'):
-#: batch 4 x 2,048 without gradient checkpointing peaked at NO_CKPT_PEAK_GIB on the lent H100 (80 GB class:
+#: GPU memory the scale profile needs, by what it runs (docs/measurements.md
+#: '1 x H100 80GB HBM3 and 1 x H200, 2026-11-25: training at real scale'): batch 4 x 2,048 without gradient
+#: checkpointing peaked at NO_CKPT_PEAK_GIB on one H100 80GB HBM3 (80 GB class:
 #: H100, H200, A100 80GB, B200); with checkpointing (48 GB class: L40S) activations shrink to one layer's
 #: and the peak to the bf16 weights plus a few GiB. Below CKPT_MIN_GIB the 7B-class model does not fit one
 #: GPU alone and the scale run is not applicable (the GPU's declared memory says so).
@@ -203,16 +205,16 @@ def scale_plan(total_gib: float) -> dict[str, Any] | None:
     return None
 
 
-#: A checkpoint's rows per step on a GPU (``pretrained_rows``). A step must give the GPU more work than the
-#: host takes to launch it (28 decoder layers took the lent H100's host ~300-460 ms of CPU a step): a 1.31 B
-#: checkpoint at 4 x 2,048 tokens kept the H100 78% busy, at 8 x 2,048 96.4%; the 6.53 B one at 4 rows 99.4%
-#: (docs/measurements.md 'Training at real scale'). So rows double from 4 until frozen matmul weights x
-#: tokens per step reach STEP_WORK_MIN, as far as the memory holds them; and a checkpoint whose 4 rows would
-#: not fit (a 14B's 40 layers x 17,408 wide on an 80 GB GPU: ~94 GB estimated) trains fewer rows instead of
-#: running out of memory.
+#: A checkpoint's rows per step on a GPU (``pretrained_rows``). A step must give the GPU more work than the host takes
+#: to launch it (28 decoder layers took the H100 80GB HBM3 host ~300-460 ms of CPU a step): a 1.31 B checkpoint at 4 x
+#: 2,048 tokens kept the H100 78% busy, at 8 x 2,048 96.4%; the 6.53 B one at 4 rows 99.4% (docs/measurements.md '1 x
+#: H100 80GB HBM3 and 1 x H200, 2026-11-25: training at real scale'). So rows double from 4 until frozen matmul weights
+#: x tokens per step reach STEP_WORK_MIN, as far as the memory holds them; and a checkpoint whose 4 rows would not fit
+#: (a 14B's 40 layers x 17,408 wide on an 80 GB GPU: ~94 GB estimated) trains fewer rows instead of running out of
+#: memory.
 STEP_WORK_MIN = 2.0e13
 #: Activation bytes per token, per layer, per unit of the MLP's width, for LoRA on every linear layer
-#: without checkpointing: fitted to the peaks of both checkpoints on the lent H100 (1.31 B, 8,960 wide:
+#: without checkpointing: fitted to the peaks of both checkpoints on one H100 80GB HBM3 (1.31 B, 8,960 wide:
 #: 24.2 GiB at 4 rows; 6.53 B, 18,944 wide: 59.0 GiB at 4 rows; both 11.3 once weights are taken off)
 ACTIVATION_BYTES = 11.3
 ROWS_MAX = 16

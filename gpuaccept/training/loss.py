@@ -1,12 +1,12 @@
 """Causal-LM cross-entropy in chunks of rows, the fp32 upcast recomputed in the backward pass.
 
-Why: with a real vocabulary (Qwen2's 152,064 rows) the stock loss (transformers ``ForCausalLMLoss``)
-upcasts the whole logits tensor to fp32 and keeps its log-softmax for the backward pass: at 4 x 2,048
-tokens that is two 5 GB fp32 tensors beside the 2.5 GB bf16 logits, and a 7B LoRA fine-tune on an 80 GB
-GPU peaked at 74.4 GiB (docs/measurements.md 'Training at real scale'). Here each chunk of rows is
-upcast, reduced and dropped; the backward pass recomputes its chunk from the bf16 logits. Same
-arithmetic per token (fp32 log-softmax of the bf16 logits), summed per chunk, divided by the count of
-labelled tokens: the mean over labelled tokens that the stock loss takes.
+Why: with a real vocabulary (Qwen2's 152,064 rows) the stock loss (transformers ``ForCausalLMLoss``) upcasts the whole
+logits tensor to fp32 and keeps its log-softmax for the backward pass: at 4 x 2,048 tokens that is two 5 GB fp32 tensors
+beside the 2.5 GB bf16 logits, and a 7B LoRA fine-tune on an 80 GB GPU peaked at 74.4 GiB (docs/measurements.md '1 x
+H100 80GB HBM3 and 1 x H200, 2026-11-25: training at real scale'). Here each chunk of rows is upcast, reduced and
+dropped; the backward pass recomputes its chunk from the bf16 logits. Same arithmetic per token (fp32 log-softmax of the
+bf16 logits), summed per chunk, divided by the count of labelled tokens: the mean over labelled tokens that the stock
+loss takes.
 """
 
 from __future__ import annotations

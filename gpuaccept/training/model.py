@@ -108,11 +108,11 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 def compile_layers(model: nn.Module, deterministic: bool) -> int:
     """``torch.compile`` each decoder layer (regional compilation); returns how many.
 
-    Why per layer: the layers share one code object, so Inductor compiles one layer's graph (forward and
-    backward) once and every other layer reuses it, where compiling the whole model traces all of them
-    (docs/measurements.md 'Training at real scale' has both costs). In deterministic mode Inductor is
-    told so too (``inductor.config.deterministic``): it then skips on-device benchmarking that could pick
-    a different kernel, and so different bits, on another GPU or in another process.
+    Why per layer: the layers share one code object, so Inductor compiles one layer's graph (forward and backward) once
+    and every other layer reuses it, where compiling the whole model traces all of them (docs/measurements.md '1 x H100
+    80GB HBM3 and 1 x H200, 2026-11-25: training at real scale' has both costs). In deterministic mode Inductor is told
+    so too (``inductor.config.deterministic``): it then skips on-device benchmarking that could pick a different kernel,
+    and so different bits, on another GPU or in another process.
     """
     import torch._inductor.config as inductor_config
 

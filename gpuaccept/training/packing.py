@@ -1,8 +1,8 @@
 """Training rows packed to the sequence length: whole examples laid end to end, no padding between them.
 
-Why: the built-in data's conversations are 55-84 tokens; padded one per row, a 7B model trains a few
-hundred tokens per step and the GPU waits on kernel launches (21% busy measured, docs/measurements.md
-'Training at real scale'). Packed, every step trains ``batch_size x seq_len`` tokens.
+Why: the built-in data's conversations are 55-84 tokens; padded one per row, a 7B model trains a few hundred tokens per
+step and the GPU waits on kernel launches (21% busy measured, docs/measurements.md '1 x H100 80GB HBM3 and 1 x H200,
+2026-11-25: training at real scale'). Packed, every step trains ``batch_size x seq_len`` tokens.
 
 Packed rows attend across their examples' boundaries (one causal mask over the row, the flash kernel of
 ``scaled_dot_product_attention``; position ids run on through the row). Why that is acceptable here:

@@ -63,9 +63,10 @@ def release(torch: Any, use_cuda: bool) -> None:
 
 
 def _keep_for_serving(cfg: Any, peft_model: Any) -> None:
-    """Keep this GPU's solo adapter (its trained weights, on the host: ~0.3 GB for the 7B's r64) for ``serve_own``
-    at the end of the launch. Serving right after the solo run left the caching allocator fragmented for the DDP
-    run that follows (lent 2 x H100: DDP's 72.7 GiB peak then ran out of memory with 5 GiB reserved and unused)."""
+    """Keep this GPU's solo adapter (its trained weights, on the host: ~0.3 GB for the 7B's r64) for ``serve_own`` at
+    the end of the launch. Serving right after the solo run left the caching allocator fragmented for the DDP run that
+    follows (2 x H100 80GB HBM3, 2026-11-26: DDP's 72.7 GiB peak then ran out of memory with 5 GiB reserved and
+    unused)."""
     trained = {n: p.detach().to("cpu", copy=True) for n, p in peft_model.named_parameters() if p.requires_grad}
     _SOLO_ADAPTER.clear()
     _SOLO_ADAPTER.update(cfg=cfg, weights=trained)

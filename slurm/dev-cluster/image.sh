@@ -122,8 +122,8 @@ config = {
         *(bind(*mount(m)) for m in mounts),
     ],
     # the host's network and PIDs (as enroot): a mount namespace, and a UTS one for Slurm's hostname;
-    # every device of the bound /dev: runc's default device rules leave /dev/nvidia* out (seen on the lent
-    # H100s: NVML "Can't initialize", torch saw 0 GPUs); confining a task to its GPUs is task/cgroup's job
+    # every device of the bound /dev: runc's default device rules leave /dev/nvidia* out (seen on 2 x
+    # H100 80GB HBM3, 2026-11-26: NVML "Can't initialize", torch saw 0 GPUs); confining a task to its GPUs is task/cgroup's job
     "linux": {
         "namespaces": [{"type": "mount"}, {"type": "uts"}],
         "resources": {"devices": [{"allow": True, "access": "rwm"}]},

@@ -32,7 +32,7 @@ usage: up.sh --nodes N [--gpus] [--gpus-per-node G] [--cpus-per-node C] [--dir D
   --constrain-devices TaskPlugin=task/cgroup with ConstrainDevices=yes on cgroup v2 without systemd
                       (IgnoreSystemd=yes): a task may open only its own GPUs' device files, as on a
                       production cluster. Needs a writable cgroup v2 hierarchy (not this CI machine's
-                      hybrid one); tried on the lent GPU machines (docs/measurements.md)
+                      hybrid one); tried on 2 x H100 80GB HBM3 (docs/measurements.md)
   --slurm VERSION     22.05: the host's Slurm (Debian bookworm; the default). 24.11 or 26.05: Debian
                       trixie's or sid's, from the root that chroot.sh builds and caches; its daemons
                       and client commands run on this host with that root's own loader and libraries

@@ -345,7 +345,7 @@ OTHER_ROWS: tuple[Row, ...] = (
         "no-hca",
         "a node without the HCAs its SKU declares",
         "the recorded healthy H200 without its sysfs trees: the probes read the loopback host's /sys, which has no "
-        "InfiniBand (as the lent H100 had none), while the packaged H200 declares 8 HCAs",
+        "InfiniBand (as the one-GPU H100 80GB HBM3 had none), while the packaged H200 declares 8 HCAs",
         "`test_infiniband[nodeN]` FAILED `ib_hca_count = 0`; `test_gdr_enablement[nodeN]` and `test_ib_counter_window` "
         "skip `nodeN has no compute HCA, so ...: its SKU H200 declares InfiniBand (ib_hca_count, ib_link_layer), which "
         "test_infiniband judges; a site file declares a node without it: skus.H200.limits.ib_hca_count: ...`; no test "
@@ -361,9 +361,9 @@ OTHER_ROWS: tuple[Row, ...] = (
         GPU,
         "hog",
         "another process on a GPU (a hog)",
-        "a torch loop on GPU 1 of the lent 2 x H200 while the "
-        "hardware tests ran (docs/measurements.md 'Five hardware runs, a hog, the multi-node layout'; the node "
-        "check's run in 'Session 5 on the lent H100')",
+        "a torch loop on GPU 1 of the 2 x H200 SXM 141GB while the hardware tests ran (docs/measurements.md "
+        "'2 x H200 SXM 141GB, 2026-11-23: the whole suite, five hardware runs, a hog'); a torch loop on one H100 80GB "
+        "HBM3 under the node check ('1 x H100 80GB HBM3, 2026-11-23: calibrate as if unlisted, and the node check')",
         "`test_matmul`, `test_membw`, `test_hostbw`, `test_p2p`, `test_nvlink_errors_under_load` ERROR `GPU busy on "
         "node1: ... GPU 1 (00000000:00:07.0): pid 3708 python3`, GPU 0 measured and passed; the node check FAILED "
         "`gpu_foreign_processes GPU0 1703 python3`",
@@ -375,7 +375,7 @@ OTHER_ROWS: tuple[Row, ...] = (
         "wrong-bits",
         "a GPU computing wrong bits",
         "`GPUACCEPT_TEST_PERTURB_TRAINING=gpu=0,step=10` (one bf16 "
-        "ulp on one weight of GPU 0) on the lent H200 (docs/measurements.md 'Training that tests the GPU')",
+        "ulp on one weight of GPU 0) on an H200, 2026-11-23 (docs/measurements.md 'Training that tests the GPU')",
         "`test_finetune_agreement` FAILED `node1 GPU 0 (00000000:00:06.0): trajectory changed since ...` (first "
         "departs at step 10); GPU 1 agrees; the matmul checksum rule is proven on edited figures only",
         GPU_RUN,
@@ -388,11 +388,11 @@ OTHER_ROWS: tuple[Row, ...] = (
         GPU,
         "foreign-device",
         "a task can open its neighbour's GPU, tasks share CPUs",
-        "no device cgroups / `TaskPlugin=task/none` (the lent dev cluster)",
+        "no device cgroups / `TaskPlugin=task/none` (the loopback dev cluster on a GPU host)",
         "`gpu_foreign_devices_openable`, `task_cpu_overlap_pairs` "
         "judged against the packaged 0 (FAILED) unless a site file declares the cluster so",
         GPU_RUN,
-        ("docs/measurements.md 'Five hardware runs, a hog, the multi-node layout'",),
+        ("docs/measurements.md '2 x H200 SXM 141GB, 2026-11-23: the whole suite, five hardware runs, a hog'",),
     ),
     Row(
         GPU,
@@ -417,8 +417,8 @@ OTHER_ROWS: tuple[Row, ...] = (
         GPU,
         "nvlink-load-errors",
         "NVLink errors under load",
-        "CRC flit or replay counts edited into the P2P "
-        "copies' counters (the lent H200's 30 s soak counted none: docs/measurements.md 'NVLink soak')",
+        "CRC flit or replay counts edited into the P2P copies' counters (the 30 s soak on 2 x H200 SXM 141GB counted "
+        "none: docs/measurements.md '2 x H200 SXM 141GB, 2026-11-22: NVLink soak')",
         "FAILED naming the links the errors sat on",
         LOGIC,
         (
@@ -444,13 +444,13 @@ OTHER_ROWS: tuple[Row, ...] = (
         FABRIC,
         "socket-fallback",
         "NCCL fell back to TCP sockets (IB not found, `NCCL_IB_DISABLE`, wrong `NCCL_IB_HCA`)",
-        "`NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1` on the lent 2 x H200 (no HCA): NCCL's network "
+        "`NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1` on 2 x H200 SXM 141GB, 2026-11-23 (no HCA): NCCL's network "
         "path is `NET/Socket` (docs/measurements.md, the recorded logs in fixtures/nccl/)",
         "`test_nccl_transport` FAILED `node1 GPU 0: nccl_net_transport = Socket`, the same for node2 GPU 1; every "
         "compute HCA `nccl_net_hca_used = 0` (synthesised 8-HCA log)",
         GPU_RUN,
         (
-            "tests/selftest/test_fabric_transport.py::test_recorded_socket_fallback_on_the_lent_h200",
+            "tests/selftest/test_fabric_transport.py::test_recorded_socket_fallback_on_the_h200_host",
             "tests/selftest/test_fabric_transport.py::test_socket_fallback_fails_naming_the_transport_and_every_idle_hca",
         ),
     ),

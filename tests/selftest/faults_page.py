@@ -39,8 +39,8 @@ then says, and how that is proven:
   faults, a real pytest session of the plugin) runs through `salloc`/`srun` on a loopback Slurm cluster from
   `slurm/dev-cluster/` with the fault injected on one node or GPU, and the selftest asserts from the
   run record the test's verdict, its category, what it names, and that the other nodes and GPUs pass.
-- **GPU run**: a fault only a GPU can show, proven by a recorded run on the lent GPUs
-  (docs/measurements.md: the command, the record, what it named), and in CI by the judging code.
+- **GPU run**: a fault only a GPU can show, proven by a recorded run on H100 or H200 machines
+  (docs/measurements.md: the machine, the date, the command, the record, what it named), and in CI by the judging code.
 - **logic only**: the judging code fed an edited figure; not yet proven through a run.
 
 Faults of the scheduler stop the run before any test (exit code 4, one `ERROR:` line) or turn one

@@ -1,4 +1,4 @@
-"""The lent H100's real fine-tune result lines, and a judge that takes every node for an H100 SKU.
+"""Real fine-tune result lines of one H100 80GB HBM3 (2026-11-25), and a judge that takes every node for an H100 SKU.
 
 Shared by the selftests that judge the 7B-class runs from those lines (``test_training_scale.py``, one GPU;
 ``test_training_scale_node.py``, an 8-GPU node built from them).
@@ -18,10 +18,11 @@ __all__ = ["h100_judge", "h100_run", "h100_serving", "with_serving"]
 
 
 def h100_run(fixture: str) -> list[RankRecord]:
-    """A fine-tune's result line as the probe printed it on the lent H100 (2026-11-25; docs/measurements.md
-    'Training at real scale'): ``finetune-scale-h100.out`` (``benchmarks/train_scale_device.sh det``, run a),
-    ``finetune-pretrained-6.5b-h100.out`` (the 6.53 B checkpoint's ``--model-path`` probe by hand), with the
-    serving figures the probe has added since (``with_serving``)."""
+    """A fine-tune's result line as the probe printed it on one H100 80GB HBM3 (2026-11-25; docs/measurements.md
+    '1 x H100 80GB HBM3 and 1 x H200, 2026-11-25: training at real scale'): ``finetune-scale-h100.out``
+    (``benchmarks/train_scale_device.sh det``, run a), ``finetune-pretrained-6.5b-h100.out`` (the 6.53 B
+    checkpoint's ``--model-path`` probe by hand), with the serving figures the probe has added since
+    (``with_serving``)."""
     return with_serving(parse_records("finetune", (FIXTURES / fixture).read_text(), 1, ()))
 
 
@@ -31,8 +32,8 @@ def h100_judge() -> Judge:
 
 
 def h100_serving() -> dict:
-    """``benchmarks/infer_bench.py``'s measurement of the built-in 7B on the lent H100 (base, merged, the
-    unmerged and dynamic-cache speeds): what ``gpuaccept.inference.bench.measure`` returns on a GPU."""
+    """``benchmarks/infer_bench.py``'s measurement of the built-in 7B on one H100 80GB HBM3, 2026-11-26 (base, merged,
+    the unmerged and dynamic-cache speeds): what ``gpuaccept.inference.bench.measure`` returns on a GPU."""
     return json.loads((FIXTURES / "serving-7b-h100.json").read_text())
 
 
@@ -46,7 +47,7 @@ def with_serving(records: list[RankRecord]) -> list[RankRecord]:
         "serving_merged": merged,
         "unmerged_tokens_per_s": serving["unmerged_eager"]["tokens_per_s"],
         "merged_speed_ratio": round(merged["decode_1"]["tokens_per_s"] / base["decode_1"]["tokens_per_s"], 4),
-        "f1_gain_pts": 62.98,  # the suite's own 7B lifecycle on the lent H100 (the benchmark's adapter is random)
+        "f1_gain_pts": 62.98,  # the suite's own 7B lifecycle on the H100 (the benchmark's adapter is random)
     }
     out = []
     for k, record in enumerate(records):

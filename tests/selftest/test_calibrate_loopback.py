@@ -2,14 +2,13 @@
 list (the CPU nodes under a made-up NVML name) from real runs, rerun with the written file (ACCEPTED),
 and refuse records in which one node is slow, naming it.
 
-The straggler percentage is 90 here, not the suite's 10: gloo busbw on the 2-core loopback box shared
-with other test runs moves up to 7x between runs (docs/measurements.md, session 3: broadcast across
-nodes 2.29 -> 0.31 GB/s; "Calibration on the loopback cluster": at 10% the two loopback nodes were
-refused for disagreeing by 17-45%), and the rule's refusal would otherwise fire on that noise, not on
-a node. A node at 2% of its speed is refused all the same. The margin is ``--k 30``, so the floor is the
-cap, a tenth of the median: the margin the ``cpu`` SKU's own loopback floors take for the same noise
-("a tenth of the lowest figure seen"), since a rerun under other jobs' load read 5x below the
-calibration runs (all_gather 0.14 against 0.69-0.94 GB/s).
+The straggler percentage is 90 here, not the suite's 10: gloo busbw on the 2-core loopback box shared with other test
+runs moves up to 7x between runs (docs/measurements.md "gloo collectives on the 2-core CI machine": broadcast across
+nodes 2.29 -> 0.31 GB/s; "Calibration on the loopback cluster": at 10% the two loopback nodes were refused for
+disagreeing by 17-45%), and the rule's refusal would otherwise fire on that noise, not on a node. A node at 2% of its
+speed is refused all the same. The margin is ``--k 30``, so the floor is the cap, a tenth of the median: the margin the
+``cpu`` SKU's own loopback floors take for the same noise ("a tenth of the lowest figure seen"), since a rerun under
+other jobs' load read 5x below the calibration runs (all_gather 0.14 against 0.69-0.94 GB/s).
 """
 
 from __future__ import annotations

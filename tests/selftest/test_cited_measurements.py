@@ -1,10 +1,15 @@
-"""Every figure a limit's source cites as our own measurement is in docs/measurements.md.
+"""Every figure a limit's source cites as our own measurement is in docs/measurements.md, and so is
+every section it cites.
 
 A source that says "docs/measurements.md: ... 296.9 GB/s" is only followable if the reader finds 296.9
 there. The sentences of a source that name docs/measurements.md or "our measurement" are its measured
 part; every number in them must be a number of docs/measurements.md (as written there, to its last
 digit). Percentages ("floor 90%", "94-99% busy") and factors ("x 0.87") are the source's own reasoning
 about those figures and are not looked up. Public figures go in sentences of their own.
+
+A source, site file or page that says "docs/measurements.md '2 x H200 SXM 141GB, 2026-11-22: ...'" names a
+section by its heading (or the heading's start): that heading must exist, so a renamed section cannot leave
+its citations pointing nowhere.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 MEASUREMENTS = REPO / "docs" / "measurements.md"
 FILES = [REPO / "thresholds.yaml", *sorted((REPO / "fixtures" / "site").glob("*.yaml"))]
+#: where a reader meets a section title of docs/measurements.md: the limits' sources, the site files (their
+#: comments too), the pages
+CITING = [*FILES, REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 _PERCENT_RANGE = re.compile(r"\d+(?:\.\d+)?\s*[-\u2013/]\s*\d+(?:\.\d+)?\s*%")
 _MEASURED = re.compile(r"docs/measurements\.md|our measurement", re.IGNORECASE)
@@ -100,3 +108,50 @@ def test_training_figures_are_in_measurements_md():
 def test_a_figure_not_recorded_is_found(planted):
     sentence = f"docs/measurements.md: reduce_scatter {planted} GB/s on 2xH200"
     assert planted in numbers(sentence) - _known()
+
+
+#: "docs/measurements.md 'A'", "docs/measurements.md, 'A' and 'B'", 'docs/measurements.md "A", "B"': the
+#: quoted titles that follow the file's name, joined by commas or "and" (a title holds no quote of its kind)
+_CITATION = re.compile(
+    r"""measurements\.md[,:]?\s+((['"])(?:(?!\2).)+?\2(?:(?:\s*,\s*|\s+and\s+)(['"])(?:(?!\3).)+?\3)*)"""
+)
+_TITLE = re.compile(r"""(['"])(.+?)\1""")
+
+
+def headings(markdown: str) -> list[str]:
+    return [m.group(1).strip() for m in re.finditer(r"^#{2,6}\s+(.+)$", markdown, re.M)]
+
+
+def cited_titles(text: str) -> list[str]:
+    """The section titles ``text`` cites, a YAML comment's ``#`` and line breaks taken out first (a title
+    may wrap)."""
+    flat = " ".join(re.sub(r"^\s*#\s?", "", line) for line in text.splitlines())
+    flat = re.sub(r"\s+", " ", flat)
+    return [t.group(2) for m in _CITATION.finditer(flat) for t in _TITLE.finditer(m.group(1))]
+
+
+def test_the_rule_reads_cited_titles_as_a_reader_would():
+    text = "docs/measurements.md 'Fabric' and 'Host\n# links', then docs/measurements.md, \"CI's run\": 1 s"
+    assert cited_titles(text) == ["Fabric", "Host links", "CI's run"]
+    assert cited_titles("docs/measurements.md: 55.4 GB/s 'on' the box") == []
+
+
+def not_headings(text: str, known: list[str]) -> list[str]:
+    """The titles ``text`` cites that are neither a heading of docs/measurements.md nor the start of one."""
+    return [title for title in cited_titles(text) if not any(h.startswith(title) for h in known)]
+
+
+def test_cited_sections_exist():
+    known = headings(MEASUREMENTS.read_text())
+    missing = [
+        f"{f.relative_to(REPO)}: '{title}' is no heading of docs/measurements.md (nor the start of one)"
+        for f in CITING
+        for title in not_headings(f.read_text(), known)
+    ]
+    assert not missing, "\n".join(missing)
+
+
+def test_a_section_that_is_not_there_is_found():
+    known = ["2 x H200 SXM 141GB, 2026-11-22: the hardware section through real Slurm", "Fabric: rails"]
+    text = "source: docs/measurements.md '2 x H200 SXM 141GB, 2026-11-22' and 'Hardware section', 'Fabric'"
+    assert not_headings(text, known) == ["Hardware section"]

@@ -89,7 +89,7 @@ def test_each_started_rank_gets_the_variables_and_gpus_slurm_would_have_given_it
 
 
 def test_a_task_holding_every_gpu_of_its_node_without_their_list_splits_them_by_rank(monkeypatch):
-    """Slurm 22.05's OCI support leaves CUDA_VISIBLE_DEVICES out of the container (seen on the lent 2 x H100)."""
+    """Slurm 22.05's OCI support leaves CUDA_VISIBLE_DEVICES out of the container (seen on 2 x H100 80GB HBM3)."""
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(
         "gpuaccept.probes._tasks.os.listdir", lambda _: ["nvidiactl", "nvidia1", "nvidia0", "nvidia-uvm"]

@@ -4,8 +4,8 @@ that declares such a node (the GPUDirect and IB-counter-window tests), never "no
 (nothing was measured)".
 
 The loopback cluster of test_suite_errors.py with the recorded healthy H200 readings minus the
-recorded sysfs trees: the probes read this host's /sys, which has no InfiniBand (as the lent H100 had
-none), while the packaged H200 SKU declares 8 HCAs.
+recorded sysfs trees: the probes read this host's /sys, which has no InfiniBand (as the one-GPU H100 80GB
+HBM3 had none), while the packaged H200 SKU declares 8 HCAs.
 """
 
 from __future__ import annotations

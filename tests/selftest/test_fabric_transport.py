@@ -1,7 +1,7 @@
 """NCCL transport judged from NCCL_DEBUG=INFO: plugin, GPUDirect, PCIe-affine HCA, every HCA used.
 
 Reads the synthesised 2-node x 8-GPU logs (IB with GDR, IB without GDR, Socket) and the real 2xH200 log
-in fixtures/nccl/, and judges them with the packaged thresholds (and the lent-machine socket site file).
+in fixtures/nccl/, and judges them with the packaged thresholds (and the socket site file of the 2 x H200 host).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def test_socket_fallback_fails_naming_the_transport_and_every_idle_hca() -> None
 
 
 def test_a_site_that_declares_sockets_accepts_them() -> None:
-    limits = checker("H200", "fixtures/site/lent-h200-socket-net.yaml")
+    limits = checker("H200", "fixtures/site/h200-socket-net.yaml")
     for r in observe(log("socket"), affine={}):
         limits.check("nccl_net_transport", r.transport, node=r.node, gpu=r.gpu)
         limits.check("nccl_net_gdr", r.gdr, node=r.node, gpu=r.gpu)
@@ -141,7 +141,7 @@ def test_pxn_relay_counts_for_coverage_not_against_affinity() -> None:
 
 
 def test_no_network_channel_in_a_multinode_job() -> None:
-    """The real lent-box log: two ranks on one host, NCCL used P2P only; a multi-node job must not pass."""
+    """The real 2 x H200 log: two ranks on one host, NCCL used P2P only; a multi-node job must not pass."""
     text = (NCCL / "nccl_debug_2xh200_rank0.log").read_text()
     r = observe_rank(parse_net_facts(text), node="node1", rank=0, gpu="0", affine=[], multinode=True)
     assert r.transport == "none" and r.gdr is None and r.channels == 0
@@ -184,10 +184,10 @@ def test_fabric_line_rate_from_sysfs_judges_a_uniformly_slow_fabric() -> None:
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_recorded_socket_fallback_on_the_lent_h200(rank: int) -> None:
-    """Real logs (benchmarks/fabric_device.sh on the lent 2xH200, two loopback Slurm nodes, NCCL_P2P_DISABLE=1
-    NCCL_SHM_DISABLE=1): every NET channel is NET/Socket without GPUDirect, so the packaged H200 expectation
-    fails naming Socket and the socket site file accepts it."""
+def test_recorded_socket_fallback_on_the_h200_host(rank: int) -> None:
+    """Real logs (benchmarks/fabric_device.sh on 2 x H200 SXM 141GB, 2026-11-23, two loopback Slurm nodes,
+    NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1): every NET channel is NET/Socket without GPUDirect, so the packaged H200
+    expectation fails naming Socket and the socket site file accepts it."""
     text = (Path(__file__).parents[2] / "fixtures" / "nccl" / f"nccl_socket_2nodes_rank{rank}.log").read_text()
     seen = observe_rank(
         parse_net_facts(text), node=f"node{rank + 1}", rank=rank, gpu=str(rank), affine=None, multinode=True
@@ -196,7 +196,7 @@ def test_recorded_socket_fallback_on_the_lent_h200(rank: int) -> None:
     packaged = checker("H200")
     packaged.check("nccl_net_transport", seen.transport, node=f"node{rank + 1}")
     assert [r.reason for r in packaged.failures()] == ["Socket != IB"]
-    declared = checker("H200", "fixtures/site/lent-h200-socket-net.yaml")
+    declared = checker("H200", "fixtures/site/h200-socket-net.yaml")
     declared.check("nccl_net_transport", seen.transport, node=f"node{rank + 1}")
     declared.check("nccl_net_gdr", seen.gdr, node=f"node{rank + 1}")
     assert not declared.failures()

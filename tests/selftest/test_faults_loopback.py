@@ -1,20 +1,19 @@
 """Every hardware fault of docs/faults.md injected through the test seam and named by the real acceptance tests.
 
-One loopback Slurm cluster of 6 nodes, each declaring 2 GPUs as gres (files that stand in for
-/dev/nvidia*), and one inner ``pytest -m acceptance --launcher slurm`` run of the GPU-health, Xid,
-NVLink, topology, affinity, InfiniBand, fingerprint, version, hygiene, /dev/shm and clock tests. The
-probes run under srun on every node and read, through ``GPUACCEPT_TEST_INJECT``
-(gpuaccept/probes/_inject.py), the recorded lent H200 readings (fixtures/nvml), the recorded-shape
-NDR sysfs tree and a clean kernel log; the faults of fault_rows.LOOPBACK_ROWS are laid over the nodes
-they name, several per node on different GPUs, HCAs or tests. Each row is then proven from the run
-record: the test it names ends with the declared verdict and category and names the declared checks
-at the declared node, GPU, link or HCA, and no other check of that test fails; every test case no row
-names (node1 everywhere, and the healthy tests of the faulty nodes) passes.
+One loopback Slurm cluster of 6 nodes, each declaring 2 GPUs as gres (files that stand in for /dev/nvidia*), and one
+inner ``pytest -m acceptance --launcher slurm`` run of the GPU-health, Xid, NVLink, topology, affinity, InfiniBand,
+fingerprint, version, hygiene, /dev/shm and clock tests. The probes run under srun on every node and read, through
+``GPUACCEPT_TEST_INJECT`` (gpuaccept/probes/_inject.py), the 2 x H200 SXM 141GB readings recorded on 2026-11-22
+(fixtures/nvml), the recorded-shape NDR sysfs tree and a clean kernel log; the faults of fault_rows.LOOPBACK_ROWS are
+laid over the nodes they name, several per node on different GPUs, HCAs or tests. Each row is then proven from the run
+record: the test it names ends with the declared verdict and category and names the declared checks at the declared
+node, GPU, link or HCA, and no other check of that test fails; every test case no row names (node1 everywhere, and the
+healthy tests of the faulty nodes) passes.
 
 Common edits every node gets (the healthy baseline; docs/measurements.md): the per-link NVLink speed
-26562 MB/s that NVML's per-link field read on all 18 links of the lent H200 ("NVLink speed and error
-counters on Hopper", session 3) where the recorded common-speed field is unsupported, and each GPU's
-own HCA behind its PCIe switch (PIX), as the HGX reference design places them (the lent host has none).
+26562 MB/s that NVML's per-link field read on all 18 links of the 2 x H200 SXM 141GB ("2 x H200 SXM 141GB,
+2026-11-23: the host, NVLink counters") where the recorded common-speed field is unsupported, and each GPU's
+own HCA behind its PCIe switch (PIX), as the HGX reference design places them (the recorded host has none).
 """
 
 from __future__ import annotations
@@ -43,8 +42,8 @@ TESTS = [
 # perftest: no RDMA device here (its "not installed" row is proven in test_faults_nccl.py).
 DESELECT = "not errors_under_load and not test_nccl_transport and not test_nccl_rails and not test_rdma_perftest"
 COMMON = {
-    "gpu_health": str(REPO / "fixtures/nvml/h200-x2-lent.gpu_health.json"),
-    "nvlink": str(REPO / "fixtures/nvml/h200-x2-lent.nvlink.json"),
+    "gpu_health": str(REPO / "fixtures/nvml/h200-2gpu.gpu_health.json"),
+    "nvlink": str(REPO / "fixtures/nvml/h200-2gpu.nvlink.json"),
     "kernel_log": str(REPO / "fixtures/kernel-log/dmesg-h100-clean.txt"),
     "sysfs_root": str(REPO / "fixtures/sysfs/hgx-h100-ndr"),
     "gdr_sysfs_root": str(REPO / "fixtures/sysfs/hgx-h100-gdr"),

@@ -316,8 +316,8 @@ def _scripted_windows(monkeypatch: pytest.MonkeyPatch, windows: list[list[float]
 
 
 def test_a_disturbed_host_link_window_is_measured_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A window whose batches spread like the lent H100's (27.8-54.7 GB/s) is measured again, the steady
-    attempt ends it and the best is reported, each attempt on the record."""
+    """A window whose batches spread like those of one H100 80GB HBM3 on 2026-11-23 (27.8-54.7 GB/s) is measured again,
+    the steady attempt ends it and the best is reported, each attempt on the record."""
     calls = _scripted_windows(monkeypatch, [[27.8, 35.0, 40.4, 54.7, 50.1, 30.2], [55.0, 55.1, 55.0, 55.2, 55.1, 55.0]])
     out = hostbw._link(None, _StubPre(), 0, "cuda:0", (None, None), 1 << 30, 6, 0.0)  # type: ignore[arg-type]
     assert out["h2d_gbps"] == 55.05 and out["h2d_spread_pct"] < 1
@@ -334,7 +334,8 @@ def test_a_link_slow_in_every_batch_is_reported_slow(monkeypatch: pytest.MonkeyP
 
 
 def test_three_disturbed_windows_report_the_best(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As seen on the lent H100: three disturbed windows (medians 47.63, 54.95, 54.07): the best is the link's."""
+    """As seen on one H100 80GB HBM3 (2026-11-23): three disturbed windows (medians 47.63, 54.95, 54.07): the best is
+    the link's."""
     windows = [
         [40.0, 47.6, 47.66, 48.0, 44.0, 52.0],
         [30.0, 54.9, 55.0, 55.1, 55.2, 40.0],

@@ -1,4 +1,4 @@
-"""GPU health and NVLink judging on NVML readings recorded on the lent 2 x H200 (fixtures/nvml/).
+"""GPU health and NVLink judging on NVML readings recorded on 2 x H200 SXM 141GB, 2026-11-22 (fixtures/nvml/).
 
 The recorded node passes with the packaged H200 limits; each fault is one edited reading, and the
 failure must name the node, the GPU (index and PCI bus) and the metric.
@@ -39,12 +39,12 @@ GPU1 = "1 (00000000:00:07.0)"
 
 @pytest.fixture()
 def health() -> dict[str, Any]:
-    return json.loads((NVML / "h200-x2-lent.gpu_health.json").read_text())
+    return json.loads((NVML / "h200-2gpu.gpu_health.json").read_text())
 
 
 @pytest.fixture()
 def links() -> dict[str, Any]:
-    return json.loads((NVML / "h200-x2-lent.nvlink.json").read_text())
+    return json.loads((NVML / "h200-2gpu.nvlink.json").read_text())
 
 
 @pytest.fixture()
@@ -61,7 +61,7 @@ def test_recorded_h200_is_healthy(health: dict[str, Any], judge: Judge) -> None:
 
 
 def test_load_replays_the_dump(capsys: pytest.CaptureFixture[str]) -> None:
-    gpu_health.main(["--load", str(NVML / "h200-x2-lent.gpu_health.json")])
+    gpu_health.main(["--load", str(NVML / "h200-2gpu.gpu_health.json")])
     data = parse_records("gpu_health", capsys.readouterr().out, 1, ("vm",))[0].data
     assert data["driver"] == "580.159.04" and [g["index"] for g in data["gpus"]] == [0, 1]
 
@@ -166,7 +166,7 @@ def test_pair_without_nvlink_fails(links: dict[str, Any], judge: Judge) -> None:
 
 
 def test_affinity_without_hca_fails_on_an_hgx_sku(links: dict[str, Any], judge: Judge) -> None:
-    """The lent box has no HCA: an HGX H200 (8 NDR HCAs by the SKU) would have one next to each GPU."""
+    """The recorded 2 x H200 host has no HCA: an HGX H200 (8 NDR HCAs by the SKU) would have one next to each GPU."""
     with ends(judge, "failed", match="gpu_nic_pcie_distance = no HCA"):
         judge_affinity(links, judge, "vm")
     assert {(r.metric, r.value) for r in judge.results if r.subject == GPU1} >= {

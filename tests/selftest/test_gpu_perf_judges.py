@@ -1,6 +1,6 @@
 """Judging of the benchmark probes with the real thresholds: floors, stragglers, checksums, busy GPUs.
 
-Records are shaped exactly as the probes emit them on the lent 2 x H200 machine (fixtures/nvml/ holds
+Records are shaped exactly as the probes emit them on 2 x H200 SXM 141GB (fixtures/nvml/ holds
 the recorded originals); the faults are edits of those records.
 """
 

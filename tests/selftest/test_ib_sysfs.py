@@ -117,8 +117,8 @@ def test_node_expected_to_have_ib_with_none_fails(tmp_path: Path) -> None:
         judge_ib(data, j, "n1", link_layer="InfiniBand")
 
 
-def test_lent_box_site_file_declares_no_ib(tmp_path: Path) -> None:
-    judge = checker("H200", REPO / "fixtures" / "site" / "lent-h200-no-ib.yaml")
+def test_the_multi_gpu_h200_site_file_declares_no_ib(tmp_path: Path) -> None:
+    judge = checker("H200", REPO / "fixtures" / "site" / "h200-multi-gpu-no-ib.yaml")
     judge_ib(infiniband.collect(tmp_path), judge, "vm", link_layer="InfiniBand")
     assert [(r.metric, r.value, r.verdict) for r in judge.results] == [("ib_hca_count", 0, "pass")]
 

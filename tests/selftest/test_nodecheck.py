@@ -1,4 +1,4 @@
-"""The node check on recorded readings: the lent 2 x H200 (fixtures/nvml/), the HGX H100 NDR sysfs tree
+"""The node check on recorded readings: 2 x H200 SXM 141GB, 2026-11-22 (fixtures/nvml/), the HGX H100 NDR sysfs tree
 and saved kernel logs. Healthy passes; each fault is one edited reading and must be named (check, GPU,
 value, limit); a reading that hangs is a timeout naming it, well inside the watchdog.
 """
@@ -30,9 +30,9 @@ CLEAN_LOG = REPO / "fixtures" / "kernel-log" / "dmesg-h100-clean.txt"
 def rec(tmp_path: Path) -> dict[str, Any]:
     """A recorded node in tmp_path: files the test edits, and the arguments that point the check at them."""
     health = tmp_path / "gpu_health.json"
-    health.write_text((NVML / "h200-x2-lent.gpu_health.json").read_text())
+    health.write_text((NVML / "h200-2gpu.gpu_health.json").read_text())
     links = tmp_path / "nvlink.json"
-    links.write_text((NVML / "h200-x2-lent.nvlink.json").read_text())
+    links.write_text((NVML / "h200-2gpu.nvlink.json").read_text())
     log = tmp_path / "dmesg.txt"
     log.write_text(CLEAN_LOG.read_text())
     sysfs = tmp_path / "sysfs"

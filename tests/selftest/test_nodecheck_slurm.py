@@ -2,7 +2,7 @@
 slurm.conf, faults injected into each node's recorded readings (fixtures/nvml, fixtures/sysfs).
 
 One 2-node cluster with two declared GPUs per node (gres files that stand in for /dev/nvidia*) serves
-the module; each node's check reads its own copy of the lent 2 x H200 NVML dump. Proven here through
+the module; each node's check reads its own copy of the 2 x H200 SXM 141GB NVML dump (2026-11-22). Proven here through
 Slurm's own mechanisms, not by calling our functions: a failed prolog drains the node with our reason
 and the job is requeued onto the other node; the health check drains a faulty node (``sinfo -R``
 shows the reason), resumes it once the fault is gone, never resumes another tool's drain, and turns a
@@ -82,8 +82,8 @@ def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         rec = tmp / "rec"
         for node in cluster.nodes:
             (rec / node).mkdir(parents=True)
-            shutil.copy(NVML / "h200-x2-lent.gpu_health.json", rec / node / "gpu_health.json")
-            shutil.copy(NVML / "h200-x2-lent.nvlink.json", rec / node / "nvlink.json")
+            shutil.copy(NVML / "h200-2gpu.gpu_health.json", rec / node / "gpu_health.json")
+            shutil.copy(NVML / "h200-2gpu.nvlink.json", rec / node / "nvlink.json")
             shutil.copy(CLEAN_LOG, rec / node / "dmesg.txt")
         wrapper = tmp / "nodecheck.sh"
         site = host_site(tmp / "site.yaml")

@@ -67,7 +67,7 @@ TESTS = declared_tests()
 
 def site_for(sku: str, shape: Shape, tmp: Path) -> Thresholds:
     """The thresholds a site of this shape runs with: the packaged file, plus the site file declaring what
-    its nodes lack that the SKU has (as fixtures/site/lent-*.yaml do): NVLink on a GPU passed alone to a
+    its nodes lack that the SKU has (as the files in fixtures/site/ do): NVLink on a GPU passed alone to a
     VM, InfiniBand on a cluster without it (and the TCP network NCCL then uses)."""
     limits = PACKAGED.limits_for(sku)
     declared: dict[str, dict[str, object]] = {}
@@ -292,18 +292,19 @@ def test_a_record_that_judges_an_undeclared_metric_is_caught(monkeypatch):
         test_run_record_agrees_with_the_declaration(REPO / "fixtures" / "runs" / "loopback-cpu-2nodes.json")
 
 
-#: the lent machines, with the site file that declares what each VM lacks, and the layouts they run
-LENT = {
-    "lent-h100-x1.yaml": ("H100-SXM-80GB", [Shape(1, False, False, 1)]),
-    "lent-h200-no-ib.yaml": ("H200", [Shape(2, True, False, 1), Shape(1, True, False, 2)]),
-    "lent-h200-x1.yaml": ("H200", [Shape(1, False, False, 1)]),
-    "lent-h200-socket-net.yaml": ("H200", [Shape(1, True, False, 2)]),
+#: the machines measured so far (docs/measurements.md), each with the site file that declares what it lacks, and
+#: the layouts they run
+MEASURED_SITES = {
+    "h100-1gpu.yaml": ("H100-SXM-80GB", [Shape(1, False, False, 1)]),
+    "h200-multi-gpu-no-ib.yaml": ("H200", [Shape(2, True, False, 1), Shape(1, True, False, 2)]),
+    "h200-1gpu.yaml": ("H200", [Shape(1, False, False, 1)]),
+    "h200-socket-net.yaml": ("H200", [Shape(1, True, False, 2)]),
 }
 
 
-@pytest.mark.parametrize("site", sorted(LENT))
-def test_lent_machines_are_covered_by_their_site_file(site):
-    sku, shapes = LENT[site]
+@pytest.mark.parametrize("site", sorted(MEASURED_SITES))
+def test_measured_machines_are_covered_by_their_site_file(site):
+    sku, shapes = MEASURED_SITES[site]
     thresholds = load_thresholds(REPO / "fixtures" / "site" / site)
     for shape in shapes:
         result = coverage(thresholds, sku, shape, TESTS)

@@ -84,7 +84,7 @@ def test_memory_decides_what_the_scale_run_does(gib: float, plan: dict | None) -
 
 
 #: (frozen matmul weights, weight bytes, layers, MLP width) of the checkpoints made by
-#: benchmarks/make_checkpoint.py, and the rows the lent H100 trained them at (docs/measurements.md)
+#: benchmarks/make_checkpoint.py, and the rows one H100 80GB HBM3 trained them at (2026-11-25, docs/measurements.md)
 CHECKPOINT_1_5B = (1_310_000_000, 2_623_827_000, 28, 8960)
 CHECKPOINT_7B = (6_525_000_000, 13_065_923_000, 28, 18944)
 #: a Qwen3-14B-shaped checkpoint (40 layers, 5,120 wide, MLP 17,408; the seeds' larger model), not made or run here
@@ -183,9 +183,9 @@ def test_the_h100s_real_scale_run_is_accepted_by_mfu_and_the_scale_limits() -> N
 
 
 def test_a_6_5b_checkpoint_on_the_h100_is_judged_by_mfu_and_the_seeds_contract_not_the_small_models_speed() -> None:
-    """The ``--model-path`` probe's result line for the 6.53 B checkpoint on the lent H100 (2026-11-25, by hand;
-    docs/measurements.md 'Training at real scale'): 12,364 tokens/s, far under the small model's per-GPU
-    floor, and accepted by MFU, utilisation and the seeds' loss contract."""
+    """The ``--model-path`` probe's result line for the 6.53 B checkpoint on one H100 80GB HBM3 (2026-11-25, by
+    hand; docs/measurements.md '1 x H100 80GB HBM3 and 1 x H200, 2026-11-25: training at real scale'): 12,364 tokens/s,
+    far under the small model's per-GPU floor, and accepted by MFU, utilisation and the seeds' loss contract."""
     from gpuaccept.thresholds.loader import load_thresholds
 
     records = h100_run("finetune-pretrained-6.5b-h100.out")
@@ -201,8 +201,8 @@ def test_a_6_5b_checkpoint_on_the_h100_is_judged_by_mfu_and_the_seeds_contract_n
 
 
 def test_a_gpu_decoding_slowly_fails_by_mbu_naming_it() -> None:
-    """The lent H100's serving figures with one GPU's decode slowed to 0.6x: its MBU (29.77%) misses the floor of 31 and
-    the check names that GPU; the same figures unslowed pass (49.6%)."""
+    """The serving figures of one H100 80GB HBM3 (2026-11-26) with one GPU's decode slowed to 0.6x: its MBU (29.77%)
+    misses the floor of 31 and the check names that GPU; the same figures unslowed pass (49.6%)."""
     import dataclasses
 
     from gpuaccept.verdicts.inference import judge_serving

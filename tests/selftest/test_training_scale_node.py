@@ -1,9 +1,9 @@
 """The 7B-class run's DDP and FSDP judging on a user's 8-GPU node, with no 8-GPU machine at hand.
 
-Each node's records are built from a real result line: the lent H100's own 7B run
-(``fixtures/training/finetune-scale-h100.out``), turned into 8 ranks with the speeds and memory measured for DDP
-and FSDP2 on the lent 2 x H100 (docs/measurements.md 'The lent 2 x H100': DDP kept 97.6% of a GPU's own speed,
-FSDP2 90.4%; FSDP2 saved 0.733-0.736 of the expected memory). What is checked is the judging: every rank by
+Each node's records are built from a real result line: the 7B run of one H100 80GB HBM3 (2026-11-25,
+``fixtures/training/finetune-scale-h100.out``), turned into 8 ranks with the speeds and memory measured for DDP
+and FSDP2 on 2 x H100 80GB HBM3 (docs/measurements.md '2 x H100 80GB HBM3, 2026-11-25': DDP kept 97.6% of a GPU's
+own speed, FSDP2 90.4%; FSDP2 saved 0.733-0.736 of the expected memory). What is checked is the judging: every rank by
 the SKU's DDP/FSDP MFU floor, a slow GPU named even above the floor, the shards and the memory saving for 8
 ranks.
 """
@@ -23,7 +23,8 @@ from .h100_lines import h100_judge, h100_run
 pytestmark = pytest.mark.selftest
 
 GIB = float(1 << 30)
-#: measured on the lent 2 x H100 (docs/measurements.md 'The lent 2 x H100'): per-GPU speed over the GPU alone
+#: measured on 2 x H100 80GB HBM3 (docs/measurements.md '2 x H100 80GB HBM3, 2026-11-25'): per-GPU speed over the
+#: GPU alone
 DDP_SPEED, FSDP_SPEED = 0.976, 0.904
 #: DDP's peak there, and the share of FSDP2's expected saving it realised
 DDP_PEAK_GIB, FSDP_SAVING = 72.68, 0.733
