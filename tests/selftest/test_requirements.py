@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gpuaccept.judging.judge import Judge
+from gpuaccept.judging.verdict import EXIT_TEST_HOOKS
+from gpuaccept.report.labels import requirement_links
+from gpuaccept.report.summary import build_summary
+from gpuaccept.report.summary_requirements import requirement_rows
+from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.record import RunRecord, read_record
+from gpuaccept.results.table import metrics_frame
 from gpuaccept.thresholds.loader import ThresholdsError, load_thresholds
 from gpuaccept.thresholds.requirements import Catalogue, load_catalogue
 from gpuaccept.thresholds.requirements_doc import PAGE, render
 from gpuaccept.thresholds.schema import MetricSpec
 from gpuaccept.thresholds.trace import TraceError, trace
 
-from .conftest import REPO
+from .conftest import REPO, run_inner, write_suite
+from .report_records import gpu_record
 
 
 def test_page_is_generated_from_the_declarations() -> None:
@@ -135,3 +146,93 @@ def test_coverage_follows_partly_and_the_judged_checks() -> None:
 def test_a_check_cannot_both_serve_and_serve_none() -> None:
     with pytest.raises(ValueError, match="names requirements and no_requirement"):
         MetricSpec(unit="x", description="d", requirements=("BMAAS09",), no_requirement="and also nothing at all")
+
+
+def test_the_record_names_the_requirements_of_every_check(tmp_path: Path) -> None:
+    """The judge copies the catalogue's IDs onto each check; the record, its test entries and the CSV keep them."""
+    made: list[MetricResult] = []
+    nodeid = "tests/acceptance/test_compute.py::test_matmul[node1]"
+    judge = Judge(load_thresholds(), lambda node: "H200", made.append, nodeid)
+    judge.check("matmul_bf16_tflops", 700.0, node="node1", gpu="0 (0000:1A:00.0)")
+    judge.expect("slurm_step_node", "node1", "node1", node="node1")
+    judge.info("memory_gib", 2015.6, node="node1")
+    record = RunRecord(metrics=made)
+    record.test(nodeid).checks = [m.check_entry() for m in made]
+    back = read_record(record.write(tmp_path / "runs" / "run.json", latest=False))
+    ids = [["BMAAS09", "SLURM07"], ["SLURM04", "SLURM06"], []]
+    assert [m.requirements for m in back.metrics] == ids
+    assert [c["requirements"] for c in back.tests[nodeid].checks] == ids
+    assert list(metrics_frame(back.metrics)["requirements"]) == ["BMAAS09 SLURM07", "SLURM04 SLURM06", ""]
+    older = back.to_dict()["metrics"][0]
+    del older["requirements"]  # a record written before checks named requirements reads as naming none
+    assert MetricResult.from_dict(older).requirements == []
+
+
+def _with_requirements(record: dict[str, Any]) -> RunRecord:
+    """A synthetic record as a run judges it now: each check naming what its catalogue entry names."""
+    metrics = load_thresholds().metrics
+    for check in record["metrics"]:
+        check["requirements"] = list(metrics[check["metric"]].requirements)
+    return RunRecord.from_dict(record)
+
+
+def test_the_summary_groups_the_verdicts_by_requirement() -> None:
+    record = _with_requirements(gpu_record())
+    finetune = "tests/acceptance/test_training.py::test_finetune_node[gpu-a02-ddp]"
+    record.metrics.append(
+        MetricResult(finetune, "train_loss_final", 0.31, "nats", "gpu-a02", "H200", max=0.5, verdict="pass")
+    )
+    record.metrics[-1].requirements = ["BMAAS12"]
+    rows = {r.id: r for r in requirement_rows(record, load_catalogue())}
+    assert list(rows) == ["BMAAS06", "BMAAS08", "BMAAS09", "BMAAS11", "BMAAS12", "SLURM07", "SLURM08"]
+    assert (rows["BMAAS09"].verdict, rows["BMAAS09"].failing) == ("failed", ["gpu-a02"])  # the slow GPU
+    assert (rows["BMAAS08"].verdict, rows["BMAAS08"].failing) == ("failed", ["gpu-a01"])  # the ECC fault
+    assert rows["BMAAS06"].word == "passed" and rows["BMAAS06"].partly and rows["BMAAS06"].judged > 0
+    # gpu-a01's fine-tune timed out before any check: gpu-a02's case says which requirement it serves
+    assert (rows["BMAAS12"].word, rows["BMAAS12"].unmeasured) == ("could not measure", ["gpu-a01"])
+    assert "versions_consistent" not in {c.metric for c in record.metrics if c.requirements}  # proves none
+    page = build_summary(record, thresholds=load_thresholds())
+    assert 'id="requirements"' in page and "<b>BMAAS12</b> Training workload test" in page
+    assert "partly covered" in page
+    plain = build_summary(RunRecord.from_dict(gpu_record()), thresholds=load_thresholds())
+    assert "No check of this run record names a requirement" in plain
+
+
+def test_allure_links_each_requirement_once_to_its_source() -> None:
+    checks = [
+        MetricResult("t", "p2p_gbps", 1.0, "GB/s", "n", "H200", requirements=["BMAAS06"]),
+        MetricResult("t", "nvlink_links_active", 18, "links", "n", "H200", requirements=["BMAAS06", "BMAAS08"]),
+        MetricResult("t", "x", 1, "u", "n", "H200", requirements=["ZZ99"]),
+    ]
+    links = requirement_links(checks, load_catalogue())
+    assert [link.id for link in links] == ["BMAAS06", "BMAAS08", "ZZ99"]
+    assert links[0].name == "BMAAS06: Nodes can communicate across ethernet, infiniband, and NVLink (Bare Metal)"
+    assert links[0].url is not None and links[0].url.startswith("https://github.com/NVIDIA/ai-cloud-validation/blob/")
+    assert links[0].url.endswith("/docs/requirements/software-reference-requirements.yaml")
+    assert links[2].url is None  # an ID the catalogue lacks (a newer record) is labelled, not linked
+
+
+SUITE = """
+import pytest
+
+pytestmark = [pytest.mark.acceptance]
+
+
+@pytest.mark.slurm
+def test_step_lands(node, judge):
+    judge.expect("slurm_step_node", node, node, node=node)
+"""
+
+
+def test_a_run_carries_the_ids_to_the_record_allure_and_the_summary(tmp_path: Path) -> None:
+    """Through the real plugin: the check in the record, a label and link per ID in Allure, a summary row."""
+    run = run_inner(write_suite(tmp_path, SUITE), "-m", "acceptance", "--launcher", "local")
+    assert run.returncode == EXIT_TEST_HOOKS, run.output[-3000:]  # passed, under the selftest's hook
+    (check,) = run.record["metrics"]
+    assert check["requirements"] == ["SLURM04", "SLURM06"]
+    (result,) = [json.loads(p.read_text()) for p in (tmp_path / "reports" / "allure-results").glob("*-result.json")]
+    assert [x["value"] for x in result["labels"] if x["name"] == "requirement"] == ["SLURM04", "SLURM06"]
+    links = {x["name"]: x for x in result["links"]}
+    assert links["SLURM04: SlurmJobSubmission"]["type"] == "requirement"
+    summary = (tmp_path / "reports" / "summary.html").read_text()
+    assert "<b>SLURM04</b> SlurmJobSubmission" in summary and "<b>SLURM06</b>" in summary
