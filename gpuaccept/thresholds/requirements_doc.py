@@ -44,10 +44,10 @@ the run record carries the IDs on every check, and the acceptance summary and Al
   what they do not is said under it;
 - **not covered**: no check names it; the reason is its scope (below: Kubernetes, a provider API, ...).
 
-Informational figures that name a requirement are listed under it as shown beside the verdicts: they pass
-nothing and never make a requirement covered. A limit "none" means the SKU sets none: a test that needs
-it skips where the SKU declares the thing absent (NVLink on a PCIe card, InfiniBand on a node without
-HCAs) and is an error elsewhere, never a pass.
+A limit "none" means the SKU sets none: a test that needs it skips where the SKU declares the thing
+absent (NVLink on a PCIe card, InfiniBand on a node without HCAs) and is an error elsewhere, never a pass.
+A check marked informational is shown beside the verdicts and judged only on the SKUs that set a limit
+for it (its limits say which); informational checks alone never make a requirement covered.
 """
 
 
@@ -126,13 +126,11 @@ def _requirement_lines(item: Traced, thresholds: Thresholds) -> list[str]:
     if req.note:
         lines += ["", f"Note: {req.note}."]
     lines += ["", "| check | what it measures | unit | limit per SKU |", "|---|---|---|---|"]
-    for metric in item.judged:
+    for metric in (*item.judged, *item.informational):
         spec = thresholds.metrics[metric]
-        kind = " (expectation)" if spec.kind == "expectation" else ""
+        kind = " (expectation)" if spec.kind == "expectation" else " (informational)" if spec.informational else ""
         limits = _limits(metric, thresholds)
         lines.append(f"| `{metric}`{kind} | {_cell(spec.description)} | {_cell(spec.unit)} | {_cell(limits)} |")
-    if item.shown:
-        lines += ["", "Shown beside it (informational, never judged): " + ", ".join(f"`{m}`" for m in item.shown) + "."]
     return [*lines, ""]
 
 

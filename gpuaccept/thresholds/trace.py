@@ -10,8 +10,9 @@ A requirement is
 * **not covered** when no check names it: the catalogue's ``not_covered`` must then say why (a scope such
   as ``kubernetes`` or ``provider_api``).
 
-Informational figures naming a requirement are shown beside it and never make it covered: they pass
-nothing. The two files must agree: a requirement named by a check cannot be declared not covered, one no
+Informational figures naming a requirement are listed with it but never make it covered on their own:
+they are judged only on the SKUs that set a limit for them, and pass nothing elsewhere. The two files
+must agree: a requirement named by a check cannot be declared not covered, one no
 check names must say why, and a ``partly`` without a check is a contradiction. ``trace`` refuses them all
 at once (``TraceError``), so docs/requirements.md and the selftest cannot drift from the declarations.
 """
@@ -43,8 +44,8 @@ class Traced:
     coverage: Coverage
     #: judged checks (metrics with limits, expectations): what proves it
     judged: tuple[str, ...]
-    #: informational figures naming it: shown beside, proving nothing
-    shown: tuple[str, ...]
+    #: informational figures naming it: judged only where a SKU sets a limit for them
+    informational: tuple[str, ...]
 
 
 def trace(metrics: Mapping[str, MetricSpec], catalogue: Catalogue) -> list[Traced]:
@@ -61,19 +62,19 @@ def trace(metrics: Mapping[str, MetricSpec], catalogue: Catalogue) -> list[Trace
     for req in catalogue.requirements:
         found = naming.get(req.id, [])
         judged = tuple(name for name, spec in found if not spec.informational)
-        shown = tuple(name for name, spec in found if spec.informational)
+        informational = tuple(name for name, spec in found if spec.informational)
         if req.not_covered is not None and found:
             problems.append(
                 f"{req.id}: declared not covered ({req.not_covered}) but named by {', '.join(n for n, _ in found)}"
             )
         elif req.not_covered is None and not judged:
-            why = f" (only informational figures name it: {', '.join(shown)})" if shown else ""
+            why = f" (only informational figures name it: {', '.join(informational)})" if informational else ""
             problems.append(
                 f"{req.id}: no judged check names it{why}: name it in a metric's `requirements`, "
                 "or declare it `not_covered: <scope>` in the requirements catalogue"
             )
         coverage: Coverage = "not covered" if not judged else "partly covered" if req.partly else "covered"
-        out.append(Traced(req, coverage, judged, shown))
+        out.append(Traced(req, coverage, judged, informational))
     if problems:
         raise TraceError("the checks and the requirements catalogue disagree:\n  " + "\n  ".join(problems))
     return out

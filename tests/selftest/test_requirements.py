@@ -39,7 +39,7 @@ def test_every_check_names_a_requirement_or_why_it_proves_none() -> None:
         assert bool(spec.requirements) != bool(spec.no_requirement), name
     traced = trace(metrics, load_catalogue())  # the two catalogues agree (TraceError otherwise)
     named = {rid for spec in metrics.values() for rid in spec.requirements}
-    assert named <= {t.requirement.id for t in traced if t.coverage != "not covered" or t.shown}
+    assert named <= {t.requirement.id for t in traced if t.coverage != "not covered" or t.informational}
 
 
 def test_the_catalogue_holds_every_requirement_of_its_sources() -> None:
@@ -135,7 +135,7 @@ def test_coverage_follows_partly_and_the_judged_checks() -> None:
         "m2": _spec(unit="x", description="d", informational=True, requirements=("AA01",)),
         "m3": _spec(unit="x", description="d", no_requirement="proves nothing on purpose"),
     }
-    got = {t.requirement.id: (t.coverage, t.judged, t.shown) for t in trace(metrics, catalogue)}
+    got = {t.requirement.id: (t.coverage, t.judged, t.informational) for t in trace(metrics, catalogue)}
     assert got == {
         "AA01": ("covered", ("m1",), ("m2",)),
         "BB01": ("partly covered", ("m1",), ()),
