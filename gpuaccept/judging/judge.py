@@ -156,6 +156,7 @@ class Judge:
             subject_kind=subject_kind,
             kind=spec.kind,
             extra=extra,
+            requirements=list(spec.requirements),
         )
         if value is None:
             raise MeasurementError(f"{metric}: no value was measured on {result.where}", nodes=(node,))

@@ -12,9 +12,10 @@ written) and the core's verdict on each report; it reads no session state and ch
   marker is selected and no ``--alluredir`` was given (emptied first by the controller, so a report is one run).
 - collection: area/topic/check/severity/node labels (see ``labels.py``).
 - during a test: the exact srun command and raw probe output of every step; at the end of the call
-  the "checks" table (every check the test judged: observed, expected, verdict, source), a per-GPU
-  bar plot per metric with its threshold, the comparison with the baseline (and the fingerprint diff
-  when something regressed), the GPUs as a parameter.
+  a ``requirement`` label and a link per requirement its checks prove, the "checks" table (every check
+  the test judged: observed, expected, verdict, source), a per-GPU bar plot per metric with its
+  threshold, the comparison with the baseline (and the fingerprint diff when something regressed), the
+  GPUs as a parameter.
 - each report (``pytest_runtest_makereport``, outermost): Allure's status and message follow the
   core's verdict and category (``[threshold miss] ...``: categories.json sorts by it), the test's
   description lists its checks, and ``--junitxml`` gets short properties (node, GPUs, verdict,
@@ -276,12 +277,18 @@ class ReportSession:
         from gpuaccept.report import attach
         from gpuaccept.report.charts import gpus as charts
         from gpuaccept.report.checks import checks_html
+        from gpuaccept.report.labels import requirement_links
+        from gpuaccept.thresholds.requirements import load_catalogue
 
         gpus = sorted({m.where for m in metrics if m.on_gpu})
         if gpus:
             allure.dynamic.parameter("GPUs", ", ".join(gpus), excluded=True)
             for gpu in gpus:
                 allure.dynamic.label("gpu", gpu)
+        for requirement in requirement_links(metrics, load_catalogue()):
+            allure.dynamic.label("requirement", requirement.id)
+            if requirement.url is not None:
+                allure.dynamic.link(requirement.url, link_type="requirement", name=requirement.name)
         attach.html(checks_html(metrics), "checks")
         for metric, results in charts.bar_metrics(metrics, self.catalogue).items():
             attach.png(charts.per_gpu_bars(metric, results), f"plot: {metric} per GPU")

@@ -25,8 +25,10 @@ from gpuaccept.judging.baseline import Baseline, fingerprint_diff, summarize_cha
 from gpuaccept.report.charts import gpus, loss, nccl
 from gpuaccept.report.render import data_uri, fmt, render
 from gpuaccept.report.summary_model import overview
+from gpuaccept.report.summary_requirements import requirement_rows
 from gpuaccept.results.comparison import Comparison, comparison_of, side_by_side
 from gpuaccept.results.record import RecordError, RunRecord, read_record
+from gpuaccept.thresholds.requirements import load_catalogue
 
 if TYPE_CHECKING:
     from gpuaccept.thresholds.loader import Thresholds
@@ -238,6 +240,7 @@ def build_summary(
         changes=changes,
         tests=tests,
         checks=by_test,
+        requirements=requirement_rows(record, load_catalogue()),
         duration_s=record.duration_s,
         history=history(record_path.parent) if record_path is not None else [],
     )

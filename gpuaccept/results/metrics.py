@@ -52,6 +52,10 @@ class MetricResult:
     reason: str = ""
     kind: Literal["metric", "expectation"] = "metric"
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the IDs of the requirements the check proves, as the catalogue declares them (thresholds.yaml,
+    #: ``requirements``; gpuaccept/data/requirements.yaml): the record names them on every check, so a
+    #: reader groups verdicts by requirement without the catalogue (a record written before them: none)
+    requirements: list[str] = field(default_factory=list)
 
     @property
     def where(self) -> str:
@@ -113,6 +117,7 @@ class MetricResult:
             "verdict": self.verdict,
             "source": self.source,
             "reason": self.reason,
+            "requirements": list(self.requirements),
         }
 
     @classmethod

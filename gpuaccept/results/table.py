@@ -37,6 +37,7 @@ COLUMNS = (
     "verdict",
     "reason",
     "source",
+    "requirements",
 )
 
 
@@ -45,6 +46,7 @@ def _rows(metrics: Iterable[MetricResult]) -> list[dict[str, Any]]:
     for metric in metrics:
         raw = metric.to_dict()
         row = {column: raw.get(column) for column in COLUMNS}
+        row["requirements"] = " ".join(metric.requirements)  # the IDs the check proves, one cell
         for key, value in (raw.get("extra") or {}).items():
             row[f"extra.{key}"] = value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
         rows.append(row)

@@ -171,6 +171,16 @@ def _check_references(path: Path, data: ThresholdsFile, metrics: dict[str, Metri
             )
 
 
+def _check_traced(path: Path, data: ThresholdsFile) -> None:
+    """Every check of the catalogue names the requirements it serves, or why it serves none: never silently."""
+    for name, spec in data.metrics.items():
+        if not spec.traced:
+            raise ThresholdsError(
+                f"{path}: metrics.{name}: names no requirement: add `requirements: [ID, ...]` (IDs of "
+                "gpuaccept/data/requirements.yaml), or `no_requirement: <why it proves none>`"
+            )
+
+
 def _literal(pattern: str) -> str | None:
     """The one name a ``match`` pattern fits, or None when it fits more (``^NVIDIA\\ H100$`` -> ``NVIDIA
     H100``, what gpuaccept-calibrate writes; ``NVIDIA H.*`` -> None)."""
@@ -237,6 +247,7 @@ def load_thresholds(site: Path | None = None, *, defaults: Path | None = None, s
         file_digests[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
         if path is not base_path and data.metrics:
             raise ThresholdsError(f"{path}: metrics: a site file cannot define metrics; the probes produce a fixed set")
+        _check_traced(path, data)
         metrics.update(data.metrics)
         for name, spec in data.skus.items():
             if path is not base_path and name not in skus and not spec.match and spec.inherits is None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gpuaccept.thresholds.requirements import catalogue_path, load_catalogue
 
 __all__ = ["Display", "Limit", "MetricSpec", "Setting", "SkuSpec", "ThresholdsFile"]
 
@@ -45,6 +47,12 @@ class MetricSpec(_Strict):
     one written", "the step ran on the node it was sent to"); it carries its own ``source``. ``fault``
     sorts a failing check for the report: a figure below its floor, a hardware fault (ECC, Xid, link
     errors, corrupt results) or drift between nodes. ``display`` says how the report shows it.
+
+    ``requirements`` names the IDs of the requirements catalogue (``gpuaccept/data/requirements.yaml``)
+    the check serves: the one place that says which check proves which requirement (the record, the
+    summary, Allure and docs/requirements.md read it from here). A check that proves none says so on
+    purpose and why, in ``no_requirement``; a catalogue entry naming neither is an error (``traced``),
+    so none is left out silently.
     """
 
     unit: str
@@ -55,6 +63,31 @@ class MetricSpec(_Strict):
     fault: Literal["threshold", "hardware", "drift"] = "threshold"
     source: str | None = Field(default=None, min_length=3)
     display: Display = Display()
+    requirements: tuple[str, ...] = ()
+    no_requirement: str | None = Field(default=None, min_length=10)
+
+    @field_validator("requirements")
+    @classmethod
+    def _known(cls, ids: tuple[str, ...]) -> tuple[str, ...]:
+        known = load_catalogue().by_id
+        for rid in ids:
+            if rid not in known:
+                raise ValueError(f"unknown requirement ID {rid!r}: {catalogue_path()} has no such requirement")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"a requirement ID is named twice: {', '.join(ids)}")
+        return ids
+
+    @model_validator(mode="after")
+    def _traced(self) -> MetricSpec:
+        if self.requirements and self.no_requirement is not None:
+            raise ValueError("names requirements and no_requirement: it serves them, or it serves none")
+        return self
+
+    @property
+    def traced(self) -> bool:
+        """It names the requirements it serves, or says why it serves none (the loader holds the packaged
+        catalogue to this; a site file cannot define metrics at all)."""
+        return bool(self.requirements) or self.no_requirement is not None
 
     @model_validator(mode="after")
     def _kind(self) -> MetricSpec:

@@ -101,10 +101,14 @@ def test_heat_map_cells_are_value_over_floor():
 
 
 def test_a_new_heat_map_column_is_one_catalogue_entry(tmp_path):
-    """A metric with a limit and a heat-map column is two lines of thresholds.yaml (its catalogue entry
-    and its limit) and the test that judges it: the summary reads the column from the catalogue."""
+    """A metric with a limit and a heat-map column is two lines of thresholds.yaml (its catalogue entry,
+    naming the requirement it serves, and its limit) and the test that judges it: the summary reads the
+    column from the catalogue."""
     text = (REPO / "thresholds.yaml").read_text()
-    entry = '  gpu_fp8_tflops: {unit: TFLOP/s, description: "dense FP8 matmul", display: {heatmap: "matmul FP8"}}\n'
+    entry = (
+        '  gpu_fp8_tflops: {unit: TFLOP/s, description: "dense FP8 matmul", display: {heatmap: "matmul FP8"}, '
+        "requirements: [BMAAS09]}\n"
+    )
     limit = '  gpu_fp8_tflops: {min: 1000, source: "a datasheet figure for this selftest"}\n'
     text = text.replace("\n  membw_tbps:", "\n" + entry + "  membw_tbps:", 1).replace(
         "\ndefaults:\n", "\ndefaults:\n" + limit, 1
