@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from gpuaccept.judging.baseline import Baseline
     from gpuaccept.results.metrics import MetricResult
     from gpuaccept.results.record import RunRecord
+    from gpuaccept.signing.keys import SigningKey
     from gpuaccept.thresholds.loader import Thresholds
 
 
@@ -42,5 +43,6 @@ def pytest_gpuaccept_metric(item: pytest.Item | None, result: MetricResult) -> N
 
 
 @pytest.hookspec()
-def pytest_gpuaccept_record_written(path: Path, record: RunRecord) -> None:
-    """The run record was written at session end (also after an interruption)."""
+def pytest_gpuaccept_record_written(path: Path, record: RunRecord, signer: SigningKey | None) -> None:
+    """The run record was written at session end (also after an interruption), and signed with ``signer``
+    (``--sign-key``; None without one), which then signs what is rendered from the record."""

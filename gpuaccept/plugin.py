@@ -65,8 +65,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _start(config: pytest.Config) -> SessionState:
     """Check every input (exit 4 naming it, before any job), then set the session up."""
-    settings, thresholds = checked_inputs(config)
-    state = SessionState(config, settings, thresholds)
+    settings, thresholds, signer = checked_inputs(config)
+    state = SessionState(config, settings, thresholds, signer)
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     if workerinput is not None and workerinput.get("gpuaccept_job"):
         job_id, nodes = workerinput["gpuaccept_job"]
@@ -332,6 +332,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     path = getattr(config, "_gpuaccept_record_path", None)
     if path is not None:
         terminalreporter.write_line(f"run record: {path}")
+        if state.signer is not None:  # beside the summary too: gpuaccept-verify --record R --summary S
+            terminalreporter.write_line(f"signed by {state.signer.public.fingerprint}: {path}.sig")
 
 
 # ---- fixtures -------------------------------------------------------------------------------------

@@ -152,6 +152,12 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("run_record", "path of the run record JSON (default reports/runs/<UTC start>[-job<id>].json)", Path),
     Option(
+        "sign_key",
+        "the operator's Ed25519 private key (OpenSSH or PEM PKCS#8): signs the run record and the summary, "
+        "<file>.sig beside each (gpuaccept-verify checks them)",
+        Path,
+    ),
+    Option(
         "sharedfs_path",
         "folder on the shared filesystem to test (default: reports/.sharedfs beside the ini file, else in the "
         "start folder)",
@@ -225,6 +231,7 @@ class Settings:
     sku: str | None = None
     probe_timeout: TimeoutRule = field(default_factory=TimeoutRule)
     run_record: Path | None = None
+    sign_key: Path | None = None
     sharedfs_path: Path | None = None
     dry_run: bool = False
     calibrate: bool = False

@@ -17,15 +17,17 @@ from gpuaccept.dispatch import choose_launcher
 from gpuaccept.dispatch.container import ContainerUnusable, from_settings
 from gpuaccept.inputs import InputError, check_inputs
 from gpuaccept.settings import Settings, SettingsError, reports_root, resolve
+from gpuaccept.signing.keys import KeyUnusable, SigningKey, load_signing_key
 from gpuaccept.state import STATE_KEY, SessionState
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
 
 __all__ = ["LateStart", "checked_inputs"]
 
 
-def checked_inputs(config: pytest.Config) -> tuple[Settings, Thresholds]:
+def checked_inputs(config: pytest.Config) -> tuple[Settings, Thresholds, SigningKey | None]:
     """Every setting, the thresholds and every file and folder the run was given, checked before any job:
-    a usage error (exit 4) in one line naming the option or file and what is wrong."""
+    a usage error (exit 4) in one line naming the option or file and what is wrong. The signing key is
+    read now and held: a run must not learn at its end that it cannot sign."""
     settings = resolve(config)
     thresholds = load_thresholds(settings.thresholds, sku=settings.sku)
     if settings.sku and settings.sku not in thresholds.skus:
@@ -51,7 +53,17 @@ def checked_inputs(config: pytest.Config) -> tuple[Settings, Thresholds]:
         raise SettingsError(
             f"{container.option} runs every step in an image through srun; --launcher local has no srun"
         )
-    return settings, thresholds
+    return settings, thresholds, _signing_key(settings)
+
+
+def _signing_key(settings: Settings) -> SigningKey | None:
+    """``--sign-key``'s Ed25519 private key, or a usage error naming the option and the file."""
+    if settings.sign_key is None:
+        return None
+    try:
+        return load_signing_key(settings.sign_key)
+    except KeyUnusable as exc:
+        raise SettingsError(f"{settings.sources['sign_key']}: {exc}") from None
 
 
 def _gpu_memory_gib(thresholds: Thresholds, sku: str | None) -> float | None:

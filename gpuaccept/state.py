@@ -32,6 +32,8 @@ from gpuaccept.judging.verdict import verdict_line
 from gpuaccept.results.record import RunRecord, record_id
 from gpuaccept.results.suite import suite_identity
 from gpuaccept.settings import Settings, reports_root
+from gpuaccept.signing.files import drop_signature, sign_file
+from gpuaccept.signing.keys import SigningKey
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
 from gpuaccept.thresholds.loosened import loosened
 
@@ -48,10 +50,14 @@ def ran_in_text(where: dict[str, Any]) -> str:
 class SessionState:
     """What one pytest process knows about the run."""
 
-    def __init__(self, config: pytest.Config, settings: Settings, thresholds: Thresholds) -> None:
+    def __init__(
+        self, config: pytest.Config, settings: Settings, thresholds: Thresholds, signer: SigningKey | None = None
+    ) -> None:
         self.config = config
         self.settings = settings
         self.thresholds = thresholds
+        #: ``--sign-key``'s key, read at start: the record (and the summary) are signed with it at the end
+        self.signer = signer
         self.record = RunRecord()
         self.record.command = shlex.join(["pytest", *config.invocation_params.args])
         self.record.settings = {
@@ -200,7 +206,13 @@ class SessionState:
         # a dry run or a collection measured nothing: never the ``latest.json`` a baseline would compare with
         rehearsal = self.settings.dry_run or bool(self.config.option.collectonly)
         written = self.record.write(path, latest=not rehearsal, unique=self.settings.run_record is None)
-        self.config.hook.pytest_gpuaccept_record_written(path=written, record=self.record)
+        for target in (written, written.parent / "latest.json") if not rehearsal else (written,):
+            # signed before the listeners run: a summary that cannot be drawn leaves the record signed
+            if self.signer is not None:
+                sign_file(target, self.signer, "record")
+            else:
+                drop_signature(target)  # a signature of the record this one replaced would read as tampering
+        self.config.hook.pytest_gpuaccept_record_written(path=written, record=self.record, signer=self.signer)
         return written
 
 

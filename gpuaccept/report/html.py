@@ -7,6 +7,10 @@ carries the previous report's ``history/`` into the results so the trend graphs 
 ``allure generate`` with Allure's analytics off. ``--single-file`` makes one self-contained
 ``index.html`` to send to a customer.
 
+``--sign-key KEY`` (or ``GPUACCEPT_SIGN_KEY``) signs the summary it builds, which then shows the key's
+fingerprint, and the run record when that has no signature yet; a signed record that was changed since
+is refused, never signed over (``gpuaccept.signing``; ``gpuaccept-verify`` checks both).
+
 Then the acceptance summary (``reports/summary.html``, see ``gpuaccept.report.summary``) is made the
 first thing of the report: a verdict bar on top of every page that opens the summary, and the page is
 checked to load nothing from outside. ``--summary-only --record RUN.json`` builds just the summary
@@ -27,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.report.allure_page import ANALYTICS_ENV, PageError, external_loads, inject_summary, strip_analytics
+from gpuaccept.signing.files import check_file, sha256_of, sign_file
+from gpuaccept.signing.keys import KeyUnusable, SigningKey, load_signing_key
 
 __all__ = ["build", "build_summary_file", "find_allure", "main", "record_for", "with_summary"]
 
@@ -131,6 +137,26 @@ def _reports_dir(record: Path, root: Path) -> Path:
 _STARTED = re.compile(r'<meta name="gpuaccept-record-started" content="([^"]*)">')
 
 
+def _sign_record(record: Path, signer: SigningKey) -> None:
+    """Sign a record that has no signature yet; leave a signed one that is as signed (by whichever key);
+    refuse one changed after it was signed, or whose signature does not verify: no summary of it is signed."""
+    found = check_file(record, "record")
+    if found.unsigned:
+        sign_file(record, signer, "record")
+    elif not found.ok:
+        raise ReportError(f"{found.problem}: no summary of it is signed")
+
+
+def _reusable(html: str, target: Path, record: Path, signer: SigningKey | None) -> bool:
+    """Whether the page the session wrote can stand for this record as it is: with a key, only a page
+    this key signed, unchanged since and naming this record (a page edited since is drawn again, never
+    signed over)."""
+    if signer is None:
+        return True
+    found = check_file(target, "summary", signer.public)
+    return found.ok and found.signed is not None and found.signed.rendered_from == sha256_of(record)
+
+
 def build_summary_file(
     record_path: Path,
     target: Path,
@@ -139,13 +165,15 @@ def build_summary_file(
     baseline: Path | None = None,
     reuse: bool = True,
     environment: dict[str, str] | None = None,
+    signer: SigningKey | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Write (or reuse, when the session already wrote it for this very record) the summary page.
 
     Returns its HTML and what the Allure bar says about the run. Reuse keeps what only the session
     knew (Slurm's cluster name, the session's --baseline); a different record or a --baseline here
     rebuilds the page from the record. ``environment`` is the results' environment.properties: when
-    it is this record's, its cluster name (asked of Slurm during the session) is used.
+    it is this record's, its cluster name (asked of Slurm during the session) is used. ``signer`` signs
+    the page (and the record, when unsigned: ``_sign_record``); the page shows its fingerprint.
     """
     from gpuaccept.report.summary import (
         SummaryError,
@@ -164,7 +192,13 @@ def build_summary_file(
         view = overview(record, cluster_name=name)
         html = target.read_text(encoding="utf-8") if reuse and baseline is None and target.is_file() else ""
         match = _STARTED.search(html)
-        if match is None or match.group(1) != record.started.isoformat():
+        if signer is not None:
+            _sign_record(record_path, signer)
+        if (
+            match is None
+            or match.group(1) != record.started.isoformat()
+            or not _reusable(html, target, record_path, signer)
+        ):
             earlier = baseline or previous_record(record_path, record)
             html = build_summary(
                 record,
@@ -173,8 +207,9 @@ def build_summary_file(
                 baseline=None if earlier is None else (load_record(earlier), earlier, False),
                 thresholds=record_thresholds(record),
                 cluster_name=name,
+                signed_by=signer.public.fingerprint if signer is not None else None,
             )
-            write_summary(target, html)
+            write_summary(target, html, signer=signer, rendered_from=record_path)
     except SummaryError as exc:
         raise ReportError(str(exc)) from None
     cluster = dict(view.identity).get("Cluster", "the cluster")
@@ -202,6 +237,15 @@ def with_summary(index: Path, summary_html: str, facts: dict[str, Any], *, singl
     return index
 
 
+def _signer(path: Path | None) -> SigningKey | None:
+    if path is None:
+        return None
+    try:
+        return load_signing_key(path)
+    except KeyUnusable as exc:
+        raise ReportError(f"--sign-key {exc}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpuaccept-report", description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="repository or run folder (default: here)")
@@ -218,12 +262,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--summary", type=Path, help="where the summary goes (default: <reports>/summary.html)")
     parser.add_argument("--summary-only", action="store_true", help="build only the summary from --record (no Allure)")
+    parser.add_argument(
+        "--sign-key",
+        type=Path,
+        default=os.environ.get("GPUACCEPT_SIGN_KEY") or None,
+        help="Ed25519 private key that signs the summary (and an unsigned record) [env GPUACCEPT_SIGN_KEY]",
+    )
     args = parser.parse_args(argv)
     results = args.results or args.root / "reports" / "allure-results"
     record = args.record or record_for(results, args.root)
     summary = args.summary or _reports_dir(record, args.root) / "summary.html"
     output = args.output or args.root / "reports" / ("html-single" if args.single_file else "html")
     try:
+        signer = _signer(args.sign_key)
         if not args.summary_only:
             require_results(results)
         if not record.is_file() and not args.summary_only:
@@ -232,9 +283,17 @@ def main(argv: list[str] | None = None) -> int:
 
         env = read_environment(results / "environment.properties")
         html, facts = build_summary_file(
-            record, summary, root=args.root, baseline=args.baseline, reuse=not args.summary_only, environment=env
+            record,
+            summary,
+            root=args.root,
+            baseline=args.baseline,
+            reuse=not args.summary_only,
+            environment=env,
+            signer=signer,
         )
         print(f"acceptance summary: {summary} ({facts['verdict']}: {facts['reason']})")
+        if signer is not None:
+            print(f"signed by {signer.public.fingerprint}: gpuaccept-verify --record {record} --summary {summary}")
         if args.summary_only:
             return 0
         index = build(

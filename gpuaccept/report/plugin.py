@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from gpuaccept.judging.baseline import Baseline
     from gpuaccept.report.charts import Catalogue
     from gpuaccept.results.record import RunRecord
+    from gpuaccept.signing.keys import SigningKey
     from gpuaccept.thresholds.loader import Thresholds
 
 __all__ = ["ReportSession", "default_alluredir"]
@@ -321,8 +322,9 @@ class ReportSession:
 
     # ---- session end -------------------------------------------------------------------------------
 
-    def pytest_gpuaccept_record_written(self, path: Path, record: RunRecord) -> None:
-        """Everything the session end writes is drawn from ``record`` (and the baseline the core loaded)."""
+    def pytest_gpuaccept_record_written(self, path: Path, record: RunRecord, signer: SigningKey | None) -> None:
+        """Everything the session end writes is drawn from ``record`` (and the baseline the core loaded);
+        the summary is signed with ``signer`` too, and shows its fingerprint."""
         self.record = record
         _junit_verdict(self.config, record)
         self.written.extend(write_metrics_csv(path, record.metrics))
@@ -348,9 +350,9 @@ class ReportSession:
             if self.alluredir.parent.name == "allure" and is_latest(path):
                 point_latest(self.alluredir.parent.parent, self.alluredir)
         if record.tests:
-            self._write_summary(path, record)
+            self._write_summary(path, record, signer)
 
-    def _write_summary(self, path: Path, record: RunRecord) -> None:
+    def _write_summary(self, path: Path, record: RunRecord, signer: SigningKey | None) -> None:
         """reports/summary.html; a page that cannot be drawn is said in the terminal, never a verdict."""
         from gpuaccept.report.summary import (
             build_summary,
@@ -373,8 +375,9 @@ class ReportSession:
                 reports_dir=reports_dir,
                 baseline=baseline,
                 thresholds=self.thresholds if self.thresholds is not None else record_thresholds(record),
+                signed_by=signer.public.fingerprint if signer is not None else None,
             )
-            self.summary = write_summary(reports_dir / "summary.html", html)
+            self.summary = write_summary(reports_dir / "summary.html", html, signer=signer, rendered_from=path)
         except Exception as exc:  # a report bug must not turn into a failed acceptance run
             self.summary_error = f"{type(exc).__name__}: {exc}"
 

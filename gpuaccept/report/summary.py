@@ -29,8 +29,10 @@ from gpuaccept.report.summary_requirements import requirement_rows
 from gpuaccept.results.comparison import Comparison, comparison_of, side_by_side
 from gpuaccept.results.record import RecordError, RunRecord, read_record
 from gpuaccept.thresholds.requirements import load_catalogue
+from gpuaccept.signing.files import drop_signature, sign_file
 
 if TYPE_CHECKING:
+    from gpuaccept.signing.keys import SigningKey
     from gpuaccept.thresholds.loader import Thresholds
 
 __all__ = [
@@ -200,9 +202,11 @@ def build_summary(
     baseline: tuple[RunRecord, Path, bool] | None = None,
     thresholds: Thresholds | None = None,
     cluster_name: str | None = None,
+    signed_by: str | None = None,
 ) -> str:
     """The page as HTML. ``baseline`` is (record, path, given with --baseline); ``reports_dir`` holds
-    ``training/`` (loss curves) and ``nccl/`` (the sweep plots, shown when the record has no curves)."""
+    ``training/`` (loss curves) and ``nccl/`` (the sweep plots, shown when the record has no curves);
+    ``signed_by`` is the fingerprint of the key that signs the page and its record (shown on it)."""
     view = overview(record, cluster_name=cluster_name)
     metrics = record.metrics
     if thresholds is None:
@@ -243,13 +247,21 @@ def build_summary(
         requirements=requirement_rows(record, load_catalogue()),
         duration_s=record.duration_s,
         history=history(record_path.parent) if record_path is not None else [],
+        signed_by=signed_by,
     )
 
 
-def write_summary(path: Path, html: str) -> Path:
-    """Write atomically (a browser or a CI upload never reads half a page)."""
+def write_summary(
+    path: Path, html: str, *, signer: SigningKey | None = None, rendered_from: Path | None = None
+) -> Path:
+    """Write atomically (a browser or a CI upload never reads half a page); then sign it with ``signer``,
+    naming the record it was ``rendered_from``, or drop the signature of the page it replaced."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(html, encoding="utf-8")
     tmp.replace(path)
+    if signer is not None:
+        sign_file(path, signer, "summary", rendered_from=rendered_from)
+    else:
+        drop_signature(path)
     return path

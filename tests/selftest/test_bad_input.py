@@ -26,6 +26,7 @@ from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import RunRecord
 from gpuaccept.thresholds.loader import ThresholdsError, load_thresholds
 
+from . import signing_keys
 from .conftest import REPO, run_inner, write_suite
 
 SUITE = """
@@ -164,6 +165,8 @@ ROWS: dict[str, tuple[str, Callable[[Path], Path] | str, str]] = {
     "container bundle on the local launcher": ("--container-bundle", _bundle([]), "--launcher local has no srun"),
     "container image file missing": ("--container-image", "./gone.sqsh", "--container-image ./gone.sqsh: no such file"),
     "container mounts without an image": ("--container-mounts", "/tmp:/tmp", "--container-mounts is pyxis's"),
+    "sign key missing": ("--sign-key", "no-key", "--sign-key (command line): no-key: no such file"),
+    "sign key is the public one": ("--sign-key", signing_keys.public_key, "is a public key; signing needs the private"),
 }
 
 

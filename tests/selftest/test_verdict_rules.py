@@ -1,7 +1,8 @@
 """The plugin's verdict rules, end to end in a real pytest session: a pass rests on judged checks.
 
 Each inner test below ends in a way a careless test body could make look like a pass; the plugin must
-turn it into the verdict its checks call for, and the run record must list those checks.
+turn it into the verdict its checks call for, and the run record must list those checks. The same
+session runs with ``--sign-key``: its record and summary, signed at its end, verify offline.
 """
 
 from __future__ import annotations
@@ -9,10 +10,13 @@ from __future__ import annotations
 import pytest
 
 from gpuaccept.judging.judge import Judge
+from gpuaccept.signing.cli import main as verify_main
+from gpuaccept.signing.keys import load_public_key
 from gpuaccept.thresholds.loader import load_thresholds
 
 from .conftest import run_inner, write_suite
 from .ending import ends
+from .signing_keys import write_key
 
 pytestmark = pytest.mark.selftest
 
@@ -50,9 +54,11 @@ def test_expectation_fails(node, judge):
 
 @pytest.fixture(scope="module")
 def inner(tmp_path_factory: pytest.TempPathFactory, dev_cluster):
-    """Through the loopback Slurm cluster (salloc, then each node's case): the rules hold whatever the launcher."""
+    """Through the loopback Slurm cluster (salloc, then each node's case): the rules hold whatever the launcher.
+    Signed with the operator's key (``--sign-key``; ``test_signing.py`` holds the signatures to account)."""
     suite = write_suite(tmp_path_factory.mktemp("rules"), INNER)
-    return run_inner(suite, "-m", "acceptance", "--launcher", "slurm", env=dev_cluster.env)
+    key = write_key(suite / "operator_ed25519")
+    return run_inner(suite, "-m", "acceptance", "--launcher", "slurm", "--sign-key", str(key), env=dev_cluster.env)
 
 
 def _entry(inner, name: str) -> dict:
@@ -92,6 +98,20 @@ def test_every_check_is_on_the_record_with_its_source(inner):
         "fail",
     )
     assert "srun(1) --nodelist" in expectation["source"]
+
+
+def test_the_record_and_summary_signed_at_the_end_verify(inner, capsys):
+    """Signed by the session (``--sign-key``) after a run through srun: ``gpuaccept-verify`` holds the record
+    and the summary rendered from it against the operator's public key."""
+    suite = inner.record_path.parent
+    summary = suite / "reports" / "summary.html"
+    pubkey = suite / "operator_ed25519.pub"
+    fingerprint = load_public_key(pubkey).fingerprint
+    assert f'<meta name="gpuaccept-signed-by" content="{fingerprint}">' in summary.read_text()
+    for record in (inner.record_path, suite / "latest.json"):
+        code = verify_main(["--record", str(record), "--summary", str(summary), "--pubkey", str(pubkey)])
+        assert code == 0, capsys.readouterr().err
+        assert capsys.readouterr().out.splitlines()[-1] == f"verified, signed by {fingerprint}"
 
 
 def test_judge_alone_errors_on_a_missing_limit():
