@@ -24,12 +24,13 @@ from gpuaccept.fleet.history import history
 from gpuaccept.judging.baseline import Baseline, fingerprint_diff, summarize_changes
 from gpuaccept.report.charts import gpus, loss, nccl
 from gpuaccept.report.render import data_uri, fmt, render
+from gpuaccept.report.summary_margins import margin_rows
 from gpuaccept.report.summary_model import overview
 from gpuaccept.report.summary_requirements import requirement_rows
 from gpuaccept.results.comparison import Comparison, comparison_of, side_by_side
 from gpuaccept.results.record import RecordError, RunRecord, read_record
-from gpuaccept.thresholds.requirements import load_catalogue
 from gpuaccept.signing.files import drop_signature, sign_file
+from gpuaccept.thresholds.requirements import load_catalogue
 
 if TYPE_CHECKING:
     from gpuaccept.signing.keys import SigningKey
@@ -245,6 +246,7 @@ def build_summary(
         tests=tests,
         checks=by_test,
         requirements=requirement_rows(record, load_catalogue()),
+        margins=margin_rows(metrics, catalogue),
         duration_s=record.duration_s,
         history=history(record_path.parent) if record_path is not None else [],
         signed_by=signed_by,

@@ -102,8 +102,25 @@ class MetricResult:
             return " and ".join(parts)
         return {"info": "informational", "measured": "no limit yet (calibration)"}.get(self.verdict, "no limit")
 
+    @property
+    def margin_pct(self) -> float | None:
+        """How far a judged figure stands from its nearest limit, in percent of that limit: positive inside,
+        negative beyond it (``(value - min) / |min|``, ``(max - value) / |max|``, the smaller of the two).
+        None for a check without a numeric limit, and for a limit of 0 (a count that must be none has no
+        room to measure: a healthy part sits on it). The record and the summary show it, so a reader sees
+        which healthy figure is close to failing before it does."""
+        value = self.value
+        if self.verdict not in JUDGED or isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        room: list[float] = []
+        if self.min:
+            room.append((value - self.min) / abs(self.min))
+        if self.max:
+            room.append((self.max - value) / abs(self.max))
+        return round(min(room) * 100, 2) if room else None
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "margin_pct": self.margin_pct}
 
     def check_entry(self) -> dict[str, Any]:
         """The compact line a test's run-record entry lists for each check it judged."""
@@ -118,6 +135,7 @@ class MetricResult:
             "source": self.source,
             "reason": self.reason,
             "requirements": list(self.requirements),
+            "margin_pct": self.margin_pct,
         }
 
     @classmethod

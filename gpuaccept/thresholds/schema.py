@@ -13,7 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gpuaccept.thresholds.requirements import catalogue_path, load_catalogue
 
-__all__ = ["Display", "Limit", "MetricSpec", "Setting", "SkuSpec", "ThresholdsFile"]
+__all__ = ["TIGHT_MARGIN_PCT", "Display", "Limit", "MetricSpec", "Setting", "SkuSpec", "ThresholdsFile"]
+
+#: a healthy figure closer than this to its limit (percent of the limit) needs a stated reason
+#: (``MetricSpec.tight_margin``), so that no limit sits unexplained just under a healthy GPU
+TIGHT_MARGIN_PCT = 5.0
 
 
 class _Strict(BaseModel):
@@ -53,6 +57,12 @@ class MetricSpec(_Strict):
     summary, Allure and docs/requirements.md read it from here). A check that proves none says so on
     purpose and why, in ``no_requirement``; a catalogue entry naming neither is an error (``traced``),
     so none is left out silently.
+
+    ``tight_margin`` says why a healthy figure sits within 5% of its limit (``TIGHT_MARGIN_PCT``): a limit
+    that is the part's own specification (PCIe Gen5 x16, 18 NVLinks, the board's power), a capacity the
+    driver reports a little above its floor, a convergence target a healthy run reaches almost exactly,
+    a band around equality. Every other check keeps healthy figures more than 5% inside its limit, which
+    tests/selftest/test_margins.py holds against the healthy GPU runs of docs/measurements.md.
     """
 
     unit: str
@@ -65,6 +75,7 @@ class MetricSpec(_Strict):
     display: Display = Display()
     requirements: tuple[str, ...] = ()
     no_requirement: str | None = Field(default=None, min_length=10)
+    tight_margin: str | None = Field(default=None, min_length=10)
 
     @field_validator("requirements")
     @classmethod
