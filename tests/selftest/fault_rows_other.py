@@ -398,15 +398,18 @@ OTHER_ROWS: tuple[Row, ...] = (
         GPU,
         "slow-gpu",
         "a slow GPU / a straggler above the floor",
-        "one GPU's figure edited to 550 / to 15% under its siblings; a fine-tune rank slowed by "
-        "`GPUACCEPT_FAULT_SLOW_RANK=1:4@node2` (4 s after each step) in the suite on the loopback cluster; on GPUs "
-        "a neighbour process on one GPU (benchmarks/neighbour.py: HBM copies or busy SMs, no GPU setting "
-        "touched; benchmarks/slow_gpu_device.sh: its 4 x H200 run of 2026-11-27 did not end within the 330 s "
-        "given it, docs/measurements.md)",
-        "FAILED naming that GPU, the floor or the node median; a launch stopped once the rank is behind its floor, "
-        "that rank FAILED by the upper bound its progress proves, the others judged on their own figures",
-        END_TO_END,
+        "on GPUs, the whole suite on 4 x H200 SXM 141GB (benchmarks/slow_gpu_device.sh): a neighbour process "
+        "streaming GPU 2's HBM and another keeping GPU 1's SMs busy (benchmarks/neighbour.py, no GPU setting "
+        "touched); in CI one GPU's figure edited to 550 / to 15% under its siblings, and a fine-tune rank slowed by "
+        "`GPUACCEPT_FAULT_SLOW_RANK=1:4@node2` (4 s after each step) in the suite on the loopback cluster",
+        "GPUs 1 and 2 FAILED by their own figures (7B MFU 17.84 and 18.57% against 30, decode 20.33 and 20.34% MBU "
+        "against 34.5; GPUs 0 and 3 passed at 40.0%), the node's DDP and FSDP not run, naming both GPUs and their "
+        "rates, the benchmark's tests naming the other processes; 326 s, inside a healthy run's budget. On the "
+        "loopback cluster: a launch stopped once the rank is behind its floor, that rank FAILED by the upper bound "
+        "its progress proves, the others judged on their own figures",
+        GPU_RUN,
         (
+            "docs/measurements.md '4 x H200 SXM 141GB, 2026-11-27, later: the whole suite again, and a slow GPU'",
             "tests/selftest/test_gpu_perf_judges.py::test_slow_gpu_fails_with_its_name",
             "tests/selftest/test_gpu_perf_judges.py::test_straggler_above_floor_fails",
             "tests/selftest/test_training_progress.py::test_slow_rank_is_failed_by_its_progress_bound_and_the_others_judged",
