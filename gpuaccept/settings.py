@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -124,131 +124,111 @@ class Option:
         return "gpuaccept_" + self.name
 
 
-OPTIONS: tuple[Option, ...] = (
-    Option("launcher", "where probes run: slurm (srun), local (subprocesses) or auto", _launcher, "auto"),
-    Option("partition", "Slurm partition to allocate from (default: the cluster's default)"),
-    Option("nodes", "number of nodes to allocate, or 'all' idle nodes of the partition", _nodes, 1),
-    Option("nodelist", "comma-separated nodes to test (Slurm -w)", _csv, ()),
-    Option("exclude", "comma-separated nodes to leave out (Slurm -x)", _csv, ()),
-    Option("gpus_per_node", "GPUs each node must have (default: what Slurm declares)", _non_negative_int),
-    Option("account", "Slurm account for the allocation"),
-    Option("qos", "Slurm QOS for the allocation"),
-    Option("reservation", "Slurm reservation for the allocation"),
-    Option("time_limit", "allocation time limit in Slurm's format (e.g. 30, 1:00:00)", str, "60"),
-    Option(
-        "alloc_wait",
+def _option(
+    help: str,
+    parse: Callable[[str], Any] = str,
+    default: Any = None,
+    *,
+    repeatable: bool = False,
+    flag_only: bool = False,
+) -> Any:
+    """A ``Settings`` field that is an option: its default, and how ``Option`` reads it from the command
+    line, the environment and the ini file (kept in the field's metadata)."""
+    spec = {"help": help, "parse": parse, "repeatable": repeatable, "flag_only": flag_only}
+    return field(default=default, metadata={"option": spec})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved settings of one pytest session. Each field is declared once, as an option
+    (``_option``: its help, how its text becomes a value, its default); ``OPTIONS`` is read off the fields,
+    so a setting cannot exist in one list and not the other, and mypy still sees every field's type."""
+
+    launcher: str = _option("where probes run: slurm (srun), local (subprocesses) or auto", _launcher, "auto")
+    partition: str | None = _option("Slurm partition to allocate from (default: the cluster's default)")
+    nodes: int | str = _option("number of nodes to allocate, or 'all' idle nodes of the partition", _nodes, 1)
+    nodelist: tuple[str, ...] = _option("comma-separated nodes to test (Slurm -w)", _csv, ())
+    exclude: tuple[str, ...] = _option("comma-separated nodes to leave out (Slurm -x)", _csv, ())
+    gpus_per_node: int | None = _option("GPUs each node must have (default: what Slurm declares)", _non_negative_int)
+    account: str | None = _option("Slurm account for the allocation")
+    qos: str | None = _option("Slurm QOS for the allocation")
+    reservation: str | None = _option("Slurm reservation for the allocation")
+    time_limit: str = _option("allocation time limit in Slurm's format (e.g. 30, 1:00:00)", str, "60")
+    alloc_wait: float = _option(
         "seconds to wait for the allocation (Slurm's pending reason is printed meanwhile) before cancelling it",
         _positive_float,
         60.0,
-    ),
-    Option("srun_arg", "extra argument passed to every srun (repeatable)", str, (), repeatable=True),
-    Option("thresholds", "site thresholds YAML merged over the packaged defaults", Path),
-    Option("sku", "force this SKU from thresholds.yaml instead of detecting it from NVML"),
-    Option(
-        "probe_timeout",
+    )
+    srun_arg: tuple[str, ...] = _option("extra argument passed to every srun (repeatable)", str, (), repeatable=True)
+    thresholds: Path | None = _option("site thresholds YAML merged over the packaged defaults", Path)
+    sku: str | None = _option("force this SKU from thresholds.yaml instead of detecting it from NVML")
+    probe_timeout: TimeoutRule = _option(
         "every probe step's declared time limit scaled (x1.5) and/or capped in seconds (600), e.g. 'x2,900'",
         _timeout_rule,
         TimeoutRule(),
-    ),
-    Option("run_record", "path of the run record JSON (default reports/runs/<UTC start>[-job<id>].json)", Path),
-    Option(
-        "sign_key",
+    )
+    run_record: Path | None = _option(
+        "path of the run record JSON (default reports/runs/<UTC start>[-job<id>].json)", Path
+    )
+    sign_key: Path | None = _option(
         "the operator's Ed25519 private key (OpenSSH or PEM PKCS#8): signs the run record and the summary, "
         "<file>.sig beside each (gpuaccept-verify checks them)",
         Path,
-    ),
-    Option(
-        "sharedfs_path",
+    )
+    sharedfs_path: Path | None = _option(
         "folder on the shared filesystem to test (default: reports/.sharedfs beside the ini file, else in the "
         "start folder)",
         Path,
-    ),
-    Option("dry_run", "print every test's exact srun command instead of running it", _bool, False, flag_only=True),
-    Option(
-        "calibrate",
+    )
+    dry_run: bool = _option("print every test's exact srun command instead of running it", _bool, False, flag_only=True)
+    calibrate: bool = _option(
         "calibration run (what gpuaccept-calibrate runs): a figure the SKU has no limit for is measured and "
         "recorded, neither an error nor a pass",
         _bool,
         False,
         flag_only=True,
-    ),
-    Option(
-        "calibrate_metric",
+    )
+    calibrate_metric: tuple[str, ...] = _option(
         "with --calibrate: also set aside the limits of metrics matching this glob, to measure a site's own "
         "floor (a site fabric; repeatable)",
         str,
         (),
         repeatable=True,
-    ),
+    )
     # GPU hardware
-    Option("burn_in", "seconds of sustained matmul per GPU (0 = no burn-in test)", _non_negative_float, 0.0),
+    burn_in: float = _option("seconds of sustained matmul per GPU (0 = no burn-in test)", _non_negative_float, 0.0)
     # NCCL
-    Option("nccl_tests_dir", "folder holding nccl-tests binaries (all_reduce_perf, ...) to run beside ours", Path),
-    Option("nccl_min_bytes", "smallest message of the NCCL sweep (bytes)", _size, 1 << 20),
-    Option("nccl_max_bytes", "largest message of the NCCL sweep (bytes; capped by free memory)", _size, 8 << 30),
-    Option(
-        "nccl_ring",
-        "force NCCL_ALGO=Ring on the intra-node sweep too (multi-node passes always run Ring)",
-        _bool,
-        False,
-    ),
+    nccl_tests_dir: Path | None = _option(
+        "folder holding nccl-tests binaries (all_reduce_perf, ...) to run beside ours", Path
+    )
+    nccl_min_bytes: int = _option("smallest message of the NCCL sweep (bytes)", _size, 1 << 20)
+    nccl_max_bytes: int = _option("largest message of the NCCL sweep (bytes; capped by free memory)", _size, 8 << 30)
+    nccl_ring: bool = _option(
+        "force NCCL_ALGO=Ring on the intra-node sweep too (multi-node passes always run Ring)", _bool, False
+    )
     # training
-    Option("model_path", "local Hugging Face checkpoint to fine-tune instead of the tiny built-in Qwen2", Path),
-    Option("dataset", "JSONL of chat messages to fine-tune on instead of the built-in dataset", Path),
+    model_path: Path | None = _option(
+        "local Hugging Face checkpoint to fine-tune instead of the tiny built-in Qwen2", Path
+    )
+    dataset: Path | None = _option("JSONL of chat messages to fine-tune on instead of the built-in dataset", Path)
     # reports and fleet
-    Option("baseline", "run record to compare with ('latest' or a path): regressions fail", str),
-    Option("drain_on_fail", "drain nodes with hardware failures: 'print' (dry run) or 'yes'", _drain, "off"),
-    Option(
-        "container_image",
-        "pyxis/enroot image every srun step runs in: a squashfs file or a docker:// URI (srun --container-image)",
-    ),
-    Option("container_mounts", "pyxis mounts for every step, SRC:DST[:FLAGS],... (srun --container-mounts)"),
-    Option(
-        "container_bundle",
+    baseline: str | None = _option("run record to compare with ('latest' or a path): regressions fail", str)
+    drain_on_fail: str = _option("drain nodes with hardware failures: 'print' (dry run) or 'yes'", _drain, "off")
+    container_image: str | None = _option(
+        "pyxis/enroot image every srun step runs in: a squashfs file or a docker:// URI (srun --container-image)"
+    )
+    container_mounts: str | None = _option("pyxis mounts for every step, SRC:DST[:FLAGS],... (srun --container-mounts)")
+    container_bundle: str | None = _option(
         "OCI bundle (config.json and rootfs/) every srun step runs in, through Slurm's oci.conf runtime "
-        "(srun --container)",
-    ),
-)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The resolved settings of one pytest session (see ``OPTIONS`` for meanings)."""
-
-    launcher: str = "auto"
-    partition: str | None = None
-    nodes: int | str = 1
-    nodelist: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-    gpus_per_node: int | None = None
-    account: str | None = None
-    qos: str | None = None
-    reservation: str | None = None
-    time_limit: str = "60"
-    alloc_wait: float = 60.0
-    srun_arg: tuple[str, ...] = ()
-    thresholds: Path | None = None
-    sku: str | None = None
-    probe_timeout: TimeoutRule = field(default_factory=TimeoutRule)
-    run_record: Path | None = None
-    sign_key: Path | None = None
-    sharedfs_path: Path | None = None
-    dry_run: bool = False
-    calibrate: bool = False
-    calibrate_metric: tuple[str, ...] = ()
-    burn_in: float = 0.0
-    nccl_tests_dir: Path | None = None
-    nccl_min_bytes: int = 1 << 20
-    nccl_max_bytes: int = 8 << 30
-    nccl_ring: bool = False
-    model_path: Path | None = None
-    dataset: Path | None = None
-    baseline: str | None = None
-    drain_on_fail: str = "off"
-    container_image: str | None = None
-    container_mounts: str | None = None
-    container_bundle: str | None = None
+        "(srun --container)"
+    )
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+#: every option, in the order of the ``Settings`` fields that declare them
+OPTIONS: tuple[Option, ...] = tuple(
+    Option(f.name, default=f.default, **f.metadata["option"]) for f in fields(Settings) if "option" in f.metadata
+)
 
 
 def add_options(parser: pytest.Parser) -> None:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpuaccept.settings import OPTIONS, Option, Settings, SettingsError, resolve
+from gpuaccept.settings import OPTIONS, Settings, SettingsError, resolve
 from gpuaccept.timelimits import TimeoutRule
 
 
@@ -62,46 +61,11 @@ def test_sizes():
     assert settings.nccl_min_bytes == 512 * 1024 and settings.nccl_max_bytes == 8 << 30
 
 
-def _drift(options: Iterable[Option], settings: type) -> list[str]:
-    """Where the options (``OPTIONS``) and a settings dataclass (``Settings``) disagree: an option with no
-    field, a field with no option (``sources`` is resolve's bookkeeping, not an option), or two defaults.
-    ``resolve`` fills a field from its option's default, so a field's own default differing from it is
-    a second, silent answer to "what is the default" (what ``Settings()`` in a test would get)."""
-    fields = {f.name: f for f in dataclasses.fields(settings) if f.name != "sources"}
-    by_name = {opt.name: opt for opt in options}
-    wrong = [f"option {n} has no Settings field" for n in sorted(by_name.keys() - fields.keys())]
-    wrong += [f"Settings.{n} has no option in OPTIONS" for n in sorted(fields.keys() - by_name.keys())]
-    for name in sorted(by_name.keys() & fields.keys()):
-        field = fields[name]
-        if field.default_factory is not dataclasses.MISSING:
-            default: Any = field.default_factory()
-        elif field.default is not dataclasses.MISSING:
-            default = field.default
-        else:
-            continue  # the dataclass gives none: nothing to disagree with
-        if default != by_name[name].default:
-            wrong.append(f"{name}: OPTIONS says {by_name[name].default!r}, Settings says {default!r}")
-    return wrong
-
-
 def test_each_option_is_declared_once():
-    """``OPTIONS`` (how an option is read) and ``Settings`` (its typed value) name the same options with the
-    same defaults. Two lists, since a dataclass built from ``OPTIONS`` would lose the field types mypy
-    checks every use of a setting with; this test keeps them one declaration in effect."""
-    assert not (wrong := _drift(OPTIONS, Settings)), "\n".join(wrong)
-
-
-def test_the_drift_check_catches_drift():
-    @dataclasses.dataclass(frozen=True)
-    class Drifted:
-        launcher: str = "slurm"
-        partition: str | None = None
-        extra: int = 0
-        sources: dict[str, str] = dataclasses.field(default_factory=dict)
-
-    options = (Option("launcher", "", str, "auto"), Option("partition", ""), Option("nodes", "", int, 1))
-    assert _drift(options, Drifted) == [
-        "option nodes has no Settings field",
-        "Settings.extra has no option in OPTIONS",
-        "launcher: OPTIONS says 'auto', Settings says 'slurm'",
-    ]
+    """Each option is one ``Settings`` field (its type, default, help and parser together); ``OPTIONS`` is
+    read off those fields, in their order, and every field but resolve's bookkeeping (``sources``) is one."""
+    fields = [f.name for f in dataclasses.fields(Settings) if f.name != "sources"]
+    assert [opt.name for opt in OPTIONS] == fields
+    defaults = Settings()
+    assert all(getattr(defaults, opt.name) == opt.default for opt in OPTIONS)
+    assert all(opt.help for opt in OPTIONS)
