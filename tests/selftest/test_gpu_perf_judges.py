@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 
 from gpuaccept.contracts.records import RankRecord
-from gpuaccept.hardware.bench import agreement
-from gpuaccept.hardware.compute import judge_burn_in, judge_matmul, tflops_drop_pct
-from gpuaccept.hardware.memory import judge_hostbw, judge_membw, judge_p2p
-from gpuaccept.hardware.nvlink import judge_nvlink_under_load
 from gpuaccept.judging.judge import Judge
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.loader import load_thresholds as _load
+from gpuaccept.verdicts.bench import agreement
+from gpuaccept.verdicts.compute import judge_burn_in, judge_matmul, tflops_drop_pct
+from gpuaccept.verdicts.memory import judge_hostbw, judge_membw, judge_p2p
+from gpuaccept.verdicts.nvlink import judge_nvlink_under_load
 
 from .ending import ends
 
@@ -308,7 +308,7 @@ def test_p2p_busy_names_the_gpu(judge: Judge) -> None:
 
 def test_topology_of_a_node_showing_one_gpu_names_the_missing_pair(judge: Judge) -> None:
     """A node that declares 2 GPUs and shows NVML 1 has no pair: said so, never 'nothing was judged'."""
-    from gpuaccept.hardware.nvlink import judge_topology
+    from gpuaccept.verdicts.nvlink import judge_topology
 
     with ends(judge, "error", match="no GPU pair to judge: NVML lists 1 GPU"):
         judge_topology({"gpus": [GPUS[0]], "pairs": []}, judge, "vm")

@@ -11,8 +11,8 @@ from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.contracts.payloads import best_size_figure
-from gpuaccept.hardware.bench import bench_parts, judge_checksums, rank_parts
-from gpuaccept.hardware.health import decode_reasons
+from gpuaccept.verdicts.bench import bench_parts, judge_checksums, rank_parts
+from gpuaccept.verdicts.gpu_health import decode_reasons
 
 __all__ = ["BURN_IN_METRICS", "MATMUL_METRICS", "judge_burn_in", "judge_matmul", "tflops_drop_pct"]
 
