@@ -28,8 +28,8 @@ from gpuaccept.report.summary_model import overview
 from gpuaccept.report.summary_requirements import requirement_rows
 from gpuaccept.results.comparison import Comparison, comparison_of, side_by_side
 from gpuaccept.results.record import RecordError, RunRecord, read_record
-from gpuaccept.thresholds.requirements import load_catalogue
 from gpuaccept.signing.files import drop_signature, sign_file
+from gpuaccept.thresholds.requirements import load_catalogue
 
 if TYPE_CHECKING:
     from gpuaccept.signing.keys import SigningKey
