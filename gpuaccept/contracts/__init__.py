@@ -2,7 +2,7 @@
 
 Plain types and pure functions only, importing nothing of gpuaccept but the leaves (``units``,
 ``errors``), so the node side (``probes``, and the area code they run: ``nccl``, ``fabric``,
-``training``), dispatch and the judging side (``judging``, ``hardware``, ``verdicts``) all import them
+``training``), dispatch and the judging side (``judging``, ``verdicts``) all import them
 downward and never each other: ``payloads`` (the typed readings a probe emits), ``records`` (one rank's
 sentinel line, ``RankRecord``), ``judge`` (what an area judge needs of the test's judge, ``JudgeLike``,
 and the GPU label), ``categories`` (the six words a test that did not pass is sorted by),

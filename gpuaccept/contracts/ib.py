@@ -1,6 +1,6 @@
 """InfiniBand sysfs spellings (``/sys/class/infiniband/<hca>/ports/<n>/``): a port's ``state``
 (``4: ACTIVE``), ``phys_state`` (``5: LinkUp``) and ``rate`` (``400 Gb/sec (4X NDR)``), read the same way by
-the IB judge (``gpuaccept.hardware.ib``) and the fabric's GPU -> HCA affinity (``gpuaccept.fabric.affinity``).
+the IB judge (``gpuaccept.verdicts.infiniband``) and the fabric's GPU -> HCA affinity (``gpuaccept.fabric.affinity``).
 """
 
 from __future__ import annotations

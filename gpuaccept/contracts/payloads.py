@@ -1,5 +1,5 @@
 """The shapes of what the hardware and NCCL probes emit, for the area judges that read them
-(``gpuaccept.hardware``, ``gpuaccept.verdicts.nccl``).
+(``gpuaccept.verdicts``).
 
 TypedDicts only: no torch, no NVML, nothing run. ``total=False`` where a reading may be left out (a busy
 GPU, a part not asked for, an older fixture); a value NVML could not give is None, never a default.

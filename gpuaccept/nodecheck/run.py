@@ -17,9 +17,9 @@ from gpuaccept import testhooks
 from gpuaccept.dispatch.slurm_cli import NodeInfo
 from gpuaccept.fleet.node import NodeAction, drain, reason_text, resume_if_ours
 from gpuaccept.judging.judge import Judge
+from gpuaccept.nodecheck.gate import Finding, Verdicts, judge_node
 from gpuaccept.nodecheck.readers import boot_id
 from gpuaccept.nodecheck.state import NodeState
-from gpuaccept.nodecheck.verdicts import Finding, Verdicts, judge_node
 from gpuaccept.nodecheck.watchdog import Outcome
 from gpuaccept.thresholds.loader import CPU_SKU, Thresholds, ThresholdsError, load_thresholds
 

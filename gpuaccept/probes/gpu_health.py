@@ -4,7 +4,7 @@ One task per node. For each GPU: model, memory, persistence and ECC mode, uncorr
 errors, remapped rows (pending / failed), retired pages pending, current clock-event (throttle)
 reasons, PCIe link (current and maximum), temperature against the board's own slowdown threshold,
 power against its limit, and the processes already on it. Nothing is judged here: the test does that
-against thresholds.yaml (``gpuaccept.hardware.health``).
+against thresholds.yaml (``gpuaccept.verdicts.gpu_health``).
 
 PCIe note: at idle many boards drop the link to Gen1 to save power, so the *current* generation at
 idle says little. This probe reports it, but what is judged here is the link's maximum (the lower of

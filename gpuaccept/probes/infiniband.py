@@ -3,7 +3,7 @@
 One task per node. For every HCA: type, firmware, board id, NUMA node, PCI address; for every port:
 state, phys_state, rate, link_layer and every error/traffic counter under ``counters/``. Values are
 passed on as the kernel writes them (``"4: ACTIVE"``, ``"400 Gb/sec (4X NDR)"``); the test parses and
-judges them (``gpuaccept.hardware.ib``), so a recorded tree and a live node go through the same code.
+judges them (``gpuaccept.verdicts.infiniband``), so a recorded tree and a live node go through the same code.
 
 ``--sysfs-root`` (default ``/sys``) lets CI and operators point the probe at a recorded tree such as
 ``fixtures/sysfs/hgx-h100-ndr``. A node without ``class/infiniband`` reports ``present: false``.

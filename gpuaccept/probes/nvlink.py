@@ -7,7 +7,7 @@ number of NVLinks joining them, counted the way ``nvidia-smi topo -m`` labels NV
 peer, or on NVSwitch systems the links both GPUs have into the switch fabric. Affinity: each GPU's
 NUMA node and CPUs, and each InfiniBand HCA's NUMA node and PCIe relation to the GPU (from sysfs).
 
-Nothing is judged here (``gpuaccept.hardware.nvlink`` does that). ``--dump``/``--load`` write or
+Nothing is judged here (``gpuaccept.verdicts.nvlink`` does that). ``--dump``/``--load`` write or
 replay the raw readings as JSON; ``--sysfs-root`` points the NIC lookup at a recorded tree.
 """
 

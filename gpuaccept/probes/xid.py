@@ -8,7 +8,7 @@ turns that into an error, never into "no Xids, pass". A source that answers with
 all is treated as unreadable too (journalctl says "-- No entries --" to users it hides the log from).
 
 The probe passes on the raw ``NVRM: Xid`` lines plus what is needed to judge them (uptime, the time
-the log starts, the GPUs' PCI addresses); ``gpuaccept.hardware.xid`` parses and classifies them.
+the log starts, the GPUs' PCI addresses); ``gpuaccept.verdicts.gpu_health`` parses and classifies them.
 ``--log-file`` reads a saved log instead (dmesg, journalctl or /dev/kmsg format).
 """
 

@@ -1,12 +1,18 @@
-"""The judging of the areas whose node-side code lives in its own package: one module per area, the
-area's one home of its checks. The tests (and the node check) hand it what a probe measured; it
-records checks on the test's judge and returns, never dispatching, skipping or raising a verdict.
+"""Every area's judging, one module per area, the one home of its checks: tests ask, probes measure, these
+modules judge. The acceptance tests, the node check (``nodecheck.gate``) and, through the tests it runs,
+the calibration hand them what a probe measured; they record checks on the judge and return, never
+dispatching, skipping or raising a verdict. Which judges apply to a node is decided here too (an
+``*_absent`` function says why a test does not apply; the test only skips with that reason).
 
-``nccl`` (every NCCL check, the groups of a multi-node scale, the second pass's blame; ``nccl_lines``
-its sweep table and metric names), ``fabric`` (GPUDirect, transport, rails, perftest pairs and the HCA
-blame, IB counter windows), ``training`` (every fine-tune's judging), ``slurm`` (the scheduler's own
-checks). The hardware areas' judges are ``gpuaccept.hardware``.
+GPU health (``gpu_health``: NVML health, the GPU count, Xids, processes outside every job), compute
+(``compute``), memory and host links (``memory``), the gpubench step they share (``bench``), NVLink
+(``nvlink``), InfiniBand (``infiniband``: ports, counters since boot and over the fabric tests, which nodes
+the SKU holds to it), the fabric between nodes (``fabric``: GPUDirect, transport, rails, RDMA pairs), NCCL
+(``nccl``, ``nccl_lines``), training (``training``, ``progress``) and serving (``inference``), Slurm
+(``slurm``), the node's environment (``environment``), hygiene and node state (``hygiene``) and the shared
+filesystem (``storage``).
 
-A judge imports downward only: ``contracts``, the judging core, and the area's node-side parsers and
-planners (``nccl``, ``fabric``, ``training``); never a probe, never dispatch.
+A judge imports downward only: ``contracts``, the judging core, the results and thresholds, and the area's
+node-side parsers and planners (``nccl``, ``fabric``, ``training``, ``inference``); never a probe, never
+dispatch.
 """

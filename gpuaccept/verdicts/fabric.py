@@ -1,9 +1,12 @@
-"""The fabric area's judging, its one home: every check of ``tests/acceptance/test_fabric.py`` is recorded here.
+"""The fabric between nodes, its one home: GPUDirect, NCCL's transport, rails and RDMA pairs. Every check of
+``tests/acceptance/test_fabric.py`` is recorded here, but the InfiniBand counter window, which is judged
+with the rest of InfiniBand (``verdicts.infiniband``).
 
 The tests plan the steps and run the probes (``gdr``, ``nccl``, ``perftest``, ``infiniband``); the
 modules beside this one read what they measured into observations (``gdr.observations``,
-``transport.observe_rank``, ``rdma.pair_results``, ``counters.port_windows``) and plan who meets whom
-(``schedule``, ``rails``); the judges here hand every figure to the judging core:
+``transport.observe_rank``, ``rdma.pair_results``) and plan who meets whom (``schedule``, ``rails``); the
+judges here hand every figure to the judging core, and say where a test does not apply (``gdr_absent``,
+``transport_absent``) and whether RDMA is held to GPU memory (``rdma_gpu_memory``):
 
 * ``judge_gdr``: GPUDirect readiness per GPU and its HCA (kernel support, ACS, IOMMU);
 * ``judge_transport``: each rank's NCCL network plugin, GPUDirect RDMA, HCA affinity, and every declared
@@ -11,8 +14,7 @@ modules beside this one read what they measured into observations (``gdr.observa
 * ``judge_rail``, ``judge_rail_blame``: busbw per rail against its floor and the rail HCA's line rate,
   every result right, and a failing rail's nodes blamed from the pairs (``verdicts.nccl.attribute``);
 * ``judge_rdma_pairs``, ``judge_rdma_unpaired``, ``judge_hca_blame``: perftest bandwidth, share of line
-  rate and p99 latency per HCA pair, what could not be paired, and the second pass's blame;
-* ``judge_counter_window``: link flaps and error rates per port between two readings.
+  rate and p99 latency per HCA pair, what could not be paired, and the second pass's blame.
 
 They record checks and return (``contracts.judge``); what a test needs back (a rail or pair passed)
 is returned from the checks' own verdicts, never decided apart from them.
@@ -27,23 +29,22 @@ from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.contracts.nccl_sweep import GroupTable
 from gpuaccept.errors import MeasurementError
 from gpuaccept.fabric.affinity import bus_key, line_rate_gbs
-from gpuaccept.fabric.counters import FLAP_COUNTERS, RATE_COUNTERS, error_rate, port_windows
 from gpuaccept.fabric.gdr import observations
 from gpuaccept.fabric.rdma import PairResult
 from gpuaccept.fabric.schedule import Endpoint, Pairing
 from gpuaccept.fabric.transport import RankTransport, hca_usage, observe_rank
+from gpuaccept.verdicts.infiniband import expects_ib, no_compute_hca
 from gpuaccept.verdicts.nccl import Blame, attribute
 from gpuaccept.verdicts.nccl_lines import wrong_lines
 
 __all__ = [
-    "COUNTER_WINDOW_METRICS",
     "GDR_METRICS",
     "RAIL_COLLECTIVES",
     "RAIL_METRICS",
     "RDMA_METRICS",
     "TRANSPORT_METRICS",
     "blame",
-    "judge_counter_window",
+    "gdr_absent",
     "judge_gdr",
     "judge_hca_blame",
     "judge_rail",
@@ -51,6 +52,8 @@ __all__ = [
     "judge_rdma_pairs",
     "judge_rdma_unpaired",
     "judge_transport",
+    "rdma_gpu_memory",
+    "transport_absent",
 ]
 
 #: the collectives each rail runs
@@ -65,12 +68,6 @@ RAIL_METRICS = (
     "nccl_wrong_elements",
 )
 RDMA_METRICS = ("rdma_write_bw_gbps", "rdma_write_bw_pct_of_rate", "rdma_write_lat_p99_us", "rdma_gpu_memory")
-COUNTER_WINDOW_METRICS = (
-    "ib_window_link_downed",
-    "ib_window_link_error_recovery",
-    "ib_window_symbol_error_rate",
-    "ib_window_rcv_error_rate",
-)
 
 
 def _not_at_fault(verdict: str) -> str:
@@ -79,6 +76,17 @@ def _not_at_fault(verdict: str) -> str:
 
 
 # ---- GPUDirect --------------------------------------------------------------------------------------
+
+
+def gdr_absent(judge: JudgeLike, node: str, hcas: Mapping[str, float]) -> str | None:
+    """Why ``test_gdr_enablement`` does not apply to ``node`` (its compute HCAs ``hcas``): no HCA, and the
+    SKU declares none or the node lacks the ones it declares (``test_infiniband`` judges that); None when
+    it applies."""
+    if hcas:
+        return None
+    if not expects_ib(judge, node):
+        return f"{node}: SKU {judge.sku(node)} declares no InfiniBand and the node has no HCA"
+    return no_compute_hca(judge, node, "no GPU -> HCA path to judge")
 
 
 def judge_gdr(data: Mapping[str, Any], judge: JudgeLike, node: str) -> None:
@@ -96,6 +104,14 @@ def judge_gdr(data: Mapping[str, Any], judge: JudgeLike, node: str) -> None:
 
 
 # ---- NCCL transport ---------------------------------------------------------------------------------
+
+
+def transport_absent(judge: JudgeLike, node: str) -> str | None:
+    """Why ``test_nccl_transport`` does not apply: the SKU of ``node`` (the allocation's first) declares no
+    NCCL network transport; None when it applies."""
+    if judge.declared("nccl_net_transport", node) is None:
+        return f"SKU {judge.sku(node)} declares no NCCL network transport (nccl_net_transport)"
+    return None
 
 
 def judge_transport(
@@ -200,6 +216,12 @@ def judge_rail_blame(
 # ---- RDMA data path ---------------------------------------------------------------------------------
 
 
+def rdma_gpu_memory(judge: JudgeLike, node: str) -> bool:
+    """Whether the SKU of ``node`` holds RDMA to GPU memory (it declares ``rdma_gpu_memory``): perftest then
+    runs on GPU buffers and ``judge_rdma_pairs`` judges that it did."""
+    return judge.declared("rdma_gpu_memory", node) is not None
+
+
 def judge_rdma_pairs(
     judge: JudgeLike,
     results: Mapping[Pairing, PairResult],
@@ -272,33 +294,3 @@ def judge_hca_blame(
         judge.expect(
             "rdma_hca_verdict", _not_at_fault(verdict.verdict), "not at fault", node=node, hca=hca, evidence=evidence
         )
-
-
-# ---- IB counters over the run -----------------------------------------------------------------------
-
-
-def judge_counter_window(
-    before: Mapping[str, Any], after: Mapping[str, Any], link_layer: str | None, judge: JudgeLike, node: str
-) -> None:
-    """Every compute port's window between two ``infiniband`` readings: flaps (``link_downed``,
-    ``link_error_recovery``) and error rates per bit received; a counter that cannot be read, was reset or
-    is saturated leaves its figures unreadable, never passed."""
-    for w in port_windows(before, after, link_layer):
-        for metric, why in w.unread:
-            judge.unreadable(metric, why, node=node, hca=w.where)
-        info = {"window_s": round(w.seconds, 1)}
-        for counter, metric in FLAP_COUNTERS.items():
-            if counter in w.deltas:
-                judge.check(metric, w.deltas[counter], node=node, hca=w.where, **info)
-        for counter, metric in RATE_COUNTERS.items():
-            rate = error_rate(w.deltas[counter], w.bits_received) if counter in w.deltas else None
-            if rate is not None:
-                judge.check(
-                    metric,
-                    rate,
-                    node=node,
-                    hca=w.where,
-                    errors=w.deltas[counter],
-                    bits_received=w.bits_received,
-                    **info,
-                )

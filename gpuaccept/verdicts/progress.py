@@ -18,7 +18,7 @@ The strategies every rank finished before the stop were sent as they finished an
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from gpuaccept.training.flops import flops_from_config
 from gpuaccept.training.watch import latest, phase_start
 from gpuaccept.verdicts.training import Shape
 
-__all__ = ["RankStand", "judge_unfinished", "planned_limit", "solo_floor", "stands"]
+__all__ = ["RankStand", "judge_unfinished", "judge_unfinished_ranks", "planned_limit", "solo_floor", "stands"]
 
 
 def _config(shape: Shape, strategy: str, model_path: Path | None) -> TrainConfig:
@@ -198,3 +198,18 @@ def judge_unfinished(
                 stopped=why,
             )
     return judge.unreadable(metric, f"{strategy} not finished: {stand.where()}; {why}", node=node, **where)
+
+
+def judge_unfinished_ranks(
+    judge: JudgeLike,
+    shape: Shape,
+    strategy: str,
+    unfinished: Mapping[tuple[str, int], RankStand],
+    model_path: Path | None,
+    why: str,
+) -> None:
+    """Every rank that had not finished ``strategy`` when its launch was stopped (``unfinished``, keyed by node
+    and rank), each named by its GPU (a CPU rank by its rank) and judged by ``judge_unfinished``."""
+    for (node, rank), stand in sorted(unfinished.items()):
+        gpu = f"{stand.last.gpu}" if stand.last.gpu is not None else f"cpu rank {rank}"
+        judge_unfinished(judge, shape, strategy, stand, node=node, gpu=gpu, model_path=model_path, why=why)

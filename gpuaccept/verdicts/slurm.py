@@ -4,7 +4,9 @@ checks on the test's judge and returns.
 
 * ``judge_controller``: ``scontrol ping`` says the primary slurmctld is UP;
 * ``judge_partition``, ``judge_node_state``: the partition is up, the node usable (not drained or down);
-* ``judge_step``: a step lands on the node it was sent to and may run on every CPU it was granted;
+* ``judge_step``: a step lands on the node it was sent to and may run on every CPU it was granted
+  (``judge_cpus_granted``, the one home of ``usable_cpus_granted``: the fingerprint's task is judged by it
+  too, ``verdicts.environment``);
 * ``judge_gpu_isolation``: one task per GPU, each sees exactly its GPU, the sets are disjoint and cover
   the node, no task opens another's GPU, the tasks' CPU sets do not overlap.
 """
@@ -18,11 +20,13 @@ from typing import Any
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.errors import MeasurementError
-from gpuaccept.hardware.cpus import judge_cpus_granted
 
 __all__ = [
+    "GRANTED",
     "ISOLATION_METRICS",
+    "cpus_granted_observed",
     "judge_controller",
+    "judge_cpus_granted",
     "judge_gpu_isolation",
     "judge_node_state",
     "judge_partition",
@@ -32,6 +36,41 @@ __all__ = [
 #: what ``judge_gpu_isolation`` judges against limits (``test_gpu_isolation``'s judges mark)
 ISOLATION_METRICS = ("gpu_foreign_devices_openable", "task_cpu_overlap_pairs")
 _PRIMARY = "Slurmctld(primary) at "
+#: what the expectation ``usable_cpus_granted`` expects
+GRANTED = "all granted"
+
+
+def cpus_granted_observed(usable: int, granted: int, host_cpus: int | None = None) -> str:
+    """``all granted`` when the task may run on at least the CPUs it was granted, else how many.
+
+    A mask wider than the grant passes: without task binding (``TaskPlugin=task/none``) a task sees
+    every CPU of the host; tasks sharing CPUs are ``task_cpu_overlap_pairs``' business. The grant is
+    counted up to the CPUs the host has (``host_cpus``): slurmd refuses a node that declares more
+    unless told to trust slurm.conf (``SlurmdParameters=config_overrides``, as the loopback cluster's
+    nodes sharing one host do), and that is the node's declaration, not its tasks' masks.
+    """
+    due = min(granted, host_cpus) if host_cpus else granted
+    return GRANTED if usable >= due else f"{usable} of {due} granted CPUs usable"
+
+
+def judge_cpus_granted(
+    judge: JudgeLike, node: str, usable: int, granted: int | None, host: int | None, **extra: Any
+) -> None:
+    """``usable_cpus_granted`` for one task; nothing outside Slurm (``granted`` None), where ">= 1 CPU"
+    would hold for any process."""
+    if granted is None:
+        return
+    observed = cpus_granted_observed(usable, granted, host)
+    judge.expect(
+        "usable_cpus_granted",
+        observed,
+        GRANTED,
+        node=node,
+        usable_cpus=usable,
+        granted_cpus=granted,
+        host_cpus=host,
+        **extra,
+    )
 
 
 def judge_controller(ping: str, judge: JudgeLike) -> None:

@@ -6,20 +6,29 @@ profile's (``Shape.profile``): the built-in small model's ``train_*`` (measured 
 7B-class model's ``train_scale_*`` and a ``--model-path`` checkpoint's ``train_pretrained_*`` (the seeds'
 contract). The small model's tokens/s and wall time never judge another model; the 7B-class runs are
 judged by MFU, which divides by the SKU's own dense BF16 peak (``skus.<SKU>.datasheet``).
+
+Which judges a launch's records meet is decided here too, never in the test: every GPU's own run, then
+(``judge_each_gpu``) each GPU serving its adapter where the run is a 7B-class one on GPUs (``Shape.serves``)
+and the lifecycle of a one-rank launch; a node-wide or multi-node strategy (``judge_run``) unless a rank was
+held below its floor before it (``judge_not_trained``); every GPU's agreement with the others of its SKU and
+stack (``judge_fleet_agreement``); and the launch's own wall time (``record_launch``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.errors import MeasurementError
+from gpuaccept.judging.judge import Judge
+from gpuaccept.judging.trajectory import Trajectory, judge_fleet
 from gpuaccept.training.report import TARGET_LOSS, curve_points, loss_rebound, steps_to_target
 from gpuaccept.verdicts.inference import LIFECYCLE as SERVING_LIFECYCLE
-from gpuaccept.verdicts.inference import judge_lifecycle_serving
+from gpuaccept.verdicts.inference import Served, judge_agreement, judge_lifecycle_serving, judge_serving
 
 __all__ = [
     "LIFECYCLE",
@@ -28,10 +37,14 @@ __all__ = [
     "SCALE_SOLO",
     "Shape",
     "collective_figures",
+    "judge_each_gpu",
+    "judge_fleet_agreement",
     "judge_lifecycle",
+    "judge_not_trained",
     "judge_run",
     "judge_solo",
     "label",
+    "record_launch",
     "scale_collective",
 ]
 
@@ -88,6 +101,12 @@ class Shape:
         ``--model-path``, contracted for) that model."""
         return name if self.profile == "small" else name.replace("train_", f"train_{self.profile}_", 1)
 
+    @property
+    def serves(self) -> bool:
+        """Whether each GPU then serves the adapter it trained (the 7B-class and checkpoint runs on GPUs; the
+        small model's decode times kernel launches, not HBM)."""
+        return self.gpu_run and self.profile != "small"
+
     def speed_metric(self, strategy: str) -> str:
         """Tokens/s for the small model (its limits were measured on it), MFU for the 7B-class runs."""
         if self.profile == "small":
@@ -136,6 +155,32 @@ def judge_solo(judge: JudgeLike, shape: Shape, records: list[RankRecord]) -> Non
         judge.stragglers(shape.speed_metric("solo"))
 
 
+def judge_each_gpu(judge: JudgeLike, shape: Shape, records: list[RankRecord], stopped: str = "") -> None:
+    """A launch's own runs, one per GPU (``judge_solo``); where the shape serves, every GPU serving the
+    adapter it trained; on a one-rank launch (DDP and FSDP do not apply) its run's lifecycle. ``stopped``:
+    why the launch was stopped after every rank finished its own run, so nothing was served and no
+    lifecycle ran."""
+    judge_solo(judge, shape, records)
+    if shape.serves:
+        for record in records:
+            if stopped:
+                judge.unreadable("infer_decode_mbu_pct", f"not served: {stopped}", node=record.node)
+            else:
+                judge_serving(judge, record, label(record))
+    if shape.ranks == 1 and not stopped:
+        judge_lifecycle(judge, shape, records[0].data, records[0].node)
+
+
+def judge_not_trained(judge: JudgeLike, shape: Shape, strategy: str, records: list[RankRecord]) -> bool:
+    """Whether ``strategy`` was not trained because a GPU's own run was below its floor (the probe's
+    ``--solo-floor``): each such rank's speed is then unreadable, naming the GPU and its rate, and the
+    strategy is judged no further."""
+    skipped = [r for r in records if r.data.get("not_run")]
+    for record in skipped:
+        judge.unreadable(shape.speed_metric(strategy), record.data["not_run"], node=record.node, gpu=label(record))
+    return bool(skipped)
+
+
 def judge_run(
     judge: JudgeLike,
     shape: Shape,
@@ -143,12 +188,16 @@ def judge_run(
     records: list[RankRecord],
     step_s: float,
     ddp: list[RankRecord] | MeasurementError | None = None,
+    stopped: str = "",
 ) -> None:
     """DDP or FSDP across ``shape.ranks``: lockstep, per-rank speed and utilisation, the run's losses and
     wall time, replicas identical (DDP), shards even and lighter than DDP of the same shape (FSDP: ``ddp``
-    holds the DDP run's records, or why they could not be had), and the lifecycle."""
+    holds the DDP run's records, or why they could not be had), and the lifecycle (``stopped``: why the
+    launch was stopped after every rank finished the strategy, so its lifecycle never ran)."""
     _world(records, shape)
     data0, node0 = records[0].data, records[0].node
+    if stopped:
+        data0.setdefault("lifecycle_error", f"the lifecycle did not run: {stopped}")
     for record in records:
         where = {"node": record.node, "gpu": label(record)}
         judge.expect(
@@ -190,6 +239,40 @@ def judge_run(
     judge_lifecycle(judge, shape, data0, node0)
     if strategy == "fsdp" and shape.gpu_run and isinstance(ddp, MeasurementError):
         raise MeasurementError(f"FSDP memory could not be compared: the DDP run failed: {ddp}")
+
+
+def judge_fleet_agreement(
+    judge: Judge,
+    runs: Sequence[Trajectory],
+    served: Sequence[Served],
+    prints: Mapping[str, Mapping[str, Any]],
+    profile: str,
+    unmeasured: Mapping[str, str],
+) -> int:
+    """Every GPU's own loss trajectory against the others of its SKU and stack and the baseline run
+    (``judging.trajectory``), and what each served (``verdicts.inference.judge_agreement``); a node whose
+    launch gave nothing to compare (``unmeasured``: why) is named. Returns how many GPUs were judged."""
+    for node, why in unmeasured.items():
+        judge.unreadable("train_trajectory_rel_diff", f"trajectory not compared: {why}", node=node)
+    if not runs:
+        return 0
+    return judge_fleet(judge, runs, prints, profile=profile) + judge_agreement(judge, served, prints)
+
+
+def record_launch(judge: JudgeLike, records: list[RankRecord], step_s: float, strategies: Sequence[str]) -> None:
+    """A launch's wall time and where it went (start-up, set-up, warm-up, timed steps, checkpoints,
+    lifecycle, teardown), as rank 0 measured it, beside the step's own."""
+    first = records[0]
+    phases = first.data.get("phases") or {}
+    judge.info(
+        "train_launch_wall_s",
+        phases.get("process_wall_s", first.data.get("process_wall_s")),
+        node=first.node,
+        phases=phases,
+        step_s=round(step_s, 3),
+        ranks=len(records),
+        strategies=list(strategies),
+    )
 
 
 def judge_lifecycle(judge: JudgeLike, shape: Shape, data0: dict[str, Any], node0: str) -> None:

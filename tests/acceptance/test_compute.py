@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaccept.hardware.compute import BURN_IN_METRICS, MATMUL_METRICS, judge_burn_in, judge_matmul
+from gpuaccept.verdicts.bench import record_step
+from gpuaccept.verdicts.compute import BURN_IN_METRICS, MATMUL_METRICS, judge_burn_in, judge_matmul
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.compute]
 
@@ -20,8 +21,7 @@ def test_matmul(node, gpubench, judge):
     """BF16 TFLOP/s per GPU above the SKU floor and within the straggler margin; checksums agree. The
     node's gpubench step's wall time and phases are recorded here (the memory tests read the same step)."""
     bench = gpubench(node)
-    phases = bench.get("phases") or {}
-    judge.info("gpubench_wall_s", phases.get("process_wall_s"), node=node, phases=phases, step_s=bench["step_s"])
+    record_step(bench, judge, node)
     judge_matmul(bench, judge, node)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaccept.hardware.environment import judge_fingerprint, judge_versions
+from gpuaccept.verdicts.environment import judge_fingerprint, judge_versions
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.environment]
 

@@ -29,18 +29,17 @@ import pytest
 from gpuaccept.contracts.nccl_sweep import algo_args, group_tables
 from gpuaccept.errors import MeasurementError
 from gpuaccept.fabric import schedule
-from gpuaccept.fabric.affinity import affine_hcas, bus_key, compute_hcas
+from gpuaccept.fabric.affinity import affine_hcas, bus_key
 from gpuaccept.fabric.rails import rail_groups_spec, rail_label, rail_rounds
 from gpuaccept.fabric.rdma import missing_tools, pair_results
 from gpuaccept.nccl.plan import lost_text
 from gpuaccept.verdicts.fabric import (
-    COUNTER_WINDOW_METRICS,
     GDR_METRICS,
     RAIL_COLLECTIVES,
     RAIL_METRICS,
     RDMA_METRICS,
     TRANSPORT_METRICS,
-    judge_counter_window,
+    gdr_absent,
     judge_gdr,
     judge_hca_blame,
     judge_rail,
@@ -48,6 +47,16 @@ from gpuaccept.verdicts.fabric import (
     judge_rdma_pairs,
     judge_rdma_unpaired,
     judge_transport,
+    rdma_gpu_memory,
+    transport_absent,
+)
+from gpuaccept.verdicts.infiniband import (
+    COUNTER_WINDOW_METRICS,
+    compute_rates,
+    fabric_absent,
+    ib_nodes,
+    judge_counter_window,
+    no_compute_hca,
 )
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect]
@@ -58,27 +67,6 @@ _STATE: dict[str, Any] = {}
 
 
 # ---- helpers ---------------------------------------------------------------------------------------
-
-
-def _declares_ib(judge, node) -> bool:
-    """The SKU (or site) expects at least one HCA on the node."""
-    limit = judge.declared("ib_hca_count", node)
-    return limit is not None and bool(limit.min or limit.equal not in (None, 0, 0.0, "0"))
-
-
-def _no_hca(judge, node, what: str) -> str:
-    """Why a test skips a node whose SKU declares InfiniBand but that shows no compute HCA: the absence is
-    test_infiniband's failure (``ib_hca_count``), and a site file declares a node without it."""
-    return (
-        f"{node} has no compute HCA, so {what}: its SKU {judge.sku(node)} declares InfiniBand (ib_hca_count, "
-        f"ib_link_layer), which test_infiniband judges; a site file declares a node without it: skus.{judge.sku(node)}"
-        ".limits.ib_hca_count: {equal: 0, source: ...}"
-    )
-
-
-def _link_layer(judge, node) -> str | None:
-    limit = judge.declared("ib_link_layer", node)
-    return None if limit is None else str(limit.equal)
 
 
 def _ib(cluster, nodes, counters_only=False) -> dict[str, dict]:
@@ -111,11 +99,9 @@ def _fabric(cluster, judge) -> dict[str, dict[str, float]]:
         _STATE["ib"] = _ib(cluster, cluster.nodes)
     ib = _STATE["ib"]
     nodes = [n for n in cluster.nodes if n in ib]  # a node lost since is out
-    declared = [n for n in nodes if _declares_ib(judge, n)]
-    if not declared and not any(ib[n].get("hcas") for n in nodes):
-        skus = sorted({judge.sku(n) for n in nodes})
-        pytest.skip(f"SKU {', '.join(skus)} declares no InfiniBand (ib_hca_count) and no node has an HCA")
-    return {n: compute_hcas(ib[n], _link_layer(judge, n)) for n in nodes}
+    if why := fabric_absent(judge, ib, nodes):
+        pytest.skip(why)
+    return compute_rates(judge, ib, nodes)
 
 
 def _affinity(cluster, node) -> dict[str, list[str]]:
@@ -157,11 +143,8 @@ def _sweep(settings, gpu: bool) -> list[str]:
 def test_gdr_enablement(node, cluster, judge):
     """nvidia_peermem or DMA-BUF; ACS Control 0 on the bridges between each GPU and its HCA; IOMMU not translating."""
     gpus = cluster.require_gpus(node)
-    hcas = _fabric(cluster, judge)[node]
-    if not hcas and not _declares_ib(judge, node):
-        pytest.skip(f"{node}: SKU {judge.sku(node)} declares no InfiniBand and the node has no HCA")
-    if not hcas:
-        pytest.skip(_no_hca(judge, node, "no GPU -> HCA path to judge"))
+    if why := gdr_absent(judge, node, _fabric(cluster, judge)[node]):
+        pytest.skip(why)
     data = cluster.run("gdr", nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
     judge_gdr(data, judge, node)
 
@@ -174,15 +157,14 @@ def test_gdr_enablement(node, cluster, judge):
 @pytest.mark.nccl
 def test_nccl_transport(cluster, judge):
     """Inter-node NCCL channels use the declared plugin, GDRDMA where expected, each GPU's affine HCA, every HCA."""
-    first = cluster.nodes[0]
-    if judge.declared("nccl_net_transport", first) is None:
-        pytest.skip(f"SKU {judge.sku(first)} declares no NCCL network transport (nccl_net_transport)")
+    if why := transport_absent(judge, cluster.nodes[0]):
+        pytest.skip(why)
     gpus = cluster.require_gpus()
 
     def measure(nodes: list[str]) -> tuple[dict, dict, Any]:
         """Compute HCAs and GPU -> HCA affinity of the live nodes, and one NCCL job over all their GPUs."""
         ib = _ib_on(cluster, nodes)
-        rates = {n: compute_hcas(ib[n], _link_layer(judge, n)) for n in nodes}
+        rates = compute_rates(judge, ib, nodes)
         affinity = {n: _affinity(cluster, n) if rates[n] else {} for n in nodes}
         args = ["--collectives=all_reduce", "--min-bytes=64M", "--max-bytes=64M", "--iters=5", "--trials=1"]
         result = cluster.run("nccl", nodes=nodes, tasks_per_node=gpus, gpus_per_task=1, args=args)
@@ -228,7 +210,7 @@ def test_nccl_rails(cluster, judge, settings):
 
     def measure(nodes: list[str]) -> tuple[list[str], dict, dict, list]:
         ib = _ib_on(cluster, nodes)
-        rates = {n: compute_hcas(ib[n], _link_layer(judge, n)) for n in nodes}
+        rates = compute_rates(judge, ib, nodes)
         affinity = {n: _affinity(cluster, n) if rates[n] and cluster.gpus_on(n) else {} for n in nodes}
         return nodes, rates, affinity, _run_rails(cluster, settings, nodes)
 
@@ -286,11 +268,11 @@ def test_rdma_perftest(cluster, judge, settings):
 
     def measure(live: list[str]) -> tuple[dict, list[str], dict, bool, list, dict]:
         rates = _fabric(cluster, judge)
-        nodes = [n for n in live if rates.get(n) or _declares_ib(judge, n)]
+        nodes = ib_nodes(judge, live, rates)
         if len(nodes) < 2:
             pytest.skip("fewer than two nodes with InfiniBand: no pair to test")
         hcas = {n: sorted(rates[n]) for n in nodes}
-        gpu_memory = judge.declared("rdma_gpu_memory", nodes[0]) is not None
+        gpu_memory = rdma_gpu_memory(judge, nodes[0])
         plan = schedule.first_pass(hcas)
         first: dict[Any, Any] = {}
         for batch in plan:
@@ -324,10 +306,10 @@ def test_ib_counter_window(cluster, judge):
     before = _STATE.get("ib_before")
     if isinstance(before, MeasurementError) or before is None:
         raise MeasurementError(f"no first IB counter reading to open the window: {before}")
-    nodes = [n for n in cluster.nodes if (rates.get(n) or _declares_ib(judge, n)) and n in before]
+    nodes = [n for n in ib_nodes(judge, cluster.nodes, rates) if n in before]
     bare = [n for n in nodes if not rates.get(n)]
     if nodes and bare == nodes:
-        pytest.skip("; ".join(_no_hca(judge, n, "no counter window to judge") for n in bare))
+        pytest.skip("; ".join(no_compute_hca(judge, n, "no counter window to judge") for n in bare))
     after = _ib(cluster, nodes, counters_only=True)  # a node lost during it is left out
     for node in (n for n in nodes if n in after):
-        judge_counter_window(before[node], after[node], _link_layer(judge, node), judge, node)
+        judge_counter_window(before[node], after[node], judge, node)

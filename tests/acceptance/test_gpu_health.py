@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaccept.hardware.health import HEALTH_METRICS, judge_health
-from gpuaccept.hardware.xid import XID_METRICS, hardware_codes, judge_xid
+from gpuaccept.verdicts.gpu_health import HEALTH_METRICS, XID_METRICS, judge_health, judge_xid
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.gpu_health]
 
@@ -27,6 +26,5 @@ def test_gpu_health(node, cluster, judge):
 def test_xid(node, cluster, judge):
     """No hardware Xid (codes listed in thresholds.yaml) in the kernel log since boot; unreadable log = error."""
     gpus = cluster.require_gpus(node)
-    codes = hardware_codes(judge.declared("xid_hardware_codes", node))
     data = cluster.run("xid", nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
-    judge_xid(data, judge, node, codes)
+    judge_xid(data, judge, node)

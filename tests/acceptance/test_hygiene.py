@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaccept.hardware.hygiene import HYGIENE_METRICS, judge_hygiene
+from gpuaccept.verdicts.hygiene import HYGIENE_METRICS, judge_hygiene
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.hygiene]
 

@@ -5,25 +5,27 @@ Whether a node must have NVLink or InfiniBand is the SKU's declaration in thresh
 (``nvlink_links_active``, ``ib_hca_count``, overridable per site): a node of a SKU that expects them and
 shows none fails; a node whose SKU declares them absent (no limit, or ``equal: 0``: ``L40S`` has no
 NVLink, ``cpu`` no HCA) and shows none is skipped naming that absence, by the one rule
-``declares_absent`` that the coverage selftest also applies (gpuaccept/thresholds/coverage.py).
+``declares_absent`` that the coverage selftest also applies (gpuaccept/thresholds/coverage.py), which the
+judges' modules apply (``gpuaccept/verdicts/nvlink.py``, ``gpuaccept/verdicts/infiniband.py``).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from gpuaccept.hardware.ib import judge_ib
-from gpuaccept.hardware.nvlink import (
+from gpuaccept.verdicts.infiniband import PORT_METRICS, ib_absent, judge_ib
+from gpuaccept.verdicts.nvlink import (
     AFFINITY_METRICS,
     NVLINK_METRICS,
     TOPOLOGY_METRICS,
     UNDER_LOAD_METRICS,
+    affinity_absent,
     judge_affinity,
     judge_nvlink,
     judge_nvlink_under_load,
     judge_topology,
+    nvlink_absent,
 )
-from gpuaccept.thresholds.coverage import declares_absent
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect]
 
@@ -33,19 +35,13 @@ def _nvlink(cluster, node: str, gpus: int) -> dict:
     return cluster.run_shared("nvlink", nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
 
 
-def _no_nvlink(judge, node: str, data: dict) -> bool:
-    """The SKU declares no NVLink and no GPU of the node has an active link (a link that is up is judged)."""
-    shown = any((g.get("nvlink") or {}).get("active") for g in data.get("gpus") or [])
-    return declares_absent(judge.declared("nvlink_links_active", node)) and not shown
-
-
 @pytest.mark.judges(*NVLINK_METRICS, gpus="gpu", absent="nvlink")
 def test_nvlink(node, cluster, judge):
     """Links active per GPU as the SKU has them, common link speed, CRC/replay/recovery counters bounded."""
     gpus = cluster.require_gpus(node)
     data = _nvlink(cluster, node, gpus)
-    if _no_nvlink(judge, node, data):
-        pytest.skip(f"SKU {judge.sku(node)} declares no NVLink (nvlink_links_active) and {node} has none active")
+    if why := nvlink_absent(judge, node, data):
+        pytest.skip(why)
     judge_nvlink(data, judge, node, declared_gpus=gpus)
 
 
@@ -59,8 +55,8 @@ def test_nvlink_errors_under_load(node, cluster, gpubench, judge):
     """
     if cluster.require_gpus(node) < 2:
         pytest.skip(f"{node} declares one GPU: no GPU pair to load the NVLinks")
-    if declares_absent(judge.declared("nvlink_links_active", node)):
-        pytest.skip(f"SKU {judge.sku(node)} declares no NVLink (nvlink_links_active)")
+    if why := nvlink_absent(judge, node):
+        pytest.skip(why)
     judge_nvlink_under_load(gpubench(node), judge, node)
 
 
@@ -72,8 +68,8 @@ def test_gpu_topology(node, cluster, judge):
     if gpus < 2:
         pytest.skip(f"{node} declares one GPU: there is no GPU pair")
     data = _nvlink(cluster, node, gpus)
-    if _no_nvlink(judge, node, data):
-        pytest.skip(f"SKU {judge.sku(node)} declares no NVLink (nvlink_links_active) and {node} has none active")
+    if why := nvlink_absent(judge, node, data):
+        pytest.skip(why)
     judge_topology(data, judge, node)
 
 
@@ -83,34 +79,15 @@ def test_gpu_nic_affinity(node, cluster, judge):
     NUMA node and local CPUs shown beside it. A node without HCAs whose SKU expects none is skipped."""
     gpus = cluster.require_gpus(node)
     data = _nvlink(cluster, node, gpus)
-    no_hca = not any(g.get("nics") for g in data.get("gpus") or [])
-    if no_hca and declares_absent(judge.declared("ib_hca_count", node)):
-        pytest.skip(f"SKU {judge.sku(node)} expects no InfiniBand HCA and {node} has none")
+    if why := affinity_absent(judge, node, data):
+        pytest.skip(why)
     judge_affinity(data, judge, node)
 
 
-@pytest.mark.judges(
-    "ib_hca_count",
-    "ib_port_state",
-    "ib_port_phys_state",
-    "ib_symbol_errors",
-    "ib_link_error_recovery",
-    "ib_link_downed",
-    "ib_port_rcv_errors",
-    "ib_port_rcv_remote_physical_errors",
-    "ib_port_rcv_switch_relay_errors",
-    "ib_port_xmit_discards",
-    "ib_port_xmit_constraint_errors",
-    "ib_port_rcv_constraint_errors",
-    "ib_local_link_integrity_errors",
-    "ib_excessive_buffer_overrun_errors",
-    "ib_vl15_dropped",
-    absent="ib",
-)
+@pytest.mark.judges(*PORT_METRICS, absent="ib")
 def test_infiniband(node, cluster, judge):
     """HCA count per the SKU; every compute port ACTIVE/LinkUp at the SKU's rate and link layer; counters bounded."""
     data = cluster.run("infiniband", nodes=[node]).one().data
-    if declares_absent(judge.declared("ib_hca_count", node)) and not data.get("hcas"):
-        pytest.skip(f"SKU {judge.sku(node)} declares no InfiniBand (ib_hca_count) and {node} has no HCA")
-    layer = judge.declared("ib_link_layer", node)
-    judge_ib(data, judge, node, link_layer=None if layer is None else str(layer.equal))
+    if why := ib_absent(judge, node, data):
+        pytest.skip(why)
+    judge_ib(data, judge, node)

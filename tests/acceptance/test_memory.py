@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuaccept.hardware.memory import (
+from gpuaccept.verdicts.memory import (
     HOSTBW_METRICS,
     MEMBW_METRICS,
     P2P_METRICS,

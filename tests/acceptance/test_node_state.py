@@ -2,7 +2,8 @@
 
 /dev/shm can be large enough (``test_node_limits``) and still full of files earlier jobs left behind:
 NCCL's shared-memory transport and DataLoader workers then fail on that node only. A node whose clock
-is off breaks time-checked credentials (MUNGE, Kerberos) and every cross-node log timeline.
+is off breaks time-checked credentials (MUNGE, Kerberos) and every cross-node log timeline. Both are
+judged in ``gpuaccept/verdicts/hygiene.py``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from gpuaccept.errors import MeasurementError
-from gpuaccept.hardware.clock import offset_lower_bound_s
+from gpuaccept.verdicts.hygiene import judge_dev_shm_free, judge_node_clocks
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.hygiene]
 
@@ -20,30 +21,24 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.hygiene]
 @pytest.mark.judges("dev_shm_free_gib")
 def test_dev_shm_free(node, cluster, judge):
     """Free space in /dev/shm inside a job step, not only its size."""
-    data = cluster.run("hygiene", nodes=[node]).one().data
-    judge.check("dev_shm_free_gib", data["dev_shm_free_gib"], node=node)
+    judge_dev_shm_free(cluster.run("hygiene", nodes=[node]).one().data, judge, node)
 
 
 @pytest.mark.judges("node_clock_offset_s")
 def test_node_clocks(cluster, judge):
     """Every node's wall clock within the tolerance of this host's: read in one step on all nodes at once,
-    bracketed by this host's clock (gpuaccept.hardware.clock), so each node is judged and named alone."""
+    bracketed by this host's clock, so each node is judged and named alone."""
     before = time.time()
     results = cluster.run_each("hygiene", cluster.nodes)
     after = time.time()
     errors = []
+    readings = {}
     for node, result in results.items():
         if isinstance(result, MeasurementError):
             if node not in cluster.lost:  # lost during the step: named by its own next case, not here
                 errors.append(str(result))
             continue
-        reading = result.one().data["clock_unix_s"]
-        judge.check(
-            "node_clock_offset_s",
-            offset_lower_bound_s(reading, before, after),
-            node=node,
-            node_clock=round(reading, 3),
-            window=[round(before, 3), round(after, 3)],
-        )
+        readings[node] = result.one().data["clock_unix_s"]
+    judge_node_clocks(readings, before, after, judge)
     if errors:
         raise MeasurementError("; ".join(errors))

@@ -10,6 +10,7 @@ import pytest
 
 from gpuaccept.errors import MeasurementError
 from gpuaccept.settings import reports_root
+from gpuaccept.verdicts.storage import judge_shared_reads
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.storage, pytest.mark.multinode]
 
@@ -23,10 +24,6 @@ def _read_everywhere(cluster, nodes, path):
             raise result  # one lost during the step: across_nodes measures the survivors again
         seen[node] = result.one().data
     return seen
-
-
-def _as_read(data: dict) -> str:
-    return data["sha256"] if data["exists"] else "missing"
 
 
 @pytest.mark.judges(nodes=2)
@@ -58,6 +55,4 @@ def test_shared_filesystem(cluster, settings, request, judge):
         return expected, reads
 
     expected, reads = cluster.across_nodes(measure, what="a shared filesystem check")
-    for node, step, data, path in reads:
-        where = {"path": path} if path else {}
-        judge.expect("sharedfs_sha256", _as_read(data), expected, node=node, step=step, **where)
+    judge_shared_reads(reads, expected, judge)

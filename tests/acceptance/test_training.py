@@ -28,12 +28,12 @@ import pytest
 
 from gpuaccept.dispatch.result import ProbeResult, RankRecord, stage_records
 from gpuaccept.errors import MeasurementError, ProbeTimeout
-from gpuaccept.judging.trajectory import Trajectory, judge_fleet
+from gpuaccept.judging.trajectory import Trajectory
 from gpuaccept.report.charts.loss import artifacts
 from gpuaccept.timelimits import TimeLimit
 from gpuaccept.training.report import TARGET_LOSS, print_summary
-from gpuaccept.verdicts.inference import AGREEMENT, SERVING, Served, judge_agreement, judge_serving
-from gpuaccept.verdicts.progress import RankStand, judge_unfinished, planned_limit, solo_floor, stands
+from gpuaccept.verdicts.inference import AGREEMENT, SERVING, Served
+from gpuaccept.verdicts.progress import RankStand, judge_unfinished_ranks, planned_limit, solo_floor, stands
 from gpuaccept.verdicts.training import (
     LIFECYCLE,
     LOSS_FIGURES,
@@ -41,10 +41,12 @@ from gpuaccept.verdicts.training import (
     SCALE_SOLO,
     Shape,
     collective_figures,
-    judge_lifecycle,
+    judge_each_gpu,
+    judge_fleet_agreement,
+    judge_not_trained,
     judge_run,
-    judge_solo,
     label,
+    record_launch,
     scale_collective,
 )
 
@@ -170,7 +172,7 @@ def _limit(ctx: Ctx, scale: Scale) -> TimeLimit | None:
         scale.strategies,
         model_path=ctx.settings.model_path,
         lifecycle=scale.ranks == 1 or scale.strategies != ["solo"],
-        serving=shape.gpu_run and shape.profile != "small",
+        serving=shape.serves,
     )
 
 
@@ -221,12 +223,7 @@ def _finetune(ctx: Ctx, strategy: str, scale: Scale) -> Part:
 def _unfinished(ctx: Ctx, part: Part, strategy: str, scale: Scale) -> None:
     """Every rank that had not finished ``strategy`` when its launch was stopped: FAILED by its progress bound
     where that proves it below the floor, else unreadable naming where it stood."""
-    shape = _shape(ctx, scale)
-    for (node, rank), stand in sorted(part.unfinished.items()):
-        gpu = f"{stand.last.gpu}" if stand.last.gpu is not None else f"cpu rank {rank}"
-        judge_unfinished(
-            ctx.judge, shape, strategy, stand, node=node, gpu=gpu, model_path=ctx.settings.model_path, why=part.why
-        )
+    judge_unfinished_ranks(ctx.judge, _shape(ctx, scale), strategy, part.unfinished, ctx.settings.model_path, part.why)
 
 
 def _launch_figures(strategy: str, scale: Scale, ctx: Ctx) -> None:
@@ -238,22 +235,12 @@ def _launch_figures(strategy: str, scale: Scale, ctx: Ctx) -> None:
         result = _launch(ctx, scale)
     except MeasurementError:  # a launch that did not end: its step's limit, wall and ratio are on the record
         return
-    judge = ctx.judge
-    first = result.records[0]
-    phases = first.data.get("phases") or {}
+    phases = result.records[0].data.get("phases") or {}
     print(
         f"{scale.folder()}: step {result.duration_s:.1f} s; rank 0 phases "
         + ", ".join(f"{k}={v}" for k, v in phases.items())
     )
-    judge.info(
-        "train_launch_wall_s",
-        phases.get("process_wall_s", first.data.get("process_wall_s")),
-        node=first.node,
-        phases=phases,
-        step_s=round(result.duration_s, 3),
-        ranks=len(result.records),
-        strategies=scale.strategies,
-    )
+    record_launch(ctx.judge, result.records, result.duration_s, scale.strategies)
 
 
 def _shape(ctx: Ctx, scale: Scale) -> Shape:
@@ -283,18 +270,11 @@ def _check_solo(scale: Scale, ctx: Ctx) -> None:
     _unfinished(ctx, part, "solo", scale)
     if not result.records:
         return
-    judge_solo(ctx.judge, shape, result.records)
-    if shape.gpu_run and shape.profile != "small":  # every GPU serving its own adapter, all at once
-        for record in result.records:
-            if part.why:
-                ctx.judge.unreadable("infer_decode_mbu_pct", f"not served: {part.why}", node=record.node)
-            else:
-                judge_serving(ctx.judge, record, label(record))
+    judge_each_gpu(ctx.judge, shape, result.records, part.why)
     if part.why:
         return
     if scale.ranks == 1:  # a one-GPU node: its own run is the run with the lifecycle (DDP/FSDP do not apply)
         _report(result.records, scale.folder("solo"), result.duration_s)
-        judge_lifecycle(ctx.judge, shape, result.records[0].data, result.records[0].node)
     else:
         print_summary(scale.folder("solo"), result.duration_s, result.records, label)
 
@@ -318,21 +298,14 @@ def _check_run(strategy: str, scale: Scale, ctx: Ctx) -> None:
     _unfinished(ctx, part, strategy, scale)
     if part.unfinished or not result.records:  # a run across ranks is judged whole or not at all
         return
-    skipped = [r for r in result.records if r.data.get("not_run")]
-    for record in skipped:  # a GPU's own run was below its floor: this strategy was not trained, and why
-        metric = _shape(ctx, scale).speed_metric(strategy)
-        ctx.judge.unreadable(metric, record.data["not_run"], node=record.node, gpu=label(record))
-    if skipped:
-        return
-    if part.why:  # every rank finished it, then the launch was stopped: its lifecycle never ran
-        data0 = result.records[0].data
-        data0.setdefault("lifecycle_error", f"the lifecycle did not run: {part.why}")
+    if judge_not_trained(ctx.judge, _shape(ctx, scale), strategy, result.records):
+        return  # a GPU's own run was below its floor: this strategy was not trained, and why
     ddp: list[RankRecord] | MeasurementError | None = None
     if strategy == "fsdp" and scale.gpus_per_task and scale.ranks > 1:
         earlier = _finetune(ctx, "ddp", scale)
         ddp = earlier.result.records if not earlier.unfinished else MeasurementError(f"DDP did not finish: {part.why}")
     _report(result.records, f"{scale.folder(strategy)} ({scale.name})", result.duration_s)
-    judge_run(ctx.judge, _shape(ctx, scale), strategy, result.records, result.duration_s, ddp)
+    judge_run(ctx.judge, _shape(ctx, scale), strategy, result.records, result.duration_s, ddp, part.why)
 
 
 @pytest.fixture()
@@ -382,6 +355,7 @@ def test_finetune_agreement(profile, ctx, fingerprints):
     runs: list[Trajectory] = []
     served: list[Served] = []
     failed: list[str] = []
+    unmeasured: dict[str, str] = {}
     judged_as = "small"
     for node in ctx.cluster.nodes:
         scale = _profiled(ctx, "node", (node,), profile)
@@ -390,7 +364,7 @@ def test_finetune_agreement(profile, ctx, fingerprints):
             part = _finetune(ctx, "solo", scale)
         except MeasurementError as exc:  # that node is named; the others are still judged
             failed.append(node)
-            ctx.judge.unreadable("train_trajectory_rel_diff", f"trajectory not compared: {exc}", node=node)
+            unmeasured[node] = str(exc)
             continue
         result = part.result
         if part.unfinished:  # the GPUs that finished still agree or not; the others are named by their test
@@ -402,11 +376,10 @@ def test_finetune_agreement(profile, ctx, fingerprints):
                 served.append(Served.of(record, label(record) or str(record.rank)))
             if record.data.get("test_hook"):
                 print(f"TEST HOOK on {record.node} {label(record)}: {record.data['test_hook']}")
-    if not runs:
-        return  # every node's launch failed: each is recorded unreadable above
     prints = {node: fingerprints.get(node) for node in sorted({r.node for r in runs})}
-    judged = judge_fleet(ctx.judge, runs, prints, profile=judged_as)
-    judged += judge_agreement(ctx.judge, served, prints)
+    judged = judge_fleet_agreement(ctx.judge, runs, served, prints, judged_as, unmeasured)
+    if not runs:
+        return  # every node's launch failed: each is recorded unreadable
     if not judged and not failed:
         alone = ", ".join(sorted({f"{r.where}" for r in runs}))
         pytest.skip(

@@ -13,7 +13,7 @@ from gpuaccept.fabric.counters import error_rate, port_windows
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import infiniband
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
-from gpuaccept.verdicts.fabric import judge_counter_window
+from gpuaccept.verdicts.infiniband import judge_counter_window
 
 pytestmark = pytest.mark.selftest
 
@@ -38,10 +38,10 @@ def bump(tree: Path, hca: str, counter: str, by: int) -> None:
 
 
 def judge(before: dict, after: dict) -> tuple[list[str], list[str]]:
-    """The window judged as test_ib_counter_window judges it (``verdicts.fabric.judge_counter_window``):
+    """The window judged as test_ib_counter_window judges it (``verdicts.infiniband.judge_counter_window``):
     its failures, and the ports whose counters were missing or reset (recorded unreadable, never passed)."""
     limits = Judge(thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "selftest")
-    judge_counter_window(before, after, "InfiniBand", limits, "n1")
+    judge_counter_window(before, after, limits, "n1")
     unreadable = []
     for w in port_windows(before, after, "InfiniBand"):
         unreadable += [f"{w.where}: {m}" for m in w.missing] + [f"{w.where}: {c} reset" for c in w.reset]

@@ -5,7 +5,7 @@ the wall clock (CPU ops finish before ``record`` returns, so the elapsed time is
 devices the probe names (``cuda:3``) all map to the CPU. That runs the probe's own control flow on a
 machine without a GPU: lanes queued round-robin, the host links one GPU at a time with NUMA binding,
 all at once afterwards, GPU pairs in rounds, busy GPUs left out, the phases, one sentinel line; and the
-area judges (hardware.compute, hardware.memory) read the result as the tests do.
+area judges (verdicts.compute, verdicts.memory) read the result as the tests do.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import pytest
 import torch as real_torch
 
 from gpuaccept.dispatch.result import ProbeResult, parse_records
-from gpuaccept.hardware import compute, memory
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import _bench, _gpu, _nvml, gpubench, hostbw, matmul, membw, p2p
 from gpuaccept.thresholds.loader import load_thresholds
+from gpuaccept.verdicts import compute, memory
 
 from .test_gpu_probes import FakeNVML
 

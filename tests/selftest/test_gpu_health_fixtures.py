@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from gpuaccept.dispatch.result import parse_records
-from gpuaccept.hardware.health import decode_reasons, judge_health
-from gpuaccept.hardware.nvlink import judge_affinity, judge_nvlink, judge_topology, pair_matrix
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import gpu_health
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.loader import load_thresholds as _load
+from gpuaccept.verdicts.gpu_health import decode_reasons, judge_health
+from gpuaccept.verdicts.nvlink import judge_affinity, judge_nvlink, judge_topology, pair_matrix
 
 from .ending import ends
 

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 
 from gpuaccept.contracts.records import RankRecord
-from gpuaccept.hardware.bench import agreement
-from gpuaccept.hardware.compute import judge_burn_in, judge_matmul, tflops_drop_pct
-from gpuaccept.hardware.memory import judge_hostbw, judge_membw, judge_p2p
-from gpuaccept.hardware.nvlink import judge_nvlink_under_load
 from gpuaccept.judging.judge import Judge
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.loader import load_thresholds as _load
+from gpuaccept.verdicts.bench import agreement
+from gpuaccept.verdicts.compute import judge_burn_in, judge_matmul, tflops_drop_pct
+from gpuaccept.verdicts.memory import judge_hostbw, judge_membw, judge_p2p
+from gpuaccept.verdicts.nvlink import judge_nvlink_under_load
 
 from .ending import ends
 
@@ -60,20 +60,43 @@ def bench(part: str, records: list[RankRecord]) -> dict[str, Any]:
     }
 
 
-def matmul(tflops: float, checksum: int = 1234567) -> dict[str, Any]:
+def matmul(tflops: float, checksum: int = 1234567, reasons: int | None = 4) -> dict[str, Any]:
     return {
         "busy": [],
         "tflops": tflops,
         "tflops_burst": 760.0,
         "best_size": 8192,
         "checksum": checksum,
-        "by_size": {"8192": {"tflops": tflops, "during": {"sm_clock_mhz": 1410, "clock_event_reasons": 4}}},
+        "by_size": {
+            "4096": {"tflops": tflops - 20, "during": {"sm_clock_mhz": 1755, "clock_event_reasons": 4}},
+            "8192": {"tflops": tflops, "during": {"sm_clock_mhz": 1410, "clock_event_reasons": reasons}},
+        },
     }
 
 
 def test_healthy_matmul_passes(judge: Judge) -> None:
     judge_matmul(bench("matmul", [record(0, matmul(664.5)), record(1, matmul(678.8))]), judge, "vm")
     assert {r.metric for r in judge.results} >= {"matmul_bf16_tflops", "matmul_checksum", "matmul_bf16_burst_tflops"}
+
+
+def test_a_gpu_that_throttles_under_load_fails_however_fast(judge: Judge) -> None:
+    """HW thermal slowdown (0x40) in one size's sample under load fails that GPU, above its TFLOP/s floor;
+    the power cap a loaded board sits at (0x4) is reported beside it, and the other GPU passes."""
+    records = [record(0, matmul(670.0)), record(1, matmul(660.0, reasons=0x44))]
+    with ends(judge, "failed", match=r"GPU 1 \(00000000:00:07.0\): matmul_clock_events_failing = hw_thermal_slowdown"):
+        judge_matmul(bench("matmul", records), judge, "vm")
+    checks = {r.subject: r for r in judge.results if r.metric == "matmul_clock_events_failing"}
+    assert checks["0 (00000000:00:06.0)"].verdict == "pass" and checks["0 (00000000:00:06.0)"].value == "none"
+    assert checks["1 (00000000:00:07.0)"].extra["reported"] == "sw_power_cap"
+
+
+def test_clock_events_not_read_under_load_are_an_error(judge: Judge) -> None:
+    """No size's sample read the reasons: could not measure, never a pass."""
+    records = [record(0, matmul(670.0)), record(1, matmul(660.0))]
+    for size in records[1].data["by_size"].values():
+        size["during"]["clock_event_reasons"] = None
+    with ends(judge, "error", match="matmul_clock_events_failing .*NVML gave no clock-event reasons"):
+        judge_matmul(bench("matmul", records), judge, "vm")
 
 
 def test_slow_gpu_fails_with_its_name(judge: Judge) -> None:
@@ -308,7 +331,7 @@ def test_p2p_busy_names_the_gpu(judge: Judge) -> None:
 
 def test_topology_of_a_node_showing_one_gpu_names_the_missing_pair(judge: Judge) -> None:
     """A node that declares 2 GPUs and shows NVML 1 has no pair: said so, never 'nothing was judged'."""
-    from gpuaccept.hardware.nvlink import judge_topology
+    from gpuaccept.verdicts.nvlink import judge_topology
 
     with ends(judge, "error", match="no GPU pair to judge: NVML lists 1 GPU"):
         judge_topology({"gpus": [GPUS[0]], "pairs": []}, judge, "vm")

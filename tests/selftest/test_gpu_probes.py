@@ -16,9 +16,9 @@ from typing import Any
 import pynvml
 import pytest
 
-from gpuaccept.hardware.health import judge_health
-from gpuaccept.hardware.nvlink import judge_nvlink, judge_topology
 from gpuaccept.probes import _bench, _gpu, _nvml, _protocol, fingerprint, gpu_health, nvlink, xid
+from gpuaccept.verdicts.gpu_health import judge_health
+from gpuaccept.verdicts.nvlink import judge_nvlink, judge_topology
 
 pytestmark = pytest.mark.selftest
 
@@ -338,8 +338,8 @@ def test_bus_key_spellings() -> None:
 def test_nvlink_error_counters_per_link_only_never_the_legacy_total() -> None:
     """The per-link sum (what nvidia-smi nvlink -e reads) when every active link answered; a counter a
     link did not answer is None naming the link, never the driver's legacy total (0 on Hopper)."""
-    from gpuaccept.hardware.nvlink import unread_text
     from gpuaccept.probes._gpu import nvlink_error_counters
+    from gpuaccept.verdicts.nvlink import unread_text
 
     class Lib:
         NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL = 1, 2

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.hardware.cpus import GRANTED, cpus_granted_observed
-from gpuaccept.hardware.nvlink import judge_nvlink
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import sharedfs
 from gpuaccept.probes._cpus import granted_cpus, tasks_on_node
 from gpuaccept.thresholds.loader import load_thresholds
+from gpuaccept.verdicts.nvlink import judge_nvlink
+from gpuaccept.verdicts.slurm import GRANTED, cpus_granted_observed
 
 from .ending import ends
 

@@ -25,9 +25,8 @@ pytestmark = pytest.mark.selftest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gpuaccept"
 ACCEPTANCE = PACKAGE.parent / "tests" / "acceptance"
-#: tests whose area has its judging module (gpuaccept/hardware/, gpuaccept/verdicts/): they say what to
-#: measure and hand it over
-AREA_TESTS = ("gpu_health", "compute", "memory", "interconnect", "hygiene", "environment", "slurm", "nccl", "fabric")
+#: the judge's methods that record a verdict or a figure: an acceptance test calls none of them itself
+RECORDING = ("check", "expect", "info", "unreadable", "stragglers", "busy")
 LONG_MODULE = 400
 #: what the judging core may import from gpuaccept: itself, the contracts, the results and thresholds it judges with
 CORE_MAY_IMPORT = (
@@ -142,7 +141,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("probes", ("probes",), ("leaves", "contracts", "area code")),
     ("results", ("results", "thresholds"), ("leaves", "contracts")),
     ("judging core", ("judging",), ("leaves", "contracts", "results")),
-    ("judges", ("hardware", "verdicts"), ("leaves", "contracts", "area code", "results", "judging core")),
+    ("judges", ("verdicts",), ("leaves", "contracts", "area code", "results", "judging core")),
     ("options", ("settings", "markers", "hookspecs", "inputs"), ("leaves",)),
     (
         "launch",
@@ -279,17 +278,19 @@ def test_the_judging_core_knows_no_domain() -> None:
     assert not {m: w for m, w in wrong.items() if w}, wrong
 
 
-def test_area_tests_judge_nothing_themselves() -> None:
-    """One home per area: an area's test hands its measurement to its module in gpuaccept/hardware/ or
-    gpuaccept/verdicts/; a ``judge.check`` / ``expect`` / ``unreadable`` in the test itself is a second home."""
+def test_tests_judge_nothing_themselves() -> None:
+    """Tests ask, probes measure, ``gpuaccept/verdicts/`` judges: every acceptance test hands what it
+    measured to its area's module there, which records every check (and which of them apply); a
+    ``judge.check`` / ``expect`` / ``info`` / ``unreadable`` / ``stragglers`` / ``busy`` in a test is a second
+    home of a verdict."""
     found = []
-    for area in AREA_TESTS:
-        tree = ast.parse((ACCEPTANCE / f"test_{area}.py").read_text())
-        for node in ast.walk(tree):
+    for path in sorted(ACCEPTANCE.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
             call = node.func if isinstance(node, ast.Call) else None
-            if isinstance(call, ast.Attribute) and call.attr in ("check", "expect", "unreadable", "stragglers"):
-                if isinstance(call.value, ast.Name) and call.value.id == "judge":
-                    found.append(f"test_{area}.py:{node.lineno} judge.{call.attr}")
+            if isinstance(call, ast.Attribute) and call.attr in RECORDING:
+                owner = call.value.attr if isinstance(call.value, ast.Attribute) else getattr(call.value, "id", "")
+                if owner == "judge":
+                    found.append(f"{path.name}:{node.lineno} judge.{call.attr}")
     assert not found, found
 
 
@@ -340,17 +341,17 @@ def test_a_dynamic_import_is_held_to_the_layers(tmp_path: Path) -> None:
         {
             "gpuaccept/results/a.py": 'import importlib\nimportlib.import_module("gpuaccept.verdicts.nccl")\n',
             "gpuaccept/results/b.py": (
-                'from importlib import import_module\ndef f(n):\n    import_module(f"gpuaccept.hardware.{n}")\n'
+                'from importlib import import_module\ndef f(n):\n    import_module(f"gpuaccept.verdicts.{n}")\n'
             ),
             "gpuaccept/thresholds/c.py": 'def f(n):\n    __import__("tests.acceptance." + n)\n',
             "gpuaccept/thresholds/d.py": 'import importlib\ndef f(a, b):\n    importlib.import_module(f"{a}.{b}")\n',
             "gpuaccept/thresholds/e.py": 'import importlib\nimportlib.import_module("gpuaccept.contracts.judge")\n',
-            "gpuaccept/hardware/compute.py": "",
+            "gpuaccept/verdicts/compute.py": "",
         },
     )
     assert _against_layers(_package_imports(root)) == [
-        "gpuaccept.results.b -> gpuaccept.hardware (results may not import judges)",
         "gpuaccept.results.a -> gpuaccept.verdicts.nccl (results may not import judges)",
+        "gpuaccept.results.b -> gpuaccept.verdicts (results may not import judges)",
         "gpuaccept.thresholds.d -> ?importlib.import_module(f'{a}.{b}') (an import the house check cannot read: "
         "name its module in a constant)",
         "gpuaccept.thresholds.c -> tests.acceptance (gpuaccept imports no test: the suite sits above every layer)",

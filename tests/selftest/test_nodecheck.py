@@ -361,7 +361,7 @@ def test_the_node_check_gives_no_verdict_under_a_test_hook(rec, capsys, monkeypa
 
 def test_pcie_replay_growth_is_judged_between_checks(rec, capsys):
     """The replay counter counts since the driver loaded: the node check judges its growth since the
-    reading an earlier check kept, per minute, with the suite's judge (``hardware.memory``)."""
+    reading an earlier check kept, per minute, with the suite's judge (``verdicts.memory``)."""
     state = rec["dir"] / "state" / "nodeA" / "pcie.json"
     code, out = run(rec["args"], capsys)  # the first check opens the window: nothing to judge yet
     assert code == 0 and not [r for r in out["results"] if r["metric"] == "pcie_replays_per_min"]

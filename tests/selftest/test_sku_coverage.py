@@ -219,20 +219,35 @@ def test_modules_the_tests_import_judge_only_declared_metrics():
     assert not extra, sorted(extra)
 
 
+def _functions(paths: list[Path]) -> dict[str, str]:
+    """Name -> source of every module-level function in ``paths``."""
+    out = {}
+    for path in paths:
+        text = path.read_text()
+        for f in ast.parse(text).body:
+            if isinstance(f, ast.FunctionDef):
+                out[f.name] = ast.get_source_segment(text, f) or ""
+    return out
+
+
 @pytest.mark.parametrize("test", sorted(t for t, s in TESTS.items() if s.absent in ("nvlink", "ib")))
 def test_a_test_about_an_absent_thing_reads_its_declaration(test):
-    """A test the declaration says skips on a declared absence reads that declaration in its own code."""
+    """A test the declaration says skips on a declared absence skips on a rule that reads that declaration:
+    in its own code, its file's helpers, or the verdicts module it asks (``nvlink_absent``, ``ib_absent``...),
+    followed through the functions they call."""
     file, name = test.split("::")
-    fn = next(f for f in _files()[file].body if isinstance(f, ast.FunctionDef) and f.name == name)
-    source = ast.get_source_segment((ACCEPTANCE / file).read_text(), fn) or ""
-    module = (ACCEPTANCE / file).read_text()
+    modules = _imported_modules(_files()[file])
+    modules += [m for path in modules for m in _imported_modules(ast.parse(path.read_text()))]
+    functions = _functions([ACCEPTANCE / file, *modules])
     metric = ABSENCE_METRIC[TESTS[test].absent]  # type: ignore[index]
-    helpers = re.findall(r"\b(_\w+)\(", source)
-    bodies = source + "".join(
-        ast.get_source_segment(module, f) or ""
-        for f in _files()[file].body
-        if isinstance(f, ast.FunctionDef) and f.name in helpers
-    )
+    seen, todo, bodies = set(), [name], ""
+    while todo:
+        called = todo.pop()
+        if called in seen or called not in functions:
+            continue
+        seen.add(called)
+        bodies += functions[called]
+        todo += re.findall(r"\b(\w+)\(", functions[called])
     assert "skip" in bodies and metric in bodies, f"{test} does not decide its skip on {metric}"
 
 

@@ -10,11 +10,11 @@ import pytest
 
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.errors import MeasurementError
-from gpuaccept.hardware.xid import hardware_codes, judge_xid, parse_line, parse_log
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import xid as xid_probe
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.loader import load_thresholds as _load
+from gpuaccept.verdicts.gpu_health import hardware_codes, judge_xid, parse_line, parse_log
 
 from .ending import ends
 
@@ -38,11 +38,6 @@ GPUS = [
 @pytest.fixture()
 def judge() -> Judge:
     return Judge(load_thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "selftest")
-
-
-@pytest.fixture(scope="module")
-def codes() -> set[int]:
-    return hardware_codes(load_thresholds().limits_for("H100-SXM-80GB")["xid_hardware_codes"])
 
 
 def probe_data(name: str, gpus: list[dict[str, Any]] = GPUS) -> dict[str, Any]:
@@ -87,40 +82,40 @@ def test_fixture_codes(name: str, expected: list[int]) -> None:
     assert [e.code for e in parse_log((LOGS / name).read_text().splitlines())] == expected
 
 
-def test_clean_log_passes(judge: Judge, codes: set[int]) -> None:
-    judge_xid(probe_data("dmesg-h100-clean.txt"), judge, "n1", codes)
+def test_clean_log_passes(judge: Judge) -> None:
+    judge_xid(probe_data("dmesg-h100-clean.txt"), judge, "n1")
     assert {r.value for r in judge.results if r.metric == "xid_hardware_events"} == {0}
     assert len([r for r in judge.results if r.metric == "xid_hardware_events"]) == 8
 
 
-def test_application_xids_are_reported_not_failed(judge: Judge, codes: set[int]) -> None:
-    judge_xid(probe_data("kmsg-h100-app-xids.txt"), judge, "n1", codes)
+def test_application_xids_are_reported_not_failed(judge: Judge) -> None:
+    judge_xid(probe_data("kmsg-h100-app-xids.txt"), judge, "n1")
     events = {r.subject: r.value for r in judge.results if r.metric == "xid_events" and r.value}
     assert events == {"1 (00000000:2A:00.0)": 2, "6 (00000000:BA:00.0)": 1}
 
 
-def test_fallen_off_the_bus_names_the_gpu(judge: Judge, codes: set[int]) -> None:
+def test_fallen_off_the_bus_names_the_gpu(judge: Judge) -> None:
     with ends(judge, "failed") as caught:
-        judge_xid(probe_data("dmesg-h100-xid79.txt"), judge, "n1", codes)
+        judge_xid(probe_data("dmesg-h100-xid79.txt"), judge, "n1")
     text = str(caught.value)
     assert "n1 GPU 4 (00000000:9A:00.0): xid_hardware_events = 1" in text
     assert "Xid 79" in text and "GPU 1 " not in text.split("details")[0]
 
 
-def test_ecc_xids_counted_on_their_gpu(judge: Judge, codes: set[int]) -> None:
+def test_ecc_xids_counted_on_their_gpu(judge: Judge) -> None:
     with ends(judge, "failed", match=r"GPU 0 \(00000000:18:00.0\): xid_hardware_events = 3"):
-        judge_xid(probe_data("journalctl-h100-ecc.txt"), judge, "n1", codes)
+        judge_xid(probe_data("journalctl-h100-ecc.txt"), judge, "n1")
 
 
-def test_nvlink_xid_and_unknown_device(judge: Judge, codes: set[int]) -> None:
+def test_nvlink_xid_and_unknown_device(judge: Judge) -> None:
     with ends(judge, "failed", match=r"GPU 3 \(00000000:5D:00.0\): xid_hardware_events = 2"):
-        judge_xid(probe_data("journalctl-monotonic-h100-nvlink.txt"), judge, "n1", codes)
+        judge_xid(probe_data("journalctl-monotonic-h100-nvlink.txt"), judge, "n1")
     other = Judge(load_thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "t")
     with ends(other, "failed", match=r"GPU unknown device 0000:01:00: xid_hardware_events = 1"):
-        judge_xid(probe_data("dmesg-old-driver.txt"), other, "n1", codes)
+        judge_xid(probe_data("dmesg-old-driver.txt"), other, "n1")
 
 
-def test_unreadable_log_is_an_error_not_a_pass(judge: Judge, codes: set[int]) -> None:
+def test_unreadable_log_is_an_error_not_a_pass(judge: Judge) -> None:
     data = {
         "readable": False,
         "source": None,
@@ -133,7 +128,7 @@ def test_unreadable_log_is_an_error_not_a_pass(judge: Judge, codes: set[int]) ->
         "gpus": GPUS,
     }
     with ends(judge, "error", match=r"kernel log is unreadable.*dmesg: read kernel buffer failed"):
-        judge_xid(data, judge, "n1", codes)
+        judge_xid(data, judge, "n1")
 
 
 def test_probe_falls_through_sources(monkeypatch: pytest.MonkeyPatch) -> None:

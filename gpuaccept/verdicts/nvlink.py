@@ -6,25 +6,37 @@ joined by all its links through the NVSwitch fabric (NV18 on H100/H200 SXM, NV12
 NVML reporting NVLink P2P as OK. The PCIe common ancestor (PIX/PXB/PHB/NODE/SYS) is reported beside
 it, as is each GPU's NUMA node and its relation to every InfiniBand HCA (GPUDirect RDMA wants a NIC
 behind the same PCIe switch).
+
+The node check (``nodecheck.gate``) judges each GPU's links up and its replay and recovery counts through
+the same ``judge_links_active`` and ``judge_link_errors``. Whether a node has NVLink to judge is its SKU's
+declaration (``nvlink_absent``), and whether it has HCAs to be near (``affinity_absent``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike, gpu_label
-from gpuaccept.hardware.bench import p2p_result, record_busy
+from gpuaccept.thresholds.coverage import declares_absent
+from gpuaccept.verdicts.bench import p2p_result, record_busy
+from gpuaccept.verdicts.gpu_health import judge_gpu_count
+from gpuaccept.verdicts.infiniband import declares_no_ib
 
 __all__ = [
     "AFFINITY_METRICS",
     "NVLINK_METRICS",
     "TOPOLOGY_METRICS",
     "UNDER_LOAD_METRICS",
+    "affinity_absent",
     "judge_affinity",
+    "judge_link_errors",
+    "judge_links_active",
     "judge_nvlink",
     "judge_nvlink_under_load",
     "judge_topology",
     "link_errors",
+    "nvlink_absent",
     "pair_matrix",
     "unread_text",
 ]
@@ -36,36 +48,78 @@ TOPOLOGY_METRICS = ("nvlink_pair_links", "p2p_nvlink_status")
 AFFINITY_METRICS = ("gpu_nic_pcie_distance",)
 
 
+def nvlink_absent(judge: JudgeLike, node: str, data: Mapping[str, Any] | None = None) -> str | None:
+    """Why an NVLink test does not apply to ``node``: its SKU declares no NVLink and (given the ``nvlink``
+    reading ``data``) no GPU of the node has an active link (a link that is up is judged); None when it
+    applies."""
+    if not declares_absent(judge.declared("nvlink_links_active", node)):
+        return None
+    if data is None:
+        return f"SKU {judge.sku(node)} declares no NVLink (nvlink_links_active)"
+    if any((g.get("nvlink") or {}).get("active") for g in data.get("gpus") or []):
+        return None
+    return f"SKU {judge.sku(node)} declares no NVLink (nvlink_links_active) and {node} has none active"
+
+
+def affinity_absent(judge: JudgeLike, node: str, data: Mapping[str, Any]) -> str | None:
+    """Why ``test_gpu_nic_affinity`` does not apply: no GPU of the ``nvlink`` reading has an HCA near or far,
+    and the SKU declares no InfiniBand; None when it applies."""
+    if not any(g.get("nics") for g in data.get("gpus") or []) and declares_no_ib(judge, node):
+        return f"SKU {judge.sku(node)} expects no InfiniBand HCA and {node} has none"
+    return None
+
+
+def judge_links_active(gpu: Mapping[str, Any], judge: JudgeLike, node: str) -> None:
+    """One GPU's active NVLinks against the SKU's count, the inactive ones named."""
+    link = gpu.get("nvlink") or {}
+    down = [k["link"] for k in link.get("links", []) if not k["active"]]
+    judge.check(
+        "nvlink_links_active",
+        link.get("active", 0),
+        node=node,
+        gpu=gpu_label(gpu),
+        supported=link.get("supported"),
+        inactive_links=down,
+    )
+
+
+def judge_link_errors(
+    gpu: Mapping[str, Any],
+    judge: JudgeLike,
+    node: str,
+    metrics: Sequence[str] = (),
+    earlier: Mapping[str, Any] | None = None,
+    **extra: Any,
+) -> None:
+    """One GPU's NVLink error counts (``metrics``; none named: CRC, replay and recovery) against the SKU's
+    bounds; a counter NVML did not read is unreadable, naming the links. ``earlier``: the counters an
+    earlier node check kept, whose difference rides along as ``since_last_check``."""
+    errors = (gpu.get("nvlink") or {}).get("errors") or {}
+    counts = link_errors(errors)
+    was = None if earlier is None else link_errors(earlier)
+    for metric in metrics or tuple(ERROR_COUNTERS):
+        value = counts[metric]
+        if value is None:
+            judge.unreadable(metric, unread_text(errors), node=node, gpu=gpu_label(gpu))
+            continue
+        earlier_count = None if was is None else was[metric]
+        since = {} if was is None else {"since_last_check": None if earlier_count is None else value - earlier_count}
+        judge.check(metric, value, node=node, gpu=gpu_label(gpu), counted_by=errors.get("source"), **since, **extra)
+
+
 def judge_nvlink(data: dict[str, Any], judge: JudgeLike, node: str, declared_gpus: int) -> None:
     """Active links, common link speed and CRC/replay/recovery counters of every GPU."""
-    gpus = data.get("gpus") or []
-    if not data.get("nvml", True):
-        judge.unreadable("gpu_count", "NVML could not be initialised", node=node)
-    judge.expect("gpu_count", len(gpus), declared_gpus, node=node)
-    for gpu in gpus:
-        label = gpu_label(gpu)
+    judge_gpu_count(data, declared_gpus, judge, node)
+    for gpu in data.get("gpus") or []:
+        judge_links_active(gpu, judge, node)
         link = gpu.get("nvlink") or {}
-        down = [k["link"] for k in link.get("links", []) if not k["active"]]
-        judge.check(
-            "nvlink_links_active",
-            link.get("active", 0),
-            node=node,
-            gpu=label,
-            supported=link.get("supported"),
-            inactive_links=down,
-        )
         if link.get("active"):
             speed = link.get("speed_mbps_common")
             if speed is None:  # the SKU sets a speed: unreadable is "could not measure", never a pass
-                judge.unreadable("nvlink_speed_mbps", "NVML gave no common link speed", node=node, gpu=label)
+                judge.unreadable("nvlink_speed_mbps", "NVML gave no common link speed", node=node, gpu=gpu_label(gpu))
             else:
-                judge.check("nvlink_speed_mbps", speed, node=node, gpu=label)
-            errors = link.get("errors") or {}
-            for metric, value in link_errors(errors).items():
-                if value is None:
-                    judge.unreadable(metric, unread_text(errors), node=node, gpu=label)
-                else:
-                    judge.check(metric, value, node=node, gpu=label, counted_by=errors.get("source"))
+                judge.check("nvlink_speed_mbps", speed, node=node, gpu=gpu_label(gpu))
+            judge_link_errors(gpu, judge, node)
 
 
 #: the counters behind each NVLink error metric (CRC is flit + data)
@@ -76,9 +130,8 @@ ERROR_COUNTERS = {
 }
 
 
-def link_errors(errors: dict[str, Any]) -> dict[str, int | None]:
-    """One GPU's NVLink error counts by metric (None if a counter went unread): what ``judge_nvlink`` and
-    the node check (``nodecheck.verdicts``) both judge."""
+def link_errors(errors: Mapping[str, Any]) -> dict[str, int | None]:
+    """One GPU's NVLink error counts by metric (None if a counter went unread)."""
     counts: dict[str, int | None] = {}
     for metric, keys in ERROR_COUNTERS.items():
         values = [errors.get(key) for key in keys]

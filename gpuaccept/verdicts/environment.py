@@ -1,15 +1,17 @@
 """Environment: judge a node's fingerprint (complete, every declared GPU shown, the CPUs Slurm granted
-usable) and whether the nodes' fingerprints agree (``judging.fields.drift`` finds the odd node)."""
+usable) and whether the nodes' fingerprints agree (``judging.fields.drift`` finds the odd node); the node
+check holds a node's driver, CUDA and NCCL to those of the run that accepted it (``judge_expected_versions``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike
-from gpuaccept.hardware.cpus import judge_cpus_granted
 from gpuaccept.judging.fields import drift
+from gpuaccept.verdicts.slurm import judge_cpus_granted
 
-__all__ = ["judge_fingerprint", "judge_versions"]
+__all__ = ["judge_expected_versions", "judge_fingerprint", "judge_versions"]
 
 
 def judge_fingerprint(fp: dict[str, Any], declared_gpus: int, judge: JudgeLike, node: str) -> None:
@@ -44,3 +46,19 @@ def judge_versions(fingerprints: dict[str, Any], judge: JudgeLike) -> None:
                 node=node,
                 field=field,
             )
+
+
+def judge_expected_versions(
+    observed: Mapping[str, Any], expected: Mapping[str, Any], fields: Iterable[str], judge: JudgeLike, node: str
+) -> None:
+    """The node check's rule: each of ``fields`` (driver, CUDA, NCCL) as the node has it now against the run
+    that accepted it; a field that run had none of (a CPU node has no driver) holds the node to nothing, one
+    unreadable here is named."""
+    for label in fields:
+        if expected.get(label) is None:
+            continue
+        if observed.get(label) is None:
+            why = f"{label} unreadable here (expected {expected[label]})"
+            judge.unreadable("versions_consistent", why, node=node, field=label)
+            continue
+        judge.expect("versions_consistent", observed[label], expected[label], node=node, field=label)

@@ -1,6 +1,12 @@
 """Compute: judge dense BF16 matmul (from the node's ``gpubench`` step) and the optional burn-in (one
 ``matmul`` rank per GPU). Every figure is checked against the SKU floor, then against the node's median
 (``judge.stragglers``); checksums must agree across the node's GPUs (``bench.judge_checksums``).
+
+The matmul is also the node's first sustained load: the NVML sample the probe takes halfway through each
+size's timed batches must show no clock-event reason that means a physical limit (``gpu_health``'s
+failing reasons: hardware slowdown, thermal slowdown, power brake). An idle GPU is cool and at rest, so
+``test_gpu_health`` cannot see a board that throttles only once it draws its power; a matmul floor with
+margin can hide it, and sustained training then runs at half clocks.
 """
 
 from __future__ import annotations
@@ -11,13 +17,13 @@ from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.contracts.payloads import best_size_figure
-from gpuaccept.hardware.bench import bench_parts, judge_checksums, rank_parts
-from gpuaccept.hardware.health import decode_reasons
+from gpuaccept.verdicts.bench import bench_parts, judge_checksums, rank_parts
+from gpuaccept.verdicts.gpu_health import decode_reasons
 
 __all__ = ["BURN_IN_METRICS", "MATMUL_METRICS", "judge_burn_in", "judge_matmul", "tflops_drop_pct"]
 
 #: what ``judge_matmul`` and ``judge_burn_in`` judge: their tests' ``@pytest.mark.judges``
-MATMUL_METRICS = ("matmul_bf16_tflops", "matmul_checksum")
+MATMUL_METRICS = ("matmul_bf16_tflops", "matmul_checksum", "matmul_clock_events_failing")
 BURN_IN_METRICS = (
     "burnin_tflops",
     "burnin_tflops_drop_pct",
@@ -45,8 +51,30 @@ def judge_matmul(bench: dict[str, Any], judge: JudgeLike, node: str) -> None:
         )
         if data.get("tflops_burst") is not None:
             judge.info("matmul_bf16_burst_tflops", data["tflops_burst"], node=node, gpu=label)
+        judge_clock_events_under_load(data, judge, node, label)
     judge_checksums(parts, judge, node, "matmul_checksum", "checksum")
     judge.stragglers("matmul_bf16_tflops")
+
+
+def judge_clock_events_under_load(data: dict[str, Any], judge: JudgeLike, node: str, label: str | None) -> None:
+    """``matmul_clock_events_failing``: the failing clock-event reasons in any size's sample under load (the
+    reported ones, such as the power cap a loaded board sits at, ride along); no sample read is unreadable."""
+    masks = [f["during"].get("clock_event_reasons") for f in (data.get("by_size") or {}).values() if f.get("during")]
+    read = [int(m) for m in masks if m is not None]
+    if not read:
+        why = "NVML gave no clock-event reasons while the matmul ran"
+        judge.unreadable("matmul_clock_events_failing", why, node=node, gpu=label)
+        return
+    failing = sorted({name for mask in read for name in decode_reasons(mask)[0]})
+    reported = sorted({name for mask in read for name in decode_reasons(mask)[1]})
+    judge.check(
+        "matmul_clock_events_failing",
+        "+".join(failing) or "none",
+        node=node,
+        gpu=label,
+        reported="+".join(reported) or "none",
+        masks=read,
+    )
 
 
 def tflops_drop_pct(intervals: list[dict[str, Any]]) -> float | None:

@@ -27,6 +27,7 @@ __all__ = [
     "p2p_result",
     "rank_parts",
     "record_busy",
+    "record_step",
 ]
 
 
@@ -50,6 +51,13 @@ def record_busy(
         judge.busy(procs, node=node, gpu=label or (labels or {}).get(entry.get("gpu")) or entry.get("gpu"))
         found.add(entry.get("gpu"))
     return found
+
+
+def record_step(bench: Mapping[str, Any], judge: JudgeLike, node: str) -> None:
+    """The node's gpubench step: its wall time as the process saw it and where it went (``phases``), beside
+    the step's own (``step_s``), recorded once (by ``test_matmul``; the memory tests read the same step)."""
+    phases = bench.get("phases") or {}
+    judge.info("gpubench_wall_s", phases.get("process_wall_s"), node=node, phases=phases, step_s=bench.get("step_s"))
 
 
 def bench_parts(data: dict[str, Any], part: str, judge: JudgeLike, node: str) -> list[Part]:

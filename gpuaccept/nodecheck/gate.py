@@ -1,14 +1,15 @@
-"""Judge the node check's readings with the suite's judging core, against the node SKU's limits.
+"""What the node check judges between two jobs, and how its findings read: every check goes through the
+suite's own judges (``gpuaccept/verdicts/``: ``gpu_health`` for the GPU count, ECC and row remaps, processes
+outside every job and Xids; ``nvlink`` for links up and their replay and recovery counts; ``memory`` for the
+PCIe replay counter's growth; ``infiniband`` whole; ``hygiene`` for the limits and /dev/shm; ``environment``
+for the versions the accepted run had), with the same metrics, limits and sources as the acceptance tests,
+so the gate has no rules of its own.
 
-Every figure goes through ``Judge.check`` / ``Judge.expect`` (the same metrics, limits and sources as
-the acceptance tests; which reading is which metric comes from the area modules those tests call:
-``hardware.health`` for ECC and row remaps, ``hardware.nvlink`` for NVLink errors, ``hardware.memory`` for
-the PCIe replay counter's growth, ``hardware.xid`` and ``hardware.ib`` whole), so the gate has no rules of
-its own. What it adds is only what a gate needs: a
-check the node's SKU sets no limit for is not part of that SKU's contract and is left out (the suite
-would call it unjudged); a reading that hung past the watchdog is a finding that drains (a hung driver
-or filesystem is a node fault); a reading that could not be taken for another reason is reported and
-does not drain.
+What it adds is only what a gate needs: which readings it judges and over which window (the counters and
+log positions an earlier check kept); a check the node's SKU sets no limit for is not part of that SKU's
+contract and is left out (the suite would call it unjudged: ``_Limited``); a reading that hung past the
+watchdog is a finding that drains (a hung driver or filesystem is a node fault); a reading that could not
+be taken for another reason is reported and does not drain.
 """
 
 from __future__ import annotations
@@ -19,18 +20,26 @@ from typing import Any
 from gpuaccept.contracts.judge import gpu_label
 from gpuaccept.contracts.payloads import Sample
 from gpuaccept.errors import MeasurementError
-from gpuaccept.hardware.health import memory_errors
-from gpuaccept.hardware.hygiene import LIMITS as HYGIENE_LIMITS
-from gpuaccept.hardware.ib import judge_ib
-from gpuaccept.hardware.memory import judge_replay_window
-from gpuaccept.hardware.nvlink import link_errors
-from gpuaccept.hardware.xid import hardware_codes, judge_xid, parse_log
 from gpuaccept.judging.judge import Judge
 from gpuaccept.nodecheck.expected import GATED_FIELDS
 from gpuaccept.nodecheck.watchdog import Outcome
 from gpuaccept.results.metrics import MetricResult
+from gpuaccept.verdicts.environment import judge_expected_versions
+from gpuaccept.verdicts.gpu_health import (
+    judge_foreign_processes,
+    judge_gpu_count,
+    judge_memory_errors,
+    judge_xid,
+    parse_log,
+)
+from gpuaccept.verdicts.hygiene import judge_dev_shm_free, judge_limits
+from gpuaccept.verdicts.infiniband import expects_ib, judge_ib
+from gpuaccept.verdicts.memory import judge_replay_window
+from gpuaccept.verdicts.nvlink import judge_link_errors, judge_links_active
 
 __all__ = ["MIN_REPLAY_WINDOW_S", "Finding", "Verdicts", "judge_node"]
+#: the NVLink error counts the gate judges; CRC counts since boot are reported beside them, not judged
+NVLINK_ERRORS = ("nvlink_replay_errors", "nvlink_recovery_errors")
 
 #: the shortest window the PCIe replay rate is judged over: a Prolog seconds after an Epilog would turn
 #: one retransmission into tens per minute; a shorter window is kept open until a later check
@@ -84,6 +93,7 @@ class _Node:
 
     def __init__(self, judge: Judge, node: str, verdicts: Verdicts) -> None:
         self.judge, self.node, self.verdicts = judge, node, verdicts
+        self.limited = _Limited(self)
 
     def declared(self, metric: str) -> bool:
         return self.judge.declared(metric, self.node) is not None
@@ -91,18 +101,9 @@ class _Node:
     def missing(self, check: str, where: str, why: str) -> None:
         self.verdicts.findings.append(Finding(check, where, "not read", why, drains=False))
 
-    def check(self, metric: str, value: Any, gpu: str | None = None, **extra: Any) -> None:
-        """``judge.check`` where the SKU sets a limit; an unreadable value is reported, not judged."""
-        if not self.declared(metric):
-            return
-        if value is None:
-            self.missing(metric, gpu or "", "the reading gave no value")
-            return
-        self.judge.check(metric, value, node=self.node, gpu=gpu, **extra)
-
     def quietly(self, check: str, call: Any, *args: Any) -> None:
-        """Run one of the suite's hardware judges; its checks are on the judge, its verdict is ours: a
-        reading it could not take is a finding that does not drain."""
+        """Run one of the suite's judges; its checks are on the judge, its verdict is ours: a reading it
+        could not take is a finding that does not drain."""
         before = len(self.judge.results)
         try:
             call(*args)
@@ -113,27 +114,56 @@ class _Node:
                 self.missing(result.metric, _short(result), result.reason[:200])
 
 
+class _Limited:
+    """The judge the gate hands the suite's judges of limits it may not hold every SKU to (ECC, NVLink,
+    the job-step limits): a metric the node's SKU sets no limit for is left out, and a reading not taken is
+    a finding that does not drain (never recorded as a check). Everything else is the judge's own."""
+
+    def __init__(self, n: _Node) -> None:
+        self._n = n
+
+    def check(self, metric: str, value: Any, *, node: str, gpu: str | None = None, **extra: Any) -> Any:
+        if not self._n.declared(metric):
+            return None
+        if value is None:
+            self._n.missing(metric, gpu or "", "the reading gave no value")
+            return None
+        return self._n.judge.check(metric, value, node=node, gpu=gpu, **extra)
+
+    def unreadable(self, metric: str, why: str, *, node: str, gpu: str | None = None, **subject: Any) -> Any:
+        if self._n.declared(metric):
+            self._n.missing(metric, gpu or "", why)
+
+    def expect(self, name: str, observed: Any, expected: Any, *, node: str, **extra: Any) -> Any:
+        return self._n.judge.expect(name, observed, expected, node=node, **extra)
+
+    def info(self, metric: str, value: Any, *, node: str, **extra: Any) -> Any:
+        return self._n.judge.info(metric, value, node=node, **extra)
+
+    def stragglers(self, metric: str) -> list[Any]:
+        return self._n.judge.stragglers(metric)
+
+    def busy(self, processes: str, *, node: str, gpu: Any) -> Any:
+        return self._n.judge.busy(processes, node=node, gpu=gpu)
+
+    def sku(self, node: str) -> str:
+        return self._n.judge.sku(node)
+
+    def datasheet(self, sku: str, name: str) -> float | None:
+        return self._n.judge.datasheet(sku, name)
+
+    def declared(self, metric: str, node: str, scale: int | None = None) -> Any:
+        return self._n.judge.declared(metric, node, scale)
+
+
 def _gpus(n: _Node, gpus: dict[str, Any], declared: int | None, context: str, job: str | None) -> None:
-    rows = gpus.get("gpus") or []
     if declared is None:
         n.missing("gpu_count", "", "the node's declared GPUs (gres) are unknown")
     else:
-        n.judge.expect("gpu_count", len(rows), declared, node=n.node, nvml=gpus.get("nvml", True))
-    for gpu in rows:
-        label = gpu_label(gpu)
-        for metric, value, extra in memory_errors(gpu):
-            n.check(metric, value, label, **extra)
-        foreign = [
-            p for p in gpu.get("processes") or [] if p.get("job") is None or (context == "epilog" and p["job"] == job)
-        ]
-        n.judge.expect(
-            "gpu_foreign_processes",
-            ", ".join(f"{p['pid']} {p.get('name')}" for p in foreign) or "none",
-            "none",
-            node=n.node,
-            gpu=label,
-            processes=gpu.get("processes") or [],
-        )
+        n.quietly("gpu_count", judge_gpu_count, gpus, declared, n.judge, n.node)
+    for gpu in gpus.get("gpus") or []:
+        judge_memory_errors(gpu, n.limited, n.node)
+        judge_foreign_processes(gpu, n.judge, n.node, context, job)
 
 
 def _nvlink(n: _Node, gpus: dict[str, Any], boot: str, before: dict[str, Any]) -> dict[str, Any]:
@@ -147,16 +177,12 @@ def _nvlink(n: _Node, gpus: dict[str, Any], boot: str, before: dict[str, Any]) -
         if link is None:
             n.missing("nvlink_links_active", label or "", "no NVLink reading")
             continue
-        n.check("nvlink_links_active", link.get("active", 0), label)
+        judge_links_active(gpu, n.limited, n.node)
         if not link.get("active"):
             continue
         errors = link.get("errors") or {}
         last = before.get(str(gpu.get("uuid"))) or {}
-        counts, was = link_errors(errors), link_errors(last)
-        for metric in ("nvlink_replay_errors", "nvlink_recovery_errors"):  # CRC counts are reported, not judged
-            value, earlier = counts[metric], was[metric]
-            delta = None if value is None or earlier is None else value - earlier
-            n.check(metric, value, label, since_last_check=delta, crc_flit=errors.get("crc_flit"))
+        judge_link_errors(gpu, n.limited, n.node, NVLINK_ERRORS, last, crc_flit=errors.get("crc_flit"))
         keep[str(gpu.get("uuid"))] = {k: v for k, v in errors.items() if isinstance(v, int)}
     return {"boot_id": boot, "counters": keep}
 
@@ -194,12 +220,11 @@ def _xid(n: _Node, log: dict[str, Any], gpus: dict[str, Any], since: float | Non
     """
     if not n.declared("xid_hardware_codes"):
         return None
-    hardware = hardware_codes(n.judge.declared("xid_hardware_codes", n.node))
     events = parse_log(log.get("xid_lines") or [])
     window = [e.raw for e in events if since is None or e.uptime_s is None or e.uptime_s > since]
     data = {**log, "xid_lines": window, "gpus": gpus.get("gpus") or []}
     before = len(n.judge.results)
-    n.quietly("xid_hardware_events", judge_xid, data, n.judge, n.node, hardware)
+    n.quietly("xid_hardware_events", judge_xid, data, n.judge, n.node)
     mine = n.judge.results[before:]
     for result in mine:
         result.extra["window"] = "since boot" if since is None else f"since uptime {since:.0f} s"
@@ -209,35 +234,25 @@ def _xid(n: _Node, log: dict[str, Any], gpus: dict[str, Any], since: float | Non
 
 
 def _ib(n: _Node, ib: dict[str, Any]) -> None:
-    limit = n.judge.declared("ib_hca_count", n.node)
-    expects = limit is not None and bool(limit.min or limit.equal not in (None, 0, 0.0, "0"))
-    if not expects and not ib.get("hcas"):
-        return
-    layer = n.judge.declared("ib_link_layer", n.node)
-    n.quietly("ib_port_state", judge_ib, ib, n.judge, n.node, None if layer is None else str(layer.equal))
+    """The HCAs and ports, where the SKU expects InfiniBand or the node shows an HCA."""
+    if expects_ib(n.judge, n.node) or ib.get("hcas"):
+        n.quietly("ib_port_state", judge_ib, ib, n.judge, n.node)
 
 
 def _hygiene(n: _Node, data: dict[str, Any], job: str | None) -> None:
     """/dev/shm size and ulimits always; /dev/shm free space only on a node no other job runs on (a
     running job's own files there are its business; what is left when none runs is a leftover)."""
-    for metric in HYGIENE_LIMITS:
-        n.check(metric, data.get(metric))
+    judge_limits(data, n.limited, n.node)
     others = [j for j in data.get("jobs") or [] if j != job]
     if others:
         n.verdicts.skipped.append(f"dev_shm_free_gib: job(s) {', '.join(others)} running here")
     else:
-        n.check("dev_shm_free_gib", data.get("dev_shm_free_gib"))
+        judge_dev_shm_free(data, n.limited, n.node)
 
 
 def _versions(n: _Node, expected: dict[str, Any], gpus: dict[str, Any], stack: dict[str, Any]) -> None:
     observed = {"driver": gpus.get("driver"), "CUDA": gpus.get("cuda_driver"), "NCCL": stack.get("nccl")}
-    for label in GATED_FIELDS:
-        if expected.get(label) is None:
-            continue  # the accepted run had none (a CPU node has no driver): nothing to hold this node to
-        if observed[label] is None:
-            n.missing("versions_consistent", label, f"{label} unreadable here (expected {expected[label]})")
-            continue
-        n.judge.expect("versions_consistent", observed[label], expected[label], node=n.node, field=label)
+    n.quietly("versions_consistent", judge_expected_versions, observed, expected, GATED_FIELDS, n.judge, n.node)
 
 
 def judge_node(

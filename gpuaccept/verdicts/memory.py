@@ -13,7 +13,7 @@ from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike, gpu_label
 from gpuaccept.contracts.payloads import Sample, best_size_figure
-from gpuaccept.hardware.bench import bench_parts, p2p_result, record_busy
+from gpuaccept.verdicts.bench import bench_parts, p2p_result, record_busy
 
 __all__ = [
     "HOSTBW_METRICS",
