@@ -15,6 +15,7 @@ through a function's import still makes each file need the other (the tree holds
 from __future__ import annotations
 
 import ast
+import re
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -376,3 +377,37 @@ def test_a_file_circle_fails_through_a_late_import(tmp_path: Path) -> None:
         "gpuaccept/probes/container.py": "from gpuaccept.probes._protocol import emit\n",
     }
     assert _package_cycle(_module_arrows(_tree(tmp_path / "split", split))) is None
+
+
+def _tree_entries() -> dict[str, str]:
+    """docs/ARCHITECTURE.md's tree of ``gpuaccept/``: each top-level entry (``plugin.py``, ``probes/``) and
+    the text that describes it."""
+    lines = (PACKAGE.parent / "docs" / "ARCHITECTURE.md").read_text().splitlines()
+    start = lines.index("gpuaccept/")
+    entries: dict[str, str] = {}
+    name = ""
+    for line in lines[start + 1 : start + lines[start:].index("```")]:
+        head = re.match(r"^  ([a-z_]+/|[a-z_]+\.py|data/)", line)
+        if head:
+            name = head.group(1)
+        entries[name] = entries.get(name, "") + " " + line
+    return entries
+
+
+def test_the_architecture_tree_names_every_module_and_nothing_else() -> None:
+    """The tree a newcomer reads is the tree on disk: every top-level module and package, and every module
+    of a package, named in its package's entry (``__init__`` and ``__main__`` need no words)."""
+    tracked = [
+        p.relative_to(PACKAGE.parent)
+        for p in PACKAGE.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".yaml", ".j2")
+    ]
+    entries = _tree_entries()
+    tops = {p.parts[1] + ("/" if len(p.parts) > 2 else "") for p in tracked if p.name != "__init__.py"}
+    assert set(entries) == tops, f"the tree and gpuaccept/ differ: {sorted(set(entries) ^ tops)}"
+    missing = []
+    for path in tracked:
+        if len(path.parts) == 3 and path.suffix == ".py" and path.stem not in ("__init__", "__main__"):
+            if not re.search(rf"\b{re.escape(path.name)}\b", entries[path.parts[1] + "/"]):
+                missing.append(str(path))
+    assert not missing, f"docs/ARCHITECTURE.md's tree does not name: {missing}"
