@@ -87,7 +87,8 @@ def test_cluster_verdict(status, counts, accepted):
 
 def test_heat_map_cells_are_value_over_floor():
     (panel,) = gpus.heat_panels(_metrics(gpu_record()), CATALOGUE)
-    assert [c[0] for c in panel.columns] == [m for m, _title in gpus.heat_columns(CATALOGUE)]
+    measured = {m.metric for m in _metrics(gpu_record())}  # a heat column the record has no figure for is left out
+    assert [c[0] for c in panel.columns] == [m for m, _title in gpus.heat_columns(CATALOGUE) if m in measured]
     assert panel.metrics == ["matmul_bf16_tflops", "membw_tbps", "hostbw_h2d_gbps", "hostbw_d2h_gbps", "p2p_gbps"]
     assert len(panel.rows) == 16 and panel.rows[0] == ("gpu-a01", "0") and panel.rows[-1] == ("gpu-a02", "7")
     slow = panel.rows.index(("gpu-a02", "3"))
