@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -259,9 +261,13 @@ def write_summary(
     """Write atomically (a browser or a CI upload never reads half a page); then sign it with ``signer``,
     naming the record it was ``rendered_from``, or drop the signature of the page it replaced."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(path)
+    # a name of its own: two runs finishing at once in one reports folder each write their page whole, and
+    # the later one stands (one shared temporary name let the first rename take the second's file away)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
+    os.fchmod(fd, 0o644)  # a page to hand on, readable as a plain write leaves it (mkstemp makes it 0600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(html)
+    Path(name).replace(path)
     if signer is not None:
         sign_file(path, signer, "summary", rendered_from=rendered_from)
     else:
