@@ -41,19 +41,14 @@ class MarginRow:
 
 def margin_rows(metrics: Iterable[MetricResult], catalogue: Mapping[str, MetricSpec]) -> list[MarginRow]:
     """Each check's tightest place in the run, the tightest first (a failed check's margin is negative)."""
-    tightest: dict[str, MetricResult] = {}
+    tightest: dict[str, tuple[float, MetricResult]] = {}
     for m in metrics:
         margin = m.margin_pct
-        if margin is None:
-            continue
-        held = tightest.get(m.metric)
-        if held is None or margin < held.margin_pct:  # type: ignore[operator]
-            tightest[m.metric] = m
+        if margin is not None and (m.metric not in tightest or margin < tightest[m.metric][0]):
+            tightest[m.metric] = (margin, m)
     rows = []
-    for name, m in tightest.items():
-        margin = m.margin_pct
-        assert margin is not None and isinstance(m.value, (int, float))
+    for name, (margin, m) in tightest.items():
         spec = catalogue.get(name)
         why = spec.tight_margin if spec is not None and margin < TIGHT_MARGIN_PCT else None
-        rows.append(MarginRow(name, m.where, float(m.value), m.unit, m.limit_text(), margin, m.verdict, why))
+        rows.append(MarginRow(name, m.where, float(m.value), m.unit, m.limit_text(), margin, m.verdict, why))  # type: ignore[arg-type]
     return sorted(rows, key=lambda r: (r.margin_pct, r.check))

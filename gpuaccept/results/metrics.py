@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["JUDGED", "SUBJECT_KINDS", "MetricResult", "SubjectKind", "Verdict", "subject_of"]
+__all__ = ["JUDGED", "SUBJECT_KINDS", "MetricResult", "SubjectKind", "Verdict", "bounds_text", "subject_of"]
 
 Verdict = Literal["pass", "fail", "info", "unjudged", "unmeasured", "measured"]
 #: What a check is about, beside its node: the node itself, one GPU (``3 (0000:9A:00.0)``), a GPU pair
@@ -91,15 +91,9 @@ class MetricResult:
 
     def limit_text(self) -> str:
         """What was expected, as an operator reads it: ``>= 600``, ``== match``, ``no limit``."""
-        parts = []
-        if self.min is not None:
-            parts.append(f">= {self.min:g}")
-        if self.max is not None:
-            parts.append(f"<= {self.max:g}")
-        if self.equal is not None:
-            parts.append(f"== {self.equal}")
-        if parts:
-            return " and ".join(parts)
+        bounds = bounds_text(self.min, self.max, self.equal)
+        if bounds:
+            return bounds
         return {"info": "informational", "measured": "no limit yet (calibration)"}.get(self.verdict, "no limit")
 
     @property
@@ -117,10 +111,15 @@ class MetricResult:
             room.append((value - self.min) / abs(self.min))
         if self.max:
             room.append((self.max - value) / abs(self.max))
-        return round(min(room) * 100, 2) if room else None
+        return min(room) * 100 if room else None
+
+    def _margin_shown(self) -> float | None:
+        """``margin_pct`` as the record writes it (two decimals)."""
+        margin = self.margin_pct
+        return None if margin is None else round(margin, 2)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "margin_pct": self.margin_pct}
+        return {**asdict(self), "margin_pct": self._margin_shown()}
 
     def check_entry(self) -> dict[str, Any]:
         """The compact line a test's run-record entry lists for each check it judged."""
@@ -135,7 +134,7 @@ class MetricResult:
             "source": self.source,
             "reason": self.reason,
             "requirements": list(self.requirements),
-            "margin_pct": self.margin_pct,
+            "margin_pct": self._margin_shown(),
         }
 
     @classmethod
@@ -154,6 +153,19 @@ class MetricResult:
         if isinstance(old, dict) and "status" not in old:  # run/1 and /2: only a regression carried it
             data["extra"] = {**data["extra"], "baseline": _regression_of_run2(old, raw.get("value"))}
         return cls(**data)
+
+
+def bounds_text(low: float | None, high: float | None, equal: float | str | None) -> str:
+    """``>= 600``, ``<= 8``, ``>= 0.95 and <= 1.05``, ``== none``: a limit as an operator reads it ("" for none),
+    the one wording the record, the report and docs/requirements.md share."""
+    parts = []
+    if low is not None:
+        parts.append(f">= {low:g}")
+    if high is not None:
+        parts.append(f"<= {high:g}")
+    if equal is not None:
+        parts.append(f"== {equal}")
+    return " and ".join(parts)
 
 
 def _regression_of_run2(old: dict[str, Any], now: Any) -> dict[str, Any]:

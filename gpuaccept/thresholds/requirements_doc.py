@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpuaccept.results.metrics import bounds_text
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
 from gpuaccept.thresholds.requirements import Catalogue, load_catalogue
 from gpuaccept.thresholds.schema import Limit
@@ -57,14 +58,7 @@ def _cell(text: str) -> str:
 
 
 def _limit_text(limit: Limit) -> str:
-    parts = []
-    if limit.min is not None:
-        parts.append(f">= {limit.min:g}")
-    if limit.max is not None:
-        parts.append(f"<= {limit.max:g}")
-    if limit.equal is not None:
-        parts.append(f"== {limit.equal}")
-    return " and ".join(parts)
+    return bounds_text(limit.min, limit.max, limit.equal)
 
 
 def _limits(metric: str, thresholds: Thresholds) -> str:

@@ -28,10 +28,10 @@ def _check(value: float, lo: float | None = None, hi: float | None = None, verdi
 
 
 def test_margin_is_the_distance_to_the_nearest_limit_in_percent_of_it() -> None:
-    assert _check(110, lo=100).margin_pct == 10.0
-    assert _check(90, hi=100).margin_pct == 10.0
+    assert _check(110, lo=100).margin_pct == pytest.approx(10.0)
+    assert _check(90, hi=100).margin_pct == pytest.approx(10.0)
     assert _check(1.0, lo=0.95, hi=1.05).margin_pct == pytest.approx(4.76, abs=0.01)
-    assert _check(90, lo=100, verdict="fail").margin_pct == -10.0  # beyond the limit: negative
+    assert _check(90, lo=100, verdict="fail").margin_pct == pytest.approx(-10.0)  # beyond the limit: negative
 
 
 def test_no_margin_without_a_numeric_limit_or_against_a_limit_of_zero() -> None:
@@ -45,7 +45,7 @@ def test_the_record_and_each_test_entry_carry_the_margin() -> None:
     check = _check(120, lo=100)
     assert check.to_dict()["margin_pct"] == 20.0
     assert check.check_entry()["margin_pct"] == 20.0
-    assert MetricResult.from_dict(check.to_dict()).margin_pct == 20.0
+    assert MetricResult.from_dict(check.to_dict()).margin_pct == pytest.approx(20.0)
 
 
 def test_the_summary_lists_each_check_at_its_tightest_with_the_reason_only_when_close() -> None:
@@ -61,6 +61,14 @@ def test_the_summary_lists_each_check_at_its_tightest_with_the_reason_only_when_
     assert [(r.check, r.where) for r in rows] == [("gpu_pcie_width_max", "n1 GPU 0"), ("membw_tbps", "n1 GPU 1")]
     assert rows[0].why_tight and rows[0].tight
     assert rows[1].why_tight is None and rows[1].tight
+
+
+def _room(limit: Any, lowest: float, highest: float) -> float | None:
+    """The margin a run's figures leave under ``limit`` (percent; the floor judged on the lowest figure, the
+    ceiling on the highest), as the record computes it (``MetricResult.margin_pct``); None with no number."""
+    sides = [_check(lowest, lo=limit.min).margin_pct, _check(highest, hi=limit.max).margin_pct]
+    known = [side for side in sides if side is not None]
+    return min(known) if known else None
 
 
 def _limits(run: dict[str, Any]) -> dict[str, Any]:
@@ -80,19 +88,13 @@ def test_todays_limits_pass_every_healthy_run_and_say_why_a_figure_sits_close(ru
         limit = limits.get(metric)
         if limit is None:
             continue
-        room = []
-        if limit.min:
-            room.append((lowest - limit.min) / abs(limit.min) * 100)
-        if limit.max:
-            room.append((limit.max - highest) / abs(limit.max) * 100)
-        if not room:
+        room = _room(limit, lowest, highest)
+        if room is None:
             continue
-        if min(room) < 0:
+        if room < 0:
             failing.append(f"{metric}: {lowest}-{highest} against min {limit.min} max {limit.max}")
-        elif min(room) < TIGHT_MARGIN_PCT and not catalogue[metric].tight_margin:
-            unexplained.append(
-                f"{metric}: {min(room):.1f}% from its limit ({lowest}-{highest}; {limit.min}/{limit.max})"
-            )
+        elif room < TIGHT_MARGIN_PCT and not catalogue[metric].tight_margin:
+            unexplained.append(f"{metric}: {room:.1f}% from its limit ({lowest}-{highest}; {limit.min}/{limit.max})")
     assert not failing, f"a healthy {run['machine']} run fails today's limits: {failing}"
     assert not unexplained, f"within {TIGHT_MARGIN_PCT}% of the limit without a stated reason: {unexplained}"
 
@@ -105,9 +107,8 @@ def test_every_stated_reason_is_needed_by_some_healthy_run() -> None:
             limit = limits.get(metric)
             if limit is None:
                 continue
-            if limit.min and (lowest - limit.min) / abs(limit.min) * 100 < TIGHT_MARGIN_PCT:
-                needed.add(metric)
-            if limit.max and (limit.max - highest) / abs(limit.max) * 100 < TIGHT_MARGIN_PCT:
+            room = _room(limit, lowest, highest)
+            if room is not None and room < TIGHT_MARGIN_PCT:
                 needed.add(metric)
     stated = {name for name, spec in load_thresholds().metrics.items() if spec.tight_margin}
     assert stated <= needed, (
