@@ -57,24 +57,25 @@ def judge_matmul(bench: dict[str, Any], judge: JudgeLike, node: str) -> None:
 
 
 def judge_clock_events_under_load(data: dict[str, Any], judge: JudgeLike, node: str, label: str | None) -> None:
-    """``matmul_clock_events_failing``: the failing clock-event reasons in any size's sample under load (the
-    reported ones, such as the power cap a loaded board sits at, ride along); no sample read is unreadable."""
+    """``matmul_clock_events_failing``: the failing clock-event reasons in any size's sample under load."""
     masks = [f["during"].get("clock_event_reasons") for f in (data.get("by_size") or {}).values() if f.get("during")]
+    judge_clock_events("matmul_clock_events_failing", masks, judge, node, label, "while the matmul ran")
+
+
+def judge_clock_events(
+    metric: str, masks: list[Any], judge: JudgeLike, node: str, label: str | None, when: str
+) -> None:
+    """The failing clock-event reasons in the samples taken under load (the reported ones, such as the power cap
+    a loaded board sits at, ride along). Samples NVML gave no mask for are left out; none read at all is
+    unreadable: a GPU whose reasons could not be read has not shown that none were set."""
     read = [int(m) for m in masks if m is not None]
     if not read:
-        why = "NVML gave no clock-event reasons while the matmul ran"
-        judge.unreadable("matmul_clock_events_failing", why, node=node, gpu=label)
+        judge.unreadable(metric, f"NVML gave no clock-event reasons {when}", node=node, gpu=label)
         return
     failing = sorted({name for mask in read for name in decode_reasons(mask)[0]})
     reported = sorted({name for mask in read for name in decode_reasons(mask)[1]})
-    judge.check(
-        "matmul_clock_events_failing",
-        "+".join(failing) or "none",
-        node=node,
-        gpu=label,
-        reported="+".join(reported) or "none",
-        masks=read,
-    )
+    extra = {"reported": "+".join(reported) or "none", "masks": read, "unread": len(masks) - len(read)}
+    judge.check(metric, "+".join(failing) or "none", node=node, gpu=label, **extra)
 
 
 def tflops_drop_pct(intervals: list[dict[str, Any]]) -> float | None:
@@ -94,8 +95,8 @@ def judge_burn_in(records: Iterable[Any], judge: JudgeLike, node: str) -> None:
     for label, data in parts:
         intervals = (data.get("burn_in") or {}).get("intervals") or []
         judge.check("burnin_tflops_drop_pct", tflops_drop_pct(intervals), node=node, gpu=label, intervals=intervals)
-        failing = sorted({name for i in intervals for name in decode_reasons(i.get("clock_event_reasons"))[0]})
-        judge.check("burnin_clock_events_failing", "+".join(failing) or "none", node=node, gpu=label)
+        masks = [i.get("clock_event_reasons") for i in intervals]
+        judge_clock_events("burnin_clock_events_failing", masks, judge, node, label, "during the burn-in")
         values = [i["tflops"] for i in intervals]
         judge.check(
             "burnin_tflops",

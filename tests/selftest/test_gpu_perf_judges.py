@@ -178,6 +178,15 @@ def test_burn_in_drop_throttle_and_bitflip_fail(judge: Judge) -> None:
     assert "burnin_checksum_stable = changed during the burn-in" in text
 
 
+def test_burn_in_clock_events_never_read_are_an_error_not_none(judge: Judge) -> None:
+    """A burn-in whose samples carry no clock-event mask has not shown that no reason was set."""
+    unread = burn([675] * 6)
+    for interval in unread["burn_in"]["intervals"]:
+        interval["clock_event_reasons"] = None
+    with ends(judge, "error", match="GPU 1 .*burnin_clock_events_failing .*NVML gave no clock-event reasons"):
+        judge_burn_in([record(0, burn([668] * 6)), record(1, unread)], judge, "vm")
+
+
 def test_membw_and_hostbw(judge: Judge) -> None:
     judge_membw(
         bench(
