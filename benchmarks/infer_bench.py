@@ -2,7 +2,7 @@
 reference script (stock transformers' ``generate``) on the same card in one call to compare like with like.
 
     python3 benchmarks/infer_bench.py [--config fixtures/training/qwen2-7b.json] [--out infer.json]
-    CUBLAS_WORKSPACE_CONFIG=:4096:8 python3 benchmarks/infer_bench.py --deterministic   # as the suite runs it
+    CUBLAS_WORKSPACE_CONFIG=:4096:8 python3 benchmarks/infer_bench.py --deterministic   # as the suite serves
 
 Builds the seeded base on the GPU in bf16 (as the suite's 7B-class run does), then measures with
 ``gpuaccept.inference.bench.measure``: the base; LoRA r64 on every linear layer unmerged (eager static cache,
@@ -25,6 +25,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from gpuaccept.inference.bench import measure
 from gpuaccept.inference.decode import Decoder
+from gpuaccept.inference.kernels import serving_kernels
 from gpuaccept.training.config import FIXTURES
 from gpuaccept.training.data import encode, load_splits, load_tokenizer
 
@@ -50,12 +51,19 @@ def main() -> None:
     parser.add_argument(
         "--deterministic",
         action="store_true",
-        help="as the suite's 7B fine-tune runs (with CUBLAS_WORKSPACE_CONFIG=:4096:8 set before the run): "
-        "torch.use_deterministic_algorithms(True), to isolate what that costs decoding",
+        help="as the suite serves after its 7B fine-tune (with CUBLAS_WORKSPACE_CONFIG=:4096:8 set before the "
+        "run): torch.use_deterministic_algorithms(True) under gpuaccept.inference.kernels.serving_kernels",
     )
     args = parser.parse_args()
     if args.deterministic:
         torch.use_deterministic_algorithms(True)
+        with serving_kernels():
+            run(args)
+    else:
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
     hbm = args.hbm_tbps or (4.8 if "H200" in name else 3.35)

@@ -40,11 +40,32 @@ def _setting(name: str) -> None:
     torch.backends.cuda.enable_mem_efficient_sdp(name != "no-cudnn-memeff")
 
 
+def _profile(model: torch.nn.Module, prompts: list, width: int, pad: int, name: str, top: int) -> None:
+    """The same batch-32 steps run eagerly (the kernels a graph replays) under torch.profiler: the top kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    decoder = Decoder(model, len(prompts), width, 16, pad, "eager")
+    decoder.run(prompts)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        decoder.run(prompts)
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=top, max_name_column_width=90)
+    print(f"--- {name}: top {top} CUDA kernels, eager batch {len(prompts)}, 16 new tokens\n{table}", flush=True)
+    del decoder
+    torch.cuda.empty_cache()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpu", type=int, default=0)
     p.add_argument("--configs", default="default,det,det-nofill,no-cudnn,no-cudnn-memeff")
     p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        help="also print each setting's top N CUDA kernels of eager batch-32 steps (torch.profiler): where a "
+        "setting's time goes",
+    )
     args = p.parse_args()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # as the suite's fine-tune process has it
     torch.cuda.set_device(args.gpu)
@@ -73,6 +94,8 @@ def main() -> None:
             torch.cuda.empty_cache()
         out["t"] = round(time.time(), 1)
         print(json.dumps(out), flush=True)
+        if args.profile:
+            _profile(model, prompts[:32], width, pad, name, args.profile)
     torch.use_deterministic_algorithms(False)
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gpuaccept.inference.kernels import plain_writes, unsorted_cache_writes
+from gpuaccept.inference.kernels import packed_gqa, plain_writes, unsorted_cache_writes
 
 __all__ = ["MODES", "DecodeRun", "Decoder", "logits_fold"]
 
@@ -196,7 +196,12 @@ class Decoder:
     @torch.no_grad()
     def run(self, prompts: Sequence[Sequence[int]]) -> DecodeRun:
         """Prefill, then ``new_tokens - 1`` steps: in graph mode the first runs eagerly on a side stream (the
-        warm-up a capture needs), is captured once per decoder, and the rest are replays, timed together."""
+        warm-up a capture needs), is captured once per decoder, and the rest are replays, timed together. The
+        steps' attention reads each cached key and value once (``kernels.packed_gqa``)."""
+        with packed_gqa(self.model):
+            return self._run(prompts)
+
+    def _run(self, prompts: Sequence[Sequence[int]]) -> DecodeRun:
         lengths = [len(p) for p in prompts]
         self._sync()
         started = time.perf_counter()

@@ -10,6 +10,14 @@ NaN fill only touches memory that is written before it is read, and an ``index_c
 algorithms on for everything that computes (matrix products, attention), drops the fills, and writes the
 cache and the tokens with ``index_copy_``'s plain kernel.
 
+Attention of one new token against a grouped-query cache (7 query heads share each key/value head in the 7B
+shape): transformers' SDPA path copies every layer's keys and values out to one per query head before the kernel
+when a mask is given (``repeat_kv``: three copies a layer, 9% of an H200's batch-32 step, docs/measurements.md
+'Serving kernels'). ``packed_gqa`` instead lays a head group's queries out as that key/value head's queries, so
+the kernel reads each cached key and value once; transformers itself does the same for one query token from 5.2x
+(``pack_gqa`` in ``transformers/integrations/sdpa_attention.py``). Prompts (more than one query token) keep
+transformers' own path.
+
 Default kernels throughout were measured too: as fast, and bit-identical on four H200s in a fresh process,
 but the suite's own serving after the fine-tune gave four different batch-32 checksums on the same four GPUs
 (docs/measurements.md 'Serving kernels'): not reproducible where the suite serves, so not used. The agreement
@@ -26,10 +34,15 @@ from typing import Any
 import torch
 import torch.utils.deterministic
 
-__all__ = ["SERVING_KERNELS", "plain_writes", "serving_kernels", "unsorted_cache_writes"]
+__all__ = ["SERVING_KERNELS", "packed_gqa", "plain_writes", "serving_kernels", "unsorted_cache_writes"]
 
 #: What the record says the model was served with
-SERVING_KERNELS = "deterministic algorithms without NaN fills; cache and token writes by index_copy_'s plain kernel"
+SERVING_KERNELS = (
+    "deterministic algorithms without NaN fills; cache and token writes by index_copy_'s plain kernel; "
+    "one-token attention with each key/value head's query group packed (no repeated keys and values)"
+)
+#: The name the packed attention is registered under in transformers' attention functions
+PACKED_GQA = "gpuaccept_sdpa_packed_gqa"
 
 
 @contextmanager
@@ -80,3 +93,47 @@ def _plain(update: Callable[..., Any]) -> Callable[..., Any]:
 
     write._gpuaccept_plain = True  # type: ignore[attr-defined]
     return write
+
+
+def _packed_gqa_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """SDPA for one query token with a key/value head's query heads as its queries: (batch, heads, 1, dim) ->
+    (batch, kv_heads, groups, dim) against the cache's (batch, kv_heads, length, dim), mask (batch, 1, 1, length)
+    broadcast over both. Anything else (prompts, no grouping) goes to transformers' own SDPA function."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    groups = int(getattr(module, "num_key_value_groups", 1))
+    if query.shape[2] != 1 or groups == 1 or (attention_mask is not None and attention_mask.shape[1] != 1):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)  # type: ignore[no-any-return]
+    batch, heads, _, dim = query.shape
+    packed = query.reshape(batch, heads // groups, groups, dim)
+    out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, attn_mask=attention_mask, scale=scaling)
+    return out.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
+@contextmanager
+def packed_gqa(model: Any) -> Iterator[bool]:
+    """The model's attention switched to ``_packed_gqa_attention`` for the block when it runs transformers' SDPA
+    (other implementations are left alone); yields whether it switched. A CUDA graph captured inside keeps the
+    packed kernels for its replays."""
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "_attn_implementation", None) != "sdpa":
+        yield False
+        return
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    AttentionInterface.register(PACKED_GQA, _packed_gqa_attention)
+    AttentionMaskInterface.register(PACKED_GQA, sdpa_mask)
+    config._attn_implementation = PACKED_GQA
+    try:
+        yield True
+    finally:
+        config._attn_implementation = "sdpa"

@@ -99,3 +99,40 @@ def test_the_solo_adapter_kept_and_served_at_the_end_gives_what_the_trained_mode
     assert kept["decode_1"]["tokens"] == direct["decode_1"]["tokens"]
     assert kept["decode_1"]["checksum"] == direct["decode_1"]["checksum"]
     assert strategy.serve_own(tokenizer, test_ex, device) is None, "served twice"
+
+
+def test_packed_attention_equals_transformers_own_and_the_decoder_uses_it_only_while_it_runs() -> None:
+    """One query token against a grouped-query cache: the packed kernel gives transformers' repeated-heads
+    result (to float32 rounding), prompts keep transformers' path, and the model's attention is restored."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from gpuaccept.inference import kernels
+
+    class Layer(torch.nn.Module):
+        num_key_value_groups = 4
+        is_causal = True
+
+    torch.manual_seed(0)
+    query, key, value = torch.randn(3, 8, 1, 16), torch.randn(3, 2, 11, 16), torch.randn(3, 2, 11, 16)
+    mask = torch.rand(3, 1, 1, 11) > 0.3
+    mask[..., -1] = True
+    packed, _ = kernels._packed_gqa_attention(Layer(), query, key, value, mask, scaling=0.25)
+    own, _ = sdpa_attention_forward(Layer(), query, key, value, mask, scaling=0.25)
+    assert packed.shape == own.shape == (3, 1, 8, 16)
+    torch.testing.assert_close(packed, own)
+    model = _tiny()
+    seen: list[tuple[int, ...]] = []
+    original = kernels._packed_gqa_attention
+
+    def spy(module, query, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(tuple(query.shape))
+        return original(module, query, *args, **kwargs)
+
+    kernels._packed_gqa_attention = spy
+    try:
+        Decoder(model, len(PROMPTS), 10, 6, 0, "eager").run(PROMPTS)
+    finally:
+        kernels._packed_gqa_attention = original
+    layers = model.config.num_hidden_layers
+    assert [s[2] for s in seen] == [10] * layers + [1] * 5 * layers  # the prompt, then 5 one-token steps
+    assert model.config._attn_implementation == "sdpa"
