@@ -2,7 +2,8 @@
 
 The fine-tune runs with ``torch.use_deterministic_algorithms(True)`` (bit-identical training on every GPU of a
 SKU and stack). Left as it is while serving, it slows decoding by 21% on an H100 and 25% on an H200, in two
-places (docs/measurements.md 'Serving kernels'): every new tensor is NaN-filled
+places (docs/measurements.md '4 x H200 SXM 141GB, 2026-11-27: time limits from the plan,
+serving kernels, a slow GPU'): every new tensor is NaN-filled
 (``torch.utils.deterministic.fill_uninitialized_memory``), and the static KV cache's ``index_copy_`` (and the
 decoder's own token write) become a sort-based ``index_put_``. Neither is needed for identical results: a
 NaN fill only touches memory that is written before it is read, and an ``index_copy_`` to distinct positions
@@ -11,18 +12,19 @@ algorithms on for everything that computes (matrix products, attention), drops t
 cache and the tokens with ``index_copy_``'s plain kernel.
 
 Attention of one new token against a grouped-query cache (7 query heads share each key/value head in the 7B
-shape): transformers' SDPA path copies every layer's keys and values out to one per query head before the kernel
-when a mask is given (``repeat_kv``: three copies a layer, 9% of an H200's batch-32 step, docs/measurements.md
-'Serving kernels'). ``packed_gqa`` instead lays a head group's queries out as that key/value head's queries, so
-the kernel reads each cached key and value once; transformers itself does the same for one query token from 5.2x
-(``pack_gqa`` in ``transformers/integrations/sdpa_attention.py``). Prompts (more than one query token) keep
+shape): transformers' SDPA path copies every layer's keys and values out to one per query head before the
+kernel when a mask is given (``repeat_kv``, three copies a layer). ``packed_gqa`` instead lays a head group's
+queries out as that key/value head's queries, so the kernel reads each cached key and value once, with the same
+logits to the bit; batch 32 then decodes 1.45x faster (docs/measurements.md '1 x H100 80GB HBM3 and 1 x H200 SXM
+141GB, 2026-11-27: batch-32 decode with packed attention'). transformers does the same for one query token from
+5.2x (``pack_gqa`` in ``transformers/integrations/sdpa_attention.py``). Prompts (more than one query token) keep
 transformers' own path.
 
-Default kernels throughout were measured too: as fast, and bit-identical on four H200s in a fresh process,
-but the suite's own serving after the fine-tune gave four different batch-32 checksums on the same four GPUs
-(docs/measurements.md 'Serving kernels'): not reproducible where the suite serves, so not used. The agreement
-check (every GPU's tokens and logits checksum, ``gpuaccept.verdicts.inference.judge_agreement``) and graph
-against eager hold the result on every run.
+Default kernels throughout were measured too: as fast, and bit-identical on four H200s in a fresh process, but the
+suite's own serving after the fine-tune gave four different batch-32 checksums on the same four GPUs
+(docs/measurements.md '4 x H200 SXM 141GB, 2026-11-27: time limits from the plan, serving kernels, a slow GPU'): not
+reproducible where the suite serves, so not used. The agreement check (every GPU's tokens and logits checksum,
+``gpuaccept.verdicts.inference.judge_agreement``) and graph against eager hold the result on every run.
 """
 
 from __future__ import annotations
