@@ -87,13 +87,16 @@ def link_layer(judge: JudgeLike, node: str) -> str | None:
 
 
 def expects_ib(judge: JudgeLike, node: str) -> bool:
-    """The SKU (or site) expects at least one compute HCA on the node."""
+    """The SKU (or site) expects at least one compute HCA on the node. With ``declares_no_ib``, one reading of
+    ``ib_hca_count`` in three states: expected (a floor above zero), absent (no limit, or only zero admitted),
+    or optional (a limit admitting zero and more: neither function holds, and a node's own HCAs decide)."""
     limit = judge.declared("ib_hca_count", node)
     return limit is not None and bool(limit.min or limit.equal not in (None, 0, 0.0, "0"))
 
 
 def declares_no_ib(judge: JudgeLike, node: str) -> bool:
-    """The SKU declares InfiniBand absent (no ``ib_hca_count`` limit, or one admitting only zero)."""
+    """The SKU declares InfiniBand absent (no ``ib_hca_count`` limit, or one admitting only zero); see
+    ``expects_ib`` for the third, optional state."""
     return declares_absent(judge.declared("ib_hca_count", node))
 
 
