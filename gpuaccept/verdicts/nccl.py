@@ -294,6 +294,12 @@ def pair_reference(
     return median_busbw([t for t in tables[smallest] if t.nodes not in failing.get(smallest, {})])
 
 
+def pair_limits(judge: Judge, suspect: str) -> tuple[Limit | None, float]:
+    """What a second-pass pair with ``suspect`` is held to: the suspect's all_reduce floor at two nodes (a pair
+    is a 2-node group) and the straggler margin below the first pass."""
+    return judge.declared(metric_name("all_reduce", True), suspect, 2), float(judge.setting("straggler_pct"))
+
+
 def pair_outcome(
     table: GroupTable, *, floor: Limit | None, reference: float | None, straggler_pct: float
 ) -> PairOutcome:

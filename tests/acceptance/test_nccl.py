@@ -42,6 +42,7 @@ from gpuaccept.verdicts.nccl import (
     judge_fidelity,
     judge_node,
     judge_scale,
+    pair_limits,
     pair_outcome,
     pair_reference,
 )
@@ -296,7 +297,6 @@ def test_nccl_node_at_fault(suspect, cluster, judge, settings):
     """The node's verdict from the scales and, if one of its groups failed, from pairs with good nodes."""
     if suspect is None:
         pytest.skip("the allocation has one node: no multi-node scale")
-    metric = metric_name("all_reduce", True)
 
     def measure(nodes: list[str]) -> tuple[list[str], dict, dict]:
         if suspect in cluster.lost:  # named where it was lost (its own node-local case or the step's test)
@@ -312,8 +312,7 @@ def test_nccl_node_at_fault(suspect, cluster, judge, settings):
         print(f"{suspect}: {role}")
         judge_cleared(suspect, tables, nodes, role, judge)
         return
-    floor = judge.declared(metric, suspect, 2)
-    ref = pair_reference(tables, failing)
-    pairs = _pair_pass(cluster, settings, suspects, good, floor, ref, judge.setting("straggler_pct"))
+    floor, pct = pair_limits(judge, suspect)
+    pairs = _pair_pass(cluster, settings, suspects, good, floor, pair_reference(tables, failing), pct)
     pairs = {p: v for p, v in pairs.items() if all(n not in cluster.lost for n in p)}  # incomplete: blames nobody
     judge_blame(suspect, pairs, suspects, good, first, failing[first], judge)
