@@ -129,9 +129,12 @@ def packed_gqa(model: Any) -> Iterator[bool]:
     if config is None or getattr(config, "_attn_implementation", None) != "sdpa":
         yield False
         return
-    from transformers import AttentionInterface, AttentionMaskInterface
-    from transformers.masking_utils import sdpa_mask
-
+    try:
+        from transformers import AttentionInterface, AttentionMaskInterface
+        from transformers.masking_utils import sdpa_mask
+    except ImportError:  # a transformers without pluggable attention: its own SDPA path, unpacked
+        yield False
+        return
     AttentionInterface.register(PACKED_GQA, _packed_gqa_attention)
     AttentionMaskInterface.register(PACKED_GQA, sdpa_mask)
     config._attn_implementation = PACKED_GQA
