@@ -54,6 +54,7 @@ from gpuaccept.probes._where import ran_in
 __all__ = [
     "PART_SENTINEL",
     "RENDEZVOUS_PORTS",
+    "RENDEZVOUS_SLICE",
     "SENTINEL",
     "STAGE_SENTINEL",
     "RankInfo",
@@ -130,6 +131,9 @@ def rank_info() -> RankInfo:
 #: 2-core loopback cluster, 2026-11-26, job 16845's per-node NCCL step on a port in 32768-49999 died with
 #: torch's "Failed to recv, got 0 bytes".
 RENDEZVOUS_PORTS = range(20000, 32768)
+#: A slice of ``RENDEZVOUS_PORTS`` (``FIRST-LAST``) for the steps started from one environment: the selftests
+#: give each pytest-xdist worker its own, so the steps of two loopback clusters on one host never pick one port.
+RENDEZVOUS_SLICE = "GPUACCEPT_RENDEZVOUS_PORTS"
 
 
 def rendezvous_port(job: int, step: int, node: int = 0) -> int:
@@ -137,7 +141,23 @@ def rendezvous_port(job: int, step: int, node: int = 0) -> int:
     *and* step (two jobs' step 0 on one host must not meet: EADDRINUSE on 29500, 2026-11-22) and per node
     for node-local rendezvous (every loopback node is one host). The multipliers are primes, so
     neighbouring jobs, steps and nodes spread over the whole range rather than onto neighbouring ports."""
-    return RENDEZVOUS_PORTS.start + (job * 1009 + step * 131 + node) % len(RENDEZVOUS_PORTS)
+    ports = _rendezvous_slice()
+    return ports.start + (job * 1009 + step * 131 + node) % len(ports)
+
+
+def _rendezvous_slice() -> range:
+    """``RENDEZVOUS_PORTS``, or the slice of it ``GPUACCEPT_RENDEZVOUS_PORTS`` names (every rank of a step gets
+    the submitter's environment, so all of them read the same slice)."""
+    text = os.environ.get(RENDEZVOUS_SLICE)
+    if not text:
+        return RENDEZVOUS_PORTS
+    first, _, last = text.partition("-")
+    ports = range(int(first), int(last) + 1)
+    if not ports or ports.start < RENDEZVOUS_PORTS.start or ports.stop > RENDEZVOUS_PORTS.stop:
+        raise ValueError(
+            f"{RENDEZVOUS_SLICE}={text}: not a slice of {RENDEZVOUS_PORTS.start}-{RENDEZVOUS_PORTS.stop - 1}"
+        )
+    return ports
 
 
 def _first_step_node() -> str | None:

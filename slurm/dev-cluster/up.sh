@@ -47,6 +47,8 @@ usage: up.sh --nodes N [--gpus] [--gpus-per-node G] [--cpus-per-node C] [--dir D
                       pyxis's runtime_path is CLUSTER/pyxis
 
 environment: GPUACCEPT_SLURM_BASE_PORT (first of N+1 ports; default: a free range picked at random),
+  GPUACCEPT_SLURM_PORTS (FIRST-LAST: where that random range lies, default 10000-19999; the selftests
+  give each pytest-xdist worker its own, so two workers' clusters never pick one port),
   GPUACCEPT_DEV_TIMEOUT (seconds to wait for IDLE nodes, default 60),
   GPUACCEPT_DEV_GPU_FILE (gres device path stem, default /dev/nvidia; for tests without GPUs)
 EOF
@@ -210,15 +212,22 @@ conf=$dir/slurm.conf
 # A random free range in 10000-19999: below the kernel's ephemeral range (32768+), so two clusters do
 # not clash, and below the probes' rendezvous ports (20000-32767, gpuaccept/probes/_protocol.py), so a
 # probe's TCP store never lands on a slurmd's port (seen in CI: a rank connected to a daemon that closed
-# the connection, "Failed to recv, got 0 bytes", with the daemons in 20000-32000).
+# the connection, "Failed to recv, got 0 bytes", with the daemons in 20000-32000). A range checked free
+# can still be taken by another cluster starting at the same moment: GPUACCEPT_SLURM_PORTS gives each
+# of several starters (pytest-xdist workers, .ci/run) a part of its own.
 if [[ -n ${GPUACCEPT_SLURM_BASE_PORT:-} ]]; then
   base=$GPUACCEPT_SLURM_BASE_PORT
 else
-  base=$(python3 - "$((nodes + 1))" <<'PY'
+  ports=${GPUACCEPT_SLURM_PORTS:-10000-19999}
+  [[ $ports =~ ^([0-9]+)-([0-9]+)$ ]] && ((BASH_REMATCH[1] >= 1024 && BASH_REMATCH[2] < 20000)) ||
+    die "GPUACCEPT_SLURM_PORTS='$ports': not FIRST-LAST within 1024-19999"
+  base=$(python3 - "$((nodes + 1))" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" <<'PY'
 import random, socket, sys
-count = int(sys.argv[1])
+count, first, last = (int(v) for v in sys.argv[1:])
+if last + 1 - first < count:
+    sys.exit("GPUACCEPT_SLURM_PORTS %d-%d: fewer than %d ports" % (first, last, count))
 for _ in range(200):
-    base = random.randrange(10000, 20000 - count)
+    base = random.randrange(first, last + 2 - count)
     socks = []
     try:
         for port in range(base, base + count):

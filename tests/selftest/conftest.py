@@ -1,7 +1,8 @@
 """Selftest fixtures: a real loopback Slurm cluster (never a mocked srun) and pytest-in-pytest runs.
 
 ``dev_cluster`` reuses the cluster ``.ci/run`` started (``GPUACCEPT_DEV_CLUSTER`` + ``SLURM_CONF`` in
-the environment) or starts its own with ``slurm/dev-cluster/up.sh`` and stops it at the end. Without
+the environment; under ``pytest -n``, in the first worker only) or starts its own with
+``slurm/dev-cluster/up.sh`` and stops it at the end. Without
 Slurm installed the Slurm selftests skip locally, but fail in CI (``CI=true``): CI must prove them.
 """
 
@@ -32,8 +33,23 @@ DOWN = REPO / "slurm" / "dev-cluster" / "down.sh"
 _LOOPBACK_NAMES = frozenset({"dev_cluster", "start_cluster", "UP", "KILL_NODE"})
 _INNER_NAMES = frozenset({"run_inner", "pytester", "testdir"})
 _INNER_STRINGS = frozenset({"gpuaccept-calibrate", "gpuaccept.calibrate.cli"})
+#: which selftests ``pytest -n N --dist loadgroup`` runs on one worker (``xdist_group``): those whose inner runs
+#: train through tests/acceptance/test_training.py share one, since the fine-tunes of a shape write the same
+#: ``reports/training/<shape>`` under the repository (its rootdir: 2r-node1 of two such runs at once is one
+#: folder, and one run reloads the other's adapter); every other module keeps its tests together, so a module
+#: fixture's inner run is made once
+_TRAINING_STRINGS = frozenset({"test_training.py"})
+_TRAINING_GROUP = "reports/training"
+#: Under ``pytest -n N`` each worker's loopback clusters and steps keep to ports of their own, so two workers'
+#: clusters never meet on a port by construction, not by luck: worker K's Slurm daemons take their base from
+#: the K-th thousand of these (``up.sh``'s ``GPUACCEPT_SLURM_PORTS``; ``.ci/run``'s own cluster 10000-10999 below
+#: them, perftest's 18515 above), and its steps rendezvous in the K-th of N equal slices of the next range
+#: (``GPUACCEPT_RENDEZVOUS_PORTS``, ``gpuaccept/probes/_protocol.py``), below the local launcher's 29400-29899
+WORKER_DAEMON_PORTS = range(11000, 18000)
+WORKER_RENDEZVOUS_PORTS = range(20000, 29400)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
@@ -41,11 +57,38 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             continue
         item.add_marker(pytest.mark.selftest)
         names, strings = _references(item, here)
-        if names & _LOOPBACK_NAMES:
+        loopback = bool(names & _LOOPBACK_NAMES)
+        if loopback:
             item.add_marker(pytest.mark.loopback)
         # ``[sys.executable, "-m", "pytest", ...]``: both strings (assertion rewriting adds "pytest" alone)
         if names & _INNER_NAMES or strings & _INNER_STRINGS or {"-m", "pytest"} <= strings:
             item.add_marker(pytest.mark.inner)
+        group = _TRAINING_GROUP if loopback and strings & _TRAINING_STRINGS else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # the longest group first (about half the loopback selftests' time), the others after it in file order
+        # (``--no-loadscope-reorder``): the other workers take the rest meanwhile, none trains alone at the end
+        items.sort(key=lambda item: _TRAINING_GROUP not in [m.args[0] for m in item.iter_markers("xdist_group")])
+
+
+def worker_ports(index: int, count: int) -> tuple[range, range]:
+    """xdist worker ``index`` of ``count``: the ports its clusters' daemons and its steps' rendezvous take."""
+    daemons = range(WORKER_DAEMON_PORTS.start + 1000 * index, WORKER_DAEMON_PORTS.start + 1000 * (index + 1))
+    if daemons.stop > WORKER_DAEMON_PORTS.stop:
+        raise pytest.UsageError(f"at most {len(WORKER_DAEMON_PORTS) // 1000} xdist workers: each needs 1000 ports")
+    size = len(WORKER_RENDEZVOUS_PORTS) // count
+    start = WORKER_RENDEZVOUS_PORTS.start + size * index
+    return daemons, range(start, start + size)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist worker's ports (``worker_ports``), in the environment every cluster and step it starts inherits."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        count = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+        daemons, rendezvous = worker_ports(int(worker.removeprefix("gw")), count)
+        os.environ["GPUACCEPT_SLURM_PORTS"] = f"{daemons.start}-{daemons.stop - 1}"
+        os.environ["GPUACCEPT_RENDEZVOUS_PORTS"] = f"{rendezvous.start}-{rendezvous.stop - 1}"
 
 
 def _references(item: pytest.Item, here: Path) -> tuple[set[str], set[str]]:
@@ -150,17 +193,45 @@ def start_cluster(
         raise RuntimeError(f"up.sh failed ({done.returncode}):\n{done.stderr[-3000:]}")
     exports = _parse_exports(done.stdout)
     env = {**base, **exports, **(extra_env or {})}
-    return DevCluster(env, Path(exports["GPUACCEPT_DEV_CLUSTER"]), [f"node{i}" for i in range(1, nodes + 1)])
+    cluster = DevCluster(env, Path(exports["GPUACCEPT_DEV_CLUSTER"]), [f"node{i}" for i in range(1, nodes + 1)])
+    _check_ports(cluster, base.get("GPUACCEPT_SLURM_PORTS"))
+    return cluster
+
+
+def _check_ports(cluster: DevCluster, ports: str | None) -> None:
+    """The cluster's daemons on the ports ``GPUACCEPT_SLURM_PORTS`` gave it (an xdist worker's own)."""
+    if not ports or os.environ.get("GPUACCEPT_SLURM_BASE_PORT"):
+        return
+    first, last = (int(v) for v in ports.split("-"))
+    conf = (cluster.directory / "slurm.conf").read_text().splitlines()
+    used = [
+        int(tok.split("=")[1])
+        for line in conf
+        for tok in line.split()
+        if tok.startswith(("SlurmctldPort=", "SlurmdPort=", "Port="))
+    ]
+    if not used or not all(first <= port <= last for port in used):
+        stop_cluster(cluster)
+        raise RuntimeError(f"up.sh put the daemons on {used}, outside GPUACCEPT_SLURM_PORTS={ports}")
 
 
 def stop_cluster(cluster: DevCluster) -> None:
     subprocess.run(["bash", str(DOWN), str(cluster.directory)], env=cluster.env, capture_output=True, timeout=120)
 
 
+def _first_session() -> bool:
+    """Whether this session is the only one of its run, or the first xdist worker (``gw0``) of several."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0"
+
+
 @pytest.fixture(scope="session")
 def dev_cluster() -> Iterator[DevCluster]:
-    """The shared 2-node loopback cluster for selftests that do not break it."""
-    if os.environ.get("GPUACCEPT_DEV_CLUSTER") and os.environ.get("SLURM_CONF"):
+    """The shared 2-node loopback cluster for selftests that do not break it.
+
+    The environment's cluster serves one session only: under ``pytest -n N`` the first worker takes it and
+    every other worker starts its own. Its job list is the tests' leak check and its last job id the dry
+    runs' proof that nothing was submitted: a second worker's jobs on the same cluster would fail both."""
+    if _first_session() and os.environ.get("GPUACCEPT_DEV_CLUSTER") and os.environ.get("SLURM_CONF"):
         env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
         names = subprocess.run(
             ["sinfo", "-h", "-N", "-o", "%N"], env=env, capture_output=True, text=True
