@@ -201,24 +201,29 @@ def test_a_6_5b_checkpoint_on_the_h100_is_judged_by_mfu_and_the_seeds_contract_n
 
 
 def test_a_gpu_decoding_slowly_fails_by_mbu_naming_it() -> None:
-    """The serving figures of one H100 80GB HBM3 (2026-11-26) with one GPU's decode slowed to 0.6x: its MBU (29.77%)
-    misses the floor of 31 and the check names that GPU; the same figures unslowed pass (49.6%)."""
+    """The serving figures of one H100 80GB HBM3 (2026-11-26) with one GPU's batch-1 decode slowed to 0.6x: its
+    MBU (29.77%) misses the floor of 41 and the check names that GPU; unslowed, the same check passes (49.6%).
+    The batch-1 check is the one held here: the recording predates packed one-token attention, and its batch-32
+    figure (33.4%) is below today's floor of 38 (docs/measurements.md '1 x H100 80GB HBM3 and 1 x H200 SXM 141GB,
+    2026-11-27: batch-32 decode with packed attention')."""
     import dataclasses
 
     from gpuaccept.verdicts.inference import judge_serving
 
     from .ending import ends
 
+    gpu = "3 (00000000:9A:00.0)"
     record = h100_run("finetune-scale-h100.out")[0]
     judge = h100_judge()
-    with ends(judge, "passed"):
-        judge_serving(judge, record, "3 (00000000:9A:00.0)")
+    judge_serving(judge, record, gpu)
+    batch_1 = [r for r in judge.results if r.metric == "infer_decode_mbu_pct"]
+    assert [(r.subject, r.verdict, r.value) for r in batch_1] == [(gpu, "pass", 49.62)]
     serving = record.data["serving"]
     slow = {**serving["decode_1"], "read_tb_per_s": serving["decode_1"]["read_tb_per_s"] * 0.6}
     slowed = dataclasses.replace(record, data={**record.data, "serving": {**serving, "decode_1": slow}})
     judge = h100_judge()
     with ends(judge, "failed", match=r"GPU 3 \(00000000:9A:00.0\): infer_decode_mbu_pct = 29.77 %"):
-        judge_serving(judge, slowed, "3 (00000000:9A:00.0)")
+        judge_serving(judge, slowed, gpu)
 
 
 def test_a_checkpoint_on_cpu_ranks_reports_its_decode() -> None:
