@@ -10,7 +10,7 @@ each process reports keeps that meaning under any distribution.
 
 Pure functions: the ``nccl`` probe splits with ``split_rails``; the fabric test names rails with
 ``rail_label`` and re-tests a failing rail's nodes in pairs with ``rail_rounds``
-(``gpuaccept.nccl.plan`` gives the pairs, ``verdicts.nccl.attribute`` the blame).
+(``gpuaccept.nccl.plan`` gives the pairs, ``verdicts.nccl_blame.attribute`` the blame).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ a clean run of the survivors alone would plan them.
 
 The scales are collected once, from the allocation (pytest parametrizes before any test runs):
 ``live_scale`` maps each collected scale to the one it means now. The blame from the second pass
-is ``verdicts.nccl.attribute``. Plain data throughout, so the selftests drive it without a cluster.
+is ``verdicts.nccl_blame.attribute``. Plain data throughout, so the selftests drive it without a cluster.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ judges here hand every figure to the judging core, and say where a test does not
 * ``judge_transport``: each rank's NCCL network plugin, GPUDirect RDMA, HCA affinity, and every declared
   HCA used;
 * ``judge_rail``, ``judge_rail_blame``: busbw per rail against its floor and the rail HCA's line rate,
-  every result right, and a failing rail's nodes blamed from the pairs (``verdicts.nccl.attribute``);
+  every result right, and a failing rail's nodes blamed from the pairs (``verdicts.nccl_blame.attribute``);
 * ``judge_rdma_pairs``, ``judge_rdma_unpaired``, ``judge_hca_blame``: perftest bandwidth, share of line
   rate and p99 latency per HCA pair, what could not be paired, and the second pass's blame.
 
@@ -34,7 +34,7 @@ from gpuaccept.fabric.rdma import PairResult
 from gpuaccept.fabric.schedule import Endpoint, Pairing
 from gpuaccept.fabric.transport import RankTransport, hca_usage, observe_rank
 from gpuaccept.verdicts.infiniband import expects_ib, no_compute_hca
-from gpuaccept.verdicts.nccl import Blame, attribute
+from gpuaccept.verdicts.nccl_blame import Blame, attribute
 from gpuaccept.verdicts.nccl_lines import wrong_lines
 
 __all__ = [

@@ -6,9 +6,7 @@ the group tables (``contracts.nccl_sweep.group_tables``), then hands them here, 
 * a multi-node scale (``group_failures``, ``judge_scale``): a group fails when a collective misses its
   floor (``metric@N`` first), its all_reduce busbw is more than ``straggler_pct`` below the median
   group, its scaling efficiency misses its limit, or a result was wrong;
-* the bad node (``pair_outcome``, ``attribute``, ``judge_cleared``, ``judge_blame``): Google
-  cluster-health-scanner's second pass; a suspect failing with a trusted partner is at fault, one that
-  passes is cleared. ``attribute`` also blames the HCAs and rails of ``verdicts.fabric``.
+* the bad node: ``verdicts.nccl_blame``, the second pass over the suspects these tables make.
 
 The rules use the judging core's one comparison (``judge_value``) and the limits the judge declares; the
 judging core knows nothing of NCCL. Plain data in, checks out: the selftests drive it with simulated tables.
@@ -17,41 +15,31 @@ judging core knows nothing of NCCL. Plain data in, checks out: the selftests dri
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpuaccept.contracts.nccl_formulas import COLLECTIVES
-from gpuaccept.contracts.nccl_sweep import GroupTable, Row, format_bytes
+from gpuaccept.contracts.nccl_sweep import GroupTable, format_bytes
 from gpuaccept.contracts.payloads import CappedSizes, NcclTestsRun
 from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.judge import judge_value
-from gpuaccept.nccl.plan import Group, Pair
-from gpuaccept.verdicts.nccl_lines import median_busbw, metric_name, wrong_lines
+from gpuaccept.nccl.plan import Group
+from gpuaccept.verdicts.nccl_lines import metric_name, wrong_lines
 
 if TYPE_CHECKING:
     from gpuaccept.contracts.records import RankRecord
     from gpuaccept.judging.judge import Judge
-    from gpuaccept.thresholds.schema import Limit
 
 __all__ = [
     "FAULT_METRICS",
     "FIDELITY_METRICS",
     "NODE_METRICS",
     "SCALE_METRICS",
-    "Blame",
-    "PairOutcome",
-    "attribute",
     "curve",
     "group_failures",
-    "judge_blame",
-    "judge_cleared",
     "judge_fidelity",
     "judge_node",
     "judge_scale",
-    "pair_outcome",
-    "pair_reference",
-    "pair_verdict",
     "slow_groups",
 ]
 
@@ -61,9 +49,6 @@ FIDELITY_METRICS = ("nccl_fidelity_pct",)
 SCALE_METRICS = (*(metric_name(c, True) for c in COLLECTIVES), "nccl_scaling_efficiency_pct")
 #: the bad-node test judges the all_reduce floor; its groups were failed by the first three collectives
 FAULT_METRICS = tuple(metric_name(c, True) for c in ("all_reduce", "all_gather", "reduce_scatter"))
-
-#: one second-pass pair: (passed, why, all_reduce busbw; NaN when the pair did not complete)
-PairOutcome = tuple[bool, str, float]
 
 
 def curve(table: GroupTable, collective: str) -> list[list[float]]:
@@ -260,146 +245,3 @@ def judge_scale(
             judge.expect(
                 "nccl_group_verdict", verdict, "passed", node=node, scale=scale, group=table.label, details=details
             )
-
-
-# ---- the bad node -----------------------------------------------------------------------------------
-
-
-def pair_verdict(
-    busbw: float,
-    wrong: int,
-    *,
-    floor: Limit | None,
-    reference: float | None,
-    straggler_pct: float,
-) -> tuple[bool, str]:
-    """Second-pass verdict on one pair: the floor, then the first pass's passing median, then correctness."""
-    if wrong:
-        return False, f"{wrong} wrong element(s)"
-    if floor is not None:
-        ok, text = judge_value(busbw, floor)
-        if not ok:
-            return False, f"busbw {text}"
-    if reference and busbw < reference * (1 - straggler_pct / 100):
-        return False, f"{busbw:.3g} GB/s is more than {straggler_pct:g}% below the first pass median {reference:.3g}"
-    return True, f"{busbw:.3g} GB/s"
-
-
-def pair_reference(
-    tables: Mapping[int, Sequence[GroupTable]], failing: Mapping[int, Mapping[Group, Any]]
-) -> float | None:
-    """What a second-pass pair is compared with: pairs are 2-node groups, so the passing groups of the
-    smallest scale (their median all_reduce busbw)."""
-    smallest = min(tables)
-    return median_busbw([t for t in tables[smallest] if t.nodes not in failing.get(smallest, {})])
-
-
-def pair_limits(judge: Judge, suspect: str) -> tuple[Limit | None, float]:
-    """What a second-pass pair with ``suspect`` is held to: the suspect's all_reduce floor at two nodes (a pair
-    is a 2-node group) and the straggler margin below the first pass."""
-    return judge.declared(metric_name("all_reduce", True), suspect, 2), float(judge.setting("straggler_pct"))
-
-
-def pair_outcome(
-    table: GroupTable, *, floor: Limit | None, reference: float | None, straggler_pct: float
-) -> PairOutcome:
-    """One second-pass pair's verdict (``pair_verdict``) from its all_reduce at the largest size."""
-    row: Row | None = table.largest("all_reduce")
-    if row is None:  # the step completed without the collective: the pair did not complete
-        return False, "no all_reduce result", float("nan")
-    wrong = sum(count for *_, count, _ in table.wrong_results())
-    ok, why = pair_verdict(row.busbw, wrong, floor=floor, reference=reference, straggler_pct=straggler_pct)
-    return ok, why, row.busbw
-
-
-@dataclass(frozen=True)
-class Blame:
-    """The verdict on one suspect: ``at_fault``, ``cleared`` or ``undetermined``, and the evidence."""
-
-    node: str
-    verdict: str
-    evidence: tuple[str, ...]
-
-
-def attribute(pair_ok: Mapping[Pair, bool], suspects: Iterable[str], good: Iterable[str]) -> dict[str, Blame]:
-    """Blame from second-pass outcomes: failing with a trusted partner convicts, any pass clears. A partner
-    is trusted when known-good from the first pass or itself cleared by passing another pair; a suspect
-    whose every pair failed with untrusted partners stays ``undetermined`` (two nodes only: nothing can
-    tell them apart)."""
-    suspects = list(dict.fromkeys(suspects))
-    trusted = set(good)
-    for (a, b), ok in pair_ok.items():
-        if ok:
-            trusted.update((a, b))
-    out: dict[str, Blame] = {}
-    for node in suspects:
-        mine = [(pair, ok) for pair, ok in pair_ok.items() if node in pair]
-        partners = [(pair[1] if pair[0] == node else pair[0], ok) for pair, ok in mine]
-        evidence = tuple(f"with {p}: {'passed' if ok else 'failed'}" for p, ok in partners)
-        if not mine:
-            out[node] = Blame(node, "undetermined", ("not re-tested (no partner available)",))
-        elif any(ok for _, ok in partners):
-            out[node] = Blame(node, "cleared", evidence)
-        elif any(p in trusted for p, _ in partners):
-            out[node] = Blame(node, "at_fault", evidence)
-        else:
-            out[node] = Blame(node, "undetermined", evidence)
-    return out
-
-
-def judge_cleared(
-    suspect: str, tables: Mapping[int, Sequence[GroupTable]], nodes: Sequence[str], role: str, judge: Judge
-) -> None:
-    """A node no failing group made a suspect: judged on its own worst all_reduce figure over the scales.
-
-    No "not at fault" expectation: the blame rule did not run, and an expected value written twice could
-    not fail. A node that sat out every scale of the nodes left could not be measured."""
-    figures = [
-        (row.busbw, s, t.label)
-        for s, ts in tables.items()
-        for t in ts
-        if suspect in t.nodes and (row := t.largest("all_reduce")) is not None
-    ]
-    if not figures:  # sat out every scale of the nodes left (e.g. the odd node of 3 at scale 2 only)
-        raise MeasurementError(f"{suspect}: in no NCCL group of the nodes left ({', '.join(nodes)})")
-    worst = min(figures)
-    judge.check(
-        metric_name("all_reduce", True), round(worst[0], 2), node=suspect, scale=worst[1], group=worst[2], role=role
-    )
-
-
-def judge_blame(
-    suspect: str,
-    pairs: Mapping[Pair, PairOutcome],
-    suspects: Sequence[str],
-    good: Sequence[str],
-    first: int,
-    failing: Mapping[Group, Sequence[str]],
-    judge: Judge,
-) -> None:
-    """A suspect's verdict from the second pass (``pairs``: complete pairs only; an incomplete one blames
-    nobody): ``nccl_node_verdict`` expected ``not at fault``, with every pair it ran as evidence and why
-    its group failed at ``first``, the smallest scale with a failing group (``failing``: that scale's)."""
-    blame = attribute({p: ok for p, (ok, _, _) in pairs.items()}, suspects, good)[suspect]
-    evidence = []
-    for pair, (ok, why, busbw) in pairs.items():
-        if suspect not in pair:
-            continue
-        partner = pair[1] if pair[0] == suspect else pair[0]
-        print(f"{suspect} with {partner}: {'passed' if ok else 'FAILED'} ({why})")
-        evidence.append(
-            {"partner": partner, "passed": ok, "why": why, "busbw_gbs": round(busbw, 2) if busbw == busbw else None}
-        )
-    observed = {"at_fault": "at fault", "undetermined": "undetermined"}.get(blame.verdict, "not at fault")
-    why = {
-        "at fault": "it fails paired with known-good nodes",
-        "undetermined": "no known-good partner can tell it apart",
-        "not at fault": "cleared by the second pass",
-    }[observed]
-    first_pass = "; ".join(
-        f"group {'+'.join(g)} at scale {first}: {', '.join(r)}" for g, r in failing.items() if suspect in g
-    )
-    print(f"{suspect}: {observed} ({why}); its group failed at scale {first}: {first_pass}")
-    judge.expect(
-        "nccl_node_verdict", observed, "not at fault", node=suspect, why=why, first_pass=first_pass, pairs=evidence
-    )

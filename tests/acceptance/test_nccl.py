@@ -35,13 +35,15 @@ from gpuaccept.verdicts.nccl import (
     FIDELITY_METRICS,
     NODE_METRICS,
     SCALE_METRICS,
-    PairOutcome,
     group_failures,
-    judge_blame,
-    judge_cleared,
     judge_fidelity,
     judge_node,
     judge_scale,
+)
+from gpuaccept.verdicts.nccl_blame import (
+    PairOutcome,
+    judge_blame,
+    judge_cleared,
     pair_limits,
     pair_outcome,
     pair_reference,

@@ -15,7 +15,7 @@ from gpuaccept.contracts.nccl_sweep import group_tables
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.fabric.rails import parse_rails, rail_groups_spec, rail_label, rail_rounds, split_rails
 from gpuaccept.thresholds.loader import load_thresholds
-from gpuaccept.verdicts.nccl import attribute
+from gpuaccept.verdicts.nccl_blame import attribute
 
 pytestmark = pytest.mark.selftest
 

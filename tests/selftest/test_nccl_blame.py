@@ -15,14 +15,8 @@ from gpuaccept.judging.judge import Judge
 from gpuaccept.nccl.plan import NodePlan, plan_rounds, scale_groups, scales_for, suspects_and_good
 from gpuaccept.thresholds.loader import load_thresholds
 from gpuaccept.thresholds.schema import Limit
-from gpuaccept.verdicts.nccl import (
-    attribute,
-    group_failures,
-    judge_blame,
-    pair_outcome,
-    pair_reference,
-    slow_groups,
-)
+from gpuaccept.verdicts.nccl import group_failures, slow_groups
+from gpuaccept.verdicts.nccl_blame import attribute, judge_blame, pair_outcome, pair_reference
 from gpuaccept.verdicts.nccl_lines import median_busbw
 
 pytestmark = pytest.mark.selftest
@@ -58,8 +52,8 @@ class _Declared:
 def _passes(
     nodes: list[str], slow: set[str], corrupt: frozenset[str] | set[str] = frozenset(), floor: float | None = None
 ):
-    """Both passes as test_nccl_node_at_fault runs them, through ``verdicts.nccl``: the first pass's
-    suspects, the second pass's pairs (``pair_outcome``, against ``pair_reference``) and the blame."""
+    """Both passes as test_nccl_node_at_fault runs them, through ``verdicts.nccl`` and ``verdicts.nccl_blame``: the
+    first pass's suspects, the second pass's pairs (``pair_outcome``, against ``pair_reference``) and the blame."""
     scales = scales_for(len(nodes))
     tables = {s: [_measure(g, slow, corrupt) for g in scale_groups(nodes, s)] for s in scales}
     base = median_busbw(tables[scales[0]])
