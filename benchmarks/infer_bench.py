@@ -17,6 +17,7 @@ import argparse
 import json
 import statistics
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -57,9 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.deterministic:
         torch.use_deterministic_algorithms(True)
-        with serving_kernels():
-            run(args)
-    else:
+    with serving_kernels() if args.deterministic else nullcontext():
         run(args)
 
 

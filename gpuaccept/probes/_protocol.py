@@ -152,7 +152,7 @@ def _rendezvous_slice() -> range:
     if not text:
         return RENDEZVOUS_PORTS
     first, _, last = text.partition("-")
-    ports = range(int(first), int(last) + 1)
+    ports = range(int(first), int(last) + 1) if first.isdigit() and last.isdigit() else range(0)
     if not ports or ports.start < RENDEZVOUS_PORTS.start or ports.stop > RENDEZVOUS_PORTS.stop:
         raise ValueError(
             f"{RENDEZVOUS_SLICE}={text}: not a slice of {RENDEZVOUS_PORTS.start}-{RENDEZVOUS_PORTS.stop - 1}"

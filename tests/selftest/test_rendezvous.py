@@ -38,9 +38,10 @@ def test_a_slice_keeps_every_step_in_it(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv(RENDEZVOUS_SLICE, "24700-29399")
     ports = {rendezvous_port(job, step, node) for job in range(16845, 16945) for step in range(8) for node in range(2)}
     assert min(ports) >= 24700 and max(ports) <= 29399 and len(ports) > 1000
-    monkeypatch.setenv(RENDEZVOUS_SLICE, "10000-10999")
-    with pytest.raises(ValueError, match="not a slice of 20000-32767"):
-        rendezvous_port(1, 0)
+    for bad in ("10000-10999", "24700", "24700-x", "29399-24700"):
+        monkeypatch.setenv(RENDEZVOUS_SLICE, bad)
+        with pytest.raises(ValueError, match=f"GPUACCEPT_RENDEZVOUS_PORTS={bad}: not a slice of 20000-32767"):
+            rendezvous_port(1, 0)
 
 
 @pytest.mark.parametrize("count", range(1, 8))

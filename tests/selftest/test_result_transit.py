@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpuaccept.dispatch import result
 from gpuaccept.dispatch.result import parse_records, reported_ranks
@@ -314,53 +316,44 @@ def test_unframed_results_are_still_read():
     assert reported_ranks("\n".join(lines)) == {0, 1}
 
 
-# Property tests, where hypothesis is installed ---------------------------------------------------------------
+# Property tests (hypothesis comes with the dev extra, as pytest-xdist does) -------------------------------
 
-try:
-    from hypothesis import HealthCheck, given, settings
-    from hypothesis import strategies as st
-except ImportError:  # pragma: no cover - the exhaustive tests above still run
+values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
+    max_leaves=15,
+)
+results = st.dictionaries(st.text(), values, max_size=6) | st.builds(
+    lambda text, n: {"t": text * n}, st.text(min_size=1, max_size=20), st.integers(1, 120)
+)
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-    def test_property_roundtrip():
-        pytest.skip("hypothesis is not installed")
 
-else:
-    values = st.recursive(
-        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
-        lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
-        max_leaves=15,
-    )
-    results = st.dictionaries(st.text(), values, max_size=6) | st.builds(
-        lambda text, n: {"t": text * n}, st.text(min_size=1, max_size=20), st.integers(1, 120)
-    )
-    SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@SETTINGS
+@given(data=results, rank=st.integers(0, 3), label=st.sampled_from(["", "12: ", "0: "]), cr=st.booleans())
+def test_property_roundtrip(emitted, data, rank, label, cr):
+    lines = emitted(data, rank=rank, world=4)
+    others = [line for r in range(4) if r != rank for line in emitted({"r": r}, rank=r, world=4)]
+    out = _labelled(others + lines, label, "\r\n" if cr else "\n")
+    assert parse_records("transit", out, 4, NODES)[rank].data == data
 
-    @SETTINGS
-    @given(data=results, rank=st.integers(0, 3), label=st.sampled_from(["", "12: ", "0: "]), cr=st.booleans())
-    def test_property_roundtrip(emitted, data, rank, label, cr):
-        lines = emitted(data, rank=rank, world=4)
-        others = [line for r in range(4) if r != rank for line in emitted({"r": r}, rank=r, world=4)]
-        out = _labelled(others + lines, label, "\r\n" if cr else "\n")
-        assert parse_records("transit", out, 4, NODES)[rank].data == data
 
-    @SETTINGS
-    @given(data=results, choice=st.data())
-    def test_property_changed_is_refused(emitted, data, choice):
-        """Any character after a sentinel word replaced, dropped or the line cut there: never a record."""
-        lines = emitted(data, rank=3, world=4)
-        number = choice.draw(st.integers(0, len(lines) - 1))
-        line = lines[number]
-        token = (PART_SENTINEL if line.startswith(PART_SENTINEL) else SENTINEL).strip()
-        start = line.index(token) + len(token)
-        at = choice.draw(st.integers(start, len(line) - 1))
-        new = choice.draw(st.characters(codec="utf-8").filter(lambda c: c != line[at]))
-        how = choice.draw(st.sampled_from(["flip", "drop", "cut"]))
-        changed = {"flip": line[:at] + new + line[at + 1 :], "drop": line[:at] + line[at + 1 :], "cut": line[:at]}
-        others = [line for r in range(3) for line in emitted({"r": r}, rank=r, world=4)]
-        with pytest.raises(ProbeError):
-            parse_records(
-                "transit", "\n".join(others + lines[:number] + [changed[how]] + lines[number + 1 :]), 4, NODES
-            )
+@SETTINGS
+@given(data=results, choice=st.data())
+def test_property_changed_is_refused(emitted, data, choice):
+    """Any character after a sentinel word replaced, dropped or the line cut there: never a record."""
+    lines = emitted(data, rank=3, world=4)
+    number = choice.draw(st.integers(0, len(lines) - 1))
+    line = lines[number]
+    token = (PART_SENTINEL if line.startswith(PART_SENTINEL) else SENTINEL).strip()
+    start = line.index(token) + len(token)
+    at = choice.draw(st.integers(start, len(line) - 1))
+    new = choice.draw(st.characters(codec="utf-8").filter(lambda c: c != line[at]))
+    how = choice.draw(st.sampled_from(["flip", "drop", "cut"]))
+    changed = {"flip": line[:at] + new + line[at + 1 :], "drop": line[:at] + line[at + 1 :], "cut": line[:at]}
+    others = [line for r in range(3) for line in emitted({"r": r}, rank=r, world=4)]
+    with pytest.raises(ProbeError):
+        parse_records("transit", "\n".join(others + lines[:number] + [changed[how]] + lines[number + 1 :]), 4, NODES)
 
 
 # ---- a stage's result, sent as the stage finishes -------------------------------------------------------
