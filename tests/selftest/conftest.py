@@ -15,12 +15,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.mark.expression import Expression  # what ``-m`` parses with; pytest exports no public name
 
 REPO = Path(__file__).resolve().parents[2]
 UP = REPO / "slurm" / "dev-cluster" / "up.sh"
@@ -69,6 +70,39 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         # the longest group first (about half the loopback selftests' time), the others after it in file order
         # (``--no-loadscope-reorder``): the other workers take the rest meanwhile, none trains alone at the end
         items.sort(key=lambda item: _TRAINING_GROUP not in [m.args[0] for m in item.iter_markers("xdist_group")])
+
+
+#: the marks a selftest can carry (set above): a ``-m`` expression false for every combination selects none
+_SELFTEST_MARK_SETS = tuple(
+    frozenset({"selftest"} | extra) for extra in (set(), {"loopback"}, {"inner"}, {"loopback", "inner"})
+)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leave the selftests unimported when the ``-m`` expression cannot select one.
+
+    README command 1 (``pytest -m acceptance``) runs from the repository, whose ``testpaths`` hold the
+    selftests too; a user who installed the package without the dev extra must not fail collecting a
+    selftest on a dev tool it imports (hypothesis), and need not wait for a thousand tests to be collected
+    and deselected. The expression is read by pytest's own ``-m`` grammar, so what is left out here is
+    exactly what ``-m`` would deselect.
+    """
+    markexpr = config.getoption("markexpr", default="")
+    if not markexpr:
+        return None
+    expression = Expression.compile(markexpr)
+    if any(expression.evaluate(_carries(marks)) for marks in _SELFTEST_MARK_SETS):
+        return None
+    return True
+
+
+def _carries(marks: frozenset[str]) -> Callable[..., bool]:
+    """An ``-m`` matcher for an item carrying ``marks`` (a mark with arguments, ``name(...)``, by its name)."""
+
+    def matcher(name: str, /, **_: object) -> bool:
+        return name in marks
+
+    return matcher
 
 
 def worker_ports(index: int, count: int) -> tuple[range, range]:
