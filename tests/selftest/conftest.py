@@ -90,7 +90,10 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     markexpr = config.getoption("markexpr", default="")
     if not markexpr:
         return None
-    expression = Expression.compile(markexpr)
+    try:
+        expression = Expression.compile(markexpr)
+    except SyntaxError:
+        return None  # pytest names the bad expression itself, once, as a usage error
     if any(expression.evaluate(_carries(marks)) for marks in _SELFTEST_MARK_SETS):
         return None
     return True

@@ -60,6 +60,8 @@ def _dev_only() -> tuple[set[str], set[str]]:
     return modules, plugins
 
 
+#: a newcomer's shell: no pytest-xdist worker, Slurm job or suite setting inherited from the selftest run
+_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SLURM_", "GPUACCEPT_"))}
 #: README command 1's pytest, collecting only, on this machine alone (the question is collection, not Slurm)
 _COMMAND_1 = ("-m", "acceptance", "--launcher", "local", "--collect-only", "-q", "-p", "no:cacheprovider")
 
@@ -68,11 +70,10 @@ def test_acceptance_collects_without_the_dev_extra() -> None:
     modules, plugins = _dev_only()
     assert "hypothesis" in modules  # the one that broke it: the blocking covers it
     off = [arg for plugin in sorted(plugins) for arg in ("-p", f"no:{plugin}")]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SLURM_", "GPUACCEPT_"))}
     run = subprocess.run(
         [sys.executable, "-c", _BLOCKING_PYTEST, ",".join(sorted(modules)), *off, *_COMMAND_1],
         cwd=REPO,
-        env=env,
+        env=_ENV,
         capture_output=True,
         text=True,
         timeout=120,
@@ -81,3 +82,18 @@ def test_acceptance_collects_without_the_dev_extra() -> None:
     assert run.returncode == 0, output[-3000:]
     assert re.search(r"^\d+ tests collected", output, re.MULTILINE), output[-3000:]
     assert "tests/selftest" not in output, output[-3000:]
+
+
+def test_a_bad_mark_expression_is_pytests_own_usage_error() -> None:
+    """The selftests' ``-m`` reading leaves a malformed expression to pytest: one usage error, no traceback."""
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "acceptance and", "--launcher", "local", "--collect-only", "-q"],
+        cwd=REPO,
+        env=_ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 4 and "Wrong expression passed to '-m'" in output, output[-3000:]
+    assert "Traceback" not in output and "ERROR collecting" not in output, output[-3000:]
