@@ -84,8 +84,9 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     README command 1 (``pytest -m acceptance``) runs from the repository, whose ``testpaths`` hold the
     selftests too; a user who installed the package without the dev extra must not fail collecting a
     selftest on a dev tool it imports (hypothesis), and need not wait for a thousand tests to be collected
-    and deselected. The expression is read by pytest's own ``-m`` grammar, so what is left out here is
-    exactly what ``-m`` would deselect.
+    and deselected. The expression is read by pytest's own ``-m`` grammar against the marks that select
+    selftests (``selftest``, ``loopback``, ``inner``; pytest's own, ``parametrize`` and the like, select none
+    here).
     """
     markexpr = config.getoption("markexpr", default="")
     if not markexpr:
