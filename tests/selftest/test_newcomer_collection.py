@@ -62,38 +62,37 @@ def _dev_only() -> tuple[set[str], set[str]]:
 
 #: a newcomer's shell: no pytest-xdist worker, Slurm job or suite setting inherited from the selftest run
 _ENV = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SLURM_", "GPUACCEPT_"))}
-#: README command 1's pytest, collecting only, on this machine alone (the question is collection, not Slurm)
-_COMMAND_1 = ("-m", "acceptance", "--launcher", "local", "--collect-only", "-q", "-p", "no:cacheprovider")
+#: README command 1's pytest (its ``-m`` given by each test), collecting only, on this machine alone: the question
+#: is collection, not Slurm
+_COMMAND_1 = ("--launcher", "local", "--collect-only", "-q", "-p", "no:cacheprovider")
 
 
-def test_acceptance_collects_without_the_dev_extra() -> None:
-    modules, plugins = _dev_only()
-    assert "hypothesis" in modules  # the one that broke it: the blocking covers it
-    off = [arg for plugin in sorted(plugins) for arg in ("-p", f"no:{plugin}")]
+def _collect(tmp_path: Path, *argv: str) -> tuple[int, str]:
+    """A pytest collection in the repository, run as ``argv`` (up to pytest's own arguments); its run record in
+    ``tmp_path``, so the repository's reports/ keeps only the runs its user made."""
     run = subprocess.run(
-        [sys.executable, "-c", _BLOCKING_PYTEST, ",".join(sorted(modules)), *off, *_COMMAND_1],
+        [sys.executable, *argv, *_COMMAND_1, "--run-record", str(tmp_path / "record.json")],
         cwd=REPO,
         env=_ENV,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    output = run.stdout + run.stderr
-    assert run.returncode == 0, output[-3000:]
+    return run.returncode, run.stdout + run.stderr
+
+
+def test_acceptance_collects_without_the_dev_extra(tmp_path: Path) -> None:
+    modules, plugins = _dev_only()
+    assert "hypothesis" in modules  # the one that broke it: the blocking covers it
+    off = [arg for plugin in sorted(plugins) for arg in ("-p", f"no:{plugin}")]
+    returncode, output = _collect(tmp_path, "-c", _BLOCKING_PYTEST, ",".join(sorted(modules)), *off, "-m", "acceptance")
+    assert returncode == 0, output[-3000:]
     assert re.search(r"^\d+ tests collected", output, re.MULTILINE), output[-3000:]
     assert "tests/selftest" not in output, output[-3000:]
 
 
-def test_a_bad_mark_expression_is_pytests_own_usage_error() -> None:
+def test_a_bad_mark_expression_is_pytests_own_usage_error(tmp_path: Path) -> None:
     """The selftests' ``-m`` reading leaves a malformed expression to pytest: one usage error, no traceback."""
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-m", "acceptance and", "--launcher", "local", "--collect-only", "-q"],
-        cwd=REPO,
-        env=_ENV,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    output = run.stdout + run.stderr
-    assert run.returncode == 4 and "Wrong expression passed to '-m'" in output, output[-3000:]
+    returncode, output = _collect(tmp_path, "-m", "pytest", "-m", "acceptance and")
+    assert returncode == 4 and "Wrong expression passed to '-m'" in output, output[-3000:]
     assert "Traceback" not in output and "ERROR collecting" not in output, output[-3000:]
