@@ -1,6 +1,6 @@
 """The ``cluster`` fixture's object: what tests call to run probes, whatever the launcher.
 
-``cluster.run("matmul", nodes=[node], tasks_per_node=8, gpus_per_task=1)`` builds a ``Step``, hands it
+``cluster.run(specs.MATMUL, nodes=[node], tasks_per_node=8, gpus_per_task=1)`` builds a ``Step``, hands it
 to the launcher, records the exact command and the raw output on the current test (run record and
 report), and returns the parsed ``ProbeResult``. In a dry run it prints the command and skips.
 
@@ -26,7 +26,7 @@ from gpuaccept.dispatch.slurm_cli import recording
 from gpuaccept.dispatch.step import Launcher, Step, shell_join
 from gpuaccept.errors import MeasurementError
 from gpuaccept.nccl.plan import NodePlan, lost_text
-from gpuaccept.probes.specs import declared_limit
+from gpuaccept.probes.specs import ProbeSpec, declared_limit, spec_of
 from gpuaccept.timelimits import TimeLimit, TimeoutRule
 
 if TYPE_CHECKING:  # typing.Unpack for **kwargs is Python 3.12; annotations are not evaluated at run time
@@ -36,6 +36,37 @@ __all__ = ["NO_GPU_REASON", "Cluster", "FanoutGroup", "StepOptions"]
 
 NO_GPU_REASON = "partition declares no GPUs"
 T = TypeVar("T")
+#: what a test names a probe with: its spec (``gpuaccept.probes.specs``); a selftest's own probe by its name
+Probe = ProbeSpec[Any] | str
+
+
+def _name(probe: Probe) -> str:
+    return probe.name if isinstance(probe, ProbeSpec) else probe
+
+
+def _typed(probe: Probe, result: ProbeResult) -> ProbeResult:
+    """``result`` with every rank's payload validated against the probe's spec where it arrives: a rank whose
+    data is not its payload type raises ``PayloadError`` naming the probe, node, rank and field."""
+    spec = spec_of(probe)
+    if spec is None or spec.payload is None:
+        return result
+    try:
+        result.records = [spec.validate(record) for record in result.records]
+    except MeasurementError as exc:
+        exc.result = result  # type: ignore[attr-defined]  # the step's output stays on the record
+        raise
+    return result
+
+
+def _typed_each(probe: Probe, values: dict[str, Any]) -> dict[str, Any]:
+    """``_typed`` for each node's slice of a fan-out step: a node whose payload is malformed gets its own error."""
+    out: dict[str, Any] = {}
+    for node, value in values.items():
+        try:
+            out[node] = _typed(probe, value) if isinstance(value, ProbeResult) else value
+        except MeasurementError as exc:
+            out[node] = exc
+    return out
 
 
 class StepOptions(TypedDict, total=False):
@@ -159,15 +190,16 @@ class Cluster:
                     if self._on_command:
                         self._on_command(argv)
 
-    def run(self, probe: str, *, nodes: Iterable[str], **options: Unpack[StepOptions]) -> ProbeResult:
-        """Run ``python -m gpuaccept.probes.<probe>`` on ``nodes``; raise ``ProbeError`` if it breaks."""
+    def run(self, probe: Probe, *, nodes: Iterable[str], **options: Unpack[StepOptions]) -> ProbeResult:
+        """Run the probe's module on ``nodes``; raise ``ProbeError`` if it breaks, ``PayloadError`` if a rank's
+        data is not the spec's payload type."""
         nodes = tuple(nodes)
         group = self._fanout(nodes[0]) if self._fanout and len(nodes) == 1 and not self.dry_run else None
         if group is not None and len(group.nodes) > 1:
             return self._run_fanned(group, probe, nodes[0], options)
         step = self._step(probe, nodes, **options)
         if not step.nodes:
-            raise MeasurementError(f"probe {probe}: no nodes to run on")
+            raise MeasurementError(f"probe {_name(probe)}: no nodes to run on")
         command = self.launcher.command(step)
         if self.dry_run:
             print(f"\n[gpuaccept dry run] {shell_join(command)}")
@@ -177,7 +209,7 @@ class Cluster:
         result: ProbeResult | None = None
         try:
             result = self.launcher.run(step)
-            return result
+            return _typed(probe, result)
         except MeasurementError as exc:
             result = getattr(exc, "result", None)
             raise
@@ -185,7 +217,7 @@ class Cluster:
             if self._on_step:
                 self._on_step(step, command, result)
 
-    def _run_fanned(self, group: FanoutGroup, probe: str, node: str, options: StepOptions) -> ProbeResult:
+    def _run_fanned(self, group: FanoutGroup, probe: Probe, node: str, options: StepOptions) -> ProbeResult:
         """This node's slice of the step its test function runs on all its nodes (launched on first ask).
 
         Keyed by the test function, the probe and options, and the call's position among the test's
@@ -194,14 +226,15 @@ class Cluster:
         if group.item != self._item:
             self._item = group.item
             self._calls.clear()
-        call = (probe, *sorted((k, repr(v)) for k, v in options.items()))
+        call = (_name(probe), *sorted((k, repr(v)) for k, v in options.items()))
         key = (group.key, call, self._calls[call])
         slices = self._slices.setdefault(key, {})
         self._calls[call] += 1
         if node not in slices:
             targets = [n for n in group.nodes if n not in slices and self._same_shape(n, node, options)]
             step = self._step(probe, targets if node in targets else [node, *targets], **options)
-            slices.update({n: (step, value) for n, value in self.launcher.run_fanout(step).items()})  # type: ignore[attr-defined]
+            fanned = _typed_each(probe, self.launcher.run_fanout(step))  # type: ignore[attr-defined]
+            slices.update({n: (step, value) for n, value in fanned.items()})
         step, value = slices.pop(node)
         if not slices:  # every node took its slice (slices of cases that skipped before asking stay, small)
             self._slices.pop(key, None)
@@ -221,18 +254,18 @@ class Cluster:
         except MeasurementError:
             return False
 
-    def limit(self, probe: str, args: Iterable[Any] = (), gpus_per_task: int = 0) -> TimeLimit:
+    def limit(self, probe: Probe, args: Iterable[Any] = (), gpus_per_task: int = 0) -> TimeLimit:
         """The time limit a step of ``probe`` with these arguments runs under: its declared one
         (``gpuaccept.probes.specs``), as ``--probe-timeout`` scales or caps it."""
         return self.timeout_rule.apply(declared_limit(probe, tuple(str(a) for a in args), gpus_per_task))
 
-    def _step(self, probe: str, nodes: Iterable[str], **options: Unpack[StepOptions]) -> Step:
+    def _step(self, probe: Probe, nodes: Iterable[str], **options: Unpack[StepOptions]) -> Step:
         args = tuple(str(a) for a in options.get("args", ()))
         gpus = options.get("gpus_per_task", 0)
         given = options.get("limit")
         limit = self.timeout_rule.apply(given) if given is not None else self.limit(probe, args, gpus)
         return Step(
-            probe=probe,
+            probe=_name(probe),
             nodes=tuple(nodes),
             tasks_per_node=options.get("tasks_per_node", 1),
             gpus_per_task=gpus,
@@ -245,7 +278,7 @@ class Cluster:
             hang_s=limit.hang_s,
         )
 
-    def run_shared(self, probe: str, *, nodes: Iterable[str], **options: Unpack[StepOptions]) -> ProbeResult:
+    def run_shared(self, probe: Probe, *, nodes: Iterable[str], **options: Unpack[StepOptions]) -> ProbeResult:
         """``run``, once per session for identical arguments; later callers get the same result or error.
 
         For one measurement judged by several tests (the P2P copies give the bandwidth test and the
@@ -254,7 +287,7 @@ class Cluster:
         test still gets the command and the raw output in its record.
         """
         nodes = tuple(nodes)
-        key = (probe, nodes, *sorted((k, repr(v)) for k, v in options.items()))
+        key = (_name(probe), nodes, *sorted((k, repr(v)) for k, v in options.items()))
         if key not in self._shared:
             try:
                 self._shared[key] = self.run(probe, nodes=nodes, **options)
@@ -272,7 +305,7 @@ class Cluster:
         return value
 
     def run_each(
-        self, probe: str, nodes: Iterable[str], **options: Unpack[StepOptions]
+        self, probe: Probe, nodes: Iterable[str], **options: Unpack[StepOptions]
     ) -> dict[str, ProbeResult | MeasurementError]:
         """The probe on every node at once; per-node errors are returned, not raised.
 
@@ -284,7 +317,7 @@ class Cluster:
         nodes = list(nodes)
         if len(nodes) > 1 and not self.dry_run and hasattr(self.launcher, "run_fanout"):
             step = self._step(probe, nodes, **options)
-            fanned: dict[str, ProbeResult | MeasurementError] = self.launcher.run_fanout(step)
+            fanned: dict[str, ProbeResult | MeasurementError] = _typed_each(probe, self.launcher.run_fanout(step))
             if self._on_step:
                 command = self.launcher.command(step, fanout=True)  # type: ignore[call-arg]
                 for node in nodes:
@@ -309,7 +342,7 @@ class Cluster:
             result: ProbeResult | None = None
             try:
                 result = futures[node].result()
-                results[node] = result
+                results[node] = _typed(probe, result)
             except MeasurementError as exc:
                 results[node] = exc
                 result = getattr(exc, "result", None)

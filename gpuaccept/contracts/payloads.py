@@ -7,7 +7,10 @@ GPU, a part not asked for, an older fixture); a value NVML could not give is Non
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
+
+# pydantic validates these where a result arrives (probes/specs.py): before Python 3.12 it needs this TypedDict
+from typing_extensions import TypedDict
 
 __all__ = [
     "AllGatherRow",
@@ -132,7 +135,7 @@ class MatmulFigures(TypedDict, total=False):
     best_size: int
     by_size: dict[str, SizeFigure]
     tflops_burst: float | None
-    checksum: str | None
+    checksum: int | None  # the exact integer sum of the product (probes/matmul.checksum)
 
 
 class MembwFigures(TypedDict, total=False):

@@ -25,6 +25,9 @@ class RankRecord:
     test_hooks: dict[str, str] = field(default_factory=dict)
     #: what the rank ran in (``gpuaccept.probes.container.where``): image marker, OS, runtime, Python
     ran_in: dict[str, Any] | None = None
+    #: ``data`` as its probe's payload type, once the probe's spec validated it where the result arrived
+    #: (``gpuaccept.probes.specs.ProbeSpec.validate``); None before, or for a probe whose payload is not typed
+    payload: Any = field(default=None, compare=False, repr=False)
 
     @property
     def gpu_label(self) -> str | None:

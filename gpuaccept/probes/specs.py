@@ -1,6 +1,10 @@
-"""Every probe the suite launches, in one table: its module, the type of what it hands back, its time limit.
+"""Every probe the suite launches, one contract each: its module, the type of what each rank hands back, its
+time limit (pytest-xdist's ``scheduler/protocol.py`` shape: the spec is the one thing both sides agree on).
 
-A test says which probe to run and on what; the limit comes from here (``Cluster`` reads it), never from the
+A test passes the spec (``cluster.run(specs.HYGIENE, nodes=...)``), never a name; dispatch launches the spec's
+module; ``Cluster`` validates every rank's ``data`` against the spec's payload type where the result arrives, so a
+missing or mistyped field is an ERROR naming the probe, node, rank and field (``PayloadError``), never a
+``KeyError`` in a judge. The limit comes from here (``Cluster`` reads it), never from the
 test, so ``--probe-timeout`` reaches every step (``gpuaccept.timelimits.TimeoutRule``). A probe whose work
 depends on its arguments derives its limit from them (the burn-in's seconds); the fine-tune's depends on
 the SKU's floors and the model, which only the test knows, so its test derives it from the launch's plan
@@ -14,21 +18,99 @@ runs tight shows there first. Only the standard library: the table is read on th
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar, cast
 
+from pydantic import TypeAdapter, ValidationError
+
+from gpuaccept.contracts.payloads import GpuBench, HealthRecord, MatmulFigures, NcclRecord, NcclTestsRecord
+from gpuaccept.contracts.records import RankRecord
+from gpuaccept.contracts.storage import FioPayload
+from gpuaccept.errors import ProbeError
 from gpuaccept.timelimits import TimeLimit
 
-__all__ = ["SPECS", "ProbeSpec", "declared_limit"]
+__all__ = [
+    "FINETUNE",
+    "FINGERPRINT",
+    "FIO",
+    "GDR",
+    "GPUBENCH",
+    "GPU_HEALTH",
+    "HYGIENE",
+    "INFINIBAND",
+    "MATMUL",
+    "NCCL",
+    "NCCL_TESTS",
+    "NVLINK",
+    "PERFTEST",
+    "SHAREDFS",
+    "SPECS",
+    "VISIBILITY",
+    "XID",
+    "PayloadError",
+    "ProbeSpec",
+    "declared_limit",
+    "spec_of",
+]
+
+P = TypeVar("P")
+
+#: where every probe module lives: a spec's module is ``gpuaccept.probes.<name>``, its name what records show
+PACKAGE = "gpuaccept.probes"
+
+
+class PayloadError(ProbeError):
+    """A rank's ``data`` is not its probe's payload type: the probe, node, rank and field, and what was wrong."""
 
 
 @dataclass(frozen=True)
-class ProbeSpec:
-    """One probe: ``python -m <module>``, the TypedDict of its ``data`` (in ``gpuaccept.contracts.payloads``,
-    None where the judges read a plain dict), and its time limit from its arguments and the GPUs per task."""
+class ProbeSpec(Generic[P]):
+    """One probe: ``python -m <module>``, the type of each rank's ``data`` (a pydantic model or a TypedDict of
+    ``gpuaccept.contracts``; None for a probe whose payload is not typed yet), and its time limit from its
+    arguments and the GPUs per task."""
 
     module: str
-    payload: str | None
+    payload: type[P] | None
     limit: Callable[[Sequence[str], int], TimeLimit]
+
+    @property
+    def name(self) -> str:
+        """What records, the terminal and the launcher call the probe (the module's last part)."""
+        return self.module.rpartition(".")[2]
+
+    def validate(self, record: RankRecord) -> RankRecord:
+        """``record`` with its payload checked against the spec's type and kept typed in ``record.payload``;
+        ``PayloadError`` naming the probe, node, rank and field when it is not that type."""
+        if self.payload is None:
+            return record
+        try:
+            typed = _adapter(self.payload).validate_python(record.data)
+        except ValidationError as exc:
+            where = f"probe {self.name}: {record.node} rank {record.rank}"
+            problems = "; ".join(
+                f"field {'.'.join(str(p) for p in err['loc']) or '(payload)'}: {err['msg']}" for err in exc.errors()
+            )
+            name = self.payload.__name__
+            raise PayloadError(f"{where}: payload is not {name}: {problems}", nodes=(record.node,)) from None
+        return replace(record, payload=typed)
+
+    def read(self, record: RankRecord) -> P:
+        """The rank's payload as the spec's type (validated when the step's result arrived; again if not)."""
+        if self.payload is None:
+            raise TypeError(f"probe {self.name} declares no payload type: read record.data")
+        if record.payload is None:
+            record = self.validate(record)
+        return cast(P, record.payload)
+
+
+_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
+
+
+def _adapter(payload: type[Any]) -> TypeAdapter[Any]:
+    """One pydantic adapter per payload type (building one walks the type: once per session)."""
+    if payload not in _ADAPTERS:
+        _ADAPTERS[payload] = TypeAdapter(payload)
+    return _ADAPTERS[payload]
 
 
 def _fixed(seconds: float, basis: str) -> Callable[[Sequence[str], int], TimeLimit]:
@@ -69,41 +151,85 @@ def _gpubench(args: Sequence[str], gpus: int) -> TimeLimit:
 
 _HOST_SECONDS = "a host-side read (sysfs, NVML, /proc) that took under 10 s wherever it ran"
 
-SPECS: dict[str, ProbeSpec] = {
-    "fingerprint": ProbeSpec("gpuaccept.probes.fingerprint", None, _fixed(120, "start-up + NVML and driver reads")),
-    "hygiene": ProbeSpec("gpuaccept.probes.hygiene", None, _fixed(120, _HOST_SECONDS)),
-    "visibility": ProbeSpec("gpuaccept.probes.visibility", None, _fixed(120, "start-up + one CUDA context per rank")),
-    "sharedfs": ProbeSpec("gpuaccept.probes.sharedfs", None, _fixed(120, "a few MB written, renamed and read back")),
-    "infiniband": ProbeSpec("gpuaccept.probes.infiniband", None, _fixed(60, _HOST_SECONDS)),
-    "nvlink": ProbeSpec("gpuaccept.probes.nvlink", None, _fixed(120, "NVML link reads before and after P2P copies")),
-    "gdr": ProbeSpec("gpuaccept.probes.gdr", None, _fixed(120, _HOST_SECONDS)),
-    "gpu_health": ProbeSpec("gpuaccept.probes.gpu_health", "HealthRecord", _fixed(120, _HOST_SECONDS)),
-    "xid": ProbeSpec("gpuaccept.probes.xid", None, _fixed(120, "the kernel log read for the window")),
-    "gpubench": ProbeSpec("gpuaccept.probes.gpubench", "GpuBench", _gpubench),
-    "matmul": ProbeSpec("gpuaccept.probes.matmul", "MatmulFigures", _matmul),
-    "nccl": ProbeSpec(
-        "gpuaccept.probes.nccl",
-        "NcclRecord",
-        _fixed(300, "start-up + rendezvous + 5 collectives x sizes 1 MiB-8 GiB, 3 trials each"),
-    ),
-    "nccl_tests": ProbeSpec(
-        "gpuaccept.probes.nccl_tests", "NcclTestsRecord", _fixed(300, "nccl-tests' binaries over the same sweep")
-    ),
-    "perftest": ProbeSpec(
-        "gpuaccept.probes.perftest", None, _fixed(150, "one round of ib_write_bw/ib_read_lat pairs, side by side")
-    ),
-    "finetune": ProbeSpec(
-        "gpuaccept.probes.finetune",
-        None,
-        _fixed(600, "no plan given: a launch's limit follows from its plan (gpuaccept.training.budget)"),
-    ),
+FINGERPRINT: ProbeSpec[Any] = ProbeSpec(f"{PACKAGE}.fingerprint", None, _fixed(120, "start-up + NVML and driver reads"))
+HYGIENE: ProbeSpec[Any] = ProbeSpec(f"{PACKAGE}.hygiene", None, _fixed(120, _HOST_SECONDS))
+VISIBILITY: ProbeSpec[Any] = ProbeSpec(
+    f"{PACKAGE}.visibility", None, _fixed(120, "start-up + one CUDA context per rank")
+)
+SHAREDFS: ProbeSpec[Any] = ProbeSpec(
+    f"{PACKAGE}.sharedfs", None, _fixed(120, "a few MB written, renamed and read back")
+)
+INFINIBAND: ProbeSpec[Any] = ProbeSpec(f"{PACKAGE}.infiniband", None, _fixed(60, _HOST_SECONDS))
+NVLINK: ProbeSpec[Any] = ProbeSpec(
+    f"{PACKAGE}.nvlink", None, _fixed(120, "NVML link reads before and after P2P copies")
+)
+GDR: ProbeSpec[Any] = ProbeSpec(f"{PACKAGE}.gdr", None, _fixed(120, _HOST_SECONDS))
+GPU_HEALTH: ProbeSpec[HealthRecord] = ProbeSpec(f"{PACKAGE}.gpu_health", HealthRecord, _fixed(120, _HOST_SECONDS))
+XID: ProbeSpec[Any] = ProbeSpec(f"{PACKAGE}.xid", None, _fixed(120, "the kernel log read for the window"))
+GPUBENCH: ProbeSpec[GpuBench] = ProbeSpec(f"{PACKAGE}.gpubench", GpuBench, _gpubench)
+MATMUL: ProbeSpec[MatmulFigures] = ProbeSpec(f"{PACKAGE}.matmul", MatmulFigures, _matmul)
+NCCL: ProbeSpec[NcclRecord] = ProbeSpec(
+    f"{PACKAGE}.nccl",
+    NcclRecord,
+    _fixed(300, "start-up + rendezvous + 5 collectives x sizes 1 MiB-8 GiB, 3 trials each"),
+)
+NCCL_TESTS: ProbeSpec[NcclTestsRecord] = ProbeSpec(
+    f"{PACKAGE}.nccl_tests", NcclTestsRecord, _fixed(300, "nccl-tests' binaries over the same sweep")
+)
+PERFTEST: ProbeSpec[Any] = ProbeSpec(
+    f"{PACKAGE}.perftest", None, _fixed(150, "one round of ib_write_bw/ib_read_lat pairs, side by side")
+)
+FINETUNE: ProbeSpec[Any] = ProbeSpec(
+    f"{PACKAGE}.finetune",
+    None,
+    _fixed(600, "no plan given: a launch's limit follows from its plan (gpuaccept.training.budget)"),
+)
+
+def _fio(args: Sequence[str], gpus: int) -> TimeLimit:
+    """fio's runtime cap (``--max-s``: a slower phase stops there and is judged on what it moved) plus the stall
+    limit (``--stall-s``: an I/O that stops answering is named), plus start-up."""
+    cap, stall = _arg(args, "--max-s", 60.0), _arg(args, "--stall-s", 60.0)
+    return TimeLimit(cap + stall + 60, f"fio's runtime cap {cap:g} s + the stall limit {stall:g} s + 60 s start-up")
+
+
+FIO: ProbeSpec[FioPayload] = ProbeSpec(f"{PACKAGE}.fio", FioPayload, _fio)
+
+#: every spec by its name (what a selftest's inner suite or an operator's string names)
+SPECS: dict[str, ProbeSpec[Any]] = {
+    spec.name: spec
+    for spec in (
+        FINGERPRINT,
+        HYGIENE,
+        VISIBILITY,
+        SHAREDFS,
+        INFINIBAND,
+        NVLINK,
+        GDR,
+        GPU_HEALTH,
+        XID,
+        GPUBENCH,
+        MATMUL,
+        NCCL,
+        NCCL_TESTS,
+        PERFTEST,
+        FINETUNE,
+        FIO,
+    )
 }
 
+#: a probe with no spec (a selftest's own, ``_faults``, ``_cpubench``): its limit when none is handed over
+UNDECLARED_LIMIT_S = 300.0
 
-def declared_limit(probe: str, args: Sequence[str] = (), gpus: int = 0) -> TimeLimit:
+
+def spec_of(probe: ProbeSpec[Any] | str) -> ProbeSpec[Any] | None:
+    """The spec of ``probe`` (itself, or the one of that name); None for a probe the table does not hold."""
+    return probe if isinstance(probe, ProbeSpec) else SPECS.get(probe)
+
+
+def declared_limit(probe: ProbeSpec[Any] | str, args: Sequence[str] = (), gpus: int = 0) -> TimeLimit:
     """The limit ``probe`` declares for these arguments; a probe not in the table (a selftest's own) gets
-    the fine-tune's fallback, named so."""
-    spec = SPECS.get(probe)
+    ``UNDECLARED_LIMIT_S``, named so."""
+    spec = spec_of(probe)
     if spec is None:
-        return TimeLimit(300, f"probe {probe!r} declares no limit (not in gpuaccept.probes.specs)")
+        return TimeLimit(UNDECLARED_LIMIT_S, f"probe {probe!r} declares no limit (not in gpuaccept.probes.specs)")
     return spec.limit(args, gpus)

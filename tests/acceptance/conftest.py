@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from gpuaccept.fixtures import cluster, fingerprints, judge, settings, thresholds  # noqa: F401  (the tests' names)
+from gpuaccept.probes.specs import GPUBENCH
 
 
 @pytest.fixture
@@ -22,7 +23,7 @@ def gpubench(gpuaccept_cluster: Any) -> Callable[[str], dict[str, Any]]:
 
     def run(node: str) -> dict[str, Any]:
         gpus = gpuaccept_cluster.require_gpus(node)
-        result = gpuaccept_cluster.run_shared("gpubench", nodes=[node], tasks_per_node=1, gpus_per_task=gpus)
+        result = gpuaccept_cluster.run_shared(GPUBENCH, nodes=[node], tasks_per_node=1, gpus_per_task=gpus)
         return {**result.one().data, "step_s": round(result.duration_s, 3)}
 
     return run

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuaccept.probes.specs import MATMUL
 from gpuaccept.verdicts.bench import record_step
 from gpuaccept.verdicts.compute import BURN_IN_METRICS, MATMUL_METRICS, judge_burn_in, judge_matmul
 
@@ -33,7 +34,7 @@ def test_burn_in(node, cluster, judge, settings):
         pytest.skip("burn-in not requested (--burn-in SECONDS)")
     interval = max(1.0, min(30.0, settings.burn_in / 10))
     result = cluster.run(
-        "matmul",
+        MATMUL,
         nodes=[node],
         tasks_per_node=gpus,
         gpus_per_task=1,

@@ -33,6 +33,7 @@ from gpuaccept.fabric.affinity import affine_hcas, bus_key
 from gpuaccept.fabric.rails import rail_groups_spec, rail_label, rail_rounds
 from gpuaccept.fabric.rdma import missing_tools, pair_results
 from gpuaccept.nccl.plan import lost_text
+from gpuaccept.probes.specs import GDR, INFINIBAND, NCCL, NVLINK, PERFTEST
 from gpuaccept.verdicts.fabric import (
     GDR_METRICS,
     RAIL_COLLECTIVES,
@@ -74,7 +75,7 @@ def _ib(cluster, nodes, counters_only=False) -> dict[str, dict]:
     during the step is left out (the tests go on without it)."""
     args = ["--counters-only"] if counters_only else []
     out = {}
-    for node, result in cluster.run_each("infiniband", nodes, args=args).items():
+    for node, result in cluster.run_each(INFINIBAND, nodes, args=args).items():
         if isinstance(result, MeasurementError):
             if node in cluster.lost:
                 continue
@@ -107,7 +108,7 @@ def _fabric(cluster, judge) -> dict[str, dict[str, float]]:
 def _affinity(cluster, node) -> dict[str, list[str]]:
     """GPU bus -> PCIe-affine HCAs, from the same NVML read test_interconnect uses (one run per node)."""
     gpus = cluster.gpus_on(node)
-    data = cluster.run_shared("nvlink", nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
+    data = cluster.run_shared(NVLINK, nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
     return affine_hcas(data)
 
 
@@ -145,7 +146,7 @@ def test_gdr_enablement(node, cluster, judge):
     gpus = cluster.require_gpus(node)
     if why := gdr_absent(judge, node, _fabric(cluster, judge)[node]):
         pytest.skip(why)
-    data = cluster.run("gdr", nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
+    data = cluster.run(GDR, nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
     judge_gdr(data, judge, node)
 
 
@@ -167,7 +168,7 @@ def test_nccl_transport(cluster, judge):
         rates = compute_rates(judge, ib, nodes)
         affinity = {n: _affinity(cluster, n) if rates[n] else {} for n in nodes}
         args = ["--collectives=all_reduce", "--min-bytes=64M", "--max-bytes=64M", "--iters=5", "--trials=1"]
-        result = cluster.run("nccl", nodes=nodes, tasks_per_node=gpus, gpus_per_task=1, args=args)
+        result = cluster.run(NCCL, nodes=nodes, tasks_per_node=gpus, gpus_per_task=1, args=args)
         return rates, affinity, result
 
     rates, affinity, result = cluster.across_nodes(measure, what="an inter-node NCCL channel")
@@ -182,7 +183,7 @@ def _run_rails(cluster, settings, nodes, groups: str = "", rails: str = "all"):
     args = [*_sweep(settings, bool(gpt)), f"--collectives={','.join(RAIL_COLLECTIVES)}", f"--rails={rails}"]
     if groups:
         args.append(f"--groups={groups}")
-    result = cluster.run("nccl", nodes=nodes, tasks_per_node=tasks, gpus_per_task=gpt, args=args)
+    result = cluster.run(NCCL, nodes=nodes, tasks_per_node=tasks, gpus_per_task=gpt, args=args)
     by_gid = {r.data.get("group"): r.data.get("rail") for r in result.records}
     tables = group_tables(result.records)
     for table in tables:
@@ -253,7 +254,7 @@ def _perftest_round(cluster, batch, gpu_memory: bool):
     step_nodes = sorted({e[0] for p in batch for e in (p.server, p.client)})
     gpus = min(cluster.gpus_on(n) for n in step_nodes)
     args = [f"--plan={schedule.format_plan(batch)}"] + (["--gpu-memory"] if gpu_memory else [])
-    result = cluster.run("perftest", nodes=step_nodes, tasks_per_node=1, gpus_per_task=gpus, args=args)
+    result = cluster.run(PERFTEST, nodes=step_nodes, tasks_per_node=1, gpus_per_task=gpus, args=args)
     gaps = missing_tools(result.records)
     if gaps:
         why = "; ".join(f"{n}: {why}" for n, why in gaps.items())

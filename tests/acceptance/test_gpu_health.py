@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuaccept.probes.specs import GPU_HEALTH, XID
 from gpuaccept.verdicts.gpu_health import HEALTH_METRICS, XID_METRICS, judge_health, judge_xid
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.gpu_health]
@@ -18,7 +19,7 @@ def test_gpu_health(node, cluster, judge):
     """Every declared GPU present; ECC on and clean; no pending/failed row remaps; no hardware clock events;
     PCIe link capable of the SKU's generation and width; cool; power limit not capped."""
     gpus = cluster.require_gpus(node)
-    data = cluster.run("gpu_health", nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
+    data = cluster.run(GPU_HEALTH, nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
     judge_health(data, judge, node, declared_gpus=gpus)
 
 
@@ -26,5 +27,5 @@ def test_gpu_health(node, cluster, judge):
 def test_xid(node, cluster, judge):
     """No hardware Xid (codes listed in thresholds.yaml) in the kernel log since boot; unreadable log = error."""
     gpus = cluster.require_gpus(node)
-    data = cluster.run("xid", nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
+    data = cluster.run(XID, nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
     judge_xid(data, judge, node)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuaccept.probes.specs import HYGIENE
 from gpuaccept.verdicts.hygiene import HYGIENE_METRICS, judge_hygiene
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.hygiene]
@@ -12,4 +13,4 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.hygiene]
 @pytest.mark.judges(*HYGIENE_METRICS)
 def test_node_limits(node, cluster, judge):
     """/dev/shm size and the open-file limit everywhere; locked memory where the SKU needs RDMA pinning."""
-    judge_hygiene(cluster.run("hygiene", nodes=[node]).one().data, judge, node)
+    judge_hygiene(cluster.run(HYGIENE, nodes=[node]).one().data, judge, node)

@@ -28,6 +28,7 @@ from gpuaccept.contracts.nccl_sweep import GroupTable, algo_args, group_tables
 from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.errors import MeasurementError
 from gpuaccept.nccl.plan import lost_text, pair_rounds, scale_groups, scale_id, scales_for, suspects_and_good
+from gpuaccept.probes.specs import NCCL, NCCL_TESTS
 from gpuaccept.report.charts.nccl import plot_busbw
 from gpuaccept.state import STATE_KEY
 from gpuaccept.verdicts.nccl import (
@@ -180,7 +181,7 @@ def _node_sweep(cluster: Any, settings: Any, node: str, tasks: int, gpt: int) ->
     """All GPUs of the node in one sweep, once per session: ``test_nccl_node`` judges it and the
     fidelity test compares nccl-tests with it."""
     args = _sweep_args(cluster, settings, bool(gpt))
-    return cluster.run_shared("nccl", nodes=[node], tasks_per_node=tasks, gpus_per_task=gpt, args=args)
+    return cluster.run_shared(NCCL, nodes=[node], tasks_per_node=tasks, gpus_per_task=gpt, args=args)
 
 
 def _first_pass(cluster: Any, settings: Any, judge: Any, nodes: list[str]) -> tuple[dict, dict, float | None]:
@@ -226,7 +227,7 @@ def test_nccl_tests_fidelity(node, cluster, judge, settings):
     args = [f"--ngpus={gpus}", f"--min-bytes={size}", f"--max-bytes={size}", *ring]
     if settings.nccl_tests_dir:
         args.append(f"--dir={settings.nccl_tests_dir}")
-    theirs = cluster.run("nccl_tests", nodes=[node], tasks_per_node=1, gpus_per_task=gpus, args=args).one().data
+    theirs = cluster.run(NCCL_TESTS, nodes=[node], tasks_per_node=1, gpus_per_task=gpus, args=args).one().data
     if not theirs["found"]:  # a missing tool, not a property of the cluster: "not run", listed in the verdict
         detail = f"looked in {', '.join(theirs['searched'])}; --nccl-tests-dir"
         judge.tool_missing("nccl-tests fidelity", "nccl-tests", node=node, detail=detail)
@@ -234,7 +235,7 @@ def test_nccl_tests_fidelity(node, cluster, judge, settings):
     table = group_tables(_node_sweep(cluster, settings, node, tasks, gpt).records)[0]
     if table.at("all_reduce", size) is None:  # the sweep stopped below this size (--nccl-max-bytes)
         args = _sweep_args(cluster, settings, True, collectives="all_reduce,all_gather", min_bytes=size, max_bytes=size)
-        result = cluster.run("nccl", nodes=[node], tasks_per_node=gpus, gpus_per_task=1, args=args)
+        result = cluster.run(NCCL, nodes=[node], tasks_per_node=gpus, gpus_per_task=1, args=args)
         table = group_tables(result.records)[0]
     judge_fidelity(theirs["runs"], table, size, judge, node)
 

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from gpuaccept.errors import MeasurementError
+from gpuaccept.probes.specs import HYGIENE
 from gpuaccept.verdicts.hygiene import judge_dev_shm_free, judge_node_clocks
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.hygiene]
@@ -21,7 +22,7 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.hygiene]
 @pytest.mark.judges("dev_shm_free_gib")
 def test_dev_shm_free(node, cluster, judge):
     """Free space in /dev/shm inside a job step, not only its size."""
-    judge_dev_shm_free(cluster.run("hygiene", nodes=[node]).one().data, judge, node)
+    judge_dev_shm_free(cluster.run(HYGIENE, nodes=[node]).one().data, judge, node)
 
 
 @pytest.mark.judges("node_clock_offset_s")
@@ -29,7 +30,7 @@ def test_node_clocks(cluster, judge):
     """Every node's wall clock within the tolerance of this host's: read in one step on all nodes at once,
     bracketed by this host's clock, so each node is judged and named alone."""
     before = time.time()
-    results = cluster.run_each("hygiene", cluster.nodes)
+    results = cluster.run_each(HYGIENE, cluster.nodes)
     after = time.time()
     errors = []
     readings = {}

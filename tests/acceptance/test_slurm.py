@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from gpuaccept.dispatch.slurm_cli import node_info, partition_info, slurm_cmd
+from gpuaccept.probes.specs import VISIBILITY
 from gpuaccept.verdicts.slurm import (
     ISOLATION_METRICS,
     judge_controller,
@@ -42,7 +43,7 @@ def test_node_usable(node, slurm_only, cluster, judge):
 
 def test_step_runs(node, cluster, judge):
     """A step lands on the node it was sent to, and its task may run on every CPU the allocation granted it."""
-    judge_step(cluster.run("visibility", nodes=[node]).one(), judge, node)
+    judge_step(cluster.run(VISIBILITY, nodes=[node]).one(), judge, node)
 
 
 @pytest.mark.judges(*ISOLATION_METRICS, gpus="gpu")
@@ -50,6 +51,6 @@ def test_gpu_isolation(node, cluster, fingerprints, judge):
     """One task per declared GPU: each sees exactly its GPU, the sets are disjoint and cover the node,
     no task can open another task's GPU, and the tasks' CPU sets do not overlap."""
     gpus = cluster.require_gpus(node)
-    result = cluster.run("visibility", nodes=[node], tasks_per_node=gpus, gpus_per_task=1)
+    result = cluster.run(VISIBILITY, nodes=[node], tasks_per_node=gpus, gpus_per_task=1)
     node_uuids = [d["uuid"] for d in fingerprints.get(node)["gpus"]["devices"]]
     judge_gpu_isolation(result.records, node_uuids, judge, node)

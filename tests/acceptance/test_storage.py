@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from gpuaccept.errors import MeasurementError
+from gpuaccept.probes.specs import SHAREDFS
 from gpuaccept.settings import reports_root
 from gpuaccept.verdicts.storage import judge_shared_reads
 
@@ -19,7 +20,7 @@ SIZE = 4 << 20
 
 def _read_everywhere(cluster, nodes, path):
     seen = {}
-    for node, result in cluster.run_each("sharedfs", nodes, args=["--mode", "read", "--path", path]).items():
+    for node, result in cluster.run_each(SHAREDFS, nodes, args=["--mode", "read", "--path", path]).items():
         if isinstance(result, MeasurementError):
             raise result  # one lost during the step: across_nodes measures the survivors again
         seen[node] = result.one().data
@@ -42,11 +43,11 @@ def test_shared_filesystem(cluster, settings, request, judge):
         writer, renamer = nodes[0], nodes[1]
         write = ["--mode", "write", "--path", first, "--size", SIZE, "--seed", seed]
         try:
-            wrote = cluster.run("sharedfs", nodes=[writer], args=write).one().data
+            wrote = cluster.run(SHAREDFS, nodes=[writer], args=write).one().data
             reads = [(writer, "read back by the writer", wrote, str(first))]
             for node, data in _read_everywhere(cluster, nodes[1:], first).items():
                 reads.append((node, f"read after {writer} wrote", data, ""))
-            cluster.run("sharedfs", nodes=[renamer], args=["--mode", "rename", "--path", first, "--to", renamed])
+            cluster.run(SHAREDFS, nodes=[renamer], args=["--mode", "rename", "--path", first, "--to", renamed])
             for node, data in _read_everywhere(cluster, nodes, renamed).items():
                 reads.append((node, f"read after {renamer} renamed it", data, ""))
         finally:

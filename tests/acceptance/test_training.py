@@ -29,6 +29,7 @@ import pytest
 from gpuaccept.dispatch.result import ProbeResult, RankRecord, stage_records
 from gpuaccept.errors import MeasurementError, ProbeTimeout
 from gpuaccept.judging.trajectory import Trajectory
+from gpuaccept.probes.specs import FINETUNE
 from gpuaccept.report.charts.loss import artifacts
 from gpuaccept.timelimits import TimeLimit
 from gpuaccept.training.report import TARGET_LOSS, print_summary
@@ -151,7 +152,7 @@ def _launch(ctx: Ctx, scale: Scale) -> ProbeResult:
         floor = solo_floor(ctx.judge, _shape(ctx, scale), scale.nodes[0], settings.model_path)
         args += ["--solo-floor", str(floor)] if floor else []
     return cluster.run_shared(
-        "finetune",
+        FINETUNE,
         nodes=scale.nodes,
         tasks_per_node=scale.tasks_per_node,
         gpus_per_task=scale.gpus_per_task,

@@ -25,6 +25,7 @@ import torch as real_torch
 from gpuaccept.dispatch.result import ProbeResult, parse_records
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import _bench, _gpu, _nvml, gpubench, hostbw, matmul, membw, p2p
+from gpuaccept.probes.specs import GPUBENCH
 from gpuaccept.thresholds.loader import load_thresholds
 from gpuaccept.verdicts import compute, memory
 
@@ -195,6 +196,8 @@ def test_every_part_on_every_gpu(bench: Any) -> None:
     for key in ("startup_s", "warmup_s", "measure_s", "other_s", "process_wall_s"):
         assert phases[key] >= 0, key
     assert phases["process_wall_s"] >= phases["startup_s"]
+    # what the probe emits is its spec's payload type, as the cluster validates it where the result arrives
+    GPUBENCH.validate(_result(data).one())
 
 
 def test_host_links_bound_to_their_numa_cpus(bench: Any) -> None:

@@ -19,7 +19,8 @@ import pytest
 
 from gpuaccept.contracts.progress import Progress, format_progress, read_progress
 from gpuaccept.dispatch.step import Step, step_limits
-from gpuaccept.probes.specs import SPECS, declared_limit
+from gpuaccept.probes import specs
+from gpuaccept.probes.specs import SPECS, ProbeSpec, declared_limit
 from gpuaccept.timelimits import TimeLimit, TimeoutRule
 from gpuaccept.training.budget import FIXED_S, MARGIN, LaunchPlan, StrategyWork, launch_limit
 from gpuaccept.training.watch import standing
@@ -90,9 +91,11 @@ def test_probe_timeout_refuses_nonsense(text):
 
 
 def test_every_probe_the_suite_runs_declares_its_limit_and_no_test_writes_one():
-    """Every ``cluster.run*("probe", ...)`` of tests/acceptance names a probe in ``probes.specs``, and none
-    passes ``timeout_s`` (the fine-tune hands over the limit its plan derives, as ``limit=``)."""
+    """Every ``cluster.run*(SPEC, ...)`` of tests/acceptance passes a spec of ``probes.specs`` (never a probe's
+    name as a string), and none passes ``timeout_s`` (the fine-tune hands over the limit its plan derives, as
+    ``limit=``)."""
     named: set[str] = set()
+    constants = {name for name, value in vars(specs).items() if isinstance(value, ProbeSpec)}
     for path in sorted((REPO / "tests" / "acceptance").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
@@ -100,8 +103,12 @@ def test_every_probe_the_suite_runs_declares_its_limit_and_no_test_writes_one():
             if node.func.attr not in ("run", "run_shared", "run_each"):
                 continue
             assert not any(k.arg == "timeout_s" for k in node.keywords), f"{path.name}:{node.lineno} writes a limit"
-            if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-                named.add(node.args[0].value)
+            assert node.args, f"{path.name}:{node.lineno} names no probe"
+            first = node.args[0]
+            assert isinstance(first, ast.Name) and first.id in constants, (
+                f"{path.name}:{node.lineno}: pass a spec of gpuaccept.probes.specs, not {ast.unparse(first)}"
+            )
+            named.add(getattr(specs, first.id).name)
     assert named and named <= set(SPECS), sorted(named - set(SPECS))
     for probe, spec in SPECS.items():
         limit = spec.limit((), 8)
