@@ -45,6 +45,7 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+from gpuaccept.probes._finetune_ranks import below_floor, lifecycles  # noqa: E402
 from gpuaccept.probes._protocol import emit, gpu_identity, node_name, rank_info  # noqa: E402
 
 __all__ = ["main", "parse_args"]
@@ -178,7 +179,8 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     a fresh H100 host; paying it once for the per-GPU solo runs, DDP and FSDP is most of what makes the
     training section fast. Each strategy still builds its model from the same seed, trains and checkpoints
     on its own, and frees the GPU before the next. The lifecycle (reload from disk, base vs fine-tuned)
-    of every strategy runs at the end, side by side on different GPUs of rank 0's node (``_lifecycles``).
+    of every strategy runs at the end, side by side on different GPUs of rank 0's node
+    (``_finetune_ranks.lifecycles``).
     """
     node = node_name()
     from gpuaccept.training.progress import Reporter
@@ -293,14 +295,14 @@ def _run(args: argparse.Namespace, info: Any) -> None:
         if job is not None:
             pending[strategy] = job
         release(torch, use_cuda)
-        slow = _below_floor(dist, runs["solo"], gpu, node, info.rank, args.solo_floor) if strategy == "solo" else ""
+        slow = below_floor(dist, runs["solo"], gpu, node, info.rank, args.solo_floor) if strategy == "solo" else ""
         if slow:  # every rank knows the same: the rest are skipped together, with the reason on the record
             for rest in strategies[strategies.index("solo") + 1 :]:
                 runs[rest] = {"strategy": rest, "not_run": slow, **shared}
             break
     PHASES.mark("strategies")
     progress.phase("lifecycle")
-    for strategy, extra in _lifecycles(dist, rt, pending, tokenizer, test_ex).items():
+    for strategy, extra in lifecycles(dist, rt, pending, tokenizer, test_ex).items():
         runs[strategy].update(extra)
         runs[strategy]["wall_s"] = round(runs[strategy]["wall_s"] + extra.get("lifecycle_s", 0.0), 3)
     PHASES.mark("lifecycle")
@@ -316,30 +318,6 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     payload["phases"] = _launch_phases(runs)
     payload["process_wall_s"] = round(PHASES.elapsed(), 3)
     emit(payload, gpu=gpu, probe="finetune")
-
-
-def _below_floor(dist: Any, solo: dict[str, Any], gpu: Any, node: str, rank: int, floor: float | None) -> str:
-    """Why the node-wide strategies should not run ('' when they should): a GPU whose own run trained below
-    ``floor`` tokens/s. DDP and FSDP step at their slowest rank's pace: they would take that GPU's time again and
-    judge every GPU of the node by it, while its own figure already fails it. All ranks agree (one gather)."""
-    if not floor or dist.get_world_size() == 1:
-        return ""
-    mine = (rank, node, (gpu or {}).get("index"), solo.get("tokens_per_s"))
-    every: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(every, mine)
-    slow = [
-        f"GPU {index} on {where} (rank {r}) at {rate:,.0f}"
-        if index is not None
-        else f"rank {r} on {where} at {rate:,.0f}"
-        for r, where, index, rate in every
-        if rate is not None and rate < floor
-    ]
-    if not slow:
-        return ""
-    return (
-        f"not run: {'; '.join(slow)} tokens/s in its own run, below the floor of {floor:,.0f}: across the node "
-        "this strategy would train at that pace"
-    )
 
 
 def _launch_phases(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
@@ -362,39 +340,6 @@ def _launch_phases(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
     out["other_s"] += sum(seconds.values())
     out["process_wall_s"] = PHASES.elapsed()
     return {k: round(v, 3) for k, v in out.items()}
-
-
-def _lifecycles(
-    dist: Any, rt: Any, pending: dict[str, dict[str, Any]], tokenizer: Any, test_ex: list[Any]
-) -> dict[str, dict[str, Any]]:
-    """Every strategy's lifecycle, run side by side on different ranks of rank 0's node.
-
-    The lifecycle (reload the saved adapter onto the saved original, evaluate, time generation, compare
-    with the base model) is single-process work from what rank 0 wrote; run after each strategy on
-    rank 0 it kept every other GPU waiting. At the end, with all training done, strategy k's lifecycle
-    runs on the k-th rank of rank 0's node (its own GPU, reading the same local files), so DDP's and
-    FSDP's take the time of one. Returns, on rank 0, each strategy's lifecycle results.
-    """
-    from gpuaccept.training.strategy import lifecycle
-
-    local = {"rt": rt, "tokenizer": tokenizer, "test_ex": test_ex}
-    if rt.world == 1:
-        return {strategy: lifecycle(**job, **local) for strategy, job in pending.items()}
-    nodes: list[Any] = [None] * rt.world
-    dist.all_gather_object(nodes, rt.node)
-    helpers = [rank for rank, name in enumerate(nodes) if name == nodes[0]]
-    jobs: list[Any] = [pending if rt.rank == 0 else None]
-    dist.broadcast_object_list(jobs, src=0)
-    mine: dict[str, dict[str, Any]] = {}
-    for index, (strategy, job) in enumerate(sorted((jobs[0] or {}).items())):
-        if helpers[index % len(helpers)] == rt.rank:
-            mine[strategy] = lifecycle(**job, **local)
-    gathered: list[Any] = [None] * rt.world
-    dist.all_gather_object(gathered, mine)
-    merged: dict[str, dict[str, Any]] = {}
-    for part in gathered:
-        merged.update(part or {})
-    return merged if rt.rank == 0 else {}
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ written) and the core's verdict on each report; it reads no session state and ch
   the test judged: observed, expected, verdict, source), a per-GPU bar plot per metric with its
   threshold, the comparison with the baseline (and the fingerprint diff when something regressed), the
   GPUs as a parameter.
-- each report (``pytest_runtest_makereport``, outermost): Allure's status and message follow the
+- each report (``pytest_runtest_makereport``, outermost; ``outcomes.py``): Allure's status and message follow the
   core's verdict and category (``[threshold miss] ...``: categories.json sorts by it), the test's
   description lists its checks, and ``--junitxml`` gets short properties (node, GPUs, verdict,
   category, failed checks, a suite error) for GitLab and Jenkins, and the session verdict, the test
@@ -36,6 +36,7 @@ import pytest
 
 from gpuaccept.judging.baseline import summarize_changes
 from gpuaccept.report.allure_runs import claim_run_folder, point_latest
+from gpuaccept.report.outcomes import allure_outcome, junit_properties, junit_verdict
 from gpuaccept.results.comparison import comparison_of, regressed, side_by_side
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import is_latest
@@ -57,8 +58,6 @@ __all__ = ["ReportSession", "default_alluredir"]
 _SESSION = "gpuaccept-report-session"
 _METRICS = pytest.StashKey[list[MetricResult]]()
 _NODES = pytest.StashKey[set[str]]()
-#: The first non-pass outcome shown in Allure (a failing teardown after a failed call keeps the call's).
-_SHOWN = pytest.StashKey[str]()
 #: Raw output beyond this is cut (a probe gone chatty must not make the single-file report huge).
 MAX_OUTPUT_BYTES = 1 << 20
 
@@ -104,77 +103,6 @@ def _truncate(text: str) -> str:
 def _checks(item: pytest.Item) -> list[MetricResult]:
     """The test's checks as the judge made them (``pytest_gpuaccept_metric``), in order."""
     return item.stash.get(_METRICS, [])
-
-
-def _junit_properties(item: pytest.Item, report: pytest.TestReport, data: dict[str, Any]) -> None:
-    """Replace our properties on the item (the teardown report, which junitxml reads, copies them)."""
-    from gpuaccept.report.checks import JUNIT_PREFIX, junit_properties
-
-    props: list[tuple[str, object]] = list(junit_properties(data, _checks(item)))
-    for holder in (item.user_properties, report.user_properties):
-        holder[:] = [p for p in holder if not str(p[0]).startswith(JUNIT_PREFIX)] + props
-
-
-def _junit_verdict(config: pytest.Config, record: RunRecord) -> None:
-    """The session verdict, the test hooks and the loosened limits as ``--junitxml`` global properties
-    (the record is written before junitxml writes its file)."""
-    from _pytest.junitxml import xml_key
-
-    from gpuaccept.judging.verdict import loosened_lines
-
-    xml = config.stash.get(xml_key, None)
-    if xml is None:
-        return
-    xml.add_global_property("gpuaccept.session_verdict", record.verdict)
-    if record.test_hooks:
-        xml.add_global_property("gpuaccept.test_hooks", ", ".join(sorted(record.test_hooks)))
-    for line in loosened_lines(record):
-        xml.add_global_property("gpuaccept.loosened", line)
-
-
-def _allure_test(item: pytest.Item) -> Any:
-    """allure-pytest's result object of the running test, or None (no listener, another version)."""
-    listener: Any = item.config.pluginmanager.get_plugin("allure_listener")
-    if listener is None:
-        return None
-    try:
-        uuid = listener._cache.get(item.nodeid)
-        return listener.allure_logger.get_test(uuid) if uuid else None
-    except AttributeError:
-        return None
-
-
-def _allure_outcome(item: pytest.Item, report: pytest.TestReport, data: dict[str, Any]) -> None:
-    from allure_commons.model2 import StatusDetails
-
-    from gpuaccept.report.checks import allure_message, allure_status, checks_markdown
-
-    result = _allure_test(item)
-    if result is None:
-        return
-    if report.when == "call" and not result.descriptionHtml:  # a test's own HTML description is kept
-        description = getattr(getattr(item, "function", None), "__doc__", None)
-        result.description = checks_markdown(_checks(item), _dedent(description))
-    status = allure_status(str(data.get("verdict")))
-    if status is None or _SHOWN in item.stash:
-        return
-    item.stash[_SHOWN] = status
-    details = result.statusDetails or StatusDetails(message=None, trace=None)
-    message = details.message or _longrepr_message(report)
-    details.message = allure_message(data.get("category"), message.removeprefix("AssertionError: "))
-    details.trace = details.trace or report.longreprtext
-    result.status, result.statusDetails = status, details
-
-
-def _dedent(text: str | None) -> str | None:
-    import inspect
-
-    return inspect.cleandoc(text) if text else None
-
-
-def _longrepr_message(report: pytest.TestReport) -> str:
-    crash = getattr(report.longrepr, "reprcrash", None)
-    return str(crash.message) if crash is not None else report.longreprtext
 
 
 class ReportSession:
@@ -315,9 +243,9 @@ class ReportSession:
         report = yield
         data = getattr(report, "gpuaccept", None)
         if isinstance(data, dict):
-            _junit_properties(item, report, data)
+            junit_properties(item, report, data, _checks(item))
             if self.active:
-                _allure_outcome(item, report, data)
+                allure_outcome(item, report, data, _checks(item))
         return report
 
     # ---- session end -------------------------------------------------------------------------------
@@ -326,7 +254,7 @@ class ReportSession:
         """Everything the session end writes is drawn from ``record`` (and the baseline the core loaded);
         the summary is signed with ``signer`` too, and shows its fingerprint."""
         self.record = record
-        _junit_verdict(self.config, record)
+        junit_verdict(self.config, record)
         self.written.extend(write_metrics_csv(path, record.metrics))
         if self.baseline is not None:
             self.changes = summarize_changes(self.baseline.fingerprint_changes(record.fingerprints))

@@ -1,22 +1,26 @@
 """The house rules a newcomer can rely on, held by CI: no import cycle between gpuaccept's modules nor
 between its packages, every import running down the declared layers (``LAYERS``, drawn in
 docs/ARCHITECTURE.md), no gpuaccept module importing the suite (``tests.*``), a judging core that imports
-no domain (NCCL, fabric, hardware, training), and a warning (never a failure) for a module past 400
-lines: a long module is a hint to split it by what it holds, not a number to squeeze code under.
+no domain (NCCL, fabric, hardware, training), and no module past 400 lines: a long module fails, to be
+split by what it holds (into modules named for it), never squeezed under the number.
 
 Imports are read from the source, outside ``if TYPE_CHECKING:``, every spelling counted: ``import``,
-``from`` (a relative one resolved against the importing module's package), and ``importlib.import_module``
-/ ``__import__`` calls (a constant name, or an f-string's leading constant; a name the check cannot read
-fails, so no spelling walks an import around the rules). Every check counts every import, in functions
-too: a late import is still a dependency that runs one way or the other, and a circle of files closed
-through a function's import still makes each file need the other (the tree holds none).
-"""
+``from`` (a relative one resolved against the importing module's package), and dynamic imports:
+``importlib.import_module`` / ``__import__`` however reached (aliased, through an aliased ``importlib``,
+``getattr(importlib, "import_module")``, a name bound to one), the name positional or by keyword, a
+relative name resolved against the package it is given, a constant name or an f-string's leading
+constant. A name the check cannot read fails, as does an import function handed on unread
+(``map(importlib.import_module, ...)``), so no spelling walks an import around the rules. Every check
+counts every import, in functions too: a late import is still a dependency that runs one way or the
+other, and a circle of files closed through a function's import still makes each file need the other
+(the tree holds none)."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
-import warnings
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -45,7 +49,12 @@ FIRST_PARTY = ("gpuaccept", "tests")
 #: what a dynamic import (``importlib.import_module``, ``__import__``) becomes when its argument names no
 #: module the check can read: an arrow to this package, which no layer may import
 UNREADABLE = "?"
+#: the import functions: called by these names, as an attribute of anything (``importlib.``, an alias,
+#: ``builtins.``), through ``getattr(..., "import_module")``, or through a name bound to one of them
 _DYNAMIC = ("import_module", "__import__")
+#: the modules that hold an import function: ``getattr`` on one of them with a name the check cannot read
+#: may fetch one
+_IMPORT_HOMES = ("importlib", "builtins")
 
 
 def _name(path: Path, root: Path = PACKAGE.parent) -> str:
@@ -68,31 +77,145 @@ def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     return ".".join([*base, *([node.module] if node.module else [])])
 
 
-def _dynamic_target(call: ast.Call) -> str | None:
-    """The module an ``importlib.import_module(...)`` / ``__import__(...)`` call imports, as far as its
-    argument says: a constant whole; an f-string or ``"..." + x`` up to the last dot of its leading
-    constant (``f"gpuaccept.verdicts.{name}"`` is ``gpuaccept.verdicts``); else ``UNREADABLE``, so a
-    computed name cannot walk an import around the layers. None when the call imports nothing."""
+class _Importers:
+    """Which names of one module's source hold an import function (``import_module``, ``__import__`` and
+    every alias: ``from importlib import import_module as im``, ``load = importlib.import_module``,
+    ``load = getattr(importlib, "import_module")``), and which hold a module that holds one (``importlib``,
+    ``builtins``, as imported or aliased). Read over the whole source, scopes ignored: a name that holds an
+    import function anywhere is taken for one everywhere (too many imports found, never too few)."""
+
+    def __init__(self, nodes: list[ast.AST]) -> None:
+        """``nodes``: every node of the source (``ast.walk``'s)."""
+        self.functions: set[str] = set(_DYNAMIC)
+        self.homes: set[str] = set()
+        assignments: list[tuple[str, ast.expr]] = []
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    top = alias.name.split(".")[0]
+                    if top in _IMPORT_HOMES and (alias.asname is None or alias.name == top):
+                        self.homes.add(alias.asname or top)
+            elif isinstance(node, ast.ImportFrom) and node.module in _IMPORT_HOMES and not node.level:
+                self.functions.update(a.asname or a.name for a in node.names if a.name in _DYNAMIC)
+            elif isinstance(node, ast.Assign):  # x = v, x: T = v, (x := v): a plain assignment to one name
+                assignments += [(t.id, node.value) for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and isinstance(node.target, ast.Name):
+                assignments += [(node.target.id, node.value)] if node.value is not None else []
+        changed = True
+        while changed:  # an alias of an alias: until no assignment binds a new one
+            changed = False
+            for target, value in assignments:
+                if self.is_function(value) and target not in self.functions:
+                    self.functions.add(target)
+                    changed = True
+                elif isinstance(value, ast.Name) and value.id in self.homes and target not in self.homes:
+                    self.homes.add(target)
+                    changed = True
+        #: the expressions an alias was bound from: a use the check has read, not an escape
+        self.bound = {id(value) for _, value in assignments if self.is_function(value)}
+
+    def is_function(self, node: ast.AST) -> bool:
+        """Whether ``node`` is an import function: a name bound to one, ``<anything>.import_module``, or
+        ``getattr(<anything>, "import_module")``."""
+        if isinstance(node, ast.Name):
+            return node.id in self.functions
+        if isinstance(node, ast.Attribute):
+            return node.attr in _DYNAMIC
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr":
+            name = node.args[1] if len(node.args) > 1 else None
+            return isinstance(name, ast.Constant) and name.value in _DYNAMIC
+        return False
+
+    def is_unread_lookup(self, node: ast.AST) -> bool:
+        """``getattr(importlib, <a name the check cannot read>)``: it may fetch an import function."""
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"):
+            return False
+        home, name = (*node.args[:2], None, None)[:2]
+        return isinstance(home, ast.Name) and home.id in self.homes and not isinstance(name, ast.Constant)
+
+
+def _argument(call: ast.Call, position: int, keyword: str) -> ast.expr | None:
+    """The argument of ``call`` at ``position`` or passed as ``keyword``; None when neither is given."""
+    if len(call.args) > position:
+        return call.args[position]
+    return next((k.value for k in call.keywords if k.arg == keyword), None)
+
+
+def _package_named(node: ast.expr | None, module: str, is_package: bool) -> str | None:
+    """The package ``import_module``'s ``package=`` names: a constant, or the importing module's own
+    (``__package__``, ``__spec__.parent``; ``__name__`` is the module's name); None when the check cannot
+    read it (or none is given)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    own = module if is_package else module.rpartition(".")[0]
+    if isinstance(node, ast.Name) and node.id in ("__package__", "__name__"):
+        return own if node.id == "__package__" else module
+    if isinstance(node, ast.Attribute) and node.attr == "parent" and ast.unparse(node.value) == "__spec__":
+        return own
+    return None
+
+
+def _dynamic_targets(call: ast.Call, module: str, is_package: bool) -> list[str]:
+    """The modules an ``import_module(...)`` / ``__import__(...)`` call (``call.func`` is an import function)
+    imports, as far as its arguments say, the name positional or ``name=``: a constant whole; an f-string or
+    ``"..." + x`` up to the last dot of its leading constant (``f"gpuaccept.verdicts.{name}"`` is
+    ``gpuaccept.verdicts``); a relative name (``import_module(".nccl", package=__package__)``,
+    ``__import__("nccl", globals(), level=1)``) resolved against the package it names; ``__import__``'s
+    ``fromlist`` names too. Else one ``UNREADABLE`` target, so a computed name cannot walk an import
+    around the layers."""
+    unreadable = [f"{UNREADABLE}{ast.unparse(call)}"]
     func = call.func
-    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-    if name not in _DYNAMIC or not call.args:
-        return None
-    arg = call.args[0]
-    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-        return arg.value
-    lead = arg.values[0] if isinstance(arg, ast.JoinedStr) and arg.values else None
+    is_dunder = (func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")) == "__import__"
+    arg = _argument(call, 0, "name")
+    whole = isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+    lead = arg if whole else arg.values[0] if isinstance(arg, ast.JoinedStr) and arg.values else None
     if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Add):
         lead = arg.left
-    if isinstance(lead, ast.Constant) and isinstance(lead.value, str) and "." in lead.value:
-        return lead.value.rsplit(".", 1)[0]
-    return f"{UNREADABLE}{ast.unparse(call)}"
+    if not (isinstance(lead, ast.Constant) and isinstance(lead.value, str)):
+        return unreadable
+    text: str = lead.value
+    if is_dunder:  # __import__ names its level apart: level=1 is one leading dot
+        level = _argument(call, 4, "level") or ast.Constant(0)
+        if not (isinstance(level, ast.Constant) and isinstance(level.value, int)):
+            return unreadable
+        text = "." * level.value + text
+        package: str | None = module if is_package else module.rpartition(".")[0]
+    else:
+        package = _package_named(_argument(call, 1, "package"), module, is_package)
+    dots = len(text) - len(text.lstrip("."))
+    rest = text[dots:]
+    if not whole:  # a leading constant: the package up to its last dot, the rest unknown
+        if "." not in rest and not dots:
+            return unreadable
+        rest = rest.rpartition(".")[0]
+    if dots:
+        bits = package.rsplit(".", dots - 1) if package else []
+        if len(bits) < dots:
+            return unreadable
+        rest = ".".join(filter(None, (bits[0], rest)))
+    if not whole and rest in FIRST_PARTY:  # f"gpuaccept.{name}": any package of gpuaccept, none placed
+        return unreadable
+    targets = [rest]
+    fromlist = _argument(call, 3, "fromlist") if is_dunder else None
+    if fromlist is not None and not (isinstance(fromlist, ast.Constant) and not fromlist.value):
+        names = fromlist.elts if isinstance(fromlist, (ast.List, ast.Tuple)) else [fromlist]
+        if not all(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in names):
+            return unreadable
+        targets += [f"{rest}.{n.value}" for n in names if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return targets
 
 
 def _source_imports(source: str, module: str, is_package: bool, module_level: bool) -> set[str]:
     """Every first-party module ``source`` (the text of ``module``) imports: ``import``, ``from`` (relative
-    ones resolved), and dynamic imports; outside ``if TYPE_CHECKING:``. ``module_level``: only what runs
-    when the module is imported (not function bodies)."""
+    ones resolved), and dynamic imports, whatever the import function is called; outside ``if TYPE_CHECKING:``.
+    An import function the check sees used other than called or aliased (``map(importlib.import_module,
+    names)``) is ``UNREADABLE``. ``module_level``: only what runs when the module is imported (not function
+    bodies)."""
     found: set[str] = set()
+    tree = ast.parse(source)
+    nodes = list(ast.walk(tree))
+    importers = _Importers(nodes)
+    read = importers.bound | {id(n.func) for n in nodes if isinstance(n, ast.Call)}
 
     def record(node: ast.AST) -> None:
         if isinstance(node, ast.ImportFrom):
@@ -102,9 +225,12 @@ def _source_imports(source: str, module: str, is_package: bool, module_level: bo
                 found.update(f"{base}.{a.name}" for a in node.names)
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names if _first_party(a.name))
-        elif isinstance(node, ast.Call) and (target := _dynamic_target(node)) is not None:
-            if target.startswith(UNREADABLE) or _first_party(target):
-                found.add(target)
+        elif isinstance(node, ast.Call) and importers.is_function(node.func):
+            targets = _dynamic_targets(node, module, is_package)
+            found.update(t for t in targets if t.startswith(UNREADABLE) or _first_party(t))
+        escapes = importers.is_function(node) and not isinstance(getattr(node, "ctx", None), ast.Store)
+        if (escapes and id(node) not in read) or importers.is_unread_lookup(node):
+            found.add(f"{UNREADABLE}{ast.unparse(node)}")
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
@@ -115,12 +241,13 @@ def _source_imports(source: str, module: str, is_package: bool, module_level: bo
                 continue
             visit(child)
 
-    visit(ast.parse(source))
+    visit(tree)
     return found
 
 
-def _imports(path: Path, module_level: bool, root: Path = PACKAGE.parent) -> set[str]:
-    return _source_imports(path.read_text(), _name(path, root), path.name == "__init__.py", module_level)
+@functools.cache  # each check reads the same tree: parsed once a session (a tmp tree's paths are its own)
+def _imports(path: Path, module_level: bool, root: Path = PACKAGE.parent) -> frozenset[str]:
+    return frozenset(_source_imports(path.read_text(), _name(path, root), path.name == "__init__.py", module_level))
 
 
 def _modules(root: Path) -> dict[str, Path]:
@@ -266,11 +393,12 @@ def test_the_layer_checks_catch_what_they_are_for() -> None:
     assert _against_layers({("verdicts", "contracts"): ["x"]}) == []
 
 
-def test_long_modules_are_named() -> None:
-    """A module past 400 lines is named in a warning (pytest's summary), so a reviewer sees it grow."""
+def test_no_module_is_long() -> None:
+    """A module past 400 lines fails, named with its length: split it by what it holds (a probe's helpers
+    into private modules named for them, ``probes/_coherency_locks.py``), never squeeze it under."""
     long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > LONG_MODULE}
-    for module, lines in sorted(long.items(), key=lambda item: -item[1]):
-        warnings.warn(f"{module}: {lines} lines (over {LONG_MODULE}): split it by what it holds?", stacklevel=1)
+    named = [f"{m}: {n} lines" for m, n in sorted(long.items(), key=lambda item: -item[1])]
+    assert not long, f"over {LONG_MODULE} lines, split each by what it holds: " + "; ".join(named)
 
 
 def test_the_judging_core_knows_no_domain() -> None:
@@ -291,7 +419,7 @@ def test_tests_judge_nothing_themselves() -> None:
             if isinstance(call, ast.Attribute) and call.attr in RECORDING:
                 owner = call.value.attr if isinstance(call.value, ast.Attribute) else getattr(call.value, "id", "")
                 if owner == "judge":
-                    found.append(f"{path.name}:{node.lineno} judge.{call.attr}")
+                    found.append(f"{path.name}:{call.lineno} judge.{call.attr}")
     assert not found, found
 
 
@@ -359,6 +487,82 @@ def test_a_dynamic_import_is_held_to_the_layers(tmp_path: Path) -> None:
     ]
     # and in this repository: the plugin's one dynamic import names its module
     assert "gpuaccept.report.plugin" in _imports(PACKAGE / "plugin.py", False)
+
+
+#: one upward import (a results module importing a judge), in every spelling of a dynamic import the check
+#: reads: the name relative to a package, passed by keyword, the import function aliased or held by an
+#: aliased module, fetched through getattr, held by a name, ``__import__`` with a level and a fromlist
+SPELLINGS = {
+    "relative": 'import importlib\nimportlib.import_module("..verdicts.nccl", package=__package__)\n',
+    "relative_to_a_constant": 'from importlib import import_module\nimport_module(".nccl", "gpuaccept.verdicts")\n',
+    "keyword": 'import importlib\nimportlib.import_module(name="gpuaccept.verdicts.nccl")\n',
+    "aliased_function": 'from importlib import import_module as im\nim("gpuaccept.verdicts.nccl")\n',
+    "aliased_module": 'import importlib as il\ndef f():\n    il.import_module("gpuaccept.verdicts.nccl")\n',
+    "through_getattr": 'import importlib\ngetattr(importlib, "import_module")("gpuaccept.verdicts.nccl")\n',
+    "held_by_a_name": 'import importlib\nload = getattr(importlib, "import_module")\nload("gpuaccept.verdicts.nccl")\n',
+    "dunder_relative": '__import__("verdicts", globals(), None, ["nccl"], level=2)\n',
+    "dunder_of_builtins": 'import builtins as b\nb.__import__(name="gpuaccept.verdicts", fromlist=("nccl",))\n',
+}
+
+
+def test_every_spelling_of_a_dynamic_import_is_caught(tmp_path: Path) -> None:
+    """Tried in a temporary copy of this repository's ``gpuaccept/``: each spelling of ``SPELLINGS`` added
+    as a module of ``results/`` fails the layer check, and nothing else changes."""
+    copy = tmp_path / "copy"
+    shutil.copytree(PACKAGE, copy / "gpuaccept", ignore=shutil.ignore_patterns("__pycache__"))
+    before = set(_against_layers(_package_imports(copy)))
+    for name, source in SPELLINGS.items():
+        (copy / "gpuaccept" / "results" / f"spelling_{name}.py").write_text(source)
+    added = set(_against_layers(_package_imports(copy))) - before
+    caught = {line.split(" -> ")[0].rpartition(".spelling_")[2] for line in added}
+    assert caught == set(SPELLINGS), f"not caught: {sorted(set(SPELLINGS) - caught)}"
+    assert all(line.endswith("(results may not import judges)") for line in added), sorted(added)
+    for name in SPELLINGS:
+        assert f"gpuaccept.results.spelling_{name} -> gpuaccept.verdicts.nccl (results may not import judges)" in added
+
+
+@pytest.mark.parametrize(
+    ("source", "imports"),
+    [
+        ('import importlib\nlist(map(importlib.import_module, ["gpuaccept.verdicts"]))\n', "?importlib.import_module"),
+        ("import importlib as il\ndef f(n, x):\n    getattr(il, n)(x)\n", "?getattr(il, n)"),
+        ('from importlib import import_module\nimport_module(".nccl")\n', "?import_module('.nccl')"),
+        ('import importlib\nimportlib.import_module(".x", package=p)\n', "?importlib.import_module('.x', package=p)"),
+        ('import importlib\nimportlib.import_module(f"gpuaccept.{n}")\n', "?importlib.import_module(f'gpuaccept.{n}')"),
+        (
+            'import importlib\nimportlib.import_module(f"..{n}", __package__)\n',
+            "?importlib.import_module(f'..{n}', __package__)",
+        ),
+        ("__import__('gpuaccept', fromlist=names)\n", "?__import__('gpuaccept', fromlist=names)"),
+        ("import importlib\nimportlib.import_module(**spec)\n", "?importlib.import_module(**spec)"),
+    ],
+)
+def test_a_dynamic_import_the_check_cannot_read_fails(source: str, imports: str) -> None:
+    """An import function used other than called or aliased, a ``getattr`` on ``importlib`` by a computed
+    name, a relative name without a package the check reads, a computed name under ``gpuaccept.`` itself,
+    a computed fromlist: each is one ``UNREADABLE`` import (in ``gpuaccept.probes.x``), which every layer fails."""
+    assert _source_imports(source, "gpuaccept.probes.x", False, False) == {imports}
+
+
+def test_a_readable_dynamic_import_resolves_like_its_static_spelling() -> None:
+    """A relative name resolves against the package named (``__package__``, ``__spec__.parent``, a
+    constant), ``__import__``'s fromlist names its modules, an f-string's leading constant names its package;
+    ``importlib``'s other functions import nothing."""
+    probe = ("gpuaccept.probes.x", False, False)
+    read = {
+        'import importlib\nimportlib.import_module(f".{n}", package=__spec__.parent)\n': {"gpuaccept.probes"},
+        'import importlib\nimportlib.import_module("._gpu", __package__)\n': {"gpuaccept.probes._gpu"},
+        "__import__('gpuaccept', fromlist=['units'])\n": {"gpuaccept", "gpuaccept.units"},
+        "__import__('json', fromlist=[])\n": set(),
+        'import importlib as il\nil.metadata.version("gpuaccept")\ngetattr(il, "util")\n': set(),
+        'import importlib\ndef f(n):\n    importlib.import_module(f"gpuaccept.nccl.{n}")\n': {"gpuaccept.nccl"},
+    }
+    for source, imports in read.items():
+        assert _source_imports(source, *probe) == imports, source
+    init = _source_imports(
+        'import importlib\nimportlib.import_module(".nccl", __name__)\n', "gpuaccept.verdicts", True, False
+    )
+    assert init == {"gpuaccept.verdicts.nccl"}
 
 
 def test_a_file_circle_fails_through_a_late_import(tmp_path: Path) -> None:
