@@ -40,7 +40,18 @@ class Area:
 AREAS: tuple[Area, ...] = (
     Area("environment", "node fingerprints and cross-node consistency", "Environment", "critical"),
     Area("slurm", "scheduler state, step launch and GPU isolation", "Environment", "blocker"),
-    Area("storage", "shared filesystem", "Environment", "normal"),
+    Area(
+        "storage",
+        "declared filesystems: bytes, throughput, metadata, coherency, mounts, checkpoints",
+        "Storage",
+        "critical",
+    ),
+    Area(
+        "tenant",
+        "what the next tenant inherits: GPU memory, vulnerable software, root of trust, agents",
+        "Tenant safety",
+        "critical",
+    ),
     Area("hygiene", "OS limits and node configuration", "Environment", "normal"),
     Area("gpu_health", "NVML/sysfs health of each GPU", "GPU health", "blocker"),
     Area("interconnect", "NVLink and InfiniBand", "Interconnect", "critical"),

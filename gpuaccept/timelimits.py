@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["TimeLimit", "TimeoutRule"]
+__all__ = ["STALL_S", "TimeLimit", "TimeoutRule"]
+
+#: seconds one filesystem call may take before a storage probe names it stalled: NVIDIA's 2026 cloud requirements
+#: (v2.4) count an I/O request stalled beyond 60 s as unavailability. The one home of the figure: the probes'
+#: stall limit (``probes/_stall.py``), the site's default (``thresholds/storage_site.py``) and the specs read it.
+STALL_S = 60.0
 
 
 @dataclass(frozen=True)

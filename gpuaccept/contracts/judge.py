@@ -35,6 +35,10 @@ class JudgeLike(Protocol):
 
     def declared(self, metric: str, node: str, scale: int | None = None) -> Any: ...
 
+    def setting(self, name: str) -> float: ...
+
+    def tool_missing(self, check: str, tool: str, *, node: str, detail: str = "") -> None: ...
+
 
 def gpu_label(gpu: Mapping[str, Any] | None) -> str | None:
     """``3 (00000000:9A:00.0)``: the same spelling as ``RankRecord.gpu_label``, so results line up."""

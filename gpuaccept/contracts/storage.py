@@ -68,11 +68,12 @@ class CheckpointPayload(_Payload):
     """A checkpoint saved the way a fine-tune saves one, or restored the way a job's cold start reads one.
 
     ``save``: torch's optimizer and adapter state and the model's safetensors shards written and fsynced;
-    ``restore``: every file read back and hashed against the manifest the saver wrote, the shards then loaded
-    into the GPU's memory (``device``); ``gbps`` is bytes over the phase's wall time (10^9 bytes/s).
+    ``restore``: every file read back, the shards loaded into the GPU's memory (``device``), every file hashed
+    against the manifest the saver wrote; ``gbps`` is bytes over the writes and fsyncs (save) or the reads (restore)
+    alone (10^9 bytes/s): hashing runs at a core's speed, not the filesystem's, and is left out of both.
     """
 
-    mode: Literal["save", "restore"]
+    mode: Literal["save", "restore", "clean"]
     path: str
     bytes: int = Field(ge=0)
     seconds: float = Field(ge=0)

@@ -171,8 +171,12 @@ class Judge:
 
     # ---- the three ways to hand over a measurement ---------------------------------------------------
 
-    def check(self, metric: str, value: Any, *, node: str, scale: int | None = None, **extra: Any) -> MetricResult:
-        """Judge ``value`` against the node's SKU limit (``<metric>@<scale>`` first when ``scale`` is given).
+    def check(
+        self, metric: str, value: Any, *, node: str, scale: int | None = None, limit: Limit | None = None, **extra: Any
+    ) -> MetricResult:
+        """Judge ``value`` against the node's SKU limit (``<metric>@<scale>`` first when ``scale`` is given), or
+        against ``limit`` where the site declared one for this very check (a filesystem's contract: storage is
+        no property of the GPU's SKU).
 
         What it is about beside ``node`` is one subject keyword in ``extra`` (``gpu=``, ``pair=``,
         ``hca=``, ``rail=``, ``rank=``, ``field=``, ``partition=``); the rest of ``extra`` rides along on
@@ -184,7 +188,7 @@ class Judge:
             raise TypeError(f"{metric} is an expectation: use judge.expect(...)")
         sku = self._sku_of(node)
         result = self._make(metric, value, node, extra if scale is None else {**extra, "scale": scale}, sku)
-        limit = self._limit(metric, sku, scale)
+        limit = limit if limit is not None else self._limit(metric, sku, scale)
         if limit is not None and self._calibrating and any(fnmatch.fnmatchcase(metric, g) for g in self._recalibrate):
             limit = None  # --calibrate-metric: this limit is being measured anew (a site fabric)
         if limit is None:

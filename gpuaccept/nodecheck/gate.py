@@ -155,6 +155,12 @@ class _Limited:
     def declared(self, metric: str, node: str, scale: int | None = None) -> Any:
         return self._n.judge.declared(metric, node, scale)
 
+    def setting(self, name: str) -> float:
+        return self._n.judge.setting(name)
+
+    def tool_missing(self, check: str, tool: str, *, node: str, detail: str = "") -> None:
+        self._n.judge.tool_missing(check, tool, node=node, detail=detail)
+
 
 def _gpus(n: _Node, gpus: dict[str, Any], declared: int | None, context: str, job: str | None) -> None:
     if declared is None:

@@ -23,28 +23,40 @@ from typing import Any, Generic, TypeVar, cast
 
 from pydantic import TypeAdapter, ValidationError
 
+from gpuaccept.contracts.fsmeta import CoherencyPayload, FsmetaPayload, MountsPayload
+from gpuaccept.contracts.neighbours import NeighboursRecord
 from gpuaccept.contracts.payloads import GpuBench, HealthRecord, MatmulFigures, NcclRecord, NcclTestsRecord
 from gpuaccept.contracts.records import RankRecord
-from gpuaccept.contracts.storage import FioPayload
+from gpuaccept.contracts.storage import CheckpointPayload, FioPayload
+from gpuaccept.contracts.tenant import AgentRecord, ResidueRecord, SoftwareRecord, TrustRecord
 from gpuaccept.errors import ProbeError
-from gpuaccept.timelimits import TimeLimit
+from gpuaccept.timelimits import STALL_S, TimeLimit
 
 __all__ = [
+    "AGENT",
+    "CHECKPOINT",
+    "COHERENCY",
     "FINETUNE",
     "FINGERPRINT",
     "FIO",
+    "FSMETA",
     "GDR",
     "GPUBENCH",
     "GPU_HEALTH",
     "HYGIENE",
     "INFINIBAND",
     "MATMUL",
+    "MOUNTS",
     "NCCL",
     "NCCL_TESTS",
+    "NEIGHBOURS",
     "NVLINK",
     "PERFTEST",
+    "RESIDUE",
     "SHAREDFS",
+    "SOFTWARE",
     "SPECS",
+    "TRUST",
     "VISIBILITY",
     "XID",
     "PayloadError",
@@ -185,14 +197,103 @@ FINETUNE: ProbeSpec[Any] = ProbeSpec(
     _fixed(600, "no plan given: a launch's limit follows from its plan (gpuaccept.training.budget)"),
 )
 
+
+# ---- storage: each limit is the probe's work at a slow filesystem plus the stall limit (timelimits.STALL_S), so a
+# ---- call that stops answering is named by the probe itself, inside its step's limit
+
+
 def _fio(args: Sequence[str], gpus: int) -> TimeLimit:
     """fio's runtime cap (``--max-s``: a slower phase stops there and is judged on what it moved) plus the stall
     limit (``--stall-s``: an I/O that stops answering is named), plus start-up."""
-    cap, stall = _arg(args, "--max-s", 60.0), _arg(args, "--stall-s", 60.0)
+    cap, stall = _arg(args, "--max-s", 60.0), _arg(args, "--stall-limit", STALL_S)
     return TimeLimit(cap + stall + 60, f"fio's runtime cap {cap:g} s + the stall limit {stall:g} s + 60 s start-up")
 
 
+def _fsmeta(args: Sequence[str], gpus: int) -> TimeLimit:
+    files, large, stall = _arg(args, "--files", 1000), _arg(args, "--large", 1000), _arg(args, "--stall-limit", STALL_S)
+    ops = 6 * files + 3 * large
+    return TimeLimit(
+        60 + ops / 100 + 2 * stall,
+        f"60 s start-up and barriers + {ops:g} metadata calls at 100/s per rank (a slow shared filesystem) "
+        f"+ 2 x the {stall:g} s stall limit (a call or barrier reported stalled, then the clean-up)",
+    )
+
+
+def _coherency(args: Sequence[str], gpus: int) -> TimeLimit:
+    rounds, stall = _arg(args, "--rounds", 5), _arg(args, "--stall-limit", STALL_S)
+    wait = _arg(args, "--wait", stall)
+    return TimeLimit(
+        60 + 2 * rounds + 2 * wait + stall,
+        f"60 s start-up + {rounds:g} ping-pong rounds (ms each on a healthy mount, 2 s allowed) + two waits for "
+        f"the other rank of {wait:g} s (hello; one that runs out) + the {stall:g} s stall limit",
+    )
+
+
+def _mounts(args: Sequence[str], gpus: int) -> TimeLimit:
+    paths = max(1, sum(a == "--path" or a.startswith("--path=") for a in args))
+    stall = _arg(args, "--stall-limit", STALL_S)
+    return TimeLimit(
+        60 + stall + 10 * paths,
+        f"60 s start-up + 10 s per declared path x {paths} (stat, statvfs, a 4 KiB fsynced write) + the {stall:g} s "
+        "stall limit (after one path stalls the rest are not looked at)",
+    )
+
+
+def _checkpoint(args: Sequence[str], gpus: int) -> TimeLimit:
+    mib, stall = _arg(args, "--mib", 2048), _arg(args, "--stall-limit", STALL_S)
+    moved = mib * 1.1 / 1024  # GiB: the weights and the adapter with its optimizer state
+    return TimeLimit(
+        90 + moved / 0.1 + stall,
+        f"90 s start-up (torch, safetensors, random weights drawn) + {moved:.2f} GiB at 0.1 GiB/s (a filesystem at a "
+        f"twentieth of the SuperPOD 'good' write) + the {stall:g} s stall limit",
+    )
+
+
 FIO: ProbeSpec[FioPayload] = ProbeSpec(f"{PACKAGE}.fio", FioPayload, _fio)
+CHECKPOINT: ProbeSpec[CheckpointPayload] = ProbeSpec(f"{PACKAGE}.checkpoint", CheckpointPayload, _checkpoint)
+FSMETA: ProbeSpec[FsmetaPayload] = ProbeSpec(f"{PACKAGE}.fsmeta", FsmetaPayload, _fsmeta)
+COHERENCY: ProbeSpec[CoherencyPayload] = ProbeSpec(f"{PACKAGE}.coherency", CoherencyPayload, _coherency)
+MOUNTS: ProbeSpec[MountsPayload] = ProbeSpec(f"{PACKAGE}.mounts", MountsPayload, _mounts)
+
+# ---- tenant safety
+
+
+def _neighbours(args: Sequence[str], gpus: int) -> TimeLimit:
+    """Three phases one after another (half A alone, half B alone, both at once), each a child process per half
+    that the probe itself stops at ``probes/neighbours.phase_limit`` (start-up, a barrier wait, the windows)."""
+    seconds = _arg(args, "--seconds", 3.0)
+    phase = 60 + 60 + 3 * (seconds + 5)
+    return TimeLimit(
+        3 * phase + 30,
+        f"3 phases (half A alone, half B alone, both at once) x ({phase:g} s: 60 s start-up of torch and CUDA + 60 s "
+        f"the longest wait for the other half + 3 figures x ({seconds:g} s window + 1 s warm-up + 4 s buffers)) "
+        "+ 30 s the parent's start-up",
+    )
+
+
+NEIGHBOURS: ProbeSpec[NeighboursRecord] = ProbeSpec(f"{PACKAGE}.neighbours", NeighboursRecord, _neighbours)
+
+
+RESIDUE: ProbeSpec[ResidueRecord] = ProbeSpec(
+    f"{PACKAGE}.residue",
+    ResidueRecord,
+    _fixed(
+        300,
+        "start-up + per GPU one after another: allocate its free memory, fill or scan it on the GPU (one H100 80GB "
+        "HBM3: fill 0.13 s, scan 1.2-1.5 s of 84 GB, the whole process 6.4-7.7 s; docs/measurements.md)",
+    ),
+)
+TRUST: ProbeSpec[TrustRecord] = ProbeSpec(f"{PACKAGE}.trust", TrustRecord, _fixed(60, _HOST_SECONDS))
+AGENT: ProbeSpec[AgentRecord] = ProbeSpec(
+    f"{PACKAGE}.agent",
+    AgentRecord,
+    _fixed(120, "a /proc scan, each declared URL at most 5 s, dcgmi/nv-hostengine --version at most 10 s each"),
+)
+SOFTWARE: ProbeSpec[SoftwareRecord] = ProbeSpec(
+    f"{PACKAGE}.software",
+    SoftwareRecord,
+    _fixed(120, "NVML reads, os-release, three tool --version calls at most 10 s each"),
+)
 
 #: every spec by its name (what a selftest's inner suite or an operator's string names)
 SPECS: dict[str, ProbeSpec[Any]] = {
@@ -214,6 +315,15 @@ SPECS: dict[str, ProbeSpec[Any]] = {
         PERFTEST,
         FINETUNE,
         FIO,
+        CHECKPOINT,
+        FSMETA,
+        COHERENCY,
+        MOUNTS,
+        RESIDUE,
+        TRUST,
+        AGENT,
+        SOFTWARE,
+        NEIGHBOURS,
     )
 }
 

@@ -51,11 +51,29 @@ def not_run_notes(tests: Iterable[TestEntry]) -> list[str]:
     return [f"{key} ({', '.join(nodes)})" if nodes else key for key, nodes in notes.items()]
 
 
+#: a check's verdict as the verdict it gives its node in a test of several nodes
+_CHECK_TO_NODE = {"fail": "failed", "unmeasured": "error", "unjudged": "error", "measured": "measured"}
+
+
+def _node_verdict(entry: TestEntry, node: str, checks: list[MetricResult]) -> str:
+    """A node's verdict in ``entry``: a test of one node gives it the test's; a test of several nodes that did
+    not pass gives each node what its own checks say, so one node's slow filesystem or bad link does not mark
+    the nodes it was measured beside (their checks passed; a node without checks of its own takes the test's)."""
+    if len(entry.nodes) < 2 or entry.verdict not in ("failed", "error"):
+        return entry.verdict
+    own = [_CHECK_TO_NODE.get(c.verdict, "passed") for c in checks if c.node == node]
+    return worst_verdict(own) if own else entry.verdict
+
+
 def node_summary_lines(record: RunRecord) -> list[str]:
     verdicts: dict[str, str] = {}
-    for entry in record.tests.values():
+    by_test: dict[str, list[MetricResult]] = {}
+    for m in record.metrics:
+        by_test.setdefault(m.test, []).append(m)
+    for test_id, entry in record.tests.items():
         for node in entry.nodes:
-            verdicts[node] = worst_verdict([verdicts[node], entry.verdict]) if node in verdicts else entry.verdict
+            verdict = _node_verdict(entry, node, by_test.get(test_id, []))
+            verdicts[node] = worst_verdict([verdicts[node], verdict]) if node in verdicts else verdict
     lines = []
     for node in sorted(verdicts):
         judged = [(margin(m), m) for m in record.metrics if m.node == node and margin(m) is not None]

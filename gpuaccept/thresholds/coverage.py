@@ -36,9 +36,15 @@ __all__ = [
     "declares_absent",
 ]
 
-Feature = Literal["nvlink", "ib", "nccl_net"]
+Feature = Literal["nvlink", "ib", "nccl_net", "storage", "tenant"]
 
 #: the limit whose absence (or ``equal: 0``) declares a feature absent on a SKU or site
+#: a feature only a site declares (its limits are the site's, not a SKU's): absent from every packaged shape
+SITE_DECLARED: dict[Feature, str] = {
+    "storage": "no filesystem declared: storage.filesystems in a site file (--thresholds site.yaml) names them",
+    "tenant": "no tenant section declared: tenant.root_of_trust and tenant.agents in a site file (--thresholds "
+    "site.yaml) say what a node handed to a tenant must have",
+}
 ABSENCE_METRIC: dict[Feature, str] = {
     "nvlink": "nvlink_links_active",
     "ib": "ib_hca_count",
@@ -172,6 +178,8 @@ def _skip(spec: TestSpec, shape: Shape, limits: dict[str, Limit], sku: str) -> s
         return "one GPU: no intra-node collective"
     if spec.nodes > shape.nodes:
         return "one node"
+    if spec.absent in SITE_DECLARED:
+        return SITE_DECLARED[spec.absent]
     if spec.absent == "nccl_net":
         if limits.get(ABSENCE_METRIC["nccl_net"]) is None:
             return f"SKU {sku} declares no NCCL network transport"

@@ -21,6 +21,8 @@ import yaml
 from pydantic import ValidationError
 
 from gpuaccept.thresholds.schema import Limit, MetricSpec, SkuSpec, ThresholdsFile
+from gpuaccept.thresholds.storage_site import Filesystem, StorageSection
+from gpuaccept.thresholds.tenant_site import TenantSite
 
 __all__ = ["CPU_SKU", "KNOWN_SETTINGS", "Thresholds", "ThresholdsError", "default_path", "load_thresholds"]
 
@@ -91,6 +93,10 @@ class Thresholds:
     file_digests: dict[str, str] = field(default_factory=dict)
     #: SKUs whose ``match`` a site file wrote: more specific than the packaged ones they may overlap
     site_skus: frozenset[str] = frozenset()
+    #: the storage presets and the site's filesystems, each filesystem's contract resolved to its figures
+    storage: StorageSection = field(default_factory=StorageSection)
+    #: the site's ``tenant:`` declaration (the last file's that has one), None when no file declares it
+    tenant: TenantSite | None = None
 
     def sku_for_gpu(self, nvml_name: str) -> str | None:
         """The SKU one of whose ``match`` patterns fits the whole NVML device name, or None.
@@ -231,6 +237,35 @@ def _check_broad_site_skus(path: Path, data: ThresholdsFile, packaged: dict[str,
                     )
 
 
+def _merge_storage(path: Path, merged: StorageSection, data: ThresholdsFile) -> StorageSection:
+    """The file's presets and filesystems over those before it (a later file's entry of the same name wins);
+    its stall limit where it sets one."""
+    given = data.storage
+    return StorageSection(
+        presets={**merged.presets, **given.presets},
+        filesystems={**merged.filesystems, **given.filesystems},
+        stall_s=given.stall_s if "stall_s" in given.model_fields_set else merged.stall_s,
+    )
+
+
+def _resolve_storage(files: list[Path], storage: StorageSection) -> StorageSection:
+    """Each filesystem's ``contract`` as its figures: a preset's name is looked up (an unknown one is a usage
+    error naming the key and the presets there are)."""
+    resolved: dict[str, Filesystem] = {}
+    for name, fs in storage.filesystems.items():
+        contract = fs.contract
+        if isinstance(contract, str):
+            if contract not in storage.presets:
+                known = ", ".join(sorted(storage.presets)) or "none"
+                raise ThresholdsError(
+                    f"{files[-1]}: storage.filesystems.{name}.contract: unknown preset {contract!r} (known: {known}); "
+                    "name a preset or give the figures (read_gbps, write_gbps, aggregate, ..., source)"
+                )
+            fs = fs.model_copy(update={"contract": storage.presets[contract], "preset": contract})
+        resolved[name] = fs
+    return storage.model_copy(update={"filesystems": resolved})
+
+
 def load_thresholds(site: Path | None = None, *, defaults: Path | None = None, sku: str | None = None) -> Thresholds:
     """Validate the defaults and the optional site file, then merge the site file over them; ``sku``: the SKU
     ``--sku`` forces (a site SKU with a broad pattern is allowed only so)."""
@@ -242,8 +277,12 @@ def load_thresholds(site: Path | None = None, *, defaults: Path | None = None, s
     skus: dict[str, SkuSpec] = {}
     file_digests: dict[str, str] = {}
     site_skus: set[str] = set()
+    storage = StorageSection()
+    tenant: TenantSite | None = None
     for path in files:
         data = _read(path)
+        storage = _merge_storage(path, storage, data)
+        tenant = data.tenant or tenant
         file_digests[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
         if path is not base_path and data.metrics:
             raise ThresholdsError(f"{path}: metrics: a site file cannot define metrics; the probes produce a fixed set")
@@ -279,5 +318,12 @@ def load_thresholds(site: Path | None = None, *, defaults: Path | None = None, s
         "defaults": {k: v.model_dump() for k, v in limits.items()},
         "skus": {k: v.model_dump() for k, v in skus.items()},
     }
+    storage = _resolve_storage(files, storage)
+    if storage.filesystems:  # the digest of a run without storage or a tenant section stays what it was
+        payload["storage"] = storage.model_dump(mode="json")
+    if tenant is not None:
+        payload["tenant"] = tenant.model_dump(mode="json")
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
-    return Thresholds(metrics, settings, limits, skus, tuple(files), digest, file_digests, frozenset(site_skus))
+    return Thresholds(
+        metrics, settings, limits, skus, tuple(files), digest, file_digests, frozenset(site_skus), storage, tenant
+    )

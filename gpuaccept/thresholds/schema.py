@@ -12,6 +12,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpuaccept.thresholds.requirements import catalogue_path, load_catalogue
+from gpuaccept.thresholds.storage_site import StorageSection
+from gpuaccept.thresholds.tenant_site import TenantSite
 
 __all__ = ["TIGHT_MARGIN_PCT", "Display", "Limit", "MetricSpec", "Setting", "SkuSpec", "ThresholdsFile"]
 
@@ -160,3 +162,12 @@ class ThresholdsFile(_Strict):
     settings: dict[str, Setting] = Field(default_factory=dict)
     defaults: dict[str, Limit] = Field(default_factory=dict, description="limits for every SKU")
     skus: dict[str, SkuSpec] = Field(default_factory=dict)
+    storage: StorageSection = Field(
+        default_factory=StorageSection,
+        description="the storage contracts (presets) and the filesystems a site declares (thresholds/storage_site.py)",
+    )
+    tenant: TenantSite | None = Field(
+        default=None,
+        description="what a node handed to a tenant must have: root of trust, health agents, approved versions "
+        "(thresholds/tenant_site.py); undeclared, those tests skip naming the key",
+    )

@@ -18,7 +18,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 usage() {
   cat >&2 <<'EOF'
 usage: up.sh --nodes N [--gpus] [--gpus-per-node G] [--cpus-per-node C] [--dir DIR] [--oci runc|crun]
-             [--constrain-devices]
+             [--constrain-devices] [--own-mounts]
              [--slurm 22.05|24.11|26.05 | --prefix PREFIX [--debs DEBDIR]] [--pyxis DIR]
 
   --nodes N           number of slurmd "nodes" (node1..nodeN), all on this host
@@ -33,6 +33,10 @@ usage: up.sh --nodes N [--gpus] [--gpus-per-node G] [--cpus-per-node C] [--dir D
                       (IgnoreSystemd=yes): a task may open only its own GPUs' device files, as on a
                       production cluster. Needs a writable cgroup v2 hierarchy (not this CI machine's
                       hybrid one); tried on 2 x H100 80GB HBM3 (docs/measurements.md)
+  --own-mounts        start each slurmd in a mount namespace of its own (unshare --mount): a node's steps
+                      see the host's mounts as they were at its start, and a mount made in its namespace
+                      (slurm/dev-cluster/node-exec.sh NODE mount ...) is that node's alone: one node's
+                      filesystem missing, read-only, full or hung while the others' stay healthy
   --slurm VERSION     22.05: the host's Slurm (Debian bookworm; the default). 24.11 or 26.05: Debian
                       trixie's or sid's, from the root that chroot.sh builds and caches; its daemons
                       and client commands run on this host with that root's own loader and libraries
@@ -58,7 +62,7 @@ EOF
 log() { printf 'up.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-nodes="" gpus=0 gpus_per_node=1 cpus=4 dir="" prefix="" debs="" slurm="" oci="" pyxis="" devices=0
+nodes="" gpus=0 gpus_per_node=1 cpus=4 dir="" prefix="" debs="" slurm="" oci="" pyxis="" devices=0 own_mounts=0
 while (($#)); do
   case $1 in
     --nodes) nodes=${2:?}; shift 2 ;;
@@ -71,6 +75,7 @@ while (($#)); do
     --slurm) slurm=${2:?}; shift 2 ;;
     --oci) oci=${2:?}; shift 2 ;;
     --constrain-devices) devices=1; shift ;;
+    --own-mounts) own_mounts=1; shift ;;
     --pyxis) pyxis=${2:?}; shift 2 ;;
     -h | --help) usage ;;
     *) log "unknown argument: $1"; usage ;;
@@ -441,11 +446,13 @@ log "starting slurmctld on 127.0.0.1:$base ($dir)"
 "$sbin/slurmctld" -c -f "$conf" </dev/null >>"$dir/log/slurmctld.out" 2>&1 ||
   fail "slurmctld did not start"
 wait_pidfile slurmctld "$dir/run/slurmctld.pid" || fail "slurmctld wrote no pid file"
+namespace=()
+((own_mounts)) && namespace=(unshare --mount --propagation private)
 for ((k = 1; k <= nodes; k++)); do
   log "starting slurmd node$k on 127.0.0.1:$((base + k))"
   node_path=$PATH
   [[ -z $pyxis ]] || node_path=$dir/enroot/node$k/bin:$PATH
-  PATH=$node_path "$sbin/slurmd" -f "$conf" -N "node$k" -d "$sbin/slurmstepd" \
+  PATH=$node_path "${namespace[@]}" "$sbin/slurmd" -f "$conf" -N "node$k" -d "$sbin/slurmstepd" \
     </dev/null >>"$dir/log/slurmd-node$k.out" 2>&1 || fail "slurmd node$k did not start"
   # One at a time, so that pids lists every daemon started before a failure (down.sh stops them).
   wait_pidfile "node$k" "$dir/run/slurmd-node$k.pid" || fail "slurmd node$k wrote no pid file"

@@ -208,11 +208,14 @@ def start_cluster(
     gpus_per_node: int = 0,
     gpu_files: Path | None = None,
     oci: str | None = None,
+    own_mounts: bool = False,
 ) -> DevCluster:
     """Start a fresh loopback cluster of ``nodes`` nodes (the caller stops it with ``stop_cluster``): the one
     way every selftest starts one. ``gpus_per_node``: the GPUs (gres) each node declares; ``gpu_files``: a
     folder where the ``nvidia<i>`` files backing them are made (``GPUACCEPT_DEV_GPU_FILE``), for a test
     whose probes read injected GPUs. ``oci``: the runtime of Slurm's own containers (``up.sh --oci``).
+    ``own_mounts``: each node in a mount namespace of its own (``up.sh --own-mounts``), for one node's filesystem
+    to break alone (``slurm/dev-cluster/node-exec.sh``).
     ``extra_env`` goes on top of the cluster's environment."""
     if shutil.which("slurmctld") is None and shutil.which("slurmctld-wlm") is None:
         if os.environ.get("CI"):
@@ -226,6 +229,7 @@ def start_cluster(
     base.pop("SLURM_JOB_ID", None)
     up = ["bash", str(UP), "--nodes", str(nodes)] + (["--gpus-per-node", str(gpus_per_node)] if gpus_per_node else [])
     up += ["--oci", oci] if oci else []
+    up += ["--own-mounts"] if own_mounts else []
     done = subprocess.run(up, env=base, capture_output=True, text=True, timeout=180)
     if done.returncode:
         raise RuntimeError(f"up.sh failed ({done.returncode}):\n{done.stderr[-3000:]}")

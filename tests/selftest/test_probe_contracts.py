@@ -18,7 +18,6 @@ from gpuaccept.errors import MeasurementError
 from gpuaccept.probes import specs
 from gpuaccept.probes.specs import SPECS, PayloadError
 
-
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 

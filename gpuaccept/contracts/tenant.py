@@ -1,0 +1,139 @@
+"""What the tenant-safety probes emit (issue 49): GPU memory residue between jobs, the node's root of trust,
+the site's health agents, and the software versions held to NVIDIA's security bulletins.
+
+Pydantic models, frozen and closed (``extra="forbid"``): a probe dumps one with ``model_dump(mode="json")``,
+and ``ProbeSpec.read`` hands the judge the same model back, so a renamed or missing field is a
+``PayloadError`` naming the probe and field where the result arrives, never a ``KeyError`` in a judge.
+A reading the probe could not take is None (with a ``why`` where one helps), never a made-up value.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "AgentRecord",
+    "AgentState",
+    "GpuSoftware",
+    "ResidueGpu",
+    "ResidueRecord",
+    "SoftwareRecord",
+    "TopValue",
+    "TrustRecord",
+]
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---- SEC21: GPU memory left between jobs (probes/residue.py) ---------------------------------------------
+
+
+class TopValue(_Payload):
+    """One non-zero 64-bit word value the scan saw often, in hex, with how many sampled words held it."""
+
+    value: str
+    words: int
+
+
+class ResidueGpu(_Payload):
+    """One GPU's fill or scan: its identity, what was covered and (for a scan) what was found."""
+
+    index: int
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    name: str | None = None
+    total_bytes: int
+    free_bytes: int  # cudaMemGetInfo's free memory before the probe allocated
+    bytes: int  # bytes filled (fill) or scanned (scan, plant)
+    pattern_bytes: int = 0  # bytes in words equal to this run's pattern at their offset in a 4 KiB page
+    tag_bytes: int = 0  # bytes in words whose high 32 bits are this run's tag (looser; random data hits 2**-32)
+    nonzero_bytes: int = 0  # non-zero bytes anywhere in the scanned memory
+    top_values: list[TopValue] = []  # the commonest non-zero words of a strided sample
+    sampled_words: int = 0  # how many words that sample held
+    seconds: float = 0.0
+
+
+class ResidueRecord(_Payload):
+    """A residue step on one node: ``fill`` (write the pattern, exit), ``scan`` (read fresh memory
+    uninitialised) or ``plant`` (fill, free, scan in one process: the scanner's proof)."""
+
+    mode: Literal["fill", "scan", "plant"]
+    seed: int
+    tag: str  # the pattern's high 32 bits, hex: what an operator greps a dump for
+    cuda: bool
+    why: str | None = None  # why no GPU was measured (no CUDA, no torch)
+    gpus: list[ResidueGpu] = []
+
+
+# ---- SEC22: root of trust (probes/trust.py) ----------------------------------------------------------------
+
+
+class TrustRecord(_Payload):
+    """The node's boot chain as sysfs shows it. ``secure_boot``/``setup_mode`` are None where there is no
+    UEFI or the efivar is unreadable; ``tpm_version`` is the major version (1 or 2) or None."""
+
+    uefi: bool
+    secure_boot: bool | None = None
+    setup_mode: bool | None = None
+    tpm_present: bool
+    tpm_version: int | None = None
+    tpm_devices: list[str] = []
+    notes: list[str] = []  # what could not be read, and why
+
+
+# ---- BFX04: health agents (probes/agent.py) ----------------------------------------------------------------
+
+
+class AgentState(_Payload):
+    """One declared agent on one node: its process, its URL, and for a DCGM exporter the GPUs its metrics
+    page lists (indices and UUIDs from the ``gpu=``/``UUID=`` labels of ``DCGM_FI_DEV_*`` series)."""
+
+    name: str
+    kind: str = "generic"
+    process: str | None = None
+    running: bool | None = None  # None: no process name declared
+    pids: list[int] = []
+    url: str | None = None
+    answered: bool | None = None  # None: no URL declared
+    http_status: int | None = None
+    error: str | None = None
+    exporter_gpus: list[str] | None = None  # None: not an exporter, or its page was not read
+    exporter_uuids: list[str] | None = None
+
+
+class AgentRecord(_Payload):
+    """The node's agents, the GPUs NVML sees (what an exporter must list), and DCGM's versions."""
+
+    agents: list[AgentState] = []
+    nvml_gpus: int | None = None
+    nvml_uuids: list[str] = []
+    dcgm_version: str | None = None
+
+
+# ---- VMAAS07 / CNP09 / ATTEST01: software versions (probes/software.py) ------------------------------------
+
+
+class GpuSoftware(_Payload):
+    """One GPU's firmware as NVML reports it."""
+
+    index: int
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    vbios: str | None = None
+
+
+class SoftwareRecord(_Payload):
+    """What a node runs, each field as read or None where it is not there (no DCGM, no NVML)."""
+
+    driver: str | None = None
+    cuda_driver: str | None = None
+    kernel: str | None = None
+    os_id: str | None = None
+    os_version_id: str | None = None
+    dcgm: str | None = None
+    dcgm_exporter: str | None = None
+    gpus: list[GpuSoftware] = []

@@ -1,0 +1,220 @@
+"""GPU memory left between jobs (SEC21): does the next tenant read what the last one wrote?
+
+Three modes, each one process per node driving every visible GPU in turn:
+
+* ``--mode fill --seed S``: allocate as much free memory as the GPU gives (``--reserve-mib`` left over for
+  CUDA's own needs), write this run's pattern into it on the GPU, synchronise, report the bytes, exit. The
+  process ends, so the driver takes the memory back.
+* ``--mode scan --seed S``: in the next step, allocate as much as possible *uninitialised*
+  (``torch.empty``) and scan it on the GPU: words equal to the pattern, non-zero bytes, and the commonest
+  non-zero words of a strided sample, so the report can say what the driver left (zeros, or other bytes).
+* ``--mode plant``: fill, free, scan in the same process. PyTorch's caching allocator hands the freed blocks
+  straight back, so the scan must find the pattern: the proof that the scanner sees a pattern that is there.
+
+The pattern: every 64-bit word is ``tag << 32 | h(seed, o)``, ``tag`` a non-zero 32-bit value derived from
+the seed and ``o`` the word's offset inside its 4 KiB page (from the tensor's address). GPU memory is
+mapped in pages of at least 4 KiB (64 KiB and 2 MiB for large allocations), so that offset is the same in
+the filling and the scanning process whatever page the driver maps where: a word found at its own offset is
+this run's pattern with a chance of 2**-64 per word of being anything else. The fill and the scan are torch
+ops on a ``(rows, 512)`` view compared with one page of pattern: on CPU tensors too, which is what the
+selftests exercise.
+
+By hand: ``python -m gpuaccept.probes.residue --mode scan --seed 7``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gpuaccept.contracts.tenant import ResidueGpu, ResidueRecord, TopValue
+from gpuaccept.probes._protocol import emit, gpu_identity
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["collect", "fill", "main", "page_pattern", "scan", "tag_of"]
+
+#: 64-bit words per 4 KiB page: the period of the pattern
+PAGE_WORDS = 512
+#: one allocation; halved down to ``MIN_CHUNK`` when the GPU cannot give a whole one
+CHUNK_BYTES = 256 * 2**20
+MIN_CHUNK = 2 * 2**20
+#: bytes of each chunk's non-zero count taken at a time (the comparison's bool temporary is this large)
+BYTE_SLICE = 32 * 2**20
+#: words of each chunk sampled for the commonest non-zero values
+SAMPLE_WORDS = 1 << 16
+#: the multiplier of the in-page hash: odd and below 2**31, so (offset < 2**9) * it + seed stays in int64
+_MUL = 0x5BD1E995
+
+
+def _mix32(value: int) -> int:
+    """A 32-bit avalanche of ``value`` (MurmurHash3's fmix32 finaliser): seeds 7 and 8 give unrelated tags."""
+    h = value & 0xFFFFFFFF
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    h ^= h >> 16
+    return h
+
+
+def tag_of(seed: int) -> int:
+    """The pattern's high 32 bits for ``seed``: never 0 (zeroed memory must not match) nor all ones."""
+    tag = _mix32(seed ^ 0x9E3779B9)
+    return tag if tag not in (0, 0xFFFFFFFF) else 0x5EC21A5E
+
+
+def page_pattern(seed: int, device: Any = "cpu") -> torch.Tensor:
+    """One 4 KiB page of the pattern (``PAGE_WORDS`` int64 words), word ``o`` = ``tag << 32 | h(seed, o)``."""
+    import torch
+
+    offsets = torch.arange(PAGE_WORDS, dtype=torch.int64, device=device)
+    low = (offsets * _MUL + (_mix32(seed) & 0x7FFFFFFF)) & 0xFFFFFFFF
+    high = tag_of(seed)
+    high_signed = high - (1 << 32) if high >= 1 << 31 else high  # int64 holds tag << 32 only as signed
+    return low | (high_signed << 32)
+
+
+def _rows(chunk: torch.Tensor, page: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``chunk`` (int64, a multiple of a page long) as ``(rows, 512)`` and the page rolled to the chunk's own
+    in-page offset, so row ``r`` column ``c`` sits at in-page offset ``(start + c) % 512``."""
+    import torch
+
+    start = (chunk.data_ptr() // 8) % PAGE_WORDS
+    rolled = torch.roll(page, -start)
+    return chunk.view(-1, PAGE_WORDS), rolled
+
+
+def fill(chunks: Iterable[torch.Tensor], seed: int) -> int:
+    """Write the pattern into every chunk; the bytes written."""
+    page = None
+    written = 0
+    for chunk in chunks:
+        if page is None or page.device != chunk.device:
+            page = page_pattern(seed, chunk.device)
+        rows, rolled = _rows(chunk, page)
+        rows.copy_(rolled.expand_as(rows))
+        written += chunk.numel() * 8
+    return written
+
+
+def scan(chunks: Iterable[torch.Tensor], seed: int, sample_words: int = SAMPLE_WORDS) -> dict[str, Any]:
+    """What the chunks hold: bytes in pattern words (at their in-page offset), bytes in words carrying the
+    tag, non-zero bytes, and the commonest non-zero words of a strided sample of each chunk."""
+    import torch
+
+    page = None
+    tag = tag_of(seed)
+    tag_signed = tag - (1 << 32) if tag >= 1 << 31 else tag
+    scanned = pattern = tagged = nonzero = sampled = 0
+    common: Counter[int] = Counter()
+    for chunk in chunks:
+        if page is None or page.device != chunk.device:
+            page = page_pattern(seed, chunk.device)
+        rows, rolled = _rows(chunk, page)
+        pattern += int((rows == rolled).sum().item()) * 8
+        tagged += int(((chunk >> 32) == tag_signed).sum().item()) * 8
+        raw = chunk.view(torch.uint8)
+        for start in range(0, raw.numel(), BYTE_SLICE):
+            nonzero += int(torch.count_nonzero(raw[start : start + BYTE_SLICE]).item())
+        stride = max(1, chunk.numel() // sample_words) | 1  # odd: a page-multiple stride sees one offset only
+        sample = chunk[::stride]
+        sample = sample[sample != 0]
+        sampled += int(chunk[::stride].numel())
+        if sample.numel():
+            values, counts = torch.unique(sample, return_counts=True)
+            top = torch.topk(counts, min(8, counts.numel()))
+            for i in top.indices.tolist():
+                common[int(values[i].item()) & 0xFFFFFFFFFFFFFFFF] += int(counts[i].item())
+        scanned += chunk.numel() * 8
+    return {
+        "bytes": scanned,
+        "pattern_bytes": pattern,
+        "tag_bytes": tagged,
+        "nonzero_bytes": nonzero,
+        "sampled_words": sampled,
+        "top_values": [TopValue(value=f"0x{v:016x}", words=n) for v, n in common.most_common(5)],
+    }
+
+
+def allocate(device: Any, budget: int) -> list[torch.Tensor]:
+    """Uninitialised int64 chunks on ``device`` up to ``budget`` bytes, or as many as it gives: a chunk the
+    GPU refuses is tried at half the size, down to ``MIN_CHUNK``."""
+    import torch
+
+    chunks: list[torch.Tensor] = []
+    size, taken = CHUNK_BYTES, 0
+    while size >= MIN_CHUNK and taken + MIN_CHUNK <= budget:
+        want = min(size, (budget - taken) // MIN_CHUNK * MIN_CHUNK)
+        try:
+            chunks.append(torch.empty(want // 8, dtype=torch.int64, device=device))
+            taken += want
+        except torch.OutOfMemoryError:
+            size //= 2
+    return chunks
+
+
+def _one_gpu(ordinal: int, mode: str, seed: int, reserve: int) -> ResidueGpu:
+    """Fill, scan or plant on CUDA device ``ordinal``; its identity from NVML (``gpu_identity``)."""
+    import torch
+
+    device = torch.device("cuda", ordinal)
+    ident = gpu_identity(ordinal) or {}
+    torch.cuda.empty_cache()
+    free, total = torch.cuda.mem_get_info(device)
+    started = time.perf_counter()
+    chunks = allocate(device, max(0, free - reserve))
+    found: dict[str, Any] = {"bytes": 0}
+    if mode in ("fill", "plant"):
+        found["bytes"] = fill(chunks, seed)
+        torch.cuda.synchronize(device)
+    if mode == "plant":
+        chunks.clear()  # back to PyTorch's cache, not to the driver: the scan gets the same blocks
+        chunks = allocate(device, max(0, free - reserve))
+    if mode in ("scan", "plant"):
+        found = scan(chunks, seed)
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - started
+    chunks.clear()
+    torch.cuda.empty_cache()
+    return ResidueGpu(
+        index=int(ident.get("index", ordinal)),
+        uuid=ident.get("uuid"),
+        pci_bus_id=ident.get("pci_bus_id"),
+        name=ident.get("name") or torch.cuda.get_device_name(device),
+        total_bytes=int(total),
+        free_bytes=int(free),
+        seconds=round(seconds, 3),
+        **found,
+    )
+
+
+def collect(mode: str, seed: int, reserve_mib: int = 512) -> ResidueRecord:
+    """Every visible GPU, one after the other; a node without CUDA says so (``cuda`` False, ``why``)."""
+    tag = f"0x{tag_of(seed):08x}"
+    try:
+        import torch
+    except ImportError as exc:
+        return ResidueRecord(mode=mode, seed=seed, tag=tag, cuda=False, why=f"torch does not import: {exc}")  # type: ignore[arg-type]
+    if not torch.cuda.is_available():
+        return ResidueRecord(mode=mode, seed=seed, tag=tag, cuda=False, why="no CUDA device visible")  # type: ignore[arg-type]
+    gpus = [_one_gpu(i, mode, seed, reserve_mib * 2**20) for i in range(torch.cuda.device_count())]
+    return ResidueRecord(mode=mode, seed=seed, tag=tag, cuda=True, gpus=gpus)  # type: ignore[arg-type]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m gpuaccept.probes.residue", description=__doc__.split("\n")[0])
+    parser.add_argument("--mode", choices=("fill", "scan", "plant"), required=True)
+    parser.add_argument("--seed", type=int, default=int(os.environ.get("SLURM_JOB_ID", "0") or 0))
+    parser.add_argument("--reserve-mib", type=int, default=512, help="free memory left unallocated (CUDA's own)")
+    args = parser.parse_args(argv)
+    emit(collect(args.mode, args.seed, args.reserve_mib).model_dump(mode="json"), probe="residue")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""The catalogue's rows of issue 49, "Safe to hand to a tenant": what the next tenant of a node would inherit (the
+last job's GPU memory, a driver below a bulletin's fix, a boot chain without Secure Boot, a health agent that is
+not running) and a neighbour that slows the other half of a node. Declared here, rendered into docs/faults.md by
+faults_page.py beside the other rows; each row's proof is in ``test_tenant_faults.py`` (the real probe code where
+it runs without a GPU, the real judges, the real ``Judge`` with the packaged catalogue).
+
+None of these is end to end yet: the loopback nodes are slurmds of one CI VM (one /proc, no GPU, no UEFI), so one
+node cannot lack an agent another has, and no GPU memory or neighbour can be measured there. The neighbour row
+waits for a GPU run (its recipe is in ``test_tenant_faults.py``'s docstring) and for the limits healthy nodes give.
+"""
+
+from __future__ import annotations
+
+from .fault_rows import LOGIC, Row
+
+__all__ = ["TENANT", "TENANT_ROWS"]
+
+TENANT = "Safe to hand to a tenant (what the next tenant inherits, and neighbours that slow each other)"
+P = "tests/selftest/test_tenant_faults.py::"
+
+TENANT_ROWS: tuple[Row, ...] = (
+    Row(
+        TENANT,
+        "residue-left",
+        "the last job's data left in GPU memory for the next job",
+        "the residue probe's own fill (this run's seeded pattern) written into 1 MiB of memory, and that memory "
+        "handed to its scan unscrubbed at an offset that is no page multiple, beside a zeroed GPU (CPU tensors "
+        "through `probes/residue.fill` and `scan`)",
+        "`test_gpu_memory_left_between_jobs[node2]` FAILED `gpu_residue_pattern_bytes` = 1048576 B (limit <= 0) on "
+        "node2 GPU 1, its pattern's seed and tag beside it; GPU 0 passes and shows what the driver left (zeros)",
+        LOGIC,
+        (P + "test_residue_left_for_the_next_job_fails_that_gpu",),
+    ),
+    Row(
+        TENANT,
+        "residue-scanner-blind",
+        "a scanner that cannot see the pattern (proves nothing clean)",
+        "the plant step's scan looks for another seed's pattern than it planted",
+        "`test_gpu_memory_left_between_jobs[node2]` FAILED `gpu_residue_scanner_proof` = `not found in ... bytes "
+        "scanned` on node2 GPU 0: a scan that finds nothing proves nothing",
+        LOGIC,
+        (P + "test_a_blind_scanner_fails_its_proof",),
+    ),
+    Row(
+        TENANT,
+        "driver-below-fix",
+        "a GPU driver below a security bulletin's fix",
+        "the software probe's payload of a node with driver 580.95.05, DCGM 4.5.2 and exporter 4.8.1 "
+        "(fixtures/tenant/software-580.95.05.json, constructed), against the packaged bulletins",
+        "`test_known_vulnerable_software[node2]` FAILED `software_bulletin` on node2 field gpu_driver: `gpu_driver "
+        "580.95.05 (fixed in 580.159.03: bulletin 5821 ...)` and `(fixed in 580.126.09: bulletin 5747 ...)`, and on "
+        "dcgm and dcgm_exporter (bulletin 5857); 580.159.04 (the GPU VM's) passes",
+        LOGIC,
+        (P + "test_a_driver_below_a_bulletin_fix_fails_naming_fix_and_bulletin",),
+    ),
+    Row(
+        TENANT,
+        "secure-boot-off",
+        "Secure Boot off where the site requires it",
+        "the trust probe reads a sysfs tree with UEFI and the SecureBoot efivar 0 (fixtures/tenant/"
+        "sysfs-secureboot-off) on a site that requires UEFI and Secure Boot (`tenant.root_of_trust`)",
+        "`test_root_of_trust[node2]` FAILED `secure_boot` = `disabled` (expected `enabled`) on node2; UEFI passes; "
+        "the TPM, not required, is shown",
+        LOGIC,
+        (P + "test_secure_boot_off_where_required_fails",),
+    ),
+    Row(
+        TENANT,
+        "agent-not-running",
+        "a declared health agent not running on one node",
+        "the agent probe reads a /proc where node1 runs `slurmd` and node2 does not, against the loopback site's "
+        "declaration (fixtures/site/loopback-tenant.yaml: agent slurmd)",
+        "`test_health_agents[node2]` FAILED `health_agent_running` = `no process named slurmd` on node2 field "
+        "slurmd; `test_health_agents[node1]` passes",
+        LOGIC,
+        (P + "test_an_agent_not_running_on_one_node_fails_that_node",),
+    ),
+    Row(
+        TENANT,
+        "neighbour-slows",
+        "a neighbour that slows the other half of a node",
+        "half A's GPU 0 at 55% of its matmul alone while half B worked (the probe's merge of both halves' "
+        "figures), against an example limit of 90%; on GPUs, `benchmarks/neighbour.py` on one of half A's GPUs "
+        "while both halves run (GPU run pending)",
+        "`test_neighbours_do_not_slow_each_other[node1]` FAILED `neighbour_matmul_ratio_pct` = 55 % on node1 "
+        "`GPU 0 (...) of half A (GPU 0) beside half B (GPU 1)`, both figures beside it; without a limit the ratios "
+        "are shown and the test ERRORs `nothing was judged`",
+        LOGIC,
+        (P + "test_a_slowed_half_fails_naming_both_gpu_sets", P + "test_without_limits_nothing_is_judged"),
+    ),
+)
