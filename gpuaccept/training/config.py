@@ -131,13 +131,17 @@ PROFILES: dict[str, dict[str, Any]] = {
 
 #: The built-in real-scale run (GPUs only): Qwen2-7B's shape with its 152,064-row vocabulary, seeded random
 #: init built on the GPU in bf16; LoRA r64 a128 on every linear layer, bf16 adapters, 4 rows of 2,048 packed
-#: tokens (8,192 tokens per step), 100 steps (the seeds' "loss < 0.5 within 100 steps"), deterministic
-#: kernels. Measured figures and the choice of each setting: docs/measurements.md
-#: '1 x H100 80GB HBM3 and 1 x H200, 2026-11-25: training at real scale'.
+#: tokens (8,192 tokens per step), 80 steps, deterministic kernels. Measured figures and the choice of each
+#: setting: docs/measurements.md '1 x H100 80GB HBM3 and 1 x H200, 2026-11-25: training at real scale'. 80 steps,
+#: not the 100 of the fine-tuning contract ("loss < 0.5 within 100 steps"): the 10-step mean reaches 0.5 at step
+#: 51-52 on H100 and H200 (step 50 0.44, step 100 0.23), so 80 steps still judge the target, the final loss and
+#: the perplexity, and the 20 steps saved a strategy (14 s on one H100, three strategies on a node of several
+#: GPUs) pay for the storage and tenant sections (docs/measurements.md 'GPU VMs, 2026-11-28: storage and tenant
+#: safety').
 SCALE: dict[str, Any] = {
     "profile": "scale",
     "model_config": FIXTURES / "qwen2-7b.json",
-    "steps": 100,
+    "steps": 80,
     "batch_size": 4,
     "seq_len": 2048,
     "pack": True,
