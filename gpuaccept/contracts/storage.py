@@ -33,6 +33,8 @@ class FioRun(_Payload):
     """
 
     rw: Literal["write", "read"]
+    #: ``fio --version`` of the binary that ran it, on the record beside its figure
+    fio: str
     bytes: int = Field(ge=0)
     runtime_s: float = Field(ge=0)
     wall_s: float = Field(ge=0)

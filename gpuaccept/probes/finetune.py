@@ -4,7 +4,7 @@ Why a training run is an acceptance test: GEMM and NCCL numbers can all pass whi
 actually runs (torch.distributed + transformers + peft, NCCL across the node's GPUs and the fabric, the
 shared filesystem for checkpoints) still fails, hangs or crawls. This probe trains to a target loss,
 measures throughput, GPU utilisation and memory, checks that DDP replicas agree and that FSDP shards,
-and runs the seeds' lifecycle (original kept, checkpoints, reload, base vs fine-tuned comparison).
+and runs the lifecycle (original kept, checkpoints, reload, base vs fine-tuned comparison).
 
 Offline by default: a small random-init Qwen2 from ``fixtures/training/`` and the built-in bank Q&A set.
 ``--model-path`` / ``--dataset`` switch to a local checkpoint and a JSONL of chat messages (same code).

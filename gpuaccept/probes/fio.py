@@ -199,6 +199,7 @@ def measure(args: argparse.Namespace) -> FioPayload:
         cache = "page cache dropped (fadvise)"
     run = FioRun(
         rw=args.rw,
+        fio=version,
         bytes=moved,
         runtime_s=round(runtime, 4),
         wall_s=round(wall, 4),

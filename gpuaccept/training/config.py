@@ -6,7 +6,7 @@ Three profiles, each judged by its own limits (``TrainConfig.profile`` travels w
 - ``scale``: the built-in 7B-class model (Qwen2-7B's shape, its real 152,064-row vocabulary), trained
   at the GPU's speed: bf16 base and adapters, rows packed to 2,048 tokens, sdpa, deterministic kernels.
   GPUs only, when their memory holds it (``scale_plan``).
-- ``pretrained``: a ``--model-path`` checkpoint on the same fast path, judged by the seeds' contract.
+- ``pretrained``: a ``--model-path`` checkpoint on the same fast path, judged by the fine-tuning contract.
 Every default was chosen by measurement (docs/measurements.md) and any of them can be overridden on the
 probe's command line.
 """
@@ -160,14 +160,14 @@ SCALE: dict[str, Any] = {
     "gen_tokens": 16,
 }
 
-#: With ``--model-path`` (a real pretrained checkpoint such as Qwen2-7B-Instruct): the seeds' run (LoRA r64 a128 on the
-#: linear layers; a pretrained lm_head needs no training; 100 steps) on the fast path of the scale run on GPUs, at the
-#: scale run's rate (3e-4): at the seeds' 1e-4 a 1.31 B random-init checkpoint ended at 0.72, above the 0.5 target, at
-#: 3e-4 at 0.12 (one H100 80GB HBM3), and rows per step from the checkpoint's size (``pretrained_rows``). On CPU nodes
-#: (CI's loopback cluster) the same code path with fp32 weights (CPU bf16 is slow and not what CI measures), short
-#: packed rows that keep CI within its time and the small CPU profile's rate: a 7B's 1e-4 barely moves a 64-wide model
-#: (CI's checkpoint: loss 2.55 after 100 steps at 1e-4, 0.41 at 6e-3). Figures: docs/measurements.md '1 x H100 80GB HBM3
-#: and 1 x H200, 2026-11-25: training at real scale'.
+#: With ``--model-path`` (a real pretrained checkpoint such as Qwen2-7B-Instruct): the contract's run (LoRA r64 a128 on
+#: the linear layers; a pretrained lm_head needs no training; 100 steps) on the fast path of the scale run on GPUs, at
+#: the scale run's rate (3e-4): at the contract's 1e-4 a 1.31 B random-init checkpoint ended at 0.72, above the 0.5
+#: target, at 3e-4 at 0.12 (one H100 80GB HBM3), and rows per step from the checkpoint's size (``pretrained_rows``). On
+#: CPU nodes (CI's loopback cluster) the same code path with fp32 weights (CPU bf16 is slow and not what CI measures),
+#: short packed rows that keep CI within its time and the small CPU profile's rate: a 7B's 1e-4 barely moves a 64-wide
+#: model (CI's checkpoint: loss 2.55 after 100 steps at 1e-4, 0.41 at 6e-3). Figures: docs/measurements.md '1 x H100
+#: 80GB HBM3 and 1 x H200, 2026-11-25: training at real scale'.
 PRETRAINED: dict[str, dict[str, Any]] = {
     "gpu": {**SCALE, "profile": "pretrained", "auto_rows": True},
     "cpu": {

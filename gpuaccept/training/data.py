@@ -1,6 +1,6 @@
 """Chat-format JSONL in, padded token batches out: the same path for the built-in data and a real set.
 
-Loss is taken on the assistant's answer only (prompt tokens are labelled -100), as the seeds' LoRA runs
+Loss is taken on the assistant's answer only (prompt tokens are labelled -100), as LoRA fine-tunes of chat models
 do: the system prompt and the question are given, the answer is what the model must learn. Training
 batches come from ``DistributedSampler`` epochs chained end to end, so a rank always gets full batches
 even when the set is smaller than world size x batch size (8 GPUs x 128 sequences > 440 examples).

@@ -1,8 +1,8 @@
-"""The seeds' model lifecycle around a fine-tune: keep the original, reload, compare base vs fine-tuned.
+"""The model lifecycle around a fine-tune: keep the original, reload, compare base vs fine-tuned.
 
 Run on rank 0 only, in a single process from what is on disk (never from the training ranks' memory),
 so the checks prove the saved artefacts are usable: the original model kept unchanged, the adapter
-reloading to the eval loss seen in training, and a comparison report like the seeds' evaluator's
+reloading to the eval loss seen in training, and a comparison report of base against tuned
 (perplexity, answers scored against the references, time to first token and decode speed at serving speed
 through ``gpuaccept.inference``) written as JSON.
 """
@@ -106,7 +106,7 @@ def compare(
     pad: int,
     new_tokens: int,
 ) -> dict[str, Any]:
-    """Base vs fine-tuned (adapter reloaded from disk onto the same base) on the test split, as the seeds do:
+    """Base vs fine-tuned (adapter reloaded from disk onto the same base) on the test split:
     perplexity, then both at serving speed with the adapter merged, as it would be served.
 
     One base serves all: it is evaluated and served alone, then the saved adapter is loaded onto it (peft adds

@@ -1,6 +1,6 @@
 """Generate the built-in fine-tuning fixture: bank customer Q&A, its train/test split and tokenizer.
 
-Why synthetic: the acceptance suite must fine-tune offline and reproducibly, and the seeds' scenario
+Why synthetic: the acceptance suite must fine-tune offline and reproducibly, and the scenario it stands in for
 (a bank fine-tuning an assistant on customer questions) needs a domain corpus whose loss can fall far
 in a hundred steps. Every answer here is a deterministic function of (product, topic) or of the
 procedure asked about; questions vary in phrasing and in customer preamble. The test split holds

@@ -22,7 +22,7 @@ __all__ = [
 ]
 
 WINDOW = 10
-#: The loss a fine-tune must reach (nats, 10-step mean): the seeds' target (Qwen2-7B LoRA, "loss < 0.5
+#: The loss a fine-tune must reach (nats, 10-step mean): the fine-tuning contract's target (a 7B LoRA run, "loss < 0.5
 #: within 100 steps"), kept for the built-in model so ``train_steps_to_target`` means one thing; how
 #: many steps it may take is the SKU's limit.
 TARGET_LOSS = 0.5

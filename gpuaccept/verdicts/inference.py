@@ -159,7 +159,7 @@ def judge_agreement(judge: JudgeLike, served: Sequence[Served], prints: Mapping[
 
 
 def judge_lifecycle_serving(judge: JudgeLike, gpu_run: bool, data0: Mapping[str, Any], node0: str) -> None:
-    """Base against tuned on the lifecycle's rank, as the seeds compare them, at serving speed."""
+    """Base against tuned on the lifecycle's rank, at serving speed."""
     base, merged = data0["serving_base"], data0["serving_merged"]
     judge.check(
         "infer_f1_gain_pts",

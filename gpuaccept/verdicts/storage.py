@@ -125,8 +125,10 @@ def aggregate_limit(fs: Filesystem, rw: str, nodes: int) -> Limit | None:
 
 
 def _run_extra(run: FioRun, name: str) -> dict[str, Any]:
+    """What the check carries of the run: the filesystem, fio's version and command, how the cache was kept out."""
     return {
         "filesystem": name,
+        "fio": run.fio,
         "bytes": run.bytes,
         "runtime_s": run.runtime_s,
         "jobs": run.jobs,

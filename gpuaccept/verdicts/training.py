@@ -3,7 +3,7 @@
 The acceptance tests (``tests/acceptance/test_training.py``) launch the ``finetune`` probe and hand each
 strategy's rank records here; the judging core records every check. Whose limits judge a run is its
 profile's (``Shape.profile``): the built-in small model's ``train_*`` (measured on it), the built-in
-7B-class model's ``train_scale_*`` and a ``--model-path`` checkpoint's ``train_pretrained_*`` (the seeds'
+7B-class model's ``train_scale_*`` and a ``--model-path`` checkpoint's ``train_pretrained_*`` (the fine-tuning
 contract). The small model's tokens/s and wall time never judge another model; the 7B-class runs are
 judged by MFU, which divides by the SKU's own dense BF16 peak (``skus.<SKU>.datasheet``).
 
@@ -276,7 +276,7 @@ def record_launch(judge: JudgeLike, records: list[RankRecord], step_s: float, st
 
 
 def judge_lifecycle(judge: JudgeLike, shape: Shape, data0: dict[str, Any], node0: str) -> None:
-    """The seeds' lifecycle (rank 0): original kept, reload reproduces eval, base vs fine-tuned."""
+    """The lifecycle (rank 0): original kept, reload reproduces eval, base vs fine-tuned."""
     if "lifecycle_error" in data0:  # an ERROR, unless a check failed (a NaN loss that stopped training)
         judge.unreadable("train_original_kept", data0["lifecycle_error"], node=node0)
         return
