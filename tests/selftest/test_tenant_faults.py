@@ -29,7 +29,7 @@ from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import agent, residue, trust
 from gpuaccept.probes.neighbours import merge
 from gpuaccept.thresholds.bulletins import load_catalogue
-from gpuaccept.thresholds.loader import load_thresholds
+from gpuaccept.thresholds.loader import default_path, load_thresholds
 from gpuaccept.thresholds.tenant_site import TenantSite
 from gpuaccept.verdicts.neighbours import judge_neighbours
 from gpuaccept.verdicts.tenant import (
@@ -184,14 +184,10 @@ def _slowed() -> object:
     return merge(solo, together, seconds=3)
 
 
-def test_a_slowed_half_fails_naming_both_gpu_sets(tmp_path: Path) -> None:
-    """With a limit (an example for this proof; the real ones wait for healthy nodes measured) half A's GPU 0 at
-    55% of its matmul alone fails, naming its half, the other half and the figure; everything else passes."""
-    site = tmp_path / "site.yaml"
-    example = {"min": 90, "source": "selftest example limit, not a measured one"}
-    metrics = ("neighbour_matmul_ratio_pct", "neighbour_hbm_ratio_pct", "neighbour_h2d_ratio_pct")
-    site.write_text(yaml.safe_dump({"schema_version": 1, "defaults": {m: example for m in metrics}}))
-    judge = _judge(site)
+def test_a_slowed_half_fails_naming_both_gpu_sets() -> None:
+    """Against the packaged limits (docs/measurements.md 'GPU VMs, 2026-11-28: storage and tenant safety') half A's
+    GPU 0 at 55% of its matmul alone fails, naming its half, the other half and the figure; everything else passes."""
+    judge = _judge()
     record = _slowed()
     with ends(judge, "failed") as ended:
         judge_neighbours(record, judge, "node1")  # type: ignore[arg-type]
@@ -202,10 +198,18 @@ def test_a_slowed_half_fails_naming_both_gpu_sets(tmp_path: Path) -> None:
     assert (failed.extra["solo"], failed.extra["together"]) == (700.0, 385.0)
 
 
-def test_without_limits_nothing_is_judged() -> None:
-    """The packaged catalogue holds the ratios informational until measured: shown, and the test ERRORs rather
-    than pass on figures nobody judged."""
-    judge = _judge()
+def test_a_site_without_limits_judges_nothing_and_errs(tmp_path: Path) -> None:
+    """A site whose catalogue held the ratios informational (no limit anywhere) shows them, and the test ERRORs
+    rather than pass on figures nobody judged."""
+    packaged = yaml.safe_load(default_path().read_text())
+    for name in ("neighbour_matmul_ratio_pct", "neighbour_hbm_ratio_pct", "neighbour_h2d_ratio_pct"):
+        spec = packaged["metrics"][name]
+        spec.pop("requirements", None)
+        packaged["metrics"][name] = {**spec, "informational": True, "no_requirement": "a selftest's copy: not judged"}
+        packaged["defaults"].pop(name, None)
+    copy = tmp_path / "thresholds.yaml"
+    copy.write_text(yaml.safe_dump(packaged))
+    judge = Judge(load_thresholds(defaults=copy), lambda node: "H100-SXM-80GB", lambda result: None, "t")
     with ends(judge, "error", match="nothing was judged"):
         judge_neighbours(_slowed(), judge, "node1")  # type: ignore[arg-type]
 
