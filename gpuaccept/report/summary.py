@@ -29,6 +29,7 @@ from gpuaccept.report.render import data_uri, fmt, render
 from gpuaccept.report.summary_margins import margin_rows
 from gpuaccept.report.summary_model import overview
 from gpuaccept.report.summary_requirements import requirement_rows
+from gpuaccept.report.summary_storage import storage_columns, storage_rows
 from gpuaccept.results.comparison import Comparison, comparison_of, side_by_side
 from gpuaccept.results.record import RecordError, RunRecord, read_record
 from gpuaccept.signing.files import drop_signature, sign_file
@@ -233,6 +234,7 @@ def build_summary(
         changes = changes_since(record, baseline[0], baseline[1], thresholds, given=baseline[2])
     tests = list(record.tests.values())
     by_test = {entry.nodeid: entry.checks for entry in record.tests.values()}
+    storage = storage_rows(metrics)
     return render(
         "summary.html.j2",
         view=view,
@@ -249,6 +251,8 @@ def build_summary(
         checks=by_test,
         requirements=requirement_rows(record, load_catalogue()),
         margins=margin_rows(metrics, catalogue),
+        storage=storage,
+        storage_columns=storage_columns(storage),
         duration_s=record.duration_s,
         history=history(record_path.parent) if record_path is not None else [],
         signed_by=signed_by,
