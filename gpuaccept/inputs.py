@@ -11,6 +11,8 @@ torch or pytest.
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 import os
 import tempfile
@@ -130,21 +132,69 @@ def check_model_path(model: Path, source: str, gpu_memory_gib: float | None = No
 
 
 def _check_architecture(config: Any, path: Path, source: str) -> None:
-    """``model_type`` names an architecture the installed ``transformers`` knows. Its table of names is read
-    without importing the models (about a second); where ``transformers`` is not installed (a login node
-    without the training extras) the nodes' own is what counts, and the check is left to them."""
+    """``model_type`` names an architecture the installed ``transformers`` knows (``_known_model_types``); where
+    ``transformers`` is not installed (a login node without the training extras) the nodes' own is what counts,
+    and the check is left to them."""
     model_type = config.get("model_type") if isinstance(config, dict) else None
     if not isinstance(model_type, str) or not model_type:
         raise InputError(f"{source}: {path} has no 'model_type': transformers cannot tell the architecture")
-    try:
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-    except ImportError:
+    known = _known_model_types()
+    if known is None:
         return
-    if model_type not in CONFIG_MAPPING_NAMES:
+    if model_type not in known:
         raise InputError(
             f"{source}: {path}: model_type {model_type!r} is not an architecture the installed transformers "
             "knows (a newer transformers, or a model with remote code, which the suite does not run)"
         )
+
+
+def _known_model_types() -> frozenset[str] | None:
+    """The ``model_type`` names of the installed ``transformers``' ``CONFIG_MAPPING_NAMES``, read from its source
+    without importing it: importing ``transformers.models.auto.configuration_auto`` imports torch (5.7 s on the
+    2-core CI machine, 2026-11-28), and bad input must be refused in about a second. The table is a literal in
+    ``models/auto/auto_mappings.py`` (newer releases) or ``configuration_auto.py`` (older), which may add to it
+    with ``CONFIG_MAPPING_NAMES.update({...})``. None when transformers is not installed; its own table
+    (imported) when the source holds none to read."""
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    auto = Path(next(iter(spec.submodule_search_locations))) / "models" / "auto"
+    names: set[str] = set()
+    for source in (auto / "auto_mappings.py", auto / "configuration_auto.py"):
+        try:
+            tree = ast.parse(source.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if _names_the_table(node):
+                names.update(_literal_keys(node))
+    if names:
+        return frozenset(names)
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    return frozenset(CONFIG_MAPPING_NAMES)
+
+
+def _names_the_table(node: ast.AST) -> bool:
+    """An assignment to ``CONFIG_MAPPING_NAMES``, or a call of its ``update``."""
+    if isinstance(node, ast.Assign):
+        return any(isinstance(t, ast.Name) and t.id == "CONFIG_MAPPING_NAMES" for t in node.targets)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update":
+        return isinstance(node.func.value, ast.Name) and node.func.value.id == "CONFIG_MAPPING_NAMES"
+    return False
+
+
+def _literal_keys(node: ast.AST) -> set[str]:
+    """The string keys of the (key, value) pairs and dict literals under ``node``."""
+    keys: set[str] = set()
+    for part in ast.walk(node):
+        if isinstance(part, ast.Tuple) and len(part.elts) == 2:
+            first = part.elts[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                keys.add(first.value)
+        elif isinstance(part, ast.Dict):
+            keys.update(k.value for k in part.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
+    return keys
 
 
 def _weight_bytes(model: Path, source: str) -> int:

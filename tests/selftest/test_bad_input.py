@@ -367,3 +367,13 @@ def test_the_node_checks_own_bad_argument_never_drains(capsys, context, code):
         node_check(["--context", context, "--timeout", "soon"])
     assert ended.value.code == code and time.monotonic() - started < 5
     assert "cannot check: argument --timeout" in capsys.readouterr().err
+
+
+def test_the_architecture_table_is_read_without_importing_transformers():
+    """``--model-path``'s architecture check reads transformers' table from its source (no torch import, so bad
+    input is refused in about a second), and reads the table transformers itself has."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    from gpuaccept.inputs import _known_model_types
+
+    assert _known_model_types() == frozenset(CONFIG_MAPPING_NAMES)
