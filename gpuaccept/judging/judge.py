@@ -45,7 +45,7 @@ SUBJECT_KEYWORDS = tuple(k for k in SUBJECT_KINDS if k != "node")
 
 def _subject(extra: dict[str, Any]) -> tuple[str | None, SubjectKind]:
     """Take the one subject keyword out of ``extra`` (``gpu=``, ``pair=``, ``hca=``, ``rail=``, ``rank=``,
-    ``field=``, ``partition=``): what the check is about beside its node; none of them = the node."""
+    ``field=``, ``partition=``, ``fspath=``): what the check is about beside its node; none of them = the node."""
     on = {k: extra.pop(k) for k in SUBJECT_KEYWORDS if k in extra}
     named = [(kind, label) for kind, label in on.items() if label is not None]
     if len(named) > 1:
@@ -179,7 +179,7 @@ class Judge:
         no property of the GPU's SKU).
 
         What it is about beside ``node`` is one subject keyword in ``extra`` (``gpu=``, ``pair=``,
-        ``hca=``, ``rail=``, ``rank=``, ``field=``, ``partition=``); the rest of ``extra`` rides along on
+        ``hca=``, ``rail=``, ``rank=``, ``field=``, ``partition=``, ``fspath=``); the rest of ``extra`` rides along on
         the record. An informational metric without a limit is recorded as ``info``; any other metric
         without a limit is ``unjudged`` and makes the test an ERROR.
         """

@@ -24,9 +24,10 @@ Verdict = Literal["pass", "fail", "info", "unjudged", "unmeasured", "measured"]
 #: (``0->1``, or a GPU and the HCA it pairs with), an HCA port (``mlx5_0 port 1``), a rail (the same HCA
 #: index across nodes), a task or rank, a fingerprint field (``driver``), a Slurm partition. The kind
 #: travels with the label so no reader has to guess it from the label's shape.
-SubjectKind = Literal["node", "gpu", "pair", "hca", "rail", "rank", "field", "partition", "path"]
-SUBJECT_KINDS: tuple[SubjectKind, ...] = ("node", "gpu", "pair", "hca", "rail", "rank", "field", "partition", "path")
-#: how ``where`` names each kind (the words the suite's messages have always used; a path: a filesystem's)
+SubjectKind = Literal["node", "gpu", "pair", "hca", "rail", "rank", "field", "partition", "fspath"]
+SUBJECT_KINDS: tuple[SubjectKind, ...] = ("node", "gpu", "pair", "hca", "rail", "rank", "field", "partition", "fspath")
+#: how ``where`` names each kind (the words the suite's messages have always used; ``fspath``: a declared
+#: filesystem's path, as the storage checks name it)
 _SHOWN = {
     "gpu": "GPU",
     "pair": "GPU",
@@ -34,7 +35,7 @@ _SHOWN = {
     "rank": "rank",
     "field": "field",
     "partition": "partition",
-    "path": "path",
+    "fspath": "path",
 }
 #: The verdicts a test may pass on (at least one ``pass``, no ``fail``).
 JUDGED = frozenset({"pass", "fail"})

@@ -101,7 +101,7 @@ def judge_path(payload: FioPayload | CheckpointPayload, name: str, judge: JudgeL
     its figures can be judged."""
     problem = payload.problem
     observed = USABLE if problem is None else f"{problem.kind}: {problem.detail}"
-    judge.expect("storage_path_usable", observed, USABLE, node=node, path=payload.path, filesystem=name)
+    judge.expect("storage_path_usable", observed, USABLE, node=node, fspath=payload.path, filesystem=name)
     return problem is None
 
 
@@ -148,7 +148,7 @@ def _usable(payloads: Measured, name: str, fs: Filesystem, rw: str, judge: Judge
     runs: dict[str, FioRun] = {}
     for node, payload in payloads.items():
         if isinstance(payload, MeasurementError):
-            judge.unreadable(metric_for(fs, rw), str(payload), node=node, path=fs.path)
+            judge.unreadable(metric_for(fs, rw), str(payload), node=node, fspath=fs.path)
             continue
         if payload.fio is None:
             judge.tool_missing("storage throughput", "fio", node=node, detail=f"{payload.path}: fio is not installed")
@@ -164,7 +164,7 @@ def judge_throughput_alone(payloads: Measured, name: str, fs: Filesystem, rw: st
     limit = _per_node_limit(fs, rw)
     metric = metric_for(fs, rw)
     for node, run in runs.items():
-        judge.check(metric, run.gbps, node=node, limit=limit, path=fs.path, phase="alone", **_run_extra(run, name))
+        judge.check(metric, run.gbps, node=node, limit=limit, fspath=fs.path, phase="alone", **_run_extra(run, name))
     if len(runs) < 2:
         return
     median = statistics.median(run.gbps for run in runs.values())
@@ -181,7 +181,7 @@ def judge_throughput_alone(payloads: Measured, name: str, fs: Filesystem, rw: st
             share,
             node=node,
             limit=share_limit,
-            path=fs.path,
+            fspath=fs.path,
             rw=rw,
             gbps=run.gbps,
             median_gbps=round(median, 4),
@@ -194,7 +194,7 @@ def judge_throughput_together(payloads: Measured, name: str, fs: Filesystem, rw:
     time) against the contract's aggregate for this many nodes, recorded on the first node."""
     runs = _usable(payloads, name, fs, rw, judge)
     for node, run in runs.items():
-        judge.info(f"storage_{rw}_gbps_together", run.gbps, node=node, path=fs.path, **_run_extra(run, name))
+        judge.info(f"storage_{rw}_gbps_together", run.gbps, node=node, fspath=fs.path, **_run_extra(run, name))
     if not runs or len(runs) < len(payloads):
         return  # a node that could not take part leaves no aggregate to judge: its own check names it
     slowest = max(run.runtime_s for run in runs.values())
@@ -206,7 +206,7 @@ def judge_throughput_together(payloads: Measured, name: str, fs: Filesystem, rw:
         aggregate,
         node=first,
         limit=aggregate_limit(fs, rw, len(runs)),
-        path=fs.path,
+        fspath=fs.path,
         nodes=sorted(runs),
         slowest_s=slowest,
         bytes=total,
@@ -230,7 +230,7 @@ def judge_checkpoint(
             saved.gbps,
             node=saver,
             limit=_per_node_limit(fs, "write"),
-            path=saved.path,
+            fspath=saved.path,
             bytes=saved.bytes,
             seconds=saved.seconds,
             files=len(saved.files),
@@ -245,7 +245,7 @@ def judge_checkpoint(
             payload.gbps,
             node=node,
             limit=_per_node_limit(fs, "read"),
-            path=payload.path,
+            fspath=payload.path,
             bytes=payload.bytes,
             seconds=payload.seconds,
             cache=payload.cache,
@@ -263,7 +263,7 @@ def judge_checkpoint(
             observed,
             "identical",
             node=node,
-            path=payload.path,
+            fspath=payload.path,
             files=len(expected),
             filesystem=name,
         )
@@ -272,7 +272,7 @@ def judge_checkpoint(
                 "checkpoint_cold_start_s",
                 payload.load_s,
                 node=node,
-                path=payload.path,
+                fspath=payload.path,
                 device=payload.device,
                 filesystem=name,
             )

@@ -110,7 +110,7 @@ def judge_mounts(
                 judge.unreadable("storage_free_gib", f"the mounts probe did not look at {fs.path}", node=node)
                 continue
             state = _usable_text(found, fs.sizes.free_gib)
-            judge.expect("storage_path_usable", state, USABLE, node=node, path=fs.path, filesystem=name)
+            judge.expect("storage_path_usable", state, USABLE, node=node, fspath=fs.path, filesystem=name)
             if found.free_bytes is not None:
                 room = Limit(
                     min=fs.sizes.free_gib,
@@ -121,11 +121,11 @@ def judge_mounts(
                     round(found.free_bytes / 2**30, 3),
                     node=node,
                     limit=room,
-                    path=fs.path,
+                    fspath=fs.path,
                     filesystem=name,
                 )
             for key, observed, declared in _declared_mount(fs, found, payload.modules):
-                judge.expect("storage_mount", observed, declared, node=node, path=fs.path, key=key, filesystem=name)
+                judge.expect("storage_mount", observed, declared, node=node, fspath=fs.path, key=key, filesystem=name)
             if fs.scope == "shared" and state == USABLE:
                 views.setdefault(name, {})[node] = mount_view(found)
     for name, seen in views.items():
@@ -134,7 +134,7 @@ def judge_mounts(
         common, _ = Counter(seen.values()).most_common(1)[0]
         path = storage.filesystems[name].path
         for node, view in seen.items():
-            judge.expect("storage_mounts_agree", view, common, node=node, path=path, filesystem=name)
+            judge.expect("storage_mounts_agree", view, common, node=node, fspath=path, filesystem=name)
 
 
 def _stopped(payload: FsmetaPayload | CoherencyPayload) -> str | None:
@@ -164,11 +164,11 @@ def _ran_through(
     figure it could not measure; True when it ran through."""
     stopped = _stopped(payload)
     if stopped is not None:
-        judge.expect("storage_path_usable", stopped, USABLE, node=node, path=fs.path, filesystem=name)
+        judge.expect("storage_path_usable", stopped, USABLE, node=node, fspath=fs.path, filesystem=name)
         return False
     waited = _waited(payload)
     if waited is not None:
-        judge.unreadable(metric, waited, node=node, path=fs.path)
+        judge.unreadable(metric, waited, node=node, fspath=fs.path)
         return False
     return True
 
@@ -182,11 +182,11 @@ def judge_metadata(
     limit = Limit(min=figure, source=_source(fs, f"{figure:g} metadata operations/s per node")) if figure else None
     for node, payload in payloads.items():
         if isinstance(payload, MeasurementError):
-            judge.unreadable("storage_metadata_ops", str(payload), node=node, path=fs.path)
+            judge.unreadable("storage_metadata_ops", str(payload), node=node, fspath=fs.path)
             continue
         if not _ran_through(payload, node, "storage_metadata_ops", name, fs, judge):
             continue
-        judge.expect("storage_path_usable", USABLE, USABLE, node=node, path=fs.path, filesystem=name)
+        judge.expect("storage_path_usable", USABLE, USABLE, node=node, fspath=fs.path, filesystem=name)
         for shape in (s for s in (payload.easy, payload.hard) if s is not None):
             for phase in shape.phases:
                 if phase.ops_per_s is None:
@@ -194,7 +194,7 @@ def judge_metadata(
                         "storage_metadata_ops",
                         f"{shape.shape} {phase.phase}: too fast to time",
                         node=node,
-                        path=fs.path,
+                        fspath=fs.path,
                     )
                     continue
                 judge.check(
@@ -202,7 +202,7 @@ def judge_metadata(
                     round(phase.ops_per_s, 1),
                     node=node,
                     limit=limit,
-                    path=fs.path,
+                    fspath=fs.path,
                     shape=shape.shape,
                     phase=phase.phase,
                     ops=phase.ops,
@@ -223,7 +223,7 @@ def judge_metadata(
                 listed,
                 "complete",
                 node=node,
-                path=large.directory,
+                fspath=large.directory,
                 entries=large.entries,
                 list_seconds=large.list_seconds,
                 filesystem=name,
@@ -245,20 +245,22 @@ def judge_coherency(payloads: list[CoherencyPayload], name: str, fs: Filesystem,
             continue
         if not payload.cross_node and payload.role in ("initiator", "alone"):
             why = payload.reason or "both ranks ran on one node"
-            judge.unreadable("storage_visibility_s", f"cross-node not measured: {why}", node=node, path=fs.path)
+            judge.unreadable("storage_visibility_s", f"cross-node not measured: {why}", node=node, fspath=fs.path)
             continue
         for trip in payload.rounds:
             if trip.role == "initiator":
                 value = trip.round_trip_s if trip.seen else (payload.timed_out.waited_s if payload.timed_out else None)
                 if value is None:
-                    judge.unreadable("storage_visibility_s", f"round {trip.round}: not timed", node=node, path=fs.path)
+                    judge.unreadable(
+                        "storage_visibility_s", f"round {trip.round}: not timed", node=node, fspath=fs.path
+                    )
                     continue
                 judge.check(
                     "storage_visibility_s",
                     round(value, 4),
                     node=node,
                     limit=limit,
-                    path=fs.path,
+                    fspath=fs.path,
                     peer=payload.peer_node,
                     round=trip.round,
                     one_way_bound_s=trip.one_way_bound_s,
@@ -271,7 +273,7 @@ def judge_coherency(payloads: list[CoherencyPayload], name: str, fs: Filesystem,
                     agree,
                     "as set",
                     node=node,
-                    path=fs.path,
+                    fspath=fs.path,
                     peer=payload.peer_node,
                     round=trip.round,
                     filesystem=name,
@@ -292,7 +294,7 @@ def judge_coherency(payloads: list[CoherencyPayload], name: str, fs: Filesystem,
                 seen,
                 "honoured",
                 node=node,
-                path=fs.path,
+                fspath=fs.path,
                 peer=payload.peer_node,
                 lock=lock.kind,
                 filesystem=name,

@@ -50,7 +50,7 @@ CONTRACT = {
 }
 SIZES = {
     "jobs": 1,
-    "file_mib": 32,
+    "file_mib": 8,
     "meta_files": 50,
     "large_dir": 100,
     "checkpoint_mib": 8,

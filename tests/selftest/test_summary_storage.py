@@ -15,7 +15,7 @@ def _check(metric: str, node: str, value: float, verdict: str, minimum: float) -
         node=node,
         sku="cpu",
         subject="/mnt/chkpt",
-        subject_kind="path",
+        subject_kind="fspath",
         kind="metric",
         extra={"filesystem": "chkpt"},
     )
