@@ -39,7 +39,12 @@ def below_floor(dist: Any, solo: dict[str, Any], gpu: Any, node: str, rank: int,
 
 
 def lifecycles(
-    dist: Any, rt: Any, pending: dict[str, dict[str, Any]], tokenizer: Any, test_ex: list[Any]
+    dist: Any,
+    rt: Any,
+    pending: dict[str, dict[str, Any]],
+    tokenizer: Any,
+    test_ex: list[Any],
+    train_ex: list[Any],
 ) -> dict[str, dict[str, Any]]:
     """Every strategy's lifecycle, run side by side on different ranks of rank 0's node.
 
@@ -47,13 +52,14 @@ def lifecycles(
     with the base model) is single-process work from what rank 0 wrote; run after each strategy on
     rank 0 it kept every other GPU waiting. At the end, with all training done, strategy k's lifecycle
     runs on the k-th rank of rank 0's node (its own GPU, reading the same local files), so DDP's and
-    FSDP's take the time of one. Returns, on rank 0, each strategy's lifecycle results.
+    FSDP's take the time of one. The resume from rank 0's own checkpoint (``strategy.RESUME``) is one more job
+    of the same kind. Returns, on rank 0, each job's results.
     """
-    from gpuaccept.training.strategy import lifecycle
+    from gpuaccept.training.strategy import run_after
 
-    local = {"rt": rt, "tokenizer": tokenizer, "test_ex": test_ex}
+    local = {"rt": rt, "tokenizer": tokenizer, "test_ex": test_ex, "train_ex": train_ex}
     if rt.world == 1:
-        return {strategy: lifecycle(**job, **local) for strategy, job in pending.items()}
+        return {strategy: run_after(strategy, job, **local) for strategy, job in pending.items()}
     nodes: list[Any] = [None] * rt.world
     dist.all_gather_object(nodes, rt.node)
     helpers = [rank for rank, name in enumerate(nodes) if name == nodes[0]]
@@ -62,7 +68,7 @@ def lifecycles(
     mine: dict[str, dict[str, Any]] = {}
     for index, (strategy, job) in enumerate(sorted((jobs[0] or {}).items())):
         if helpers[index % len(helpers)] == rt.rank:
-            mine[strategy] = lifecycle(**job, **local)
+            mine[strategy] = run_after(strategy, job, **local)
     gathered: list[Any] = [None] * rt.world
     dist.all_gather_object(gathered, mine)
     merged: dict[str, dict[str, Any]] = {}

@@ -91,6 +91,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="torch.compile each decoder layer of a GPU's own run (default: the profile's)",
     )
     p.add_argument("--ckpt-every", type=int)
+    p.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        help="where rank 0's own run saves its resumable checkpoint half-way, restored and resumed once training "
+        "is over ('{node}' becomes this node's name; default: resume/ in the run folder)",
+    )
     p.add_argument("--gen-tokens", type=int)
     p.add_argument("--threads", type=int, help="torch CPU threads per rank (GPU default: min(4, cores / local ranks))")
     p.add_argument("--seed", type=int)
@@ -207,7 +213,7 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     from gpuaccept.training.loop import Runtime
     from gpuaccept.training.perturb import PERTURB_ENV
     from gpuaccept.training.perturb import parse as parse_perturbation
-    from gpuaccept.training.strategy import release, serve_own, train_one
+    from gpuaccept.training.strategy import RESUME, release, serve_own, train_one
 
     PHASES.mark("imports")
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
@@ -267,11 +273,12 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     perturb_after = hook.step if hook is not None and selected else None
     runs: dict[str, dict[str, Any]] = {}
     pending: dict[str, dict[str, Any]] = {}
+    resume_to = Path(str(args.checkpoint_dir or args.out / "resume").replace("{node}", node))
     for strategy in strategies:
         out = args.out / strategy if several else args.out
         cfg = profile_for(kind, args.profile, **{**overrides, "strategy": strategy, "out": out})
         started = time.monotonic()
-        data, job = train_one(
+        data, job, resume_job = train_one(
             cfg,
             rt,
             tokenizer,
@@ -284,6 +291,7 @@ def _run(args: argparse.Namespace, info: Any) -> None:
             args.out,
             perturb_after,
             progress,
+            resume_to if strategy == "solo" else None,
         )
         data.update(shared)
         # What this strategy would take launched alone: the shared start-up plus its own run.
@@ -294,6 +302,8 @@ def _run(args: argparse.Namespace, info: Any) -> None:
             emit(data, gpu=gpu, probe="finetune", stage=strategy)
         if job is not None:
             pending[strategy] = job
+        if resume_job is not None:  # a checkpoint on the site's filesystem is removed once resumed from
+            pending[RESUME] = {**resume_job, "clean": args.checkpoint_dir is not None}
         release(torch, use_cuda)
         slow = below_floor(dist, runs["solo"], gpu, node, info.rank, args.solo_floor) if strategy == "solo" else ""
         if slow:  # every rank knows the same: the rest are skipped together, with the reason on the record
@@ -302,7 +312,10 @@ def _run(args: argparse.Namespace, info: Any) -> None:
             break
     PHASES.mark("strategies")
     progress.phase("lifecycle")
-    for strategy, extra in lifecycles(dist, rt, pending, tokenizer, test_ex).items():
+    for strategy, extra in lifecycles(dist, rt, pending, tokenizer, test_ex, train_ex).items():
+        if strategy == RESUME:  # rank 0's own run saved the checkpoint this resumed from
+            runs["solo"].setdefault("checkpoint", {})["resumed"] = extra
+            continue
         runs[strategy].update(extra)
         runs[strategy]["wall_s"] = round(runs[strategy]["wall_s"] + extra.get("lifecycle_s", 0.0), 3)
     PHASES.mark("lifecycle")

@@ -74,6 +74,8 @@ class TrainResult:
     pause_s: float = 0.0
     #: what the test hook changed (``gpuaccept.training.perturb``), None when it was off for this rank
     perturbed: str | None = None
+    #: the resumable checkpoint saved half-way (``gpuaccept.training.resume.save``), None when none was asked for
+    resumable: dict[str, Any] | None = None
 
 
 def autocast(device: torch.device) -> AbstractContextManager[Any]:
@@ -210,6 +212,7 @@ def train(
     fault_rank: int | None = None,
     perturb_after: int | None = None,
     progress: Reporter | None = None,
+    resume_to: Path | None = None,
 ) -> TrainResult:
     """Run ``cfg.steps`` optimizer steps; evaluate (and with ``save``, checkpoint) every ``cfg.ckpt_every``.
 
@@ -218,7 +221,13 @@ def train(
     world of one). ``perturb_after`` is the step after which the test hook perturbs this rank's weights
     (``gpuaccept.training.perturb``; None, the default, leaves the run alone). ``progress`` prints this rank's
     line after every step (``gpuaccept.training.progress``): where the rank stood if the launch's limit comes.
+    ``resume_to``: the folder of the resumable checkpoint saved half-way (``gpuaccept.training.resume``), with
+    the clock stopped as for an eval; None saves none.
     """
+    from gpuaccept.training.resume import resume_step
+    from gpuaccept.training.resume import save as save_resumable
+
+    resume_at = resume_step(cfg.steps) if resume_to is not None else None
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(cfg))
@@ -281,6 +290,21 @@ def train(
             result.warmup_s = clock - started
             if sampler:
                 sampler.active()
+        if step == resume_at and resume_to is not None:
+            paused = time.monotonic()
+            if clock is not None:
+                _sync(rt.device)
+                paused = time.monotonic()
+                result.timed_s += paused - clock
+            if sampler:
+                sampler.idle()
+            result.resumable = save_resumable(resume_to, step, model, opt, sched)
+            if clock is not None:
+                _sync(rt.device)
+                clock = time.monotonic()
+                if sampler:
+                    sampler.active()
+            result.pause_s += time.monotonic() - paused
         if boundary:
             paused = time.monotonic()
             if clock is not None:

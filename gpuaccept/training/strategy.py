@@ -7,6 +7,7 @@ after its start-up clock runs, so torch, transformers and peft still count as th
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import statistics
 import time
@@ -16,10 +17,13 @@ from typing import Any
 
 from gpuaccept.training.model import DTYPES
 
-__all__ = ["lifecycle", "release", "serve_own", "train_one"]
+__all__ = ["RESUME", "lifecycle", "release", "run_after", "serve_own", "train_one"]
 
 #: the 7B-class runs, whose serving is judged by the GPU's roofline (the small model's decode times launches)
 SERVED_PROFILES = ("scale", "pretrained")
+
+#: the key of the resume job among the jobs run once training is over (``run_after``)
+RESUME = "resume"
 
 #: This rank's solo adapter and its config, kept for ``serve_own`` at the end of the launch.
 _SOLO_ADAPTER: dict[str, Any] = {}
@@ -117,8 +121,10 @@ def train_one(
     root: Path,
     perturb_after: int | None = None,
     progress: Any = None,
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """One strategy: build the seeded model, save the original, train, measure; the lifecycle to run.
+    resume_to: Path | None = None,
+) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]:
+    """One strategy: build the seeded model, save the original, train, measure; the lifecycle to run, and the
+    resume to run (``gpuaccept.training.resume``) when this run saved a resumable checkpoint.
 
     ``solo`` trains this rank's GPU alone (a world of one: its own data order, no collective, nothing
     saved), so every GPU of the node is fine-tuned and judged on its own at the same time. In a launch
@@ -127,6 +133,9 @@ def train_one(
     saves, the lifecycle job (run later, ``_lifecycles``). ``losses`` are the exact float32 step losses
     (no rounding): the fleet agreement compares them bit for bit. ``perturb_after``: the test hook.
     ``progress``: this rank's ``gpuaccept.training.progress.Reporter`` (set-up, then every step).
+    ``resume_to``: where a solo run of world one (the launch's rank 0 alone on its GPU) saves its resumable
+    checkpoint half-way; the resume job then holds what it needs to go on from there (this run's exact config,
+    seed and losses), run once training is over (``_finetune_ranks.lifecycles``).
     """
     import dataclasses
 
@@ -144,6 +153,7 @@ def train_one(
         wrap,
     )
     from gpuaccept.training.monitor import UtilSampler, peak_memory_gib
+    from gpuaccept.training.resume import RESUME_STEPS
 
     solo = cfg.strategy == "solo"
     saves = not solo or rt.world == 1  # a launch of one rank: its solo run is the run with the lifecycle
@@ -201,6 +211,7 @@ def train_one(
         fault_rank=rank,
         perturb_after=perturb_after,
         progress=progress,
+        resume_to=resume_to if solo and rank == 0 else None,
     )
     memory = peak_memory_gib(device)
     util = sampler.summary() if sampler else {"util_pct": None, "util_samples": 0, "util_error": "CPU run"}
@@ -243,8 +254,20 @@ def train_one(
     }
     if solo and not saves and use_cuda and cfg.profile in SERVED_PROFILES:
         _keep_for_serving(cfg, peft_model)
+    resume_job = None
+    if result.resumable is not None:
+        data["checkpoint"] = {"saved": result.resumable}
+        step = result.resumable["step"]
+        resume_job = {
+            "cfg": cfg,
+            "folder": Path(result.resumable["path"]),
+            "step": step,
+            "expected": list(losses[step : step + RESUME_STEPS]),
+            "seed": cfg.seed,
+            "pad_id": pad_id,
+        }
     if not main_rank:
-        return data, None
+        return data, None, resume_job
     job = {
         "cfg": cfg,
         "result": result,
@@ -255,7 +278,7 @@ def train_one(
         "data_desc": data_desc,
         "data": {k: data[k] for k in ("strategy", "world_size", "steps_done", "train_loss_final", "eval_loss_final")},
     }
-    return data, job
+    return data, job, resume_job
 
 
 def lifecycle(
@@ -339,3 +362,31 @@ def lifecycle(
         lifecycle_s=round(time.monotonic() - started, 3),
     )
     return out
+
+
+def run_after(
+    name: str, job: dict[str, Any], *, rt: Any, tokenizer: Any, test_ex: list[Any], train_ex: list[Any]
+) -> dict[str, Any]:
+    """One job of those run once training is over, on the GPU ``_finetune_ranks.lifecycles`` gives it: a
+    strategy's lifecycle, or (``RESUME``) the resume from rank 0's own checkpoint, its GPU freed first. A
+    checkpoint on the site's filesystem (``clean``) is removed after: the run folder keeps its own."""
+    if name != RESUME:
+        return lifecycle(**job, rt=rt, tokenizer=tokenizer, test_ex=test_ex)
+    import torch
+
+    from gpuaccept.training.resume import resume
+
+    job = dict(job)
+    clean = job.pop("clean", False)
+    release(torch, rt.device.type == "cuda")
+    try:
+        return resume(**job, rt=rt, train_ex=train_ex)
+    except Exception as exc:  # the launch's figures still go out; the resume's check names this
+        traceback.print_exc()
+        return {"resume_error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+    finally:
+        release(torch, rt.device.type == "cuda")
+        if clean:
+            shutil.rmtree(job["folder"], ignore_errors=True)
+            with contextlib.suppress(OSError):  # the run's folder there, once no other node's is left in it
+                Path(job["folder"]).parent.rmdir()

@@ -40,6 +40,7 @@ __all__ = [
     "judge_throughput_alone",
     "judge_throughput_together",
     "metric_for",
+    "per_node_limit",
 ]
 
 #: one read of the shared file: the node, which read it was, what the ``sharedfs`` probe read, and the
@@ -105,7 +106,8 @@ def judge_path(payload: FioPayload | CheckpointPayload, name: str, judge: JudgeL
     return problem is None
 
 
-def _per_node_limit(fs: Filesystem, rw: str) -> Limit:
+def per_node_limit(fs: Filesystem, rw: str) -> Limit:
+    """The contract's per-node figure for ``rw`` (read or write) as the limit of one node's check."""
     figure: float = getattr(_contract(fs), f"{rw}_gbps")
     return Limit(min=figure, source=_source(fs, f"one node {rw}s at {figure:g} GB/s or more"))
 
@@ -161,7 +163,7 @@ def judge_throughput_alone(payloads: Measured, name: str, fs: Filesystem, rw: st
     """Each node measured alone: its GB/s against the contract's per-node figure, and against the run's median."""
     runs = _usable(payloads, name, fs, rw, judge)
     straggler_pct = _contract(fs).straggler_pct or judge.setting("straggler_pct")
-    limit = _per_node_limit(fs, rw)
+    limit = per_node_limit(fs, rw)
     metric = metric_for(fs, rw)
     for node, run in runs.items():
         judge.check(metric, run.gbps, node=node, limit=limit, fspath=fs.path, phase="alone", **_run_extra(run, name))
@@ -229,7 +231,7 @@ def judge_checkpoint(
             "checkpoint_save_gbps",
             saved.gbps,
             node=saver,
-            limit=_per_node_limit(fs, "write"),
+            limit=per_node_limit(fs, "write"),
             fspath=saved.path,
             bytes=saved.bytes,
             seconds=saved.seconds,
@@ -244,7 +246,7 @@ def judge_checkpoint(
             "checkpoint_restore_gbps",
             payload.gbps,
             node=node,
-            limit=_per_node_limit(fs, "read"),
+            limit=per_node_limit(fs, "read"),
             fspath=payload.path,
             bytes=payload.bytes,
             seconds=payload.seconds,

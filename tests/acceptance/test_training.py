@@ -20,6 +20,7 @@ and the seeds' lifecycle; loss curve and comparison JSON go to the report.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from gpuaccept.timelimits import TimeLimit
 from gpuaccept.training.report import TARGET_LOSS, print_summary
 from gpuaccept.verdicts.inference import AGREEMENT, SERVING, Served
 from gpuaccept.verdicts.progress import RankStand, judge_unfinished_ranks, planned_limit, solo_floor, stands
+from gpuaccept.verdicts.resume import RESUME_METRICS, checkpoint_filesystem, judge_resume
 from gpuaccept.verdicts.training import (
     LIFECYCLE,
     LOSS_FIGURES,
@@ -61,6 +63,8 @@ NODE_STRATEGIES = ["solo", *STRATEGIES]
 #: gloo ranks per node when the node declares no GPU: enough to exercise intra-node collectives next to
 #: inter-node ones, few enough for CI's 2-core loopback cluster (one torch thread per rank).
 CPU_RANKS_PER_NODE = 2
+#: this run's folder name on the site's checkpoint filesystem: a checkpoint an earlier run left is not this run's
+RUN_TOKEN = uuid.uuid4().hex[:12]
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,7 @@ class Ctx:
     settings: Any
     judge: Any
     rootdir: Path
+    storage: Any
 
 
 def _scale(cluster: Any, name: str, nodes: tuple[str, ...], profile: str = "default") -> Scale:
@@ -147,6 +152,9 @@ def _launch(ctx: Ctx, scale: Scale) -> ProbeResult:
         args += ["--model-path", str(settings.model_path)]
     if settings.dataset:
         args += ["--dataset", str(settings.dataset)]
+    if "solo" in scale.strategies and (declared := checkpoint_filesystem(ctx.storage)) is not None:
+        # rank 0's own run saves its resumable checkpoint where the site keeps checkpoints (else in the run folder)
+        args += ["--checkpoint-dir", f"{declared[1].path}/gpuaccept-finetune-{RUN_TOKEN}/{scale.out()}"]
     if "solo" in scale.strategies and len(scale.strategies) > 1:
         # a GPU whose own run is below its floor fails by it; the node-wide runs would only repeat its pace
         floor = solo_floor(ctx.judge, _shape(ctx, scale), scale.nodes[0], settings.model_path)
@@ -274,6 +282,8 @@ def _check_solo(scale: Scale, ctx: Ctx) -> None:
     judge_each_gpu(ctx.judge, shape, result.records, part.why)
     if part.why:
         return
+    first = min(result.records, key=lambda r: r.rank)  # rank 0 saved its own run's checkpoint and resumed it
+    judge_resume(first.data.get("checkpoint"), checkpoint_filesystem(ctx.storage), ctx.judge, first.node)
     if scale.ranks == 1:  # a one-GPU node: its own run is the run with the lifecycle (DDP/FSDP do not apply)
         _report(result.records, scale.folder("solo"), result.duration_s)
     else:
@@ -310,15 +320,21 @@ def _check_run(strategy: str, scale: Scale, ctx: Ctx) -> None:
 
 
 @pytest.fixture()
-def ctx(cluster, settings, judge, request) -> Ctx:
-    return Ctx(cluster, settings, judge, Path(request.config.rootpath))
+def ctx(cluster, settings, judge, request, thresholds) -> Ctx:
+    return Ctx(cluster, settings, judge, Path(request.config.rootpath), thresholds.storage)
 
 
 PROFILES = ["default", "scale"]
 
 
 @pytest.mark.judges(
-    *LOSS_FIGURES, "train_tokens_per_s_per_gpu_solo", "train_gpu_util_pct", *SCALE_SOLO, *SCALE_LIFECYCLE, *SERVING
+    *LOSS_FIGURES,
+    "train_tokens_per_s_per_gpu_solo",
+    "train_gpu_util_pct",
+    *SCALE_SOLO,
+    *SCALE_LIFECYCLE,
+    *SERVING,
+    *RESUME_METRICS,
 )
 @pytest.mark.parametrize("profile", PROFILES)
 def test_finetune_each_gpu(node, profile, ctx):

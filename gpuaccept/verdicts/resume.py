@@ -1,0 +1,102 @@
+"""The fine-tune's own checkpoint, its one home: saved to the site's checkpoint filesystem, read back whole, and
+resumed to the very losses of the run that saved it.
+
+The fine-tune (``gpuaccept.training.resume``) saves rank 0's own run half-way, and once training is over a new
+process on that node restores it (page cache dropped), checks every byte and trains a few more steps. Judged:
+* every file read back identical to what was written (``train_checkpoint_bytes``), naming the files that differ;
+* the resumed steps' losses equal to the uninterrupted run's (``train_resume_loss_delta``, max 0: the run is
+  bitwise deterministic, so any difference is state the checkpoint lost);
+* where the site declares a checkpoint filesystem (``storage.filesystems.*.role: checkpoints``), the save's and
+  the restore's GB/s against its contract's per-node write and read figures. Without one the checkpoint goes to
+  the run folder and its speed is the run's, not a filesystem's the site answers for: no GB/s is judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpuaccept.contracts.judge import JudgeLike
+from gpuaccept.thresholds.storage_site import Filesystem, StorageSection
+from gpuaccept.verdicts.storage import per_node_limit
+
+__all__ = ["RESUME_METRICS", "checkpoint_filesystem", "judge_resume"]
+
+#: what the resume judges against a limit (its test's ``judges`` mark; the byte check is an expectation)
+RESUME_METRICS = ("train_checkpoint_save_gbps", "train_checkpoint_restore_gbps", "train_resume_loss_delta")
+
+
+def checkpoint_filesystem(storage: StorageSection) -> tuple[str, Filesystem] | None:
+    """The declared filesystem the fine-tune saves its checkpoint to: the first of role ``checkpoints``, a shared
+    one before a node-local one (where a job's checkpoints must survive the node); None when none is declared."""
+    ranked = sorted(
+        (fs.scope != "shared", index, name)
+        for index, (name, fs) in enumerate(storage.filesystems.items())
+        if fs.role == "checkpoints"
+    )
+    return (ranked[0][2], storage.filesystems[ranked[0][2]]) if ranked else None
+
+
+def _differs(resumed: Mapping[str, Any]) -> str:
+    mismatched = resumed.get("restore", {}).get("mismatched") or {}
+    return "identical" if not mismatched else "; ".join(f"{n}: {why}" for n, why in sorted(mismatched.items()))
+
+
+def judge_resume(
+    checkpoint: Mapping[str, Any] | None,
+    declared: tuple[str, Filesystem] | None,
+    judge: JudgeLike,
+    node: str,
+) -> None:
+    """Judge the checkpoint rank 0's own run saved on ``node`` (its ``checkpoint`` payload) and its resume."""
+    if not checkpoint or "saved" not in checkpoint:
+        judge.unreadable(
+            "train_resume_loss_delta", "the fine-tune saved no resumable checkpoint (rank 0's own run)", node=node
+        )
+        return
+    saved, resumed = checkpoint["saved"], checkpoint.get("resumed")
+    where: dict[str, Any] = {"fspath": saved["path"], "step": saved["step"]}
+    if declared is not None:
+        where["filesystem"] = declared[0]
+        judge.check(
+            "train_checkpoint_save_gbps",
+            saved["gbps"],
+            node=node,
+            limit=per_node_limit(declared[1], "write"),
+            bytes=saved["bytes"],
+            seconds=saved["seconds"],
+            files=len(saved["files"]),
+            **where,
+        )
+    if not resumed or "restore" not in resumed:
+        why = (resumed or {}).get("resume_error") or "the resume did not run (the launch ended before it)"
+        judge.unreadable("train_resume_loss_delta", why, node=node, **where)
+        return
+    restore = resumed["restore"]
+    if declared is not None:
+        judge.check(
+            "train_checkpoint_restore_gbps",
+            restore["gbps"],
+            node=node,
+            limit=per_node_limit(declared[1], "read"),
+            bytes=restore["bytes"],
+            seconds=restore["seconds"],
+            cache=restore["cache"],
+            **where,
+        )
+    differs = _differs(resumed)
+    judge.expect("train_checkpoint_bytes", differs, "identical", node=node, files=restore["files"], **where)
+    if differs != "identical":  # not resumed from bytes that changed: the byte check names the files
+        return
+    if "losses" not in resumed:
+        why = resumed.get("resume_error", "no resumed losses")
+        judge.unreadable("train_resume_loss_delta", why, node=node, **where)
+        return
+    judge.check(
+        "train_resume_loss_delta",
+        resumed["max_abs_delta"],
+        node=node,
+        resumed=resumed["losses"],
+        uninterrupted=resumed["expected_losses"],
+        **where,
+    )
