@@ -23,8 +23,17 @@ from typing import Any, Generic, TypeVar, cast
 
 from pydantic import TypeAdapter, ValidationError
 
+from gpuaccept.contracts.fabric import GdrPayload, InfinibandPayload, NvlinkPayload, PerftestPayload
+from gpuaccept.contracts.finetune import FinetunePayload
 from gpuaccept.contracts.fsmeta import CoherencyPayload, FsmetaPayload, MountsPayload
 from gpuaccept.contracts.neighbours import NeighboursRecord
+from gpuaccept.contracts.node import (
+    FingerprintPayload,
+    HygienePayload,
+    SharedfsPayload,
+    VisibilityPayload,
+    XidPayload,
+)
 from gpuaccept.contracts.payloads import GpuBench, HealthRecord, MatmulFigures, NcclRecord, NcclTestsRecord
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.contracts.storage import CheckpointPayload, FioPayload
@@ -163,21 +172,25 @@ def _gpubench(args: Sequence[str], gpus: int) -> TimeLimit:
 
 _HOST_SECONDS = "a host-side read (sysfs, NVML, /proc) that took under 10 s wherever it ran"
 
-FINGERPRINT: ProbeSpec[Any] = ProbeSpec(f"{PACKAGE}.fingerprint", None, _fixed(120, "start-up + NVML and driver reads"))
-HYGIENE: ProbeSpec[Any] = ProbeSpec(f"{PACKAGE}.hygiene", None, _fixed(120, _HOST_SECONDS))
-VISIBILITY: ProbeSpec[Any] = ProbeSpec(
-    f"{PACKAGE}.visibility", None, _fixed(120, "start-up + one CUDA context per rank")
+FINGERPRINT: ProbeSpec[FingerprintPayload] = ProbeSpec(
+    f"{PACKAGE}.fingerprint", FingerprintPayload, _fixed(120, "start-up + NVML and driver reads")
 )
-SHAREDFS: ProbeSpec[Any] = ProbeSpec(
-    f"{PACKAGE}.sharedfs", None, _fixed(120, "a few MB written, renamed and read back")
+HYGIENE: ProbeSpec[HygienePayload] = ProbeSpec(f"{PACKAGE}.hygiene", HygienePayload, _fixed(120, _HOST_SECONDS))
+VISIBILITY: ProbeSpec[VisibilityPayload] = ProbeSpec(
+    f"{PACKAGE}.visibility", VisibilityPayload, _fixed(120, "start-up + one CUDA context per rank")
 )
-INFINIBAND: ProbeSpec[Any] = ProbeSpec(f"{PACKAGE}.infiniband", None, _fixed(60, _HOST_SECONDS))
-NVLINK: ProbeSpec[Any] = ProbeSpec(
-    f"{PACKAGE}.nvlink", None, _fixed(120, "NVML link reads before and after P2P copies")
+SHAREDFS: ProbeSpec[SharedfsPayload] = ProbeSpec(
+    f"{PACKAGE}.sharedfs", SharedfsPayload, _fixed(120, "a few MB written, renamed and read back")
 )
-GDR: ProbeSpec[Any] = ProbeSpec(f"{PACKAGE}.gdr", None, _fixed(120, _HOST_SECONDS))
+INFINIBAND: ProbeSpec[InfinibandPayload] = ProbeSpec(
+    f"{PACKAGE}.infiniband", InfinibandPayload, _fixed(60, _HOST_SECONDS)
+)
+NVLINK: ProbeSpec[NvlinkPayload] = ProbeSpec(
+    f"{PACKAGE}.nvlink", NvlinkPayload, _fixed(120, "NVML link reads before and after P2P copies")
+)
+GDR: ProbeSpec[GdrPayload] = ProbeSpec(f"{PACKAGE}.gdr", GdrPayload, _fixed(120, _HOST_SECONDS))
 GPU_HEALTH: ProbeSpec[HealthRecord] = ProbeSpec(f"{PACKAGE}.gpu_health", HealthRecord, _fixed(120, _HOST_SECONDS))
-XID: ProbeSpec[Any] = ProbeSpec(f"{PACKAGE}.xid", None, _fixed(120, "the kernel log read for the window"))
+XID: ProbeSpec[XidPayload] = ProbeSpec(f"{PACKAGE}.xid", XidPayload, _fixed(120, "the kernel log read for the window"))
 GPUBENCH: ProbeSpec[GpuBench] = ProbeSpec(f"{PACKAGE}.gpubench", GpuBench, _gpubench)
 MATMUL: ProbeSpec[MatmulFigures] = ProbeSpec(f"{PACKAGE}.matmul", MatmulFigures, _matmul)
 NCCL: ProbeSpec[NcclRecord] = ProbeSpec(
@@ -188,12 +201,12 @@ NCCL: ProbeSpec[NcclRecord] = ProbeSpec(
 NCCL_TESTS: ProbeSpec[NcclTestsRecord] = ProbeSpec(
     f"{PACKAGE}.nccl_tests", NcclTestsRecord, _fixed(300, "nccl-tests' binaries over the same sweep")
 )
-PERFTEST: ProbeSpec[Any] = ProbeSpec(
-    f"{PACKAGE}.perftest", None, _fixed(150, "one round of ib_write_bw/ib_read_lat pairs, side by side")
+PERFTEST: ProbeSpec[PerftestPayload] = ProbeSpec(
+    f"{PACKAGE}.perftest", PerftestPayload, _fixed(150, "one round of ib_write_bw/ib_read_lat pairs, side by side")
 )
-FINETUNE: ProbeSpec[Any] = ProbeSpec(
+FINETUNE: ProbeSpec[FinetunePayload] = ProbeSpec(
     f"{PACKAGE}.finetune",
-    None,
+    FinetunePayload,
     _fixed(600, "no plan given: a launch's limit follows from its plan (gpuaccept.training.budget)"),
 )
 
