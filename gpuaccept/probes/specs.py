@@ -5,14 +5,16 @@ A test passes the spec (``cluster.run(specs.HYGIENE, nodes=...)``), never a name
 module; ``Cluster`` validates every rank's ``data`` against the spec's payload type where the result arrives, so a
 missing or mistyped field is an ERROR naming the probe, node, rank and field (``PayloadError``), never a
 ``KeyError`` in a judge. The limit comes from here (``Cluster`` reads it), never from the
-test, so ``--probe-timeout`` reaches every step (``gpuaccept.timelimits.TimeoutRule``). A probe whose work
+test, so ``--probe-timeout`` reaches every step (``gpuaccept.timelimits.TimeoutRule``), the launcher's container
+steps too (``CONTAINER_HOST_QUERY``, ``container_start``). A probe whose work
 depends on its arguments derives its limit from them (the burn-in's seconds); the fine-tune's depends on
 the SKU's floors and the model, which only the test knows, so its test derives it from the launch's plan
 (``gpuaccept.training.budget``) and hands that over instead. The fixed limits below are the probe's
 start-up (torch's imports and CUDA's initialisation took 4-7 s per process on H100/H200 hosts,
 docs/measurements.md) plus its work, with a wide margin: a step near its limit on a healthy node is a false
 failure waiting to happen, and every step's record keeps its limit, wall and their ratio, so a limit that
-runs tight shows there first. Only the standard library: the table is read on the login node.
+runs tight shows there first. The standard library and pydantic only (the payload types are ``gpuaccept.contracts``'):
+the table is read on the login node.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ __all__ = [
     "AGENT",
     "CHECKPOINT",
     "COHERENCY",
+    "CONTAINER_HOST_QUERY",
     "FINETUNE",
     "FINGERPRINT",
     "FIO",
@@ -70,6 +73,7 @@ __all__ = [
     "XID",
     "PayloadError",
     "ProbeSpec",
+    "container_start",
     "declared_limit",
     "spec_of",
 ]
@@ -87,8 +91,8 @@ class PayloadError(ProbeError):
 @dataclass(frozen=True)
 class ProbeSpec(Generic[P]):
     """One probe: ``python -m <module>``, the type of each rank's ``data`` (a pydantic model or a TypedDict of
-    ``gpuaccept.contracts``; None for a probe whose payload is not typed yet), and its time limit from its
-    arguments and the GPUs per task."""
+    ``gpuaccept.contracts``; every spec of the table has one, ``tests/selftest/test_probe_contracts.py``), and its
+    time limit from its arguments and the GPUs per task."""
 
     module: str
     payload: type[P] | None
@@ -342,6 +346,20 @@ SPECS: dict[str, ProbeSpec[Any]] = {
 
 #: a probe with no spec (a selftest's own, ``_faults``, ``_cpubench``): its limit when none is handed over
 UNDECLARED_LIMIT_S = 300.0
+
+# ---- the launcher's own steps before the first test (``dispatch/slurm.start_container``): no test asks for them,
+# ---- but their limits live here with every other step's, so ``--probe-timeout`` reaches them too
+
+#: the host-side look at every node (the image's paths, runc/crun, the host's Python): a shell line under srun
+CONTAINER_HOST_QUERY = TimeLimit(120, "one srun step of a shell line per node: stat of the image's paths, `command -v`")
+
+
+def container_start(local: bool) -> TimeLimit:
+    """The image's first start on every node, the ``container`` probe inside it: a bundle on a shared path
+    starts in seconds; a registry image is pulled and squashed once per node on first use (tens of GB)."""
+    if local:
+        return TimeLimit(300, "an image bundle on a shared path: the runtime's start + python3 importing gpuaccept")
+    return TimeLimit(1800, "a registry image pulled and squashed once per node on first use: tens of GB take minutes")
 
 
 def spec_of(probe: ProbeSpec[Any] | str) -> ProbeSpec[Any] | None:
