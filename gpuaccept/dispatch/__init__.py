@@ -85,4 +85,5 @@ def _slurm_options(settings: Settings) -> dict[str, Any]:
         "srun_args": settings.srun_arg,
         "gpus_per_node": settings.gpus_per_node,
         "container": from_settings(settings),
+        "timeout_rule": settings.probe_timeout,  # the container's start steps too, as every probe's
     }

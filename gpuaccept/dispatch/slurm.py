@@ -37,6 +37,8 @@ from gpuaccept.dispatch.result import ProbeResult, check_step, parse_records, re
 from gpuaccept.dispatch.slurm_cli import SlurmError, expand_hostlist, gres_gpus, key_values, node_info, slurm_cmd
 from gpuaccept.dispatch.step import STEP_ENV_DEFAULTS, Step, probe_argv, watch
 from gpuaccept.errors import MeasurementError, ProbeError, ProbeTimeout, ToolMissing
+from gpuaccept.probes.specs import CONTAINER_HOST_QUERY, container_start
+from gpuaccept.timelimits import TimeoutRule
 
 __all__ = ["SlurmLauncher"]
 
@@ -62,8 +64,11 @@ class SlurmLauncher:
         gpus_per_node: int | None = None,
         python: str | None = None,
         container: Container | None = None,
+        timeout_rule: TimeoutRule = TimeoutRule(),
     ) -> None:
         self.allocation = allocation
+        #: ``--probe-timeout``: what it does to the limits of the launcher's own steps (the container's start)
+        self.timeout_rule = timeout_rule
         self.srun_args = srun_args
         self.container = container
         #: node -> what the container start check found there: runtimes, host Python, the image inside
@@ -179,7 +184,8 @@ class SlurmLauncher:
         ]
         host_python = self._python or sys.executable
         query = [*base, "sh", "-c", HOST_QUERY, "sh", host_python, *container.local_paths()]
-        found = run_all([query], [dict(os.environ)], 120, first_signal=signal.SIGTERM)
+        asked = self.timeout_rule.apply(CONTAINER_HOST_QUERY)
+        found = run_all([query], [dict(os.environ)], asked.seconds, first_signal=signal.SIGTERM)
         host = parse_host_lines(found.stdout[0])
         where = f"{container.option} {container.image}"
         silent = [n for n in nodes if n not in host]
@@ -197,9 +203,8 @@ class SlurmLauncher:
         )
         image_args = container.srun_args(self.allocation.job_id)
         inside = [*base, "--label", *image_args, *probe_argv("container", (), "python3")]
-        # a registry image is pulled and squashed once per node on first use: tens of GB take minutes
-        timeout = 300.0 if container.local else 1800.0
-        started = run_all([inside], [{**STEP_ENV_DEFAULTS, **os.environ}], timeout, first_signal=signal.SIGTERM)
+        limit = self.timeout_rule.apply(container_start(container.local))
+        started = run_all([inside], [{**STEP_ENV_DEFAULTS, **os.environ}], limit.seconds, first_signal=signal.SIGTERM)
         stderr = started.stderr[0].strip()
         if "unrecognized option" in stderr and container.kind == "pyxis":
             raise ContainerUnusable(
@@ -213,7 +218,7 @@ class SlurmLauncher:
         failed = [n for n in nodes if n not in inside_of]
         if started.timed_out or started.returncodes[0] != 0 or failed:
             said = " | ".join(line.strip() for line in stderr[-600:].splitlines() if line.strip())
-            why = f"no answer within {timeout:g} s" if started.timed_out else said or "no output"
+            why = f"no answer within {limit.seconds:g} s ({limit.basis})" if started.timed_out else said or "no output"
             raise ContainerUnusable(
                 f"{where}: the image did not start, or its python3 cannot import gpuaccept, on "
                 f"{', '.join(failed or nodes)}: {why}"

@@ -5,14 +5,16 @@ A test passes the spec (``cluster.run(specs.HYGIENE, nodes=...)``), never a name
 module; ``Cluster`` validates every rank's ``data`` against the spec's payload type where the result arrives, so a
 missing or mistyped field is an ERROR naming the probe, node, rank and field (``PayloadError``), never a
 ``KeyError`` in a judge. The limit comes from here (``Cluster`` reads it), never from the
-test, so ``--probe-timeout`` reaches every step (``gpuaccept.timelimits.TimeoutRule``). A probe whose work
+test, so ``--probe-timeout`` reaches every step (``gpuaccept.timelimits.TimeoutRule``), the launcher's container
+steps too (``CONTAINER_HOST_QUERY``, ``container_start``). A probe whose work
 depends on its arguments derives its limit from them (the burn-in's seconds); the fine-tune's depends on
 the SKU's floors and the model, which only the test knows, so its test derives it from the launch's plan
 (``gpuaccept.training.budget``) and hands that over instead. The fixed limits below are the probe's
 start-up (torch's imports and CUDA's initialisation took 4-7 s per process on H100/H200 hosts,
 docs/measurements.md) plus its work, with a wide margin: a step near its limit on a healthy node is a false
 failure waiting to happen, and every step's record keeps its limit, wall and their ratio, so a limit that
-runs tight shows there first. Only the standard library: the table is read on the login node.
+runs tight shows there first. The standard library and pydantic only (the payload types are ``gpuaccept.contracts``'):
+the table is read on the login node.
 """
 
 from __future__ import annotations
@@ -23,8 +25,17 @@ from typing import Any, Generic, TypeVar, cast
 
 from pydantic import TypeAdapter, ValidationError
 
+from gpuaccept.contracts.fabric import GdrPayload, InfinibandPayload, NvlinkPayload, PerftestPayload
+from gpuaccept.contracts.finetune import FinetunePayload
 from gpuaccept.contracts.fsmeta import CoherencyPayload, FsmetaPayload, MountsPayload
 from gpuaccept.contracts.neighbours import NeighboursRecord
+from gpuaccept.contracts.node import (
+    FingerprintPayload,
+    HygienePayload,
+    SharedfsPayload,
+    VisibilityPayload,
+    XidPayload,
+)
 from gpuaccept.contracts.payloads import GpuBench, HealthRecord, MatmulFigures, NcclRecord, NcclTestsRecord
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.contracts.storage import CheckpointPayload, FioPayload
@@ -36,6 +47,7 @@ __all__ = [
     "AGENT",
     "CHECKPOINT",
     "COHERENCY",
+    "CONTAINER_HOST_QUERY",
     "FINETUNE",
     "FINGERPRINT",
     "FIO",
@@ -61,6 +73,7 @@ __all__ = [
     "XID",
     "PayloadError",
     "ProbeSpec",
+    "container_start",
     "declared_limit",
     "spec_of",
 ]
@@ -78,8 +91,8 @@ class PayloadError(ProbeError):
 @dataclass(frozen=True)
 class ProbeSpec(Generic[P]):
     """One probe: ``python -m <module>``, the type of each rank's ``data`` (a pydantic model or a TypedDict of
-    ``gpuaccept.contracts``; None for a probe whose payload is not typed yet), and its time limit from its
-    arguments and the GPUs per task."""
+    ``gpuaccept.contracts``; every spec of the table has one, ``tests/selftest/test_probe_contracts.py``), and its
+    time limit from its arguments and the GPUs per task."""
 
     module: str
     payload: type[P] | None
@@ -163,21 +176,25 @@ def _gpubench(args: Sequence[str], gpus: int) -> TimeLimit:
 
 _HOST_SECONDS = "a host-side read (sysfs, NVML, /proc) that took under 10 s wherever it ran"
 
-FINGERPRINT: ProbeSpec[Any] = ProbeSpec(f"{PACKAGE}.fingerprint", None, _fixed(120, "start-up + NVML and driver reads"))
-HYGIENE: ProbeSpec[Any] = ProbeSpec(f"{PACKAGE}.hygiene", None, _fixed(120, _HOST_SECONDS))
-VISIBILITY: ProbeSpec[Any] = ProbeSpec(
-    f"{PACKAGE}.visibility", None, _fixed(120, "start-up + one CUDA context per rank")
+FINGERPRINT: ProbeSpec[FingerprintPayload] = ProbeSpec(
+    f"{PACKAGE}.fingerprint", FingerprintPayload, _fixed(120, "start-up + NVML and driver reads")
 )
-SHAREDFS: ProbeSpec[Any] = ProbeSpec(
-    f"{PACKAGE}.sharedfs", None, _fixed(120, "a few MB written, renamed and read back")
+HYGIENE: ProbeSpec[HygienePayload] = ProbeSpec(f"{PACKAGE}.hygiene", HygienePayload, _fixed(120, _HOST_SECONDS))
+VISIBILITY: ProbeSpec[VisibilityPayload] = ProbeSpec(
+    f"{PACKAGE}.visibility", VisibilityPayload, _fixed(120, "start-up + one CUDA context per rank")
 )
-INFINIBAND: ProbeSpec[Any] = ProbeSpec(f"{PACKAGE}.infiniband", None, _fixed(60, _HOST_SECONDS))
-NVLINK: ProbeSpec[Any] = ProbeSpec(
-    f"{PACKAGE}.nvlink", None, _fixed(120, "NVML link reads before and after P2P copies")
+SHAREDFS: ProbeSpec[SharedfsPayload] = ProbeSpec(
+    f"{PACKAGE}.sharedfs", SharedfsPayload, _fixed(120, "a few MB written, renamed and read back")
 )
-GDR: ProbeSpec[Any] = ProbeSpec(f"{PACKAGE}.gdr", None, _fixed(120, _HOST_SECONDS))
+INFINIBAND: ProbeSpec[InfinibandPayload] = ProbeSpec(
+    f"{PACKAGE}.infiniband", InfinibandPayload, _fixed(60, _HOST_SECONDS)
+)
+NVLINK: ProbeSpec[NvlinkPayload] = ProbeSpec(
+    f"{PACKAGE}.nvlink", NvlinkPayload, _fixed(120, "NVML link reads before and after P2P copies")
+)
+GDR: ProbeSpec[GdrPayload] = ProbeSpec(f"{PACKAGE}.gdr", GdrPayload, _fixed(120, _HOST_SECONDS))
 GPU_HEALTH: ProbeSpec[HealthRecord] = ProbeSpec(f"{PACKAGE}.gpu_health", HealthRecord, _fixed(120, _HOST_SECONDS))
-XID: ProbeSpec[Any] = ProbeSpec(f"{PACKAGE}.xid", None, _fixed(120, "the kernel log read for the window"))
+XID: ProbeSpec[XidPayload] = ProbeSpec(f"{PACKAGE}.xid", XidPayload, _fixed(120, "the kernel log read for the window"))
 GPUBENCH: ProbeSpec[GpuBench] = ProbeSpec(f"{PACKAGE}.gpubench", GpuBench, _gpubench)
 MATMUL: ProbeSpec[MatmulFigures] = ProbeSpec(f"{PACKAGE}.matmul", MatmulFigures, _matmul)
 NCCL: ProbeSpec[NcclRecord] = ProbeSpec(
@@ -188,12 +205,12 @@ NCCL: ProbeSpec[NcclRecord] = ProbeSpec(
 NCCL_TESTS: ProbeSpec[NcclTestsRecord] = ProbeSpec(
     f"{PACKAGE}.nccl_tests", NcclTestsRecord, _fixed(300, "nccl-tests' binaries over the same sweep")
 )
-PERFTEST: ProbeSpec[Any] = ProbeSpec(
-    f"{PACKAGE}.perftest", None, _fixed(150, "one round of ib_write_bw/ib_read_lat pairs, side by side")
+PERFTEST: ProbeSpec[PerftestPayload] = ProbeSpec(
+    f"{PACKAGE}.perftest", PerftestPayload, _fixed(150, "one round of ib_write_bw/ib_read_lat pairs, side by side")
 )
-FINETUNE: ProbeSpec[Any] = ProbeSpec(
+FINETUNE: ProbeSpec[FinetunePayload] = ProbeSpec(
     f"{PACKAGE}.finetune",
-    None,
+    FinetunePayload,
     _fixed(600, "no plan given: a launch's limit follows from its plan (gpuaccept.training.budget)"),
 )
 
@@ -329,6 +346,20 @@ SPECS: dict[str, ProbeSpec[Any]] = {
 
 #: a probe with no spec (a selftest's own, ``_faults``, ``_cpubench``): its limit when none is handed over
 UNDECLARED_LIMIT_S = 300.0
+
+# ---- the launcher's own steps before the first test (``dispatch/slurm.start_container``): no test asks for them,
+# ---- but their limits live here with every other step's, so ``--probe-timeout`` reaches them too
+
+#: the host-side look at every node (the image's paths, runc/crun, the host's Python): a shell line under srun
+CONTAINER_HOST_QUERY = TimeLimit(120, "one srun step of a shell line per node: stat of the image's paths, `command -v`")
+
+
+def container_start(local: bool) -> TimeLimit:
+    """The image's first start on every node, the ``container`` probe inside it: a bundle on a shared path
+    starts in seconds; a registry image is pulled and squashed once per node on first use (tens of GB)."""
+    if local:
+        return TimeLimit(300, "an image bundle on a shared path: the runtime's start + python3 importing gpuaccept")
+    return TimeLimit(1800, "a registry image pulled and squashed once per node on first use: tens of GB take minutes")
 
 
 def spec_of(probe: ProbeSpec[Any] | str) -> ProbeSpec[Any] | None:

@@ -92,7 +92,7 @@ def _sweep_args(cluster: Any, settings: Any, gpu: bool, multinode: bool = False,
     """Probe arguments from the settings; CPU nodes get small sizes unless the operator chose sizes;
     multi-node GPU passes run Ring, the algorithm their floors were measured with (``algo_args``)."""
     lo, hi = settings.nccl_min_bytes, settings.nccl_max_bytes
-    op_limit_s = cluster.limit("nccl").seconds
+    op_limit_s = cluster.limit(NCCL).seconds
     if not gpu:
         lo = lo if settings.sources.get("nccl_min_bytes", "default") != "default" else CPU_MIN_BYTES
         hi = hi if settings.sources.get("nccl_max_bytes", "default") != "default" else CPU_MAX_BYTES

@@ -7,18 +7,39 @@ drifts from what a probe really prints fails here, not on a GPU node.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
+from typing_extensions import is_typeddict
 
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.contracts.storage import FioPayload
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.errors import MeasurementError
-from gpuaccept.probes import specs
-from gpuaccept.probes.specs import SPECS, PayloadError
+from gpuaccept.fabric.schedule import Pairing
+from gpuaccept.probes import gdr, infiniband, perftest, specs, xid
+from gpuaccept.probes.specs import SPECS, PayloadError, ProbeSpec
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+#: every recorded fixture that is a probe's own output: a ``--dump`` file (JSON, the payload itself: one rank) or the
+#: probe's result lines (``.out``, its ranks), and the spec whose payload type it must be
+RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
+    "nccl/probe_2xh200.out": (specs.NCCL, 2),
+    "nvml/h200-2gpu.gpu_health.json": (specs.GPU_HEALTH, 1),
+    "nvml/h200-2gpu.nvlink.json": (specs.NVLINK, 1),
+    "training/finetune-scale-h100.out": (specs.FINETUNE, 1),
+    "training/finetune-pretrained-6.5b-h100.out": (specs.FINETUNE, 1),
+    "tenant/software-535.288.01.json": (specs.SOFTWARE, 1),
+    "tenant/software-580.95.05.json": (specs.SOFTWARE, 1),
+    "tenant/software-580.159.04.json": (specs.SOFTWARE, 1),
+}
+#: a result line as a probe prints it (``probes/_protocol.py``)
+RESULT_LINE = re.compile(rb"^GPUACCEPT_(RESULT|PART|STAGE) ", re.MULTILINE)
 
 
 def _record(data: dict, node: str = "node3", rank: int = 5) -> RankRecord:
@@ -59,3 +80,77 @@ def test_every_spec_names_its_module_and_a_limit() -> None:
     for name, spec in SPECS.items():
         assert spec.module == f"gpuaccept.probes.{name}" and spec.name == name
         assert spec.limit((), 8).seconds > 0
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_every_spec_declares_its_payload_type(name: str) -> None:
+    """A probe whose data crosses untyped would reach its judge as a dict nothing checked: every spec names a
+    TypedDict or a pydantic model of ``gpuaccept.contracts``."""
+    payload = SPECS[name].payload
+    assert payload is not None, f"probe {name}: its spec declares no payload type (gpuaccept/probes/specs.py)"
+    assert is_typeddict(payload) or issubclass(payload, BaseModel), f"probe {name}: {payload!r}"
+    assert payload.__module__.startswith("gpuaccept.contracts."), f"probe {name}: {payload.__module__}"
+
+
+@pytest.mark.parametrize("fixture", sorted(RECORDED))
+def test_recorded_probe_output_is_its_payload_type(fixture: str) -> None:
+    (spec, ranks), path = RECORDED[fixture], FIXTURES / fixture
+    records = (
+        parse_records(spec.name, path.read_text(), ranks, ())
+        if path.suffix == ".out"
+        else [_record(json.loads(path.read_text()))]
+    )
+    assert len(records) == ranks, f"{fixture}: {len(records)} results"
+    for record in records:
+        spec.validate(record)  # PayloadError names the probe, the rank and the field
+
+
+def test_every_recorded_result_line_is_held_to_a_type() -> None:
+    """A probe's output recorded later (a file with result lines) cannot sit in fixtures/ unchecked."""
+    lines = {
+        str(path.relative_to(FIXTURES))
+        for path in FIXTURES.rglob("*")
+        if path.is_file() and path.suffix != ".md" and RESULT_LINE.search(path.read_bytes())
+    }
+    assert lines <= set(RECORDED), f"recorded result lines without a type here: {sorted(lines - set(RECORDED))}"
+
+
+# ---- recorded inputs read by the probes themselves: what the probe emits on that node, through JSON as it arrives
+
+
+def _arrived(spec: ProbeSpec[Any], data: dict[str, Any]) -> None:
+    spec.validate(_record(json.loads(json.dumps(data))))
+
+
+SYSFS = FIXTURES / "sysfs"
+
+
+@pytest.mark.parametrize("counters_only", [False, True], ids=["full", "counters-only"])
+def test_infiniband_on_a_recorded_tree_is_its_payload_type(counters_only: bool, tmp_path: Path) -> None:
+    _arrived(specs.INFINIBAND, infiniband.collect(SYSFS / "hgx-h100-ndr", counters_only))
+    _arrived(specs.INFINIBAND, infiniband.collect(tmp_path, counters_only))  # no class/infiniband: present false
+
+
+def test_gdr_on_a_recorded_tree_is_its_payload_type() -> None:
+    _arrived(specs.GDR, gdr.collect(SYSFS / "hgx-h100-gdr", SYSFS / "hgx-h100-gdr.proc", cuda=False))
+
+
+@pytest.mark.parametrize("log", sorted(p.name for p in (FIXTURES / "kernel-log").glob("*.txt")))
+def test_xid_on_a_recorded_kernel_log_is_its_payload_type(log: str) -> None:
+    _arrived(specs.XID, xid.collect([], FIXTURES / "kernel-log" / log))
+
+
+@pytest.mark.parametrize("bw", sorted(p.name for p in (FIXTURES / "perftest").glob("ib_write_bw-*.txt")))
+def test_perftest_endpoint_on_recorded_output_is_its_payload_type(bw: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's endpoint built from perftest's recorded output (a report, a refused connection, a kill)."""
+    outputs = {
+        "ib_write_bw": (FIXTURES / "perftest" / bw).read_text(),
+        "ib_write_lat": (FIXTURES / "perftest" / "ib_write_lat-client-ndr.txt").read_text(),
+    }
+    monkeypatch.setattr(perftest, "_tool", lambda name, *rest: (0, outputs[name]))
+    monkeypatch.setattr(perftest, "_address", lambda node: "10.0.0.1")
+    role = "server" if "-server-" in bw else "client"
+    test = Pairing(("node1", "mlx5_0"), ("node2", "mlx5_0"), 18515)
+    args = SimpleNamespace(timeout=60.0, size=8388608, duration=5, lat_iters=10000)
+    endpoint = perftest._endpoint(role, test, args, "0000:18:00.0" if "cuda" in bw else None)
+    _arrived(specs.PERFTEST, {"plan_tests": 1, "endpoints": [endpoint], "cuda_build": True})

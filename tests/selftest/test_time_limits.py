@@ -91,16 +91,16 @@ def test_probe_timeout_refuses_nonsense(text):
 
 
 def test_every_probe_the_suite_runs_declares_its_limit_and_no_test_writes_one():
-    """Every ``cluster.run*(SPEC, ...)`` of tests/acceptance passes a spec of ``probes.specs`` (never a probe's
-    name as a string), and none passes ``timeout_s`` (the fine-tune hands over the limit its plan derives, as
-    ``limit=``)."""
+    """Every ``cluster.run*(SPEC, ...)`` and ``cluster.limit(SPEC)`` of tests/acceptance passes a spec of
+    ``probes.specs`` (never a probe's name as a string), and none passes ``timeout_s`` (the fine-tune hands over
+    the limit its plan derives, as ``limit=``)."""
     named: set[str] = set()
     constants = {name for name, value in vars(specs).items() if isinstance(value, ProbeSpec)}
     for path in sorted((REPO / "tests" / "acceptance").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
                 continue
-            if node.func.attr not in ("run", "run_shared", "run_each"):
+            if node.func.attr not in ("run", "run_shared", "run_each", "limit"):
                 continue
             assert not any(k.arg == "timeout_s" for k in node.keywords), f"{path.name}:{node.lineno} writes a limit"
             assert node.args, f"{path.name}:{node.lineno} names no probe"
@@ -123,6 +123,8 @@ def test_a_step_without_a_limit_gets_its_probes_declared_one():
     burn = Step("matmul", ("node1",), args=("--burn-in", "600"))
     assert burn.timeout_s == 780 and "--burn-in 600" in burn.limit_basis
     assert Step("hygiene", ("node1",)).timeout_s == declared_limit("hygiene").seconds
+    undeclared = declared_limit("_faults")  # a selftest's own probe: the fallback, as its comment says
+    assert undeclared.seconds == specs.UNDECLARED_LIMIT_S == 300 and "declares no limit" in undeclared.basis
     assert Step("hygiene", ("node1",), timeout_s=7).timeout_s == 7
 
 
