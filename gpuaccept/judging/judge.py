@@ -129,7 +129,7 @@ class Judge:
     @property
     def baseline(self) -> Baseline | None:
         """The ``--baseline`` run record this session compares with (None without one), for rules that
-        compare more than one figure with it (``judging.trajectory``)."""
+        compare more than one figure with it (``verdicts.trajectory``)."""
         return self._baseline
 
     def datasheet(self, sku: str, name: str) -> float | None:

@@ -25,10 +25,11 @@ from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.judge import Judge
-from gpuaccept.judging.trajectory import Trajectory, judge_fleet
+from gpuaccept.judging.trajectory import Trajectory
 from gpuaccept.training.report import TARGET_LOSS, curve_points, loss_rebound, steps_to_target
 from gpuaccept.verdicts.inference import LIFECYCLE as SERVING_LIFECYCLE
 from gpuaccept.verdicts.inference import Served, judge_agreement, judge_lifecycle_serving, judge_serving
+from gpuaccept.verdicts.trajectory import judge_fleet
 
 __all__ = [
     "LIFECYCLE",
@@ -250,7 +251,7 @@ def judge_fleet_agreement(
     unmeasured: Mapping[str, str],
 ) -> int:
     """Every GPU's own loss trajectory against the others of its SKU and stack and the baseline run
-    (``judging.trajectory``), and what each served (``verdicts.inference.judge_agreement``); a node whose
+    (``verdicts.trajectory``), and what each served (``verdicts.inference.judge_agreement``); a node whose
     launch gave nothing to compare (``unmeasured``: why) is named. Returns how many GPUs were judged."""
     for node, why in unmeasured.items():
         judge.unreadable("train_trajectory_rel_diff", f"trajectory not compared: {why}", node=node)
