@@ -2,7 +2,8 @@
 the group tables (``contracts.nccl_sweep.group_tables``), then hands them here, where every check is recorded:
 
 * one node (``judge_node``): busbw per collective at the largest size against the floor at the node's
-  rank count; every rank's results verified. nccl-tests beside ours (``judge_fidelity``);
+  rank count; every rank's results verified. nccl-tests beside ours (``judge_fidelity``), or the check
+  not run where nccl-tests is not installed (``judge_nccl_tests_found``);
 * a multi-node scale (``group_failures``, ``judge_scale``): a group fails when a collective misses its
   floor (``metric@N`` first), its all_reduce busbw is more than ``straggler_pct`` below the median
   group, its scaling efficiency misses its limit, or a result was wrong;
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuaccept.contracts.nccl_formulas import COLLECTIVES
 from gpuaccept.contracts.nccl_sweep import GroupTable, format_bytes
-from gpuaccept.contracts.payloads import CappedSizes, NcclTestsRun
+from gpuaccept.contracts.payloads import CappedSizes, NcclTestsRecord, NcclTestsRun
 from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.judge import judge_value
 from gpuaccept.nccl.plan import Group
@@ -38,6 +39,7 @@ __all__ = [
     "curve",
     "group_failures",
     "judge_fidelity",
+    "judge_nccl_tests_found",
     "judge_node",
     "judge_scale",
     "slow_groups",
@@ -96,6 +98,15 @@ def judge_node(
         rank = {"gpu": record.gpu_label} if record.gpu_label else {"rank": record.rank}
         mine = [line for line in lines if f" on {labels.get(record.rank, f'rank {record.rank}')}:" in line]
         judge.check("nccl_wrong_elements", wrong, node=node, **rank, details=mine)
+
+
+def judge_nccl_tests_found(theirs: NcclTestsRecord, judge: Judge, node: str) -> None:
+    """The fidelity check needs nccl-tests on ``node``: where the ``nccl_tests`` probe found no binary, the test
+    ends ``not run`` naming where it looked (``judge.tool_missing``), listed in the cluster's verdict; a
+    missing tool is neither a property of the cluster (a skip) nor a measurement gone wrong (an ERROR)."""
+    if not theirs["found"]:
+        detail = f"looked in {', '.join(theirs['searched'])}; --nccl-tests-dir"
+        judge.tool_missing("nccl-tests fidelity", "nccl-tests", node=node, detail=detail)
 
 
 def judge_fidelity(runs: Mapping[str, NcclTestsRun], table: GroupTable, size: int, judge: Judge, node: str) -> None:
