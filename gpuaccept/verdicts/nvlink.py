@@ -240,7 +240,9 @@ def judge_nvlink_under_load(bench: dict[str, Any], judge: JudgeLike, node: str) 
     ``MonitorNVLink`` and the diag pcie plugin's per-second check, Hopper included); replay and
     recovery are failures at any count. The failure names the links the errors sat on.
     """
-    data = p2p_result(bench, node)
+    data = p2p_result(bench, judge, node, UNDER_LOAD_METRICS[0])
+    if data is None:
+        return
     labels = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
     record_busy(judge, node, data.get("busy") or [], labels)
     for entry in data.get("nvlink_errors") or []:
