@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from gpuaccept.contracts.nccl_formulas import COLLECTIVES
 from gpuaccept.contracts.nccl_sweep import GroupTable, format_bytes
 from gpuaccept.contracts.payloads import CappedSizes, NcclTestsRecord, NcclTestsRun
-from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.judge import judge_value
 from gpuaccept.nccl.plan import Group
 from gpuaccept.verdicts.nccl_lines import metric_name, wrong_lines
@@ -71,14 +70,16 @@ def judge_node(
     ranks: int,
 ) -> None:
     """All ``ranks`` of one node: busbw per collective at the largest size (the floor at that rank count),
-    every rank's results verified. A collective with no size that fit in GPU memory could not be measured
-    (``MeasurementError``)."""
+    every rank's results verified. A collective with no size that fit in GPU memory could not be measured:
+    its check is recorded unreadable and nothing further is judged."""
     algos = facts.get("algorithms", {})
     for collective in COLLECTIVES:
         row = table.largest(collective)
         if row is None:
             capped: CappedSizes | None = records[0].data.get("capped", {}).get(collective)
-            raise MeasurementError(f"{node}: no size of {collective} fit in GPU memory ({capped})", nodes=(node,))
+            why = f"no size of {collective} fit in GPU memory ({capped})"
+            judge.unreadable(metric_name(collective, False), why, node=node, scale=ranks)
+            return
         judge.check(
             metric_name(collective, False),
             round(row.busbw, 2),
@@ -116,15 +117,15 @@ def judge_fidelity(runs: Mapping[str, NcclTestsRun], table: GroupTable, size: in
     print(f"{'collective':>12} {'size':>8} {'ours':>8} {'nccl-tests oop':>15} {'in-place':>9}")
     for collective, run in runs.items():
         if run.get("returncode") != 0 or not run.get("rows"):
-            raise MeasurementError(
-                f"{node}: nccl-tests {collective} failed: {run.get('error') or run.get('stderr_tail')}"
-            )
+            why = f"nccl-tests {collective} failed: {run.get('error') or run.get('stderr_tail')}"
+            judge.unreadable("nccl_fidelity_pct", why, node=node, collective=collective)
+            return
         ref = next((r for r in run["rows"] if r["size"] == size), run["rows"][-1])
         ours = table.at(collective, ref["size"])
         if ours is None:
-            raise MeasurementError(
-                f"{node}: our sweep has no {collective} at {format_bytes(ref['size'])}", nodes=(node,)
-            )
+            why = f"our sweep has no {collective} at {format_bytes(ref['size'])}"
+            judge.unreadable("nccl_fidelity_pct", why, node=node, collective=collective)
+            return
         their_busbw = ref["ip_busbw"] if collective in ("all_reduce", "broadcast") else ref["oop_busbw"]
         print(
             f"{collective:>12} {format_bytes(ref['size']):>8} {ours.busbw:>8.2f} "
