@@ -9,8 +9,10 @@ from these checks (``judging.outcome``). Tests never read limits to decide anyth
 
 Rules that hold everywhere because they live only here:
 
-* nothing passes on missing data: a value of ``None`` is "could not measure" (``MeasurementError``);
-  a NaN or a non-number misses its limit;
+* nothing passes on missing data: "could not measure" is said one way, ``unreadable`` (a check recorded
+  ``unmeasured``: the test ends an ERROR naming it, and a check that failed elsewhere still FAILS it); a
+  value of ``None`` handed to ``check``/``expect``/``info`` is recorded so; a NaN or a non-number misses
+  its limit;
 * a metric the test needs but the SKU has no limit for is recorded ``unjudged`` and the test ends
   as an ERROR "cannot judge X on SKU Y: no limit (add one in a site file)";
 * a test passes on at least one judged check and no failed one; informational figures never count;
@@ -28,7 +30,7 @@ import statistics
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from gpuaccept.errors import MeasurementError, ToolMissing
+from gpuaccept.errors import ToolMissing
 from gpuaccept.judging.outcome import BUSY_METRIC
 from gpuaccept.results.metrics import SUBJECT_KINDS, MetricResult, SubjectKind
 from gpuaccept.thresholds.loader import Thresholds
@@ -37,7 +39,10 @@ from gpuaccept.thresholds.schema import Limit, MetricSpec
 if TYPE_CHECKING:
     from gpuaccept.judging.baseline import Baseline
 
-__all__ = ["Judge", "judge_value", "no_limit_message"]
+__all__ = ["NO_VALUE", "Judge", "judge_value", "no_limit_message"]
+
+#: why a check handed ``None`` is unreadable
+NO_VALUE = "no value was measured"
 
 #: the subject keywords a test may name a check's subject with (``gpu=3``, ``hca="mlx5_0 port 1"``, ...)
 SUBJECT_KEYWORDS = tuple(k for k in SUBJECT_KINDS if k != "node")
@@ -129,7 +134,7 @@ class Judge:
     @property
     def baseline(self) -> Baseline | None:
         """The ``--baseline`` run record this session compares with (None without one), for rules that
-        compare more than one figure with it (``judging.trajectory``)."""
+        compare more than one figure with it (``verdicts.trajectory``)."""
         return self._baseline
 
     def datasheet(self, sku: str, name: str) -> float | None:
@@ -158,8 +163,6 @@ class Judge:
             extra=extra,
             requirements=list(spec.requirements),
         )
-        if value is None:
-            raise MeasurementError(f"{metric}: no value was measured on {result.where}", nodes=(node,))
         return result
 
     def _record(self, result: MetricResult) -> MetricResult:
@@ -186,6 +189,10 @@ class Judge:
         spec = self._spec(metric)
         if spec.kind == "expectation":
             raise TypeError(f"{metric} is an expectation: use judge.expect(...)")
+        if value is None:
+            return self.unreadable(
+                metric, NO_VALUE, node=node, **(extra if scale is None else {**extra, "scale": scale})
+            )
         sku = self._sku_of(node)
         result = self._make(metric, value, node, extra if scale is None else {**extra, "scale": scale}, sku)
         limit = limit if limit is not None else self._limit(metric, sku, scale)
@@ -222,6 +229,8 @@ class Judge:
         spec = self._spec(name)
         if spec.kind != "expectation":
             raise TypeError(f"{name} is a metric with limits in thresholds.yaml: use judge.check(...)")
+        if observed is None:
+            return self.unreadable(name, NO_VALUE, node=node, **extra)
         result = self._make(name, observed, node, extra, sku="")
         result.equal, result.source = expected, spec.source
         result.verdict = "pass" if observed == expected else "fail"
@@ -233,6 +242,8 @@ class Judge:
         spec = self._spec(metric)
         if not spec.informational:
             raise TypeError(f"{metric} is not declared informational in the catalogue: judge it with check()")
+        if value is None:
+            return self.unreadable(metric, NO_VALUE, node=node, **extra)
         sku = self._sku_of(node) if spec.kind == "metric" and value is not None else ""
         return self._record(self._make(metric, value, node, extra, sku))
 
@@ -246,7 +257,11 @@ class Judge:
 
     def unreadable(self, metric: str, why: str, *, node: str, **subject: Any) -> MetricResult:
         """Record that ``metric`` could not be read (``why``): an ERROR for the test, never a pass, while
-        every other reading of it is still judged (a GPU that failed elsewhere still FAILS)."""
+        every other reading of it is still judged (a GPU that failed elsewhere still FAILS).
+
+        The one way a judge says "could not measure" (a reading missing, a result without the figures it
+        needs, a datasheet figure a rule divides by): it records this and returns, and the plugin ends the
+        test from its checks (``judging.outcome``); no judge raises for it."""
         spec = self._spec(metric)
         result = self._make(metric, "unreadable", node, dict(subject), sku="")
         result.unit, result.verdict, result.reason = spec.unit, "unmeasured", why

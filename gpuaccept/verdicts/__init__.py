@@ -8,9 +8,9 @@ GPU health (``gpu_health``: NVML health, the GPU count, Xids, processes outside 
 (``compute``), memory and host links (``memory``), the gpubench step they share (``bench``), NVLink
 (``nvlink``), InfiniBand (``infiniband``: ports, counters since boot and over the fabric tests, which nodes
 the SKU holds to it), the fabric between nodes (``fabric``: GPUDirect, transport, rails, RDMA pairs), NCCL
-(``nccl``, ``nccl_lines``), training (``training``, ``progress``) and serving (``inference``), Slurm
-(``slurm``), the node's environment (``environment``), hygiene and node state (``hygiene``) and the shared
-filesystem (``storage``).
+(``nccl``, ``nccl_lines``), training (``training``, ``progress``, and ``trajectory``: the fleet agreement of
+training curves) and serving (``inference``), Slurm (``slurm``), the node's environment (``environment``),
+hygiene and node state (``hygiene``) and the shared filesystem (``storage``).
 
 A judge imports downward only: ``contracts``, the judging core, the results and thresholds, and the area's
 node-side parsers and planners (``nccl``, ``fabric``, ``training``, ``inference``); never a probe, never

@@ -17,7 +17,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike, gpu_label
-from gpuaccept.errors import MeasurementError
 
 __all__ = [
     "Part",
@@ -33,6 +32,9 @@ __all__ = [
 
 #: One GPU's figures: its label (``3 (0000:9A:00.0)``) and what the probe measured on it.
 Part = tuple[str | None, dict[str, Any]]
+
+#: the check a part's figures go to first: a result that holds none of them is that check unreadable
+PART_METRIC = {"matmul": "matmul_bf16_tflops", "membw": "membw_tbps", "hostbw": "hostbw_h2d_gbps"}
 
 
 def record_busy(
@@ -62,7 +64,8 @@ def record_step(bench: Mapping[str, Any], judge: JudgeLike, node: str) -> None:
 
 def bench_parts(data: dict[str, Any], part: str, judge: JudgeLike, node: str) -> list[Part]:
     """Each measured GPU's ``part`` (matmul, membw, hostbw) of a node's gpubench result; a busy GPU is
-    recorded busy and left out."""
+    recorded busy and left out. A result that lacks the part, or measured no GPU, is the part's check
+    unreadable (``judge.unreadable``) and gives no GPU to judge."""
     labels = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
     busy = record_busy(judge, node, data.get("busy") or [], labels)
     parts: list[Part] = []
@@ -70,10 +73,14 @@ def bench_parts(data: dict[str, Any], part: str, judge: JudgeLike, node: str) ->
         if gpu["index"] in busy:
             continue
         if part not in entry:
-            raise MeasurementError(f"{node} GPU {gpu_label(gpu)}: the gpubench result holds no {part} figures")
+            judge.unreadable(
+                PART_METRIC[part], f"the gpubench result holds no {part} figures", node=node, gpu=gpu_label(gpu)
+            )
+            return []
         parts.append((gpu_label(gpu), entry[part]))
     if not parts and not busy:
-        raise MeasurementError(f"{node}: gpubench measured no GPU ({data.get('error') or 'no GPU in its result'})")
+        why = f"gpubench measured no GPU ({data.get('error') or 'no GPU in its result'})"
+        judge.unreadable(PART_METRIC[part], why, node=node)
     return parts
 
 
@@ -110,10 +117,12 @@ def judge_checksums(parts: list[Part], judge: JudgeLike, node: str, metric: str,
         judge.check(metric, verdict, node=node, gpu=label, checksum=values[label])
 
 
-def p2p_result(bench: dict[str, Any], node: str) -> dict[str, Any]:
+def p2p_result(bench: dict[str, Any], judge: JudgeLike, node: str, metric: str) -> dict[str, Any] | None:
     """The GPU-pair copies of the node's gpubench result: judged by the bandwidth and the NVLink-error
-    tests, one measurement, so the two verdicts speak of the same load."""
+    tests, one measurement, so the two verdicts speak of the same load. None, with ``metric`` recorded
+    unreadable, where the result holds none."""
     if "p2p" not in bench:
-        raise MeasurementError(f"{node}: the gpubench result holds no GPU-pair figures", nodes=(node,))
+        judge.unreadable(metric, "the gpubench result holds no GPU-pair figures", node=node)
+        return None
     data: dict[str, Any] = bench["p2p"]
     return data

@@ -1,6 +1,8 @@
-"""Environment: judge a node's fingerprint (complete, every declared GPU shown, the CPUs Slurm granted
-usable) and whether the nodes' fingerprints agree (``judging.fields.drift`` finds the odd node); the node
-check holds a node's driver, CUDA and NCCL to those of the run that accepted it (``judge_expected_versions``)."""
+"""Environment: judge a node's fingerprint (complete, the CPUs Slurm granted usable) and whether the
+nodes' fingerprints agree (``judging.fields.drift`` finds the odd node); the node check holds a node's
+driver, CUDA and NCCL to those of the run that accepted it (``judge_expected_versions``). Every declared
+GPU present is no check of this module: ``test_gpu_health`` judges it once per node, from NVML
+(``verdicts.gpu_health.judge_gpu_count``)."""
 
 from __future__ import annotations
 
@@ -14,8 +16,10 @@ from gpuaccept.verdicts.slurm import judge_cpus_granted
 __all__ = ["judge_expected_versions", "judge_fingerprint", "judge_versions"]
 
 
-def judge_fingerprint(fp: dict[str, Any], declared_gpus: int, judge: JudgeLike, node: str) -> None:
-    """The step answered from ``node``, read every field the suite needs, and shows the GPUs it declares."""
+def judge_fingerprint(fp: dict[str, Any], judge: JudgeLike, node: str) -> None:
+    """The step answered from ``node`` and read every field the suite needs. Whether it shows every GPU it
+    declares is judged once per node, from NVML, by ``test_gpu_health`` (``gpu_health.judge_gpu_count``),
+    never a second time here."""
     judge.expect("slurm_step_node", fp["node"], node, node=node, probe="fingerprint")
     shown = fp["gpus"]["count"]
     missing = [name for name, ok in (("kernel", fp["kernel"]), ("OS", fp["os"] != "unknown")) if not ok]
@@ -24,8 +28,6 @@ def judge_fingerprint(fp: dict[str, Any], declared_gpus: int, judge: JudgeLike, 
         missing += [name for name, ok in gpu_fields if not ok]
     observed = "complete" if not missing else "missing: " + ", ".join(missing)
     judge.expect("fingerprint_complete", observed, "complete", node=node, torch_error=fp["stack"].get("torch_error"))
-    buses = [d["pci_bus_id"] for d in fp["gpus"]["devices"]]
-    judge.expect("gpu_count", shown, declared_gpus, node=node, pci_bus_ids=buses)
     judge.info("memory_gib", fp["memory_gib"], node=node)
     judge.info("cpu_cores", fp["cpu"]["cores"], node=node)
     usable, granted, host = fp["cpu"]["usable_cpus"], fp["cpu"].get("granted_cpus"), fp["cpu"]["threads"]

@@ -124,14 +124,16 @@ def judge_transport(
     GPUDirect RDMA, its GPU's affine HCA (where the node has compute HCAs), then every declared HCA used.
 
     ``rates``: the compute HCAs per node; ``affinity``: GPU bus -> PCIe-affine HCAs per node. A rank without
-    NET facts could not be measured (``MeasurementError``)."""
+    NET facts could not be measured: its transport is recorded unreadable and nothing further is judged."""
     seen: list[RankTransport] = []
     for r in records:
         bus = bus_key(r.gpu["pci_bus_id"]) if r.gpu else None
         affine = affinity[r.node].get(bus) if rates[r.node] and bus else None
         net = (r.data.get("nccl") or {}).get("net")
         if net is None:
-            raise MeasurementError(f"{r.node} rank {r.rank}: no NCCL_DEBUG=INFO facts to judge", nodes=(r.node,))
+            why = f"rank {r.rank}: no NCCL_DEBUG=INFO facts to judge"
+            judge.unreadable("nccl_net_transport", why, node=r.node, gpu=r.gpu_label)
+            return
         o = observe_rank(net, node=r.node, rank=r.rank, gpu=r.gpu_label, affine=affine, multinode=True)
         seen.append(o)
         info = {"channels": o.channels, "gdr_channels": o.gdr_channels, "hcas": list(o.direct), **o.detail}

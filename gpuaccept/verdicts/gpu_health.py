@@ -36,7 +36,6 @@ from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike, gpu_label
 from gpuaccept.contracts.payloads import GpuHealth, HealthRecord
-from gpuaccept.errors import MeasurementError
 
 __all__ = [
     "FAILING_REASONS",
@@ -316,10 +315,11 @@ def parse_log(lines: list[str]) -> list[XidEvent]:
     return [event for line in lines if (event := parse_line(line)) is not None]
 
 
-def hardware_codes(spec: Any) -> set[int]:
-    """The hardware Xid codes from the ``xid_hardware_codes`` limit (a comma-separated ``equal`` string)."""
+def hardware_codes(spec: Any) -> set[int] | None:
+    """The hardware Xid codes from the ``xid_hardware_codes`` limit (a comma-separated ``equal`` string);
+    None where no list is in force."""
     if spec is None or spec.equal in (None, ""):
-        raise MeasurementError("thresholds: no xid_hardware_codes list in force, so Xids cannot be classified")
+        return None
     return {int(code) for code in str(spec.equal).replace(" ", "").split(",") if code}
 
 
@@ -333,6 +333,10 @@ def judge_xid(data: dict[str, Any], judge: JudgeLike, node: str) -> list[XidEven
     of its window), the hardware codes being the node SKU's ``xid_hardware_codes``; an unreadable kernel
     log is an error, never a pass."""
     hardware = hardware_codes(judge.declared("xid_hardware_codes", node))
+    if hardware is None:
+        why = "thresholds: no xid_hardware_codes list in force, so Xids cannot be classified"
+        judge.unreadable("xid_hardware_events", why, node=node)
+        return []
     if not data.get("readable"):
         why = "; ".join(f"{src}: {msg}" for src, msg in (data.get("errors") or {}).items()) or "no source answered"
         judge.unreadable(

@@ -30,7 +30,6 @@ from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.contracts.records import RankRecord
-from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.trajectory import key_text, stack_key
 
 __all__ = ["AGREEMENT", "LIFECYCLE", "SERVING", "Served", "judge_agreement", "judge_lifecycle_serving", "judge_serving"]
@@ -45,20 +44,20 @@ LIFECYCLE = ("infer_merged_speed_ratio", "infer_graph_eager_mismatch", "infer_f1
 AGREEMENT = ("infer_agreement_mismatch",)
 
 
-def _peak(judge: JudgeLike, node: str, name: str) -> float:
+def _peak(judge: JudgeLike, node: str, name: str, metric: str) -> float | None:
+    """The SKU's datasheet figure ``name`` that ``metric`` divides by; None, with ``metric`` recorded
+    unreadable, where the catalogue has none."""
     sku = judge.sku(node)
     peak = judge.datasheet(sku, name)
     if peak is None:
-        raise MeasurementError(
-            f"cannot judge inference on SKU {sku}: no datasheet {name} (add it under skus.{sku}.datasheet "
-            "in a site file)",
-            nodes=(node,),
-        )
+        why = f"cannot judge inference on SKU {sku}: no datasheet {name} (add skus.{sku}.datasheet in a site file)"
+        judge.unreadable(metric, why, node=node)
     return peak
 
 
-def _mbu(judge: JudgeLike, node: str, figures: Mapping[str, Any]) -> float:
-    return round(100 * float(figures["read_tb_per_s"]) / _peak(judge, node, "hbm_tbps"), 2)
+def _mbu(judge: JudgeLike, node: str, figures: Mapping[str, Any], metric: str) -> float | None:
+    peak = _peak(judge, node, "hbm_tbps", metric)
+    return None if peak is None else round(100 * float(figures["read_tb_per_s"]) / peak, 2)
 
 
 def _decode_extra(figures: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,9 +75,12 @@ def judge_serving(judge: JudgeLike, record: RankRecord, gpu: str | None) -> None
         return
     dynamic = data["mode"] == "dynamic"
     single = "infer_decode_mbu_pct_dynamic" if dynamic else "infer_decode_mbu_pct"
+    mbu = _mbu(judge, node, data["decode_1"], single)
+    if mbu is None:
+        return
     judge.check(
         single,
-        _mbu(judge, node, data["decode_1"]),
+        mbu,
         **where,
         **_decode_extra(data["decode_1"]),
         mode=data["mode"],
@@ -86,15 +88,21 @@ def judge_serving(judge: JudgeLike, record: RankRecord, gpu: str | None) -> None
     )
     batch = data["decode_batch"]
     if not dynamic:
+        mbu = _mbu(judge, node, data[f"decode_{batch}"], "infer_decode_mbu_pct_batch")
+        if mbu is None:
+            return
         judge.check(
             "infer_decode_mbu_pct_batch",
-            _mbu(judge, node, data[f"decode_{batch}"]),
+            mbu,
             **where,
             **_decode_extra(data[f"decode_{batch}"]),
             batch_halved_from=data.get("batch_halved_from"),
         )
     prefill = data["prefill"]
-    mfu = round(100 * float(prefill["tflops_per_s"]) / _peak(judge, node, "bf16_dense_tflops"), 2)
+    peak = _peak(judge, node, "bf16_dense_tflops", "infer_prefill_mfu_pct")
+    if peak is None:
+        return
+    mfu = round(100 * float(prefill["tflops_per_s"]) / peak, 2)
     judge.check("infer_prefill_mfu_pct", mfu, **where, ttft_ms=prefill["ttft_ms"], tokens=prefill["tokens"])
 
 

@@ -104,7 +104,9 @@ def judge_hostbw(bench: dict[str, Any], judge: JudgeLike, node: str) -> None:
 
 def judge_p2p(bench: dict[str, Any], judge: JudgeLike, node: str) -> dict[str, Any]:
     """Every ordered GPU pair's copy GB/s; the slowest pair is named; returns the matrix."""
-    data = p2p_result(bench, node)
+    data = p2p_result(bench, judge, node, "p2p_gbps")
+    if data is None:
+        return {}
     labels = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
     record_busy(judge, node, data.get("busy") or [], labels)
     pairs = data.get("pairs") or []

@@ -2,7 +2,8 @@
 the group tables (``contracts.nccl_sweep.group_tables``), then hands them here, where every check is recorded:
 
 * one node (``judge_node``): busbw per collective at the largest size against the floor at the node's
-  rank count; every rank's results verified. nccl-tests beside ours (``judge_fidelity``);
+  rank count; every rank's results verified. nccl-tests beside ours (``judge_fidelity``), or the check
+  not run where nccl-tests is not installed (``judge_nccl_tests_found``);
 * a multi-node scale (``group_failures``, ``judge_scale``): a group fails when a collective misses its
   floor (``metric@N`` first), its all_reduce busbw is more than ``straggler_pct`` below the median
   group, its scaling efficiency misses its limit, or a result was wrong;
@@ -20,8 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuaccept.contracts.nccl_formulas import COLLECTIVES
 from gpuaccept.contracts.nccl_sweep import GroupTable, format_bytes
-from gpuaccept.contracts.payloads import CappedSizes, NcclTestsRun
-from gpuaccept.errors import MeasurementError
+from gpuaccept.contracts.payloads import CappedSizes, NcclTestsRecord, NcclTestsRun
 from gpuaccept.judging.judge import judge_value
 from gpuaccept.nccl.plan import Group
 from gpuaccept.verdicts.nccl_lines import metric_name, wrong_lines
@@ -38,6 +38,7 @@ __all__ = [
     "curve",
     "group_failures",
     "judge_fidelity",
+    "judge_nccl_tests_found",
     "judge_node",
     "judge_scale",
     "slow_groups",
@@ -69,14 +70,16 @@ def judge_node(
     ranks: int,
 ) -> None:
     """All ``ranks`` of one node: busbw per collective at the largest size (the floor at that rank count),
-    every rank's results verified. A collective with no size that fit in GPU memory could not be measured
-    (``MeasurementError``)."""
+    every rank's results verified. A collective with no size that fit in GPU memory could not be measured:
+    its check is recorded unreadable and nothing further is judged."""
     algos = facts.get("algorithms", {})
     for collective in COLLECTIVES:
         row = table.largest(collective)
         if row is None:
             capped: CappedSizes | None = records[0].data.get("capped", {}).get(collective)
-            raise MeasurementError(f"{node}: no size of {collective} fit in GPU memory ({capped})", nodes=(node,))
+            why = f"no size of {collective} fit in GPU memory ({capped})"
+            judge.unreadable(metric_name(collective, False), why, node=node, scale=ranks)
+            return
         judge.check(
             metric_name(collective, False),
             round(row.busbw, 2),
@@ -98,6 +101,15 @@ def judge_node(
         judge.check("nccl_wrong_elements", wrong, node=node, **rank, details=mine)
 
 
+def judge_nccl_tests_found(theirs: NcclTestsRecord, judge: Judge, node: str) -> None:
+    """The fidelity check needs nccl-tests on ``node``: where the ``nccl_tests`` probe found no binary, the test
+    ends ``not run`` naming where it looked (``judge.tool_missing``), listed in the cluster's verdict; a
+    missing tool is neither a property of the cluster (a skip) nor a measurement gone wrong (an ERROR)."""
+    if not theirs["found"]:
+        detail = f"looked in {', '.join(theirs['searched'])}; --nccl-tests-dir"
+        judge.tool_missing("nccl-tests fidelity", "nccl-tests", node=node, detail=detail)
+
+
 def judge_fidelity(runs: Mapping[str, NcclTestsRun], table: GroupTable, size: int, judge: Judge, node: str) -> None:
     """nccl-tests' busbw (``runs``: the ``nccl_tests`` probe's per-collective rows) beside ours at ``size``.
 
@@ -105,15 +117,15 @@ def judge_fidelity(runs: Mapping[str, NcclTestsRun], table: GroupTable, size: in
     print(f"{'collective':>12} {'size':>8} {'ours':>8} {'nccl-tests oop':>15} {'in-place':>9}")
     for collective, run in runs.items():
         if run.get("returncode") != 0 or not run.get("rows"):
-            raise MeasurementError(
-                f"{node}: nccl-tests {collective} failed: {run.get('error') or run.get('stderr_tail')}"
-            )
+            why = f"nccl-tests {collective} failed: {run.get('error') or run.get('stderr_tail')}"
+            judge.unreadable("nccl_fidelity_pct", why, node=node, collective=collective)
+            return
         ref = next((r for r in run["rows"] if r["size"] == size), run["rows"][-1])
         ours = table.at(collective, ref["size"])
         if ours is None:
-            raise MeasurementError(
-                f"{node}: our sweep has no {collective} at {format_bytes(ref['size'])}", nodes=(node,)
-            )
+            why = f"our sweep has no {collective} at {format_bytes(ref['size'])}"
+            judge.unreadable("nccl_fidelity_pct", why, node=node, collective=collective)
+            return
         their_busbw = ref["ip_busbw"] if collective in ("all_reduce", "broadcast") else ref["oop_busbw"]
         print(
             f"{collective:>12} {format_bytes(ref['size']):>8} {ours.busbw:>8.2f} "

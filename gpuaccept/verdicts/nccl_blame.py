@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuaccept.contracts.nccl_sweep import GroupTable, Row
-from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.judge import judge_value
 from gpuaccept.nccl.plan import Group, Pair
 from gpuaccept.verdicts.nccl_lines import median_busbw, metric_name
@@ -126,7 +125,7 @@ def judge_cleared(
     """A node no failing group made a suspect: judged on its own worst all_reduce figure over the scales.
 
     No "not at fault" expectation: the blame rule did not run, and an expected value written twice could
-    not fail. A node that sat out every scale of the nodes left could not be measured."""
+    not fail. A node that sat out every scale of the nodes left could not be measured: recorded unreadable."""
     figures = [
         (row.busbw, s, t.label)
         for s, ts in tables.items()
@@ -134,7 +133,9 @@ def judge_cleared(
         if suspect in t.nodes and (row := t.largest("all_reduce")) is not None
     ]
     if not figures:  # sat out every scale of the nodes left (e.g. the odd node of 3 at scale 2 only)
-        raise MeasurementError(f"{suspect}: in no NCCL group of the nodes left ({', '.join(nodes)})")
+        why = f"in no NCCL group of the nodes left ({', '.join(nodes)})"
+        judge.unreadable(metric_name("all_reduce", True), why, node=suspect, role=role)
+        return
     worst = min(figures)
     judge.check(
         metric_name("all_reduce", True), round(worst[0], 2), node=suspect, scale=worst[1], group=worst[2], role=role

@@ -20,7 +20,6 @@ from typing import Any
 from gpuaccept.contracts.judge import JudgeLike, gpu_label
 from gpuaccept.thresholds.coverage import declares_absent
 from gpuaccept.verdicts.bench import p2p_result, record_busy
-from gpuaccept.verdicts.gpu_health import judge_gpu_count
 from gpuaccept.verdicts.infiniband import declares_no_ib
 
 __all__ = [
@@ -107,9 +106,13 @@ def judge_link_errors(
         judge.check(metric, value, node=node, gpu=gpu_label(gpu), counted_by=errors.get("source"), **since, **extra)
 
 
-def judge_nvlink(data: dict[str, Any], judge: JudgeLike, node: str, declared_gpus: int) -> None:
-    """Active links, common link speed and CRC/replay/recovery counters of every GPU."""
-    judge_gpu_count(data, declared_gpus, judge, node)
+def judge_nvlink(data: dict[str, Any], judge: JudgeLike, node: str) -> None:
+    """Active links, common link speed and CRC/replay/recovery counters of every GPU NVML lists. Whether it
+    lists every GPU the node declares is ``test_gpu_health``'s one check (``gpu_health.judge_gpu_count``);
+    a node where it lists none has no link to judge, which is named, never "nothing was judged"."""
+    if not data.get("gpus"):
+        why = f"no GPU to judge the links of: NVML lists none on {node} (test_gpu_health judges the count, gpu_count)"
+        judge.unreadable("nvlink_links_active", why, node=node)
     for gpu in data.get("gpus") or []:
         judge_links_active(gpu, judge, node)
         link = gpu.get("nvlink") or {}
@@ -161,13 +164,14 @@ def pair_matrix(data: dict[str, Any]) -> dict[str, Any]:
 
 def judge_topology(data: dict[str, Any], judge: JudgeLike, node: str) -> dict[str, Any]:
     """Every GPU pair: NVLinks joining it and NVML's NVLink P2P status, against the SKU. A node whose GPUs
-    NVML lists fewer than two of has no pair: that is named (the count itself is test_nvlink's gpu_count to judge),
-    never "nothing was judged"."""
+    NVML lists fewer than two of has no pair: that is named (the count itself is test_gpu_health's gpu_count to
+    judge), never "nothing was judged"."""
     gpus = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
     if not data.get("pairs"):
         judge.unreadable(
             "nvlink_pair_links",
-            f"no GPU pair to judge: NVML lists {len(gpus)} GPU(s) on {node} (test_nvlink judges the count, gpu_count)",
+            f"no GPU pair to judge: NVML lists {len(gpus)} GPU(s) on {node} "
+            "(test_gpu_health judges the count, gpu_count)",
             node=node,
         )
     for pair in data.get("pairs") or []:
@@ -236,7 +240,9 @@ def judge_nvlink_under_load(bench: dict[str, Any], judge: JudgeLike, node: str) 
     ``MonitorNVLink`` and the diag pcie plugin's per-second check, Hopper included); replay and
     recovery are failures at any count. The failure names the links the errors sat on.
     """
-    data = p2p_result(bench, node)
+    data = p2p_result(bench, judge, node, UNDER_LOAD_METRICS[0])
+    if data is None:
+        return
     labels = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
     record_busy(judge, node, data.get("busy") or [], labels)
     for entry in data.get("nvlink_errors") or []:

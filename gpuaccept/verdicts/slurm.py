@@ -19,7 +19,6 @@ from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.contracts.records import RankRecord
-from gpuaccept.errors import MeasurementError
 
 __all__ = [
     "GRANTED",
@@ -102,8 +101,8 @@ def judge_step(record: RankRecord, judge: JudgeLike, node: str) -> None:
 
 def judge_gpu_isolation(records: Sequence[RankRecord], node_uuids: Iterable[str], judge: JudgeLike, node: str) -> None:
     """One ``visibility`` task per declared GPU (``records``) against the GPUs the node's fingerprint
-    lists (``node_uuids``). A task that could not list the device files it opens raises
-    ``MeasurementError`` (nothing judged on a reading not taken)."""
+    lists (``node_uuids``). A task that could not list the device files it opens has that check unreadable
+    (nothing judged on a reading not taken)."""
     node_uuids = set(node_uuids)
     holders: dict[str, list[int]] = {}
     for record in records:
@@ -119,7 +118,10 @@ def judge_gpu_isolation(records: Sequence[RankRecord], node_uuids: Iterable[str]
         judge.expect("gpu_task_shares_gpu", ", ".join(f"rank {r}" for r in others) or "none", "none", **where)
         openable = record.data.get("devices_openable")
         if openable is None:
-            raise MeasurementError(f"{node} rank {record.rank}: the probe could not list the device files it can open")
+            judge.unreadable(
+                "gpu_foreign_devices_openable", "the probe could not list the device files it can open", **where
+            )
+            return
         foreign = sorted(set(openable) - set(record.data.get("own_minors") or []))
         judge.check("gpu_foreign_devices_openable", len(foreign), **where, foreign=[f"/dev/nvidia{m}" for m in foreign])
     judge.expect(

@@ -25,10 +25,11 @@ from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.judge import Judge
-from gpuaccept.judging.trajectory import Trajectory, judge_fleet
+from gpuaccept.judging.trajectory import Trajectory
 from gpuaccept.training.report import TARGET_LOSS, curve_points, loss_rebound, steps_to_target
 from gpuaccept.verdicts.inference import LIFECYCLE as SERVING_LIFECYCLE
 from gpuaccept.verdicts.inference import Served, judge_agreement, judge_lifecycle_serving, judge_serving
+from gpuaccept.verdicts.trajectory import judge_fleet
 
 __all__ = [
     "LIFECYCLE",
@@ -119,13 +120,15 @@ def label(record: RankRecord) -> str:
     return record.gpu_label or f"cpu rank {record.rank}"
 
 
-def _world(records: list[RankRecord], shape: Shape) -> None:
+def _world(judge: JudgeLike, records: list[RankRecord], shape: Shape, metric: str) -> bool:
+    """Whether every rank was launched in the world the shape plans; where one was not, nothing it trained
+    is judged: ``metric`` (the launch's speed) is recorded unreadable naming the rank."""
     for record in records:
         if record.world_size != shape.ranks:
-            raise MeasurementError(
-                f"{record.node} rank {record.rank}: launched as world size {record.world_size}, not {shape.ranks}",
-                nodes=(record.node,),
-            )
+            why = f"rank {record.rank}: launched as world size {record.world_size}, not {shape.ranks}"
+            judge.unreadable(metric, why, node=record.node, gpu=label(record))
+            return False
+    return True
 
 
 def judge_solo(judge: JudgeLike, shape: Shape, records: list[RankRecord]) -> None:
@@ -135,7 +138,8 @@ def judge_solo(judge: JudgeLike, shape: Shape, records: list[RankRecord]) -> Non
     are its own; its speed is then held against the node's median (a GPU well below its siblings is
     slow even above the floor).
     """
-    _world(records, shape)
+    if not _world(judge, records, shape, shape.speed_metric("solo")):
+        return
     for record in records:
         data = record.data
         where = {"node": record.node, "gpu": label(record)}
@@ -194,7 +198,8 @@ def judge_run(
     wall time, replicas identical (DDP), shards even and lighter than DDP of the same shape (FSDP: ``ddp``
     holds the DDP run's records, or why they could not be had), and the lifecycle (``stopped``: why the
     launch was stopped after every rank finished the strategy, so its lifecycle never ran)."""
-    _world(records, shape)
+    if not _world(judge, records, shape, shape.speed_metric(strategy)):
+        return
     data0, node0 = records[0].data, records[0].node
     if stopped:
         data0.setdefault("lifecycle_error", f"the lifecycle did not run: {stopped}")
@@ -238,7 +243,8 @@ def judge_run(
             _memory_saving(judge, records, ddp, shape.ranks)
     judge_lifecycle(judge, shape, data0, node0)
     if strategy == "fsdp" and shape.gpu_run and isinstance(ddp, MeasurementError):
-        raise MeasurementError(f"FSDP memory could not be compared: the DDP run failed: {ddp}")
+        why = f"FSDP memory could not be compared: the DDP run failed: {ddp}"
+        judge.unreadable("train_fsdp_mem_saving_ratio", why, node=node0)
 
 
 def judge_fleet_agreement(
@@ -250,7 +256,7 @@ def judge_fleet_agreement(
     unmeasured: Mapping[str, str],
 ) -> int:
     """Every GPU's own loss trajectory against the others of its SKU and stack and the baseline run
-    (``judging.trajectory``), and what each served (``verdicts.inference.judge_agreement``); a node whose
+    (``verdicts.trajectory``), and what each served (``verdicts.inference.judge_agreement``); a node whose
     launch gave nothing to compare (``unmeasured``: why) is named. Returns how many GPUs were judged."""
     for node, why in unmeasured.items():
         judge.unreadable("train_trajectory_rel_diff", f"trajectory not compared: {why}", node=node)
@@ -318,23 +324,24 @@ def _speed(judge: JudgeLike, shape: Shape, strategy: str, record: RankRecord, wh
     if shape.profile == "small":
         judge.check(metric, data["tokens_per_s"], **where, timed_s=data["timed_s"], task_rank=record.rank)
     elif shape.gpu_run:
-        judge.check(metric, mfu_pct(judge, record), **where, **_mfu_extra(data), task_rank=record.rank)
+        mfu = mfu_pct(judge, record, metric)
+        if mfu is not None:
+            judge.check(metric, mfu, **where, **_mfu_extra(data), task_rank=record.rank)
     else:  # a checkpoint on CPU ranks: no BF16 peak to divide by, and no small-model limit applies
         judge.info("train_tokens_per_s", data["tokens_per_s"], **where, task_rank=record.rank)
 
 
-def mfu_pct(judge: JudgeLike, record: RankRecord) -> float:
-    """Model FLOPs per second over the SKU's dense BF16 peak (its datasheet figure in the catalogue)."""
+def mfu_pct(judge: JudgeLike, record: RankRecord, metric: str) -> float | None:
+    """Model FLOPs per second over the SKU's dense BF16 peak (its datasheet figure in the catalogue); None,
+    with ``metric`` recorded unreadable for the rank's GPU, where either is missing."""
     sku = judge.sku(record.node)
     peak = judge.datasheet(sku, "bf16_dense_tflops")
     tflops = record.data.get("model_tflops_per_s")
-    if peak is None:
-        raise MeasurementError(
-            f"cannot compute MFU on SKU {sku}: no datasheet bf16_dense_tflops (add it under skus.{sku} in a site file)",
-            nodes=(record.node,),
-        )
-    if tflops is None:
-        raise MeasurementError(f"{record.node} rank {record.rank}: no timed steps, no MFU", nodes=(record.node,))
+    if peak is None or tflops is None:
+        sku_text = f"SKU {sku} has no datasheet bf16_dense_tflops (add it under skus.{sku} in a site file)"
+        why = sku_text if peak is None else f"rank {record.rank}: no timed steps"
+        judge.unreadable(metric, f"cannot compute MFU: {why}", node=record.node, gpu=label(record))
+        return None
     return round(100 * float(tflops) / peak, 2)
 
 

@@ -43,7 +43,7 @@ def test_nvlink(node, cluster, judge):
     data = _nvlink(cluster, node, gpus)
     if why := nvlink_absent(judge, node, data):
         pytest.skip(why)
-    judge_nvlink(data, judge, node, declared_gpus=gpus)
+    judge_nvlink(data, judge, node)
 
 
 @pytest.mark.judges(*UNDER_LOAD_METRICS, gpus="pair", absent="nvlink")

@@ -38,6 +38,7 @@ from gpuaccept.verdicts.nccl import (
     SCALE_METRICS,
     group_failures,
     judge_fidelity,
+    judge_nccl_tests_found,
     judge_node,
     judge_scale,
 )
@@ -228,9 +229,7 @@ def test_nccl_tests_fidelity(node, cluster, judge, settings):
     if settings.nccl_tests_dir:
         args.append(f"--dir={settings.nccl_tests_dir}")
     theirs = cluster.run(NCCL_TESTS, nodes=[node], tasks_per_node=1, gpus_per_task=gpus, args=args).one().data
-    if not theirs["found"]:  # a missing tool, not a property of the cluster: "not run", listed in the verdict
-        detail = f"looked in {', '.join(theirs['searched'])}; --nccl-tests-dir"
-        judge.tool_missing("nccl-tests fidelity", "nccl-tests", node=node, detail=detail)
+    judge_nccl_tests_found(theirs, judge, node)  # none installed: "not run", listed in the verdict
     tasks, gpt = _layout(cluster, node, multinode=False)
     table = group_tables(_node_sweep(cluster, settings, node, tasks, gpt).records)[0]
     if table.at("all_reduce", size) is None:  # the sweep stopped below this size (--nccl-max-bytes)

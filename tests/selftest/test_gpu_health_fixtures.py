@@ -119,7 +119,7 @@ def test_recorded_nvlink_without_speed_is_an_error(links: dict[str, Any], judge:
     """This recording predates the per-link speed reading: driver 580 answers "not supported" for the
     common-speed field, and a speed the SKU sets a limit for that cannot be read never passes."""
     with ends(judge, "error", match=r"nvlink_speed_mbps \(NVML gave no common link speed\)"):
-        judge_nvlink(links, judge, "vm", declared_gpus=2)
+        judge_nvlink(links, judge, "vm")
     values = {(r.metric, r.subject): (r.value, r.verdict) for r in judge.results}
     assert values[("nvlink_links_active", GPU1)] == (18, "pass")
     assert values[("nvlink_crc_errors", GPU1)][1] == "info"  # a count since load has no time base
@@ -128,16 +128,36 @@ def test_recorded_nvlink_without_speed_is_an_error(links: dict[str, Any], judge:
 def test_recorded_nvlink_with_per_link_speed_passes(links: dict[str, Any], judge: Judge) -> None:
     for gpu in links["gpus"]:
         gpu["nvlink"]["speed_mbps_common"] = 26562  # what NVLINK_GET_SPEED / nvidia-smi nvlink -s read
-    judge_nvlink(links, judge, "vm", declared_gpus=2)
+    judge_nvlink(links, judge, "vm")
     values = {(r.metric, r.subject): (r.value, r.verdict) for r in judge.results}
     assert values[("nvlink_speed_mbps", GPU1)] == (26562, "pass")
+
+
+def test_gpu_count_is_judged_once_per_node(health: dict[str, Any], links: dict[str, Any], judge: Judge) -> None:
+    """A GPU fallen off the bus is one finding, test_gpu_health's: the NVLink judge judges the links of the GPUs
+    NVML lists and never the count again (issue 50)."""
+    health["gpus"].pop()
+    links["gpus"].pop()
+    links["pairs"] = []
+    for gpu in links["gpus"]:
+        gpu["nvlink"]["speed_mbps_common"] = 26562
+    judge_health(health, judge, "vm", declared_gpus=2)
+    judge_nvlink(links, judge, "vm")
+    assert [(r.metric, r.verdict) for r in judge.results if r.metric == "gpu_count"] == [("gpu_count", "fail")]
+
+
+def test_nvlink_with_no_gpu_listed_is_named(judge: Judge) -> None:
+    """NVML listing no GPU leaves no link to judge: an ERROR naming that and the test that judges the count,
+    never "nothing was judged" and never a pass."""
+    with ends(judge, "error", match=r"NVML lists none on vm \(test_gpu_health judges the count"):
+        judge_nvlink({"gpus": [], "pairs": [], "nvml": False}, judge, "vm")
 
 
 def test_slow_link_speed_fails(links: dict[str, Any], judge: Judge) -> None:
     for gpu in links["gpus"]:
         gpu["nvlink"]["speed_mbps_common"] = 26562 if gpu["index"] == 0 else 13281  # one link trained slow
     with ends(judge, "failed", match="nvlink_speed_mbps = 13281"):
-        judge_nvlink(links, judge, "vm", declared_gpus=2)
+        judge_nvlink(links, judge, "vm")
 
 
 def test_link_down_and_replays_fail(links: dict[str, Any], judge: Judge) -> None:
@@ -146,7 +166,7 @@ def test_link_down_and_replays_fail(links: dict[str, Any], judge: Judge) -> None
     gpu["active"] = 17
     gpu["errors"]["replay"] = 3
     with ends(judge, "failed") as caught:
-        judge_nvlink(links, judge, "vm", declared_gpus=2)
+        judge_nvlink(links, judge, "vm")
     assert f"vm GPU {GPU1}: nvlink_links_active = 17 links (limit >= 18" in str(caught.value)
     assert "nvlink_replay_errors = 3" in str(caught.value)
 

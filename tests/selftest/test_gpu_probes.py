@@ -277,7 +277,7 @@ def test_nvlink_down_link_is_counted(fake: FakeNVML, tmp_path: Path) -> None:
     fake.links = 17
     data = nvlink.collect(tmp_path)
     recorder = Recorder()
-    judge_nvlink(data, recorder, "n1", declared_gpus=8)
+    judge_nvlink(data, recorder, "n1")
     active = [c for c in recorder.calls if c[1] == "nvlink_links_active"]
     assert {c[2] for c in active} == {17}
     assert {p["label"] for p in data["pairs"]} == {"NV17"}

@@ -89,7 +89,7 @@ def test_unread_nvlink_counter_errors_naming_gpu_and_link() -> None:
         match=r"GPU 0 \(00000000:18:00.0\): nvlink_recovery_errors \(could not "
         r"read recovery on link\(s\) 5\)",
     ):
-        judge_nvlink({"gpus": [gpu]}, judge, "n1", declared_gpus=1)
+        judge_nvlink({"gpus": [gpu]}, judge, "n1")
 
 
 def test_no_expectation_compares_a_literal_with_itself() -> None:

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from gpuaccept.errors import ToolMissing
+from gpuaccept.judging.judge import Judge
 from gpuaccept.judging.verdict import EXIT_TEST_HOOKS
 from gpuaccept.report.summary_model import cluster_verdict, overview
 from gpuaccept.results.record import RunRecord, TestEntry, read_record
+from gpuaccept.thresholds.loader import load_thresholds
+from gpuaccept.verdicts.nccl import judge_nccl_tests_found
 
 from .conftest import run_inner, write_suite
 
@@ -73,3 +77,19 @@ def test_verdict_lists_what_did_not_run(inner) -> None:
 def test_plain_acceptance_reads_as_before() -> None:
     record = RunRecord(status="passed", tests={"a": TestEntry("a", "passed"), "b": TestEntry("b", "passed")})
     assert overview(record).verdict == "ACCEPTED"
+
+
+def test_nccl_tests_not_installed_is_not_run_through_its_judge() -> None:
+    """test_nccl_tests_fidelity records no verdict itself: the NCCL judge ends it ``not run`` where the probe
+    found no nccl-tests binary, naming where it looked, and lets it go on where one was found."""
+    judge = Judge(load_thresholds(), lambda node: "H100-SXM-80GB", lambda result: None, "selftest")
+    judge_nccl_tests_found({"found": True, "searched": ["/opt/nccl-tests"], "runs": {}}, judge, "node1")
+    with pytest.raises(ToolMissing) as caught:
+        judge_nccl_tests_found({"found": False, "searched": ["/opt/nccl-tests"], "runs": {}}, judge, "node1")
+    assert (caught.value.check, caught.value.tool, caught.value.nodes) == (
+        "nccl-tests fidelity",
+        "nccl-tests",
+        ("node1",),
+    )
+    assert "looked in /opt/nccl-tests" in caught.value.detail
+    assert judge.results == []

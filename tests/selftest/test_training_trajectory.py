@@ -1,4 +1,5 @@
-"""The fleet-agreement rule for fine-tunes (``gpuaccept.judging.trajectory``) and its test hook.
+"""The fleet-agreement rule for fine-tunes (``gpuaccept.verdicts.trajectory``, comparing through
+``gpuaccept.judging.trajectory``) and its test hook.
 
 Every GPU of one SKU and software stack must train the same loss curve bit for bit; a departing GPU
 fails naming node, GPU, first departing step and by how much; a group of one with no baseline passes
@@ -16,12 +17,13 @@ import pytest
 
 from gpuaccept.judging.baseline import Baseline
 from gpuaccept.judging.judge import Judge
-from gpuaccept.judging.trajectory import Trajectory, departure, judge_fleet, majority, stack_key
+from gpuaccept.judging.trajectory import Trajectory, departure, majority, stack_key
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.results.record import RunRecord
 from gpuaccept.thresholds.loader import load_thresholds
 from gpuaccept.training.lifecycle import _reduction_pct
 from gpuaccept.training.perturb import Perturbation, parse
+from gpuaccept.verdicts.trajectory import judge_fleet
 
 from .ending import ends
 

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from gpuaccept.dispatch.result import parse_records
-from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import xid as xid_probe
 from gpuaccept.thresholds.loader import Thresholds
@@ -156,5 +155,4 @@ def test_hardware_list_comes_from_thresholds() -> None:
     codes = hardware_codes(thresholds.limits_for("H200")["xid_hardware_codes"])
     assert {48, 63, 64, 74, 79, 94, 95} <= codes
     assert not {13, 31, 43, 45} & codes
-    with pytest.raises(MeasurementError):
-        hardware_codes(None)
+    assert hardware_codes(None) is None  # judge_xid records xid_hardware_events unreadable
