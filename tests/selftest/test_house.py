@@ -270,7 +270,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("results", ("results", "thresholds"), ("leaves", "contracts")),
     ("judging core", ("judging",), ("leaves", "contracts", "results")),
     ("judges", ("verdicts",), ("leaves", "contracts", "area code", "results", "judging core")),
-    ("options", ("settings", "markers", "hookspecs", "inputs"), ("leaves",)),
+    ("options", ("settings", "settings_doc", "markers", "hookspecs", "inputs"), ("leaves",)),
     (
         "launch",
         ("dispatch", "cluster", "fingerprints"),
