@@ -13,7 +13,6 @@ its datasheet, no limit elsewhere, so it is ``limit_optional`` (judged where a l
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
