@@ -157,6 +157,12 @@ def _check_references(path: Path, data: ThresholdsFile, metrics: dict[str, Metri
                 raise ThresholdsError(f"{path}: {key}.{metric}: '@' must be followed by a rank/node count (e.g. @8)")
             if base not in metrics:
                 raise ThresholdsError(f"{path}: {key}.{metric}: unknown metric (known: {', '.join(sorted(metrics))})")
+            if metrics[base].report_only:
+                raise ThresholdsError(
+                    f"{path}: {key}.{metric}: {base} is report_only (reported, never judged: its judge records it "
+                    "with judge.info), so a limit would judge nothing; a figure judged where a limit is set is "
+                    "limit_optional in the catalogue"
+                )
             if metrics[base].kind == "expectation":
                 raise ThresholdsError(
                     f"{path}: {key}.{metric}: an expectation's expected value is computed by its test; "

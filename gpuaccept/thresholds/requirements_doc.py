@@ -47,8 +47,10 @@ the run record carries the IDs on every check, and the acceptance summary and Al
 
 A limit "none" means the SKU sets none: a test that needs it skips where the SKU declares the thing
 absent (NVLink on a PCIe card, InfiniBand on a node without HCAs) and is an error elsewhere, never a pass.
-A check marked informational is shown beside the verdicts and judged only on the SKUs that set a limit
-for it (its limits say which); informational checks alone never make a requirement covered.
+A check marked "reported" is shown beside the verdicts and never judged (`report_only` in the catalogue);
+one marked "judged where a limit is set" is judged only on the SKUs (or site contracts) that set a limit
+for it, its limits say which, and shown unjudged elsewhere (`limit_optional`). Neither alone makes a
+requirement covered.
 """
 
 
@@ -122,7 +124,8 @@ def _requirement_lines(item: Traced, thresholds: Thresholds) -> list[str]:
     lines += ["", "| check | what it measures | unit | limit per SKU |", "|---|---|---|---|"]
     for metric in (*item.judged, *item.informational):
         spec = thresholds.metrics[metric]
-        kind = " (expectation)" if spec.kind == "expectation" else " (informational)" if spec.informational else ""
+        kind = {"expectation": " (expectation)"}.get(spec.kind, "")
+        kind += " (reported)" if spec.report_only else " (judged where a limit is set)" if spec.limit_optional else ""
         limits = _limits(metric, thresholds)
         lines.append(f"| `{metric}`{kind} | {_cell(spec.description)} | {_cell(spec.unit)} | {_cell(limits)} |")
     return [*lines, ""]

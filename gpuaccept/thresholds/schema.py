@@ -7,7 +7,7 @@ are errors too (``extra="forbid"``), so a typo such as ``mni:`` cannot silently 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -15,11 +15,17 @@ from gpuaccept.thresholds.requirements import catalogue_path, load_catalogue
 from gpuaccept.thresholds.storage_site import StorageSection
 from gpuaccept.thresholds.tenant_site import TenantSite
 
-__all__ = ["TIGHT_MARGIN_PCT", "Display", "Limit", "MetricSpec", "Setting", "SkuSpec", "ThresholdsFile"]
+__all__ = ["OLD_KEY", "TIGHT_MARGIN_PCT", "Display", "Limit", "MetricSpec", "Setting", "SkuSpec", "ThresholdsFile"]
 
 #: a healthy figure closer than this to its limit (percent of the limit) needs a stated reason
 #: (``MetricSpec.tight_margin``), so that no limit sits unexplained just under a healthy GPU
 TIGHT_MARGIN_PCT = 5.0
+#: what a catalogue entry with the old key ``informational: true`` is told to write instead
+OLD_KEY = (
+    "'informational' is two keys now: write 'report_only: true' if the figure is reported, never judged "
+    "(no limit anywhere), or 'limit_optional: true' if it is judged where a SKU, site file or site contract "
+    "sets a limit and shown unjudged elsewhere (what 'informational: true' did)"
+)
 
 
 class _Strict(BaseModel):
@@ -46,9 +52,18 @@ class MetricSpec(_Strict):
     """A check the suite knows: its unit, what it means, and how a verdict on it is reached.
 
     ``kind: metric`` (the default) is judged against the limit the SKU sets; a test that needs one the
-    SKU lacks is an error, never a silent pass. ``informational: true`` declares a figure shown beside
-    the verdicts (temperatures, versions, burst rates) that no test may pass on; it is judged only on a
-    SKU (or site) that sets a limit for it. ``kind: expectation``
+    SKU lacks is an error, never a silent pass. Two kinds of metric need no limit, each with its own name:
+
+    * ``report_only: true``: reported, not judged. A figure shown beside the verdicts (temperatures,
+      versions, wall times) that its judge records with ``judge.info``; no test passes on it, and the
+      packaged catalogue sets it no limit (the loader refuses one: a limit would judge it).
+    * ``limit_optional: true``: judged only where a limit is set (a SKU's, a site file's, or a site
+      contract's such as a filesystem's), shown unjudged elsewhere: an InfiniBand rate on a SKU without
+      a compute fabric, a storage figure without a declared contract.
+
+    Both are ``informational`` to the judging core (a figure without a limit is recorded ``info``, never
+    an error); the old key ``informational: true``, which said both at once, is refused naming the two.
+    ``kind: expectation``
     is a named expectation whose expected value the test computes at run time ("sha256 equal to the
     one written", "the step ran on the node it was sent to"); it carries its own ``source``. ``fault``
     sorts a failing check for the report: a figure below its floor, a hardware fault (ECC, Xid, link
@@ -71,13 +86,27 @@ class MetricSpec(_Strict):
     description: str
     better: Literal["higher", "lower", "equal"] = "higher"
     kind: Literal["metric", "expectation"] = "metric"
-    informational: bool = False
+    report_only: bool = False
+    limit_optional: bool = False
     fault: Literal["threshold", "hardware", "drift"] = "threshold"
     source: str | None = Field(default=None, min_length=3)
     display: Display = Display()
     requirements: tuple[str, ...] = ()
     no_requirement: str | None = Field(default=None, min_length=10)
     tight_margin: str | None = Field(default=None, min_length=10)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_key(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "informational" in data:
+            raise ValueError(OLD_KEY)
+        return data
+
+    @property
+    def informational(self) -> bool:
+        """Whether a figure of it without a limit is recorded ``info`` (shown, passes nothing) rather than an
+        error: what the judging core asks, for both kinds of metric that need no limit."""
+        return self.report_only or self.limit_optional
 
     @field_validator("requirements")
     @classmethod
@@ -107,7 +136,11 @@ class MetricSpec(_Strict):
         if self.kind == "expectation" and self.source is None:
             raise ValueError("an expectation needs a source (what says the expected value is right)")
         if self.kind == "expectation" and self.informational:
-            raise ValueError("an expectation is judged; it cannot be informational")
+            raise ValueError("an expectation is judged; it cannot be report_only or limit_optional")
+        if self.report_only and self.limit_optional:
+            raise ValueError(
+                "report_only and limit_optional both: a figure is never judged, or judged where a limit is set"
+            )
         return self
 
 

@@ -1,32 +1,33 @@
-"""Every option the settings declare is in the README's option table, with its environment variable: an option
-added to ``gpuaccept/settings.py`` and left out of the README (as ``--sharedfs-path`` once was) fails here."""
+"""README.md's option table is generated from ``gpuaccept/settings.py`` (``python3 -m gpuaccept.settings_doc``;
+tests/selftest/test_generated_docs.py holds the README to it): every option has its row, with its environment
+variable, and an option added to the settings is in the table without anyone writing it (``--sharedfs-path``
+was once left out of a table kept by hand)."""
 
 from __future__ import annotations
-
-import re
-from pathlib import Path
 
 import pytest
 
 from gpuaccept.settings import OPTIONS
+from gpuaccept.settings_doc import BEGIN, END, PAGE, render, table
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def _table() -> str:
-    text = README.read_text()
-    start = text.index("| option | env | meaning |")
-    return text[start : text.index("\n\n", start)]
+pytestmark = pytest.mark.selftest
 
 
 @pytest.mark.parametrize("option", OPTIONS, ids=[o.name for o in OPTIONS])
-def test_every_option_is_in_the_readme_table(option) -> None:
-    table = _table()
-    row = next((line for line in table.splitlines() if re.search(rf"`{re.escape(option.flag)}[` ]", line)), None)
-    assert row is not None, f"README.md's option table has no row for {option.flag}"
-    if not option.flag_only:
-        cells = row.split(" | ")
-        env = cells[1] if len(cells) > 2 else ""
-        wildcards = re.findall(r"(GPUACCEPT_[A-Z_]*)\*", env)  # `GPUACCEPT_NCCL_*` names a family
-        named = option.env in env or "…" in env or any(option.env.startswith(w) for w in wildcards)
-        assert named, f"{option.flag}: {option.env} not in {env!r}"
+def test_every_option_has_its_row(option) -> None:
+    rows = [line for line in table().splitlines() if line.startswith((f"| `{option.flag}`", f"| `{option.flag} "))]
+    assert len(rows) == 1, f"{option.flag}: {rows}"
+    env = rows[0].split(" | ")[1]
+    assert env == ("" if option.flag_only else f"`{option.env}`"), rows[0]
+
+
+def test_the_readme_holds_the_generated_table() -> None:
+    text = PAGE.read_text(encoding="utf-8")
+    assert text.count(BEGIN) == 1 and text.count(END) == 1, "README.md's option table lost its markers"
+    assert table() in text, "README.md's option table is out of date: run `python3 -m gpuaccept.settings_doc`"
+
+
+def test_a_readme_without_the_markers_is_refused() -> None:
+    with pytest.raises(ValueError, match="no option table"):
+        render("# a README without an option table\n")
+    assert render(f"before\n{BEGIN}\nstale\n{END}\nafter\n") == f"before\n{table()}\nafter\n"

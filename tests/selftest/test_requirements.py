@@ -74,7 +74,7 @@ def test_an_unknown_requirement_id_names_the_metric_and_the_id(tmp_path: Path) -
 
 
 def test_a_check_naming_no_requirement_is_refused(tmp_path: Path) -> None:
-    line = '  memory_gib: {unit: GiB, description: "host memory (MemTotal)", informational: true'
+    line = '  memory_gib: {unit: GiB, description: "host memory (MemTotal)", report_only: true'
     path = _edited_thresholds(tmp_path, line + ", no_requirement: ", line + "}\n  memory_gib_why: ")
     text = path.read_text(encoding="utf-8").replace("\n  memory_gib_why: ", "\n#  ", 1)
     path.write_text(text, encoding="utf-8")
@@ -115,7 +115,7 @@ def test_trace_refuses_every_disagreement_at_once() -> None:
     )
     metrics = {
         "m1": _spec(unit="x", description="d", requirements=("AA01", "BB01")),
-        "m2": _spec(unit="x", description="d", informational=True, requirements=("DD01",)),
+        "m2": _spec(unit="x", description="d", limit_optional=True, requirements=("DD01",)),
     }
     with pytest.raises(TraceError) as info:
         trace(metrics, catalogue)
@@ -132,7 +132,7 @@ def test_coverage_follows_partly_and_the_judged_checks() -> None:
     )
     metrics = {
         "m1": _spec(unit="x", description="d", requirements=("AA01", "BB01")),
-        "m2": _spec(unit="x", description="d", informational=True, requirements=("AA01",)),
+        "m2": _spec(unit="x", description="d", limit_optional=True, requirements=("AA01",)),
         "m3": _spec(unit="x", description="d", no_requirement="proves nothing on purpose"),
     }
     got = {t.requirement.id: (t.coverage, t.judged, t.informational) for t in trace(metrics, catalogue)}

@@ -205,7 +205,7 @@ def test_a_site_without_limits_judges_nothing_and_errs(tmp_path: Path) -> None:
     for name in ("neighbour_matmul_ratio_pct", "neighbour_hbm_ratio_pct", "neighbour_h2d_ratio_pct"):
         spec = packaged["metrics"][name]
         spec.pop("requirements", None)
-        packaged["metrics"][name] = {**spec, "informational": True, "no_requirement": "a selftest's copy: not judged"}
+        packaged["metrics"][name] = {**spec, "limit_optional": True, "no_requirement": "a selftest's copy: not judged"}
         packaged["defaults"].pop(name, None)
     copy = tmp_path / "thresholds.yaml"
     copy.write_text(yaml.safe_dump(packaged))
