@@ -12,13 +12,16 @@ A failing test makes both its ends suspects; the second pass pairs each suspect 
 passed (same rail first, on another node); the fabric judge (``gpuaccept.verdicts.fabric.blame``) convicts an
 end that fails with a trusted partner (the node-level rule of the NCCL second pass applied to HCAs).
 
+Each round is one ``perftest`` step on the nodes it names (``round_nodes``, ``round_args``); a pair that
+lost a node before its round is left out of it (``without_lost``).
+
 Ports: the server end listens on ``base + rail index`` for ``ib_write_bw`` and ``+ PORT_SPAN`` for
 ``ib_write_lat``; an HCA serves at most one test per round, so no two servers on a node share a port.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -29,8 +32,11 @@ __all__ = [
     "format_plan",
     "parse_plan",
     "ring_rounds",
+    "round_args",
+    "round_nodes",
     "second_pass",
     "untested",
+    "without_lost",
 ]
 
 Endpoint = tuple[str, str]
@@ -162,3 +168,18 @@ def parse_plan(text: str) -> list[Pairing]:
         except ValueError:
             raise ValueError(f"bad perftest plan entry {entry!r} (expected node/hca>node/hca@port)") from None
     return out
+
+
+def round_nodes(batch: Sequence[Pairing]) -> list[str]:
+    """The nodes a round's step runs on: every node with an end in it, sorted."""
+    return sorted({end[0] for p in batch for end in (p.server, p.client)})
+
+
+def round_args(batch: Sequence[Pairing], gpu_memory: bool) -> list[str]:
+    """The ``perftest`` probe's arguments for a round: its plan, and GPU memory where GPUDirect RDMA is expected."""
+    return [f"--plan={format_plan(batch)}"] + (["--gpu-memory"] if gpu_memory else [])
+
+
+def without_lost(batch: Sequence[Pairing], lost: Collection[str]) -> list[Pairing]:
+    """The round's pairings whose two nodes are both still in the run."""
+    return [p for p in batch if p.server[0] not in lost and p.client[0] not in lost]
