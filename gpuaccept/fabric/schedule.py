@@ -12,8 +12,9 @@ A failing test makes both its ends suspects; the second pass pairs each suspect 
 passed (same rail first, on another node); the fabric judge (``gpuaccept.verdicts.fabric.blame``) convicts an
 end that fails with a trusted partner (the node-level rule of the NCCL second pass applied to HCAs).
 
-Each round is one ``perftest`` step on the nodes it names (``round_nodes``, ``round_args``); a pair that
-lost a node before its round is left out of it (``without_lost``).
+``PerftestPlan`` holds one run's plan: each node's HCAs, the first pass's rounds, what they leave untested,
+and the second pass its verdicts call for. Each round is one ``perftest`` step on the nodes it names
+(``round_nodes``, ``round_args``); a pair that lost a node before its round is left out of it (``without_lost``).
 
 Ports: the server end listens on ``base + rail index`` for ``ib_write_bw`` and ``+ PORT_SPAN`` for
 ``ib_write_lat``; an HCA serves at most one test per round, so no two servers on a node share a port.
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 __all__ = [
     "PORT_SPAN",
     "Pairing",
+    "PerftestPlan",
     "assignments",
     "first_pass",
     "format_plan",
@@ -183,3 +185,32 @@ def round_args(batch: Sequence[Pairing], gpu_memory: bool) -> list[str]:
 def without_lost(batch: Sequence[Pairing], lost: Collection[str]) -> list[Pairing]:
     """The round's pairings whose two nodes are both still in the run."""
     return [p for p in batch if p.server[0] not in lost and p.client[0] not in lost]
+
+
+@dataclass(frozen=True)
+class PerftestPlan:
+    """Who tests which HCA with whom on the nodes with InfiniBand: ``hcas`` (node -> its compute HCAs, sorted)
+    and the first pass's ``rounds``."""
+
+    hcas: dict[str, list[str]]
+    rounds: list[list[Pairing]]
+
+    @classmethod
+    def of(cls, rates: Mapping[str, Mapping[str, float]], nodes: Sequence[str]) -> PerftestPlan:
+        """The plan over ``nodes``' compute HCAs (``rates``: node -> {HCA: Gb/s})."""
+        hcas = {n: sorted(rates[n]) for n in nodes}
+        return cls(hcas, first_pass(hcas))
+
+    @property
+    def bare(self) -> list[str]:
+        """The nodes without a compute HCA (where the SKU expects InfiniBand: a finding, not a pass)."""
+        return [n for n in self.hcas if not self.hcas[n]]
+
+    @property
+    def untested(self) -> list[Endpoint]:
+        """The HCAs no round of the first pass tests."""
+        return untested(self.hcas, self.rounds)
+
+    def second(self, verdicts: Mapping[Pairing, bool]) -> list[list[Pairing]]:
+        """The second pass the first pass's ``verdicts`` call for: each suspect against a trusted end."""
+        return second_pass(verdicts, self.hcas)

@@ -244,32 +244,30 @@ def _perftest_round(cluster, batch, gpu_memory: bool):
 def test_rdma_perftest(cluster, judge, settings):
     """ib_write_bw / ib_write_lat for every HCA of every node against a partner HCA, concurrent rounds, second pass."""
 
-    def measure(live: list[str]) -> tuple[dict, list[str], dict, bool, list, dict]:
+    def measure(live: list[str]) -> tuple[dict, schedule.PerftestPlan, bool, dict]:
         rates = _fabric(cluster, judge)
         nodes = ib_nodes(judge, live, rates)
         if len(nodes) < 2:
             pytest.skip("fewer than two nodes with InfiniBand: no pair to test")
-        hcas = {n: sorted(rates[n]) for n in nodes}
+        plan = schedule.PerftestPlan.of(rates, nodes)
         gpu_memory = rdma_gpu_memory(judge, nodes[0])
-        plan = schedule.first_pass(hcas)
         first: dict[Any, Any] = {}
-        for batch in plan:
+        for batch in plan.rounds:
             first.update(_perftest_round(cluster, batch, gpu_memory))
-        return rates, nodes, hcas, gpu_memory, plan, first
+        return rates, plan, gpu_memory, first
 
-    rates, nodes, hcas, gpu_memory, plan, first = cluster.across_nodes(measure, what="an RDMA pair")
-    bare = [n for n in nodes if not hcas[n]]
+    rates, plan, gpu_memory, first = cluster.across_nodes(measure, what="an RDMA pair")
     verdicts = judge_rdma_pairs(judge, first, rates, gpu_memory)
-    judge_rdma_unpaired(judge, bare, schedule.untested(hcas, plan), first)  # bare: the SKU expects InfiniBand
+    judge_rdma_unpaired(judge, plan.bare, plan.untested, first)  # bare: the SKU expects InfiniBand
     second: dict[Any, bool] = {}
-    for batch in schedule.second_pass(verdicts, hcas):
+    for batch in plan.second(verdicts):
         if (live := schedule.without_lost(batch, cluster.lost)) != batch:
             print(f"perftest second pass: {lost_text(cluster.lost)}; its pairs are incomplete")
         if live:
             results = _perftest_round(cluster, live, gpu_memory)
             second.update(judge_rdma_pairs(judge, results, rates, gpu_memory))
     judge_hca_blame(judge, verdicts, second, cluster.lost)
-    print(f"perftest: {len(first)} pairs in {len(plan)} rounds, {len(second)} re-tests")
+    print(f"perftest: {len(first)} pairs in {len(plan.rounds)} rounds, {len(second)} re-tests")
 
 
 # ---- IB counters over the run ------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from gpuaccept.contracts.records import RankRecord
 from gpuaccept.fabric.affinity import bus_key
 from gpuaccept.fabric.nccl_steps import CPU_RAILS, CPU_SWEEP, name_rail_tables, rail_hcas, rail_step
 from gpuaccept.fabric.rails import complete_pairs, pair_nodes, pairs_absent, rail_groups_spec, rail_rounds
-from gpuaccept.fabric.schedule import Pairing, first_pass, round_args, round_nodes, without_lost
+from gpuaccept.fabric.schedule import Pairing, PerftestPlan, first_pass, round_args, round_nodes, without_lost
 
 pytestmark = pytest.mark.selftest
 
@@ -90,6 +90,20 @@ def test_a_second_pass_round_leaves_out_pairs_with_a_lost_node() -> None:
     b = Pairing(("n3", "mlx5_1"), ("n4", "mlx5_1"), 18644)
     assert without_lost([a, b], {"n4": "lost"}) == [a]
     assert without_lost([a, b], {}) == [a, b]
+
+
+def test_a_perftest_plan_pairs_every_hca_and_names_the_nodes_without_one() -> None:
+    rates = {"n1": {"mlx5_1": 400.0, "mlx5_0": 400.0}, "n2": {"mlx5_0": 400.0, "mlx5_1": 400.0}, "n3": {}}
+    plan = PerftestPlan.of(rates, ["n1", "n2", "n3"])
+    assert plan.hcas == {"n1": ["mlx5_0", "mlx5_1"], "n2": ["mlx5_0", "mlx5_1"], "n3": []}
+    assert plan.bare == ["n3"]
+    tested = {e for batch in plan.rounds for p in batch for e in (p.server, p.client)}
+    assert tested == {("n1", "mlx5_0"), ("n1", "mlx5_1"), ("n2", "mlx5_0"), ("n2", "mlx5_1")}
+    assert plan.untested == []
+    bad = next(p for batch in plan.rounds for p in batch if p.server[1] == "mlx5_1")
+    verdicts = {p: p != bad for batch in plan.rounds for p in batch}
+    suspects = {e for batch in plan.second(verdicts) for p in batch for e in (p.server, p.client)}
+    assert bad.server in suspects or bad.client in suspects  # the failing pair's ends meet a trusted partner
 
 
 def _entry(p: Pairing) -> str:
