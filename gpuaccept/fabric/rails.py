@@ -10,16 +10,26 @@ each process reports keeps that meaning under any distribution.
 
 Pure functions: the ``nccl`` probe splits with ``split_rails``; the fabric test names rails with
 ``rail_label`` and re-tests a failing rail's nodes in pairs with ``rail_rounds``
-(``gpuaccept.nccl.plan`` gives the pairs, ``verdicts.nccl_blame.attribute`` the blame).
+(``gpuaccept.nccl.plan`` gives the pairs, ``verdicts.nccl_blame.attribute`` the blame), unless
+``pairs_absent`` says the nodes are too few to tell; ``complete_pairs`` keeps the pairs that can blame.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from gpuaccept.nccl.plan import plan_rounds
 
-__all__ = ["parse_rails", "rail_groups_spec", "rail_label", "rail_rounds", "split_rails"]
+__all__ = [
+    "complete_pairs",
+    "pair_nodes",
+    "pairs_absent",
+    "parse_rails",
+    "rail_groups_spec",
+    "rail_label",
+    "rail_rounds",
+    "split_rails",
+]
 
 
 def parse_rails(spec: str) -> set[int] | None:
@@ -86,3 +96,21 @@ def rail_rounds(nodes: Sequence[str], good: Sequence[str] = ()) -> list[list[tup
 def rail_groups_spec(pairs: Sequence[tuple[str, str]]) -> str:
     """The probe's ``--groups`` for a round of pairs: ``a,b;c,d``."""
     return ";".join(f"{a},{b}" for a, b in pairs)
+
+
+def pairs_absent(nodes: Sequence[str]) -> str | None:
+    """Why a failing rail's nodes are not re-tested in pairs, or None: two nodes cannot tell which end is slow."""
+    if len(nodes) < 3:
+        return f"fails between {' and '.join(nodes)}: two nodes cannot tell which end is slow"
+    return None
+
+
+def pair_nodes(pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """The nodes of a round of pairs, in the order the probe's ``--groups`` names them (the step's nodes)."""
+    return [node for pair in pairs for node in pair]
+
+
+def complete_pairs(pair_ok: Mapping[tuple[str, str], bool], lost: Collection[str]) -> dict[tuple[str, str], bool]:
+    """The second pass's pairs whose nodes are both still in the run: a pair that lost a member is incomplete,
+    and blames nobody."""
+    return {pair: ok for pair, ok in pair_ok.items() if not set(pair) & set(lost)}

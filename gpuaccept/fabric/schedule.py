@@ -12,25 +12,33 @@ A failing test makes both its ends suspects; the second pass pairs each suspect 
 passed (same rail first, on another node); the fabric judge (``gpuaccept.verdicts.fabric.blame``) convicts an
 end that fails with a trusted partner (the node-level rule of the NCCL second pass applied to HCAs).
 
+``PerftestPlan`` holds one run's plan: each node's HCAs, the first pass's rounds, what they leave untested,
+and the second pass its verdicts call for. Each round is one ``perftest`` step on the nodes it names
+(``round_nodes``, ``round_args``); a pair that lost a node before its round is left out of it (``without_lost``).
+
 Ports: the server end listens on ``base + rail index`` for ``ib_write_bw`` and ``+ PORT_SPAN`` for
 ``ib_write_lat``; an HCA serves at most one test per round, so no two servers on a node share a port.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = [
     "PORT_SPAN",
     "Pairing",
+    "PerftestPlan",
     "assignments",
     "first_pass",
     "format_plan",
     "parse_plan",
     "ring_rounds",
+    "round_args",
+    "round_nodes",
     "second_pass",
     "untested",
+    "without_lost",
 ]
 
 Endpoint = tuple[str, str]
@@ -162,3 +170,47 @@ def parse_plan(text: str) -> list[Pairing]:
         except ValueError:
             raise ValueError(f"bad perftest plan entry {entry!r} (expected node/hca>node/hca@port)") from None
     return out
+
+
+def round_nodes(batch: Sequence[Pairing]) -> list[str]:
+    """The nodes a round's step runs on: every node with an end in it, sorted."""
+    return sorted({end[0] for p in batch for end in (p.server, p.client)})
+
+
+def round_args(batch: Sequence[Pairing], gpu_memory: bool) -> list[str]:
+    """The ``perftest`` probe's arguments for a round: its plan, and GPU memory where GPUDirect RDMA is expected."""
+    return [f"--plan={format_plan(batch)}"] + (["--gpu-memory"] if gpu_memory else [])
+
+
+def without_lost(batch: Sequence[Pairing], lost: Collection[str]) -> list[Pairing]:
+    """The round's pairings whose two nodes are both still in the run."""
+    return [p for p in batch if p.server[0] not in lost and p.client[0] not in lost]
+
+
+@dataclass(frozen=True)
+class PerftestPlan:
+    """Who tests which HCA with whom on the nodes with InfiniBand: ``hcas`` (node -> its compute HCAs, sorted)
+    and the first pass's ``rounds``."""
+
+    hcas: dict[str, list[str]]
+    rounds: list[list[Pairing]]
+
+    @classmethod
+    def of(cls, rates: Mapping[str, Mapping[str, float]], nodes: Sequence[str]) -> PerftestPlan:
+        """The plan over ``nodes``' compute HCAs (``rates``: node -> {HCA: Gb/s})."""
+        hcas = {n: sorted(rates[n]) for n in nodes}
+        return cls(hcas, first_pass(hcas))
+
+    @property
+    def bare(self) -> list[str]:
+        """The nodes without a compute HCA (where the SKU expects InfiniBand: a finding, not a pass)."""
+        return [n for n in self.hcas if not self.hcas[n]]
+
+    @property
+    def untested(self) -> list[Endpoint]:
+        """The HCAs no round of the first pass tests."""
+        return untested(self.hcas, self.rounds)
+
+    def second(self, verdicts: Mapping[Pairing, bool]) -> list[list[Pairing]]:
+        """The second pass the first pass's ``verdicts`` call for: each suspect against a trusted end."""
+        return second_pass(verdicts, self.hcas)

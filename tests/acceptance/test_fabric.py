@@ -26,11 +26,12 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.contracts.nccl_sweep import algo_args, group_tables
+from gpuaccept.contracts.nccl_sweep import GroupTable, group_tables
 from gpuaccept.errors import MeasurementError
 from gpuaccept.fabric import schedule
-from gpuaccept.fabric.affinity import affine_hcas, bus_key
-from gpuaccept.fabric.rails import rail_groups_spec, rail_label, rail_rounds
+from gpuaccept.fabric.affinity import affine_hcas
+from gpuaccept.fabric.nccl_steps import TRANSPORT_ARGS, name_rail_tables, rail_figures, rail_hcas, rail_step
+from gpuaccept.fabric.rails import complete_pairs, pair_nodes, pairs_absent, rail_groups_spec, rail_label, rail_rounds
 from gpuaccept.fabric.rdma import missing_tools, pair_results
 from gpuaccept.nccl.plan import lost_text
 from gpuaccept.probes.specs import GDR, INFINIBAND, NCCL, NVLINK, PERFTEST
@@ -62,8 +63,6 @@ from gpuaccept.verdicts.infiniband import (
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect]
 
-CPU_RAILS = 2  # gloo ranks per CPU node: two rails
-CPU_SWEEP = ["--min-bytes=64K", "--max-bytes=1M", "--iters=5", "--warmup=2"]
 _STATE: dict[str, Any] = {}
 
 
@@ -124,19 +123,6 @@ def _counter_window_start(cluster):
     yield
 
 
-def _layout(cluster, node) -> tuple[int, int]:
-    gpus = cluster.gpus_on(node)
-    return (gpus, 1) if gpus else (CPU_RAILS, 0)
-
-
-def _sweep(settings, gpu: bool) -> list[str]:
-    if not gpu:
-        return CPU_SWEEP
-    # the rail floors are Ring figures (nccl-tests #290): measured the way they were (algo_args)
-    ring = algo_args(gpu=True, multinode=True, forced_ring=settings.nccl_ring)
-    return [f"--min-bytes={settings.nccl_min_bytes}", f"--max-bytes={settings.nccl_max_bytes}", *ring]
-
-
 # ---- GPUDirect ---------------------------------------------------------------------------------------
 
 
@@ -167,8 +153,7 @@ def test_nccl_transport(cluster, judge):
         ib = _ib_on(cluster, nodes)
         rates = compute_rates(judge, ib, nodes)
         affinity = {n: _affinity(cluster, n) if rates[n] else {} for n in nodes}
-        args = ["--collectives=all_reduce", "--min-bytes=64M", "--max-bytes=64M", "--iters=5", "--trials=1"]
-        result = cluster.run(NCCL, nodes=nodes, tasks_per_node=gpus, gpus_per_task=1, args=args)
+        result = cluster.run(NCCL, nodes=nodes, tasks_per_node=gpus, gpus_per_task=1, args=list(TRANSPORT_ARGS))
         return rates, affinity, result
 
     rates, affinity, result = cluster.across_nodes(measure, what="an inter-node NCCL channel")
@@ -178,29 +163,36 @@ def test_nccl_transport(cluster, judge):
 # ---- rails -------------------------------------------------------------------------------------------
 
 
-def _run_rails(cluster, settings, nodes, groups: str = "", rails: str = "all"):
-    tasks, gpt = _layout(cluster, nodes[0])
-    args = [*_sweep(settings, bool(gpt)), f"--collectives={','.join(RAIL_COLLECTIVES)}", f"--rails={rails}"]
-    if groups:
-        args.append(f"--groups={groups}")
-    result = cluster.run(NCCL, nodes=nodes, tasks_per_node=tasks, gpus_per_task=gpt, args=args)
-    by_gid = {r.data.get("group"): r.data.get("rail") for r in result.records}
+def _run_rails(cluster, settings, nodes, groups: str = "", rails: str = "all") -> list[GroupTable]:
+    """One rail step on ``nodes`` (``gpuaccept.fabric.nccl_steps.rail_step``): its tables, one per rail."""
+    step = rail_step(cluster.gpus_on(nodes[0]), settings, RAIL_COLLECTIVES, groups, rails)
+    args = list(step.args)
+    result = cluster.run(
+        NCCL, nodes=nodes, tasks_per_node=step.tasks_per_node, gpus_per_task=step.gpus_per_task, args=args
+    )
     tables = group_tables(result.records)
-    for table in tables:
-        table.info["rail"] = by_gid.get(table.group)
-        table.info["gpus"] = {r.node: r.gpu for r in result.records if r.data.get("group") == table.group}
-        rail = by_gid.get(table.group)
-        table.info["labels"] = {r.rank: f"rank {r.rank} ({r.node} rail {rail})" for r in result.records}
+    name_rail_tables(tables, result.records)
     return tables
 
 
-def _rail_hcas(table, affinity) -> dict[str, str | None]:
-    out = {}
-    for node in table.nodes:
-        gpu = table.info["gpus"].get(node)
-        hcas = affinity.get(node, {}).get(bus_key(gpu["pci_bus_id"])) if gpu else None
-        out[node] = hcas[0] if hcas else None
-    return out
+def _rail_pairs(cluster, settings, judge, rail: int, label: str, rates, affinity) -> dict[tuple[str, str], bool]:
+    """A failing rail's second pass: its nodes in pairs, a step per round (``rail_rounds``); each pair judged.
+    A round that lost a node leaves its pairs incomplete."""
+    pair_ok: dict[tuple[str, str], bool] = {}
+    for batch in rail_rounds(cluster.nodes):  # a node lost since the first pass is not paired
+        try:
+            tables = _run_rails(cluster, settings, pair_nodes(batch), rail_groups_spec(batch), str(rail))
+        except MeasurementError:
+            if not any(n in cluster.lost for n in pair_nodes(batch)):
+                raise
+            print(f"{label} second pass: {lost_text(cluster.lost)}; its pairs are incomplete")
+            continue
+        for table in tables:
+            where = f"{label} second pass {'+'.join(table.nodes)}"
+            pair_ok[(table.nodes[0], table.nodes[1])] = judge_rail(
+                judge, table, where, rates, rail_hcas(table, affinity)
+            )
+    return pair_ok
 
 
 @pytest.mark.judges(*RAIL_METRICS, nodes=2)
@@ -209,52 +201,37 @@ def _rail_hcas(table, affinity) -> dict[str, str | None]:
 def test_nccl_rails(cluster, judge, settings):
     """Every rail (one GPU per node, split by local rank) at once: busbw per rail, then bad rail ends in pairs."""
 
-    def measure(nodes: list[str]) -> tuple[list[str], dict, dict, list]:
+    def measure(nodes: list[str]) -> tuple[dict, dict, list]:
         ib = _ib_on(cluster, nodes)
         rates = compute_rates(judge, ib, nodes)
         affinity = {n: _affinity(cluster, n) if rates[n] and cluster.gpus_on(n) else {} for n in nodes}
-        return nodes, rates, affinity, _run_rails(cluster, settings, nodes)
+        return rates, affinity, _run_rails(cluster, settings, nodes)
 
-    nodes, rates, affinity, tables = cluster.across_nodes(measure, what="a rail")
+    rates, affinity, tables = cluster.across_nodes(measure, what="a rail")
     failing = []
     for table in tables:
-        hcas = _rail_hcas(table, affinity)
+        hcas = rail_hcas(table, affinity)
         label = rail_label(table.info["rail"], hcas)
-        figures = [f"{c} {row.busbw:.3f} GB/s" for c in RAIL_COLLECTIVES if (row := table.largest(c))]
-        print(f"{label}: " + ", ".join(figures))
+        print(f"{label}: " + rail_figures(table, RAIL_COLLECTIVES))
         if not judge_rail(judge, table, label, rates, hcas):
             failing.append((table.info["rail"], label))
     for rail, label in failing:
-        nodes = cluster.nodes  # a node lost since the first pass is not paired
-        if len(nodes) < 3:
-            print(f"{label} fails between {' and '.join(nodes)}: two nodes cannot tell which end is slow")
+        if why := pairs_absent(cluster.nodes):  # a node lost since the first pass is not paired
+            print(f"{label} {why}")
             continue
-        pair_ok: dict[tuple[str, str], bool] = {}
-        for batch in rail_rounds(nodes):
-            try:
-                spec = rail_groups_spec(batch)
-                tables = _run_rails(cluster, settings, [n for p in batch for n in p], spec, str(rail))
-            except MeasurementError:
-                if not any(n in cluster.lost for p in batch for n in p):
-                    raise
-                print(f"{label} second pass: {lost_text(cluster.lost)}; its pairs are incomplete")
-                continue
-            for table in tables:
-                where = f"{label} second pass {'+'.join(table.nodes)}"
-                ok = judge_rail(judge, table, where, rates, _rail_hcas(table, affinity))
-                pair_ok[(table.nodes[0], table.nodes[1])] = ok
-        pair_ok = {p: ok for p, ok in pair_ok.items() if not set(p) & set(cluster.lost)}  # incomplete: no blame
-        judge_rail_blame(pair_ok, cluster.nodes, label, judge)
+        pair_ok = _rail_pairs(cluster, settings, judge, rail, label, rates, affinity)
+        judge_rail_blame(complete_pairs(pair_ok, cluster.lost), cluster.nodes, label, judge)
 
 
 # ---- RDMA data path ----------------------------------------------------------------------------------
 
 
 def _perftest_round(cluster, batch, gpu_memory: bool):
-    step_nodes = sorted({e[0] for p in batch for e in (p.server, p.client)})
-    gpus = min(cluster.gpus_on(n) for n in step_nodes)
-    args = [f"--plan={schedule.format_plan(batch)}"] + (["--gpu-memory"] if gpu_memory else [])
-    result = cluster.run(PERFTEST, nodes=step_nodes, tasks_per_node=1, gpus_per_task=gpus, args=args)
+    """One round of pairs as one ``perftest`` step (``gpuaccept.fabric.schedule``): each pair's result."""
+    nodes = schedule.round_nodes(batch)
+    gpus = min(cluster.gpus_on(n) for n in nodes)
+    args = schedule.round_args(batch, gpu_memory)
+    result = cluster.run(PERFTEST, nodes=nodes, tasks_per_node=1, gpus_per_task=gpus, args=args)
     gaps = missing_tools(result.records)
     if gaps:
         why = "; ".join(f"{n}: {why}" for n, why in gaps.items())
@@ -267,33 +244,30 @@ def _perftest_round(cluster, batch, gpu_memory: bool):
 def test_rdma_perftest(cluster, judge, settings):
     """ib_write_bw / ib_write_lat for every HCA of every node against a partner HCA, concurrent rounds, second pass."""
 
-    def measure(live: list[str]) -> tuple[dict, list[str], dict, bool, list, dict]:
+    def measure(live: list[str]) -> tuple[dict, schedule.PerftestPlan, bool, dict]:
         rates = _fabric(cluster, judge)
         nodes = ib_nodes(judge, live, rates)
         if len(nodes) < 2:
             pytest.skip("fewer than two nodes with InfiniBand: no pair to test")
-        hcas = {n: sorted(rates[n]) for n in nodes}
+        plan = schedule.PerftestPlan.of(rates, nodes)
         gpu_memory = rdma_gpu_memory(judge, nodes[0])
-        plan = schedule.first_pass(hcas)
         first: dict[Any, Any] = {}
-        for batch in plan:
+        for batch in plan.rounds:
             first.update(_perftest_round(cluster, batch, gpu_memory))
-        return rates, nodes, hcas, gpu_memory, plan, first
+        return rates, plan, gpu_memory, first
 
-    rates, nodes, hcas, gpu_memory, plan, first = cluster.across_nodes(measure, what="an RDMA pair")
-    bare = [n for n in nodes if not hcas[n]]
+    rates, plan, gpu_memory, first = cluster.across_nodes(measure, what="an RDMA pair")
     verdicts = judge_rdma_pairs(judge, first, rates, gpu_memory)
-    judge_rdma_unpaired(judge, bare, schedule.untested(hcas, plan), first)  # bare: the SKU expects InfiniBand
+    judge_rdma_unpaired(judge, plan.bare, plan.untested, first)  # bare: the SKU expects InfiniBand
     second: dict[Any, bool] = {}
-    for batch in schedule.second_pass(verdicts, hcas):
-        if any(e[0] in cluster.lost for p in batch for e in (p.server, p.client)):
+    for batch in plan.second(verdicts):
+        if (live := schedule.without_lost(batch, cluster.lost)) != batch:
             print(f"perftest second pass: {lost_text(cluster.lost)}; its pairs are incomplete")
-            batch = [p for p in batch if p.server[0] not in cluster.lost and p.client[0] not in cluster.lost]
-        if batch:
-            results = _perftest_round(cluster, batch, gpu_memory)
+        if live:
+            results = _perftest_round(cluster, live, gpu_memory)
             second.update(judge_rdma_pairs(judge, results, rates, gpu_memory))
     judge_hca_blame(judge, verdicts, second, cluster.lost)
-    print(f"perftest: {len(first)} pairs in {len(plan)} rounds, {len(second)} re-tests")
+    print(f"perftest: {len(first)} pairs in {len(plan.rounds)} rounds, {len(second)} re-tests")
 
 
 # ---- IB counters over the run ------------------------------------------------------------------------

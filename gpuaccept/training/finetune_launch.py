@@ -1,0 +1,194 @@
+"""What one fine-tune launch trains, on which nodes, with which arguments: the plan the training tests ask for.
+
+One launch of the ``finetune`` probe per shape pays start-up once (torch, transformers, peft, NCCL: 10-17 s on
+the H100/H200 hosts) and trains every strategy of the shape in one process group. A node's launch trains every
+GPU alone first (``solo``, while no collective has touched the GPUs), then DDP and FSDP across the node; a
+one-rank node only its GPU alone (DDP and FSDP need two ranks); the multi-node launch DDP and FSDP across every
+allocated node. On CPU nodes a few gloo ranks stand in for GPUs.
+
+Why here and not in the test: the plan is pure arithmetic on what the cluster declares (GPUs per node) and
+what the session was given (``--model-path``, ``--dataset``), so a selftest holds it without a cluster
+(``tests/selftest/test_training_launch_plan.py``), and the test body only says what to run, where, and which
+judge reads it. The judging side (``gpuaccept.verdicts.training.Shape``, the floors in
+``gpuaccept.verdicts.progress``) reads the plan's ``judged_as``, ``scope``, ``ranks`` and ``gpu_run``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from gpuaccept.contracts.records import RankRecord
+from gpuaccept.errors import MeasurementError
+from gpuaccept.timelimits import TimeLimit, TimeoutRule
+
+__all__ = [
+    "CPU_RANKS_PER_NODE",
+    "NODE_STRATEGIES",
+    "PROFILES",
+    "STRATEGIES",
+    "FinetuneLaunch",
+    "hang_s",
+    "launch_absent",
+    "not_applicable",
+    "plan_launch",
+    "strategy_records",
+]
+
+Scope = Literal["node", "multinode"]
+#: "default" (the built-in small model, or the --model-path checkpoint) or "scale" (the built-in 7B-class)
+Profile = Literal["default", "scale"]
+#: whose limits judge a launch: the built-in small model's, the built-in 7B's, a --model-path checkpoint's
+JudgedAs = Literal["small", "scale", "pretrained"]
+
+#: the strategies trained across ranks (the node's and the multi-node launch's)
+STRATEGIES: tuple[str, ...] = ("ddp", "fsdp")
+#: what one node's launch trains: every GPU alone first, then the node-wide strategies
+NODE_STRATEGIES: tuple[str, ...] = ("solo", *STRATEGIES)
+#: the two models the training tests run, each judged by its own limits
+PROFILES: tuple[Profile, ...] = ("default", "scale")
+#: gloo ranks per node when the node declares no GPU: enough to exercise intra-node collectives next to
+#: inter-node ones, few enough for CI's 2-core loopback cluster (one torch thread per rank).
+CPU_RANKS_PER_NODE = 2
+
+
+@dataclass(frozen=True)
+class FinetuneLaunch:
+    """One launch: every GPU of one node (``scope`` "node") or of every node (``multinode``)."""
+
+    scope: Scope
+    nodes: tuple[str, ...]
+    tasks_per_node: int
+    #: 1 on GPU nodes (one rank per GPU), 0 on CPU nodes (gloo ranks)
+    gpus_per_task: int
+    profile: Profile
+    judged_as: JudgedAs
+
+    @property
+    def ranks(self) -> int:
+        return self.tasks_per_node * len(self.nodes)
+
+    @property
+    def gpu_run(self) -> bool:
+        return self.gpus_per_task > 0
+
+    @property
+    def strategies(self) -> list[str]:
+        """A node trains every GPU alone, then DDP and FSDP; a one-rank node only its GPU alone (DDP and
+        FSDP need two ranks); the multi-node launch DDP and FSDP."""
+        if self.scope != "node":
+            return list(STRATEGIES)
+        return list(NODE_STRATEGIES) if self.ranks > 1 else ["solo"]
+
+    @property
+    def lifecycle(self) -> bool:
+        """Whether the launch runs the lifecycle (save, restore, resume): a one-GPU node's own run does, and
+        every launch that trains a strategy across ranks."""
+        return self.ranks == 1 or self.strategies != ["solo"]
+
+    @property
+    def wants_solo_floor(self) -> bool:
+        """Whether the probe holds every GPU's own run to its floor before the node-wide runs: a GPU below it
+        fails by its own run, and the node-wide runs would only repeat its pace."""
+        return "solo" in self.strategies and len(self.strategies) > 1
+
+    def first(self, strategy: str) -> bool:
+        """Whether ``strategy`` is the launch's first: its case records the launch's wall time, once."""
+        return strategy == self.strategies[0]
+
+    def holds_fsdp_to_ddp(self, strategy: str) -> bool:
+        """Whether ``strategy``'s memory is held against DDP's of the same launch: FSDP on two GPUs or more."""
+        return strategy == "fsdp" and self.gpu_run and self.ranks > 1
+
+    def folder(self, strategy: str | None = None) -> str:
+        """The launch's report folder (``2r-node1``, ``scale-2r-node1``); a strategy's run lies in its
+        subfolder."""
+        where = self.nodes[0] if len(self.nodes) == 1 else f"{len(self.nodes)}nodes"
+        name = f"{self._tag}{self.ranks}r-{where}"
+        return f"{strategy}-{name}" if strategy else name
+
+    @property
+    def _tag(self) -> str:
+        return "" if self.profile == "default" else f"{self.profile}-"
+
+    def out(self) -> str:
+        """The launch's ``--out``: a node launch names its node as ``{node}`` (the probe fills it in), so
+        every node's launch has the same arguments and one fan-out step serves them all."""
+        return f"{self._tag}{self.ranks}r-{{node}}" if self.scope == "node" else self.folder()
+
+    def args(
+        self,
+        reports: Path,
+        *,
+        model_path: Path | None,
+        dataset: Path | None,
+        solo_floor: float | None,
+        checkpoints: str | None = None,
+    ) -> list[str]:
+        """The probe's arguments: its strategies, where it writes (under ``reports``/training), its model and
+        data, the floor a GPU's own run must reach (``solo_floor``, where ``wants_solo_floor``), and where rank
+        0's own run saves its resumable checkpoint (a folder of ``checkpoints``, the site's checkpoint
+        filesystem; else the run folder)."""
+        args = ["--strategy", ",".join(self.strategies), "--out", str(reports / "training" / self.out())]
+        if checkpoints and "solo" in self.strategies:
+            args += ["--checkpoint-dir", f"{checkpoints.rstrip('/')}/{self.out()}"]
+        if self.profile == "scale":
+            args += ["--profile", "scale"]
+        if model_path:
+            args += ["--model-path", str(model_path)]
+        if dataset:
+            args += ["--dataset", str(dataset)]
+        if self.wants_solo_floor and solo_floor:
+            args += ["--solo-floor", str(solo_floor)]
+        return args
+
+
+def plan_launch(
+    scope: Scope, nodes: Sequence[str], gpus: int, profile: Profile, model_path: Path | None
+) -> FinetuneLaunch:
+    """The launch of ``profile`` on ``nodes``, ``gpus`` the fewest GPUs any of them declares: one rank per GPU,
+    else ``CPU_RANKS_PER_NODE`` gloo ranks."""
+    judged_as: JudgedAs = "scale" if profile == "scale" else "pretrained" if model_path else "small"
+    return FinetuneLaunch(scope, tuple(nodes), gpus or CPU_RANKS_PER_NODE, 1 if gpus else 0, profile, judged_as)
+
+
+def launch_absent(launch: FinetuneLaunch, model_path: Path | None) -> str | None:
+    """Why the launch does not apply, or None: the 7B-class run needs GPUs, and a ``--model-path``
+    checkpoint is itself the real-scale run."""
+    if launch.profile != "scale":
+        return None
+    if model_path:
+        return "not applicable: --model-path given: the checkpoint is the real-scale fine-tune"
+    if not launch.gpu_run:
+        return f"not applicable: the 7B-class fine-tune needs GPUs; {', '.join(launch.nodes)} declares none"
+    return None
+
+
+def hang_s(rule: TimeoutRule, planned: TimeLimit | None) -> float:
+    """How long a rank may go without progress in a launch stopped at its limit: the planned limit's hang time
+    as ``--probe-timeout`` scales it, else the default."""
+    return rule.apply(planned).hang_s if planned else TimeLimit(0, "").hang_s
+
+
+def not_applicable(records: Iterable[RankRecord]) -> str | None:
+    """What the GPUs themselves declared not applicable (memory too small for a 7B-class model), or None."""
+    absent = sorted({str(r.data["not_applicable"]) for r in records if r.data.get("not_applicable")})
+    return f"not applicable: {'; '.join(absent)}" if absent else None
+
+
+def strategy_records(records: Iterable[RankRecord], strategy: str) -> list[RankRecord]:
+    """Each rank's record as ``strategy`` saw it: the launch's records hold every strategy's figures under
+    ``strategies`` (a launch of one strategy at the top level); a rank without that run could not be measured."""
+    out = []
+    for record in records:
+        runs = record.data.get("strategies") or {record.data.get("strategy"): record.data}
+        if strategy not in runs:
+            raise MeasurementError(
+                f"{record.node} rank {record.rank}: the finetune result holds no {strategy} run "
+                f"(has {sorted(runs) or 'none'})",
+                nodes=(record.node,),
+            )
+        out.append(replace(record, data=runs[strategy]))
+    return out

@@ -1,0 +1,150 @@
+"""The fine-tune launch plan the training tests ask for (``gpuaccept.training.finetune_launch``), without a cluster:
+which strategies a launch trains, its arguments and folders, when it does not apply, how a launch's records are
+read per strategy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuaccept.contracts.records import RankRecord
+from gpuaccept.errors import MeasurementError
+from gpuaccept.timelimits import TimeLimit, TimeoutRule
+from gpuaccept.training.finetune_launch import (
+    CPU_RANKS_PER_NODE,
+    hang_s,
+    launch_absent,
+    not_applicable,
+    plan_launch,
+    strategy_records,
+)
+
+pytestmark = pytest.mark.selftest
+
+REPORTS = Path("/suite/reports")
+CKPT = Path("/models/llama")
+
+
+def _record(node: str, rank: int, data: dict[str, object]) -> RankRecord:
+    return RankRecord(node=node, rank=rank, world_size=2, local_rank=rank, gpu=None, data=dict(data))
+
+
+def test_a_node_trains_every_gpu_alone_then_ddp_and_fsdp() -> None:
+    launch = plan_launch("node", ["n1"], 8, "default", None)
+    assert (launch.tasks_per_node, launch.gpus_per_task, launch.ranks) == (8, 1, 8)
+    assert launch.strategies == ["solo", "ddp", "fsdp"]
+    assert launch.lifecycle and launch.wants_solo_floor
+    assert launch.first("solo") and not launch.first("ddp")
+    assert launch.holds_fsdp_to_ddp("fsdp") and not launch.holds_fsdp_to_ddp("ddp")
+
+
+def test_a_one_gpu_node_trains_its_gpu_alone_with_the_lifecycle() -> None:
+    launch = plan_launch("node", ["n1"], 1, "default", None)
+    assert launch.strategies == ["solo"]
+    assert launch.lifecycle  # its own run is the run with the lifecycle
+    assert not launch.wants_solo_floor  # nothing node-wide to hold back
+    assert not launch.holds_fsdp_to_ddp("fsdp")
+
+
+def test_a_cpu_node_trains_gloo_ranks_and_no_fsdp_memory_check() -> None:
+    launch = plan_launch("node", ["n1"], 0, "default", None)
+    assert (launch.tasks_per_node, launch.gpus_per_task) == (CPU_RANKS_PER_NODE, 0)
+    assert not launch.gpu_run
+    assert launch.strategies == ["solo", "ddp", "fsdp"]
+    assert not launch.holds_fsdp_to_ddp("fsdp")  # gloo ranks have no GPU memory to compare
+
+
+def test_the_multinode_launch_trains_ddp_and_fsdp_across_every_node() -> None:
+    launch = plan_launch("multinode", ["n1", "n2"], 4, "default", None)
+    assert launch.ranks == 8
+    assert launch.strategies == ["ddp", "fsdp"]
+    assert launch.lifecycle and not launch.wants_solo_floor
+    assert launch.first("ddp")
+    assert launch.folder() == "8r-2nodes" and launch.folder("fsdp") == "fsdp-8r-2nodes"
+    assert launch.out() == "8r-2nodes"
+
+
+def test_whose_limits_judge_a_launch() -> None:
+    assert plan_launch("node", ["n1"], 8, "default", None).judged_as == "small"
+    assert plan_launch("node", ["n1"], 8, "default", CKPT).judged_as == "pretrained"
+    assert plan_launch("node", ["n1"], 8, "scale", None).judged_as == "scale"
+
+
+def test_a_node_launch_names_its_node_for_the_probe_so_one_fan_out_serves_every_node() -> None:
+    launch = plan_launch("node", ["n1"], 2, "scale", None)
+    assert launch.folder() == "scale-2r-n1" and launch.folder("solo") == "solo-scale-2r-n1"
+    assert launch.out() == "scale-2r-{node}"
+    other = plan_launch("node", ["n2"], 2, "scale", None)
+    assert launch.args(REPORTS, model_path=None, dataset=None, solo_floor=None) == other.args(
+        REPORTS, model_path=None, dataset=None, solo_floor=None
+    )
+
+
+def test_the_probe_arguments() -> None:
+    launch = plan_launch("node", ["n1"], 2, "default", None)
+    assert launch.args(REPORTS, model_path=None, dataset=None, solo_floor=None) == [
+        "--strategy",
+        "solo,ddp,fsdp",
+        "--out",
+        "/suite/reports/training/2r-{node}",
+    ]
+    ckpt = plan_launch("node", ["n1"], 2, "default", CKPT)
+    data = Path("/data/chat.jsonl")
+    assert ckpt.args(REPORTS, model_path=CKPT, dataset=data, solo_floor=1234.5)[4:] == [
+        "--model-path",
+        str(CKPT),
+        "--dataset",
+        str(data),
+        "--solo-floor",
+        "1234.5",
+    ]
+    scale = plan_launch("multinode", ["n1", "n2"], 8, "scale", None)
+    assert scale.args(REPORTS, model_path=None, dataset=None, solo_floor=99.0) == [
+        "--strategy",
+        "ddp,fsdp",
+        "--out",
+        "/suite/reports/training/scale-16r-2nodes",
+        "--profile",
+        "scale",
+    ]  # no solo run: no solo floor, whatever the caller has
+
+
+def test_no_solo_floor_argument_without_a_floor() -> None:
+    launch = plan_launch("node", ["n1"], 2, "default", None)
+    assert "--solo-floor" not in launch.args(REPORTS, model_path=None, dataset=None, solo_floor=None)
+    assert "--solo-floor" not in launch.args(REPORTS, model_path=None, dataset=None, solo_floor=0.0)
+
+
+def test_the_7b_class_run_needs_gpus_and_gives_way_to_a_checkpoint() -> None:
+    assert launch_absent(plan_launch("node", ["n1"], 8, "scale", None), None) is None
+    assert launch_absent(plan_launch("node", ["n1"], 0, "default", None), None) is None
+    cpu = launch_absent(plan_launch("multinode", ["n1", "n2"], 0, "scale", None), None)
+    assert cpu == "not applicable: the 7B-class fine-tune needs GPUs; n1, n2 declares none"
+    ckpt = launch_absent(plan_launch("node", ["n1"], 8, "scale", CKPT), CKPT)
+    assert ckpt == "not applicable: --model-path given: the checkpoint is the real-scale fine-tune"
+
+
+def test_hang_time_follows_the_planned_limit_as_probe_timeout_scales_it() -> None:
+    planned = TimeLimit(600.0, "planned", hang_s=120.0)
+    assert hang_s(TimeoutRule.parse("x2"), planned) == 240.0
+    assert hang_s(TimeoutRule.parse("x2"), None) == TimeLimit(0, "").hang_s
+
+
+def test_each_strategy_reads_its_own_figures_of_the_launch() -> None:
+    records = [
+        _record("n1", 0, {"strategies": {"solo": {"losses": [1.0]}, "ddp": {"losses": [2.0]}}}),
+        _record("n1", 1, {"strategy": "ddp", "losses": [3.0]}),  # a launch of one strategy: at the top level
+    ]
+    ddp = strategy_records(records, "ddp")
+    assert [r.data["losses"] for r in ddp] == [[2.0], [3.0]]
+    assert [(r.node, r.rank) for r in ddp] == [("n1", 0), ("n1", 1)]
+    with pytest.raises(MeasurementError, match=r"n1 rank 1: the finetune result holds no solo run \(has \['ddp'\]\)"):
+        strategy_records(records, "solo")
+
+
+def test_what_the_gpus_declare_not_applicable_is_named_once_each() -> None:
+    too_small = {"not_applicable": "24 GiB is too little for the 7B-class model"}
+    records = [_record("n1", 0, too_small), _record("n1", 1, too_small), _record("n1", 2, {})]
+    assert not_applicable(records) == "not applicable: 24 GiB is too little for the 7B-class model"
+    assert not_applicable([_record("n1", 0, {})]) is None
