@@ -40,6 +40,7 @@ __all__ = [
     "optimizer_step",
     "save_adapter",
     "schedule",
+    "stream",
     "train",
 ]
 
@@ -74,7 +75,7 @@ class TrainResult:
     pause_s: float = 0.0
     #: what the test hook changed (``gpuaccept.training.perturb``), None when it was off for this rank
     perturbed: str | None = None
-    #: the resumable checkpoint saved half-way (``gpuaccept.training.resume.save``), None when none was asked for
+    #: the resumable checkpoint saved half-way (``gpuaccept.training.checkpoint.save``), None when none was asked for
     resumable: dict[str, Any] | None = None
 
 
@@ -84,7 +85,7 @@ def autocast(device: torch.device) -> AbstractContextManager[Any]:
     return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
 
 
-def _stream(cfg: TrainConfig, examples: list[Example], rt: Runtime, pad_id: int) -> Iterator[PackedBatch]:
+def stream(cfg: TrainConfig, examples: list[Example], rt: Runtime, pad_id: int) -> Iterator[PackedBatch]:
     """This rank's training batches with their count of real tokens: packed rows, or padded examples."""
     if cfg.pack:
         yield from packed_batches(examples, cfg.batch_size, cfg.seq_len, rt.rank, rt.world, cfg.seed, pad_id)
@@ -221,17 +222,17 @@ def train(
     world of one). ``perturb_after`` is the step after which the test hook perturbs this rank's weights
     (``gpuaccept.training.perturb``; None, the default, leaves the run alone). ``progress`` prints this rank's
     line after every step (``gpuaccept.training.progress``): where the rank stood if the launch's limit comes.
-    ``resume_to``: the folder of the resumable checkpoint saved half-way (``gpuaccept.training.resume``), with
+    ``resume_to``: the folder of the resumable checkpoint saved half-way (``gpuaccept.training.checkpoint``), with
     the clock stopped as for an eval; None saves none.
     """
-    from gpuaccept.training.resume import resume_step
-    from gpuaccept.training.resume import save as save_resumable
+    from gpuaccept.training.checkpoint import resume_step
+    from gpuaccept.training.checkpoint import save as save_resumable
 
     resume_at = resume_step(cfg.steps) if resume_to is not None else None
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(cfg))
-    stream = _stream(cfg, train_ex, rt, pad_id)
+    batches = stream(cfg, train_ex, rt, pad_id)
     die_at = fault_point(rt.rank if fault_rank is None else fault_rank)
     slowdown = Slowdown.for_rank(rt.rank if fault_rank is None else fault_rank, rt.node)
     if progress is not None:
@@ -250,7 +251,7 @@ def train(
                 flush=True,
             )
             os._exit(FAULT_EXIT_CODE)
-        batch, tokens = next(stream)
+        batch, tokens = next(batches)
         loss = optimizer_step(model, batch, params, opt, sched, rt.device)
         if perturb_after == step:
             from gpuaccept.training.perturb import PERTURB_ENV, apply

@@ -141,6 +141,7 @@ def train_one(
 
     import torch
 
+    from gpuaccept.training.checkpoint import RESUME_STEPS
     from gpuaccept.training.config import pretrained_rows
     from gpuaccept.training.flops import count_flops
     from gpuaccept.training.loop import train
@@ -153,7 +154,6 @@ def train_one(
         wrap,
     )
     from gpuaccept.training.monitor import UtilSampler, peak_memory_gib
-    from gpuaccept.training.resume import RESUME_STEPS
 
     solo = cfg.strategy == "solo"
     saves = not solo or rt.world == 1  # a launch of one rank: its solo run is the run with the lifecycle

@@ -67,6 +67,13 @@ def judge_neighbours(record: NeighboursRecord, judge: JudgeLike, node: str) -> N
                 judge.unreadable(metric_of(figure), why, node=node, pair=subject)
                 continue
             judge.check(
-                metric_of(figure), ratio, node=node, pair=subject, solo=solo, together=together, unit_of_figures=unit,
+                metric_of(figure),
+                ratio,
+                node=node,
+                scale=len(record.gpus),  # the host's share of each GPU depends on how many pull from it at once
+                pair=subject,
+                solo=solo,
+                together=together,
+                unit_of_figures=unit,
                 seconds=record.seconds,
-            )  # fmt: skip
+            )

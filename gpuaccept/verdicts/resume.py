@@ -1,8 +1,9 @@
 """The fine-tune's own checkpoint, its one home: saved to the site's checkpoint filesystem, read back whole, and
 resumed to the very losses of the run that saved it.
 
-The fine-tune (``gpuaccept.training.resume``) saves rank 0's own run half-way, and once training is over a new
-process on that node restores it (page cache dropped), checks every byte and trains a few more steps. Judged:
+The fine-tune (``gpuaccept.training.checkpoint``) saves rank 0's own run half-way; once training is over the
+launch restores it on that node (page cache dropped), checks every byte, rebuilds the model from its seed and
+trains a few more steps (``gpuaccept.training.resume``). Judged:
 * every file read back identical to what was written (``train_checkpoint_bytes``), naming the files that differ;
 * the resumed steps' losses equal to the uninterrupted run's (``train_resume_loss_delta``, max 0: the run is
   bitwise deterministic, so any difference is state the checkpoint lost);

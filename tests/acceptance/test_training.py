@@ -12,7 +12,7 @@ deterministic, so a GPU whose loss trajectory departs computes wrong even when i
 (``gpuaccept.judging.trajectory``).
 
 Two models, each judged by its own limits (``gpuaccept.verdicts.training``, the area's one home): the
-built-in small model (``default``; or the ``--model-path`` checkpoint, by the fine-tuning contract: loss < 0.5 within 100 steps) and the
+built-in small model (``default``; or the ``--model-path`` checkpoint, by the fine-tuning contract) and the
 built-in 7B-class model at the GPU's speed (``scale``; GPUs with the memory for it), judged by MFU.
 Every run is judged on its losses, lockstep, speed, utilisation, DDP replicas, FSDP shards and memory,
 and the lifecycle (original kept, reload, base against tuned); loss curve and comparison JSON go to the report.

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gpuaccept.thresholds.storage_site import Filesystem
-from gpuaccept.training.resume import MANIFEST, RESUME_STEPS, _restore, resume_step
+from gpuaccept.training.checkpoint import MANIFEST, RESUME_STEPS, restore, resume_step
 from gpuaccept.verdicts.resume import judge_resume
 from tests.selftest._tenant_judge import RecordingJudge
 
@@ -76,7 +76,7 @@ def test_a_changed_byte_is_named(run: tuple[dict[str, Any], Path], tmp_path: Pat
     raw[-1] ^= 0x01
     adapter.write_bytes(bytes(raw))
     (copy / "trainer_state.json").unlink()
-    _, restored = _restore(copy)
+    _, restored = restore(copy)
     assert restored["mismatched"] == {"adapter.safetensors": "changed", "trainer_state.json": "missing"}
     judge = RecordingJudge()
     checkpoint = {"saved": {"path": str(copy), "step": 6, "bytes": 1, "seconds": 1.0, "gbps": 1.0, "files": []}}
