@@ -123,7 +123,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Node-local tests share an xdist group per node; multi-node tests one group for all nodes.
+    """Node-local tests share an xdist group per node; multi-node tests one group for all nodes; the tenant
+    section runs last (a stable sort: every other test keeps its place).
 
     ``tryfirst``: pytest-xdist's worker reads the group marks in its own collection hook; after it, the
     marks came too late, one node's tests spread over every worker, and each worker fingerprinted the
@@ -131,6 +132,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     if STATE_KEY not in config.stash:  # not asked for, and no acceptance test collected (``LateStart``)
         return
+    # the tenant section last: its first residue step reads what the GPUs' previous jobs (the fine-tunes) left
+    items[:] = sorted(items, key=lambda item: item.get_closest_marker("tenant") is not None)
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and "node" in callspec.params:

@@ -55,11 +55,18 @@ class ResidueGpu(_Payload):
     top_values: list[TopValue] = []  # the commonest non-zero words of a strided sample
     sampled_words: int = 0  # how many words that sample held
     seconds: float = 0.0
+    #: fill: what the allocation held before the pattern went in, i.e. what the GPU's previous job left
+    inherited_nonzero_bytes: int | None = None
+    inherited_top_values: list[TopValue] = []
+    #: scan with ``--plant-seed``: the scanner's proof in the same process (the planted pattern's bytes found)
+    proof_bytes: int | None = None
+    proof_pattern_bytes: int | None = None
 
 
 class ResidueRecord(_Payload):
-    """A residue step on one node: ``fill`` (write the pattern, exit), ``scan`` (read fresh memory
-    uninitialised) or ``plant`` (fill, free, scan in one process: the scanner's proof)."""
+    """A residue step on one node: ``fill`` (read what the previous job left, write the pattern, exit), ``scan``
+    (read fresh memory uninitialised; with a plant seed, then the scanner's proof) or ``plant`` (fill, free, scan
+    in one process: the scanner's proof alone)."""
 
     mode: Literal["fill", "scan", "plant"]
     seed: int

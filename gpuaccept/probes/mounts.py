@@ -224,10 +224,25 @@ def _path(path: str, entries: list[MountEntry] | None, root: Path, write: bool, 
 
 def _unreadable(path: str, error: str, stalled: StallRecord | None = None) -> PathMount:
     return PathMount(
-        path=path, resolved=None, exists=None, is_dir=None, mount=None, is_mount_point=None, read_only_flag=None,
-        write_checked=False, writable=None, write_error=None, total_bytes=None, free_bytes=None, total_inodes=None,
-        free_inodes=None, nfs=None, read_ahead_kb=None, stalled=stalled, error=error,
-    )  # fmt: skip
+        path=path,
+        resolved=None,
+        exists=None,
+        is_dir=None,
+        mount=None,
+        is_mount_point=None,
+        read_only_flag=None,
+        write_checked=False,
+        writable=None,
+        write_error=None,
+        total_bytes=None,
+        free_bytes=None,
+        total_inodes=None,
+        free_inodes=None,
+        nfs=None,
+        read_ahead_kb=None,
+        stalled=stalled,
+        error=error,
+    )
 
 
 def measure(

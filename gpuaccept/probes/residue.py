@@ -3,11 +3,14 @@
 Three modes, each one process per node driving every visible GPU in turn:
 
 * ``--mode fill --seed S``: allocate as much free memory as the GPU gives (``--reserve-mib`` left over for
-  CUDA's own needs), write this run's pattern into it on the GPU, synchronise, report the bytes, exit. The
-  process ends, so the driver takes the memory back.
+  CUDA's own needs), first scan what it holds (the non-zero bytes the GPU's previous job, a fine-tune in a
+  suite run, left for this new process), then write this run's pattern into it on the GPU, synchronise, report
+  the bytes, exit. The process ends, so the driver takes the memory back.
 * ``--mode scan --seed S``: in the next step, allocate as much as possible *uninitialised*
   (``torch.empty``) and scan it on the GPU: words equal to the pattern, non-zero bytes, and the commonest
-  non-zero words of a strided sample, so the report can say what the driver left (zeros, or other bytes).
+  non-zero words of a strided sample, so the report can say what the driver left (zeros, or other bytes). With
+  ``--plant-seed P`` the same process then plants pattern P, frees and scans again: the scanner's proof, without
+  a step (and a start-up) of its own.
 * ``--mode plant``: fill, free, scan in the same process. PyTorch's caching allocator hands the freed blocks
   straight back, so the scan must find the pattern: the proof that the scanner sees a pattern that is there.
 
@@ -159,7 +162,18 @@ def allocate(device: Any, budget: int) -> list[torch.Tensor]:
     return chunks
 
 
-def _one_gpu(ordinal: int, mode: str, seed: int, reserve: int) -> ResidueGpu:
+def _planted(device: Any, chunks: list[torch.Tensor], seed: int, budget: int) -> tuple[list[torch.Tensor], int]:
+    """Pattern ``seed`` into ``chunks``, freed and allocated again: PyTorch's caching allocator hands the same
+    blocks back, so a scan of the new chunks must find it. The new chunks and the bytes planted."""
+    import torch
+
+    planted = fill(chunks, seed)
+    torch.cuda.synchronize(device)
+    chunks.clear()  # back to PyTorch's cache, not to the driver: the scan gets the same blocks
+    return allocate(device, budget), planted
+
+
+def _one_gpu(ordinal: int, mode: str, seed: int, reserve: int, plant_seed: int | None = None) -> ResidueGpu:
     """Fill, scan or plant on CUDA device ``ordinal``; its identity from NVML (``gpu_identity``)."""
     import torch
 
@@ -167,18 +181,24 @@ def _one_gpu(ordinal: int, mode: str, seed: int, reserve: int) -> ResidueGpu:
     ident = gpu_identity(ordinal) or {}
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info(device)
+    budget = max(0, free - reserve)
     started = time.perf_counter()
-    chunks = allocate(device, max(0, free - reserve))
+    chunks = allocate(device, budget)
     found: dict[str, Any] = {"bytes": 0}
-    if mode in ("fill", "plant"):
+    if mode == "fill":
+        before = scan(chunks, seed)  # what the previous job on this GPU left this new process
+        found.update(inherited_nonzero_bytes=before["nonzero_bytes"], inherited_top_values=before["top_values"])
         found["bytes"] = fill(chunks, seed)
         torch.cuda.synchronize(device)
     if mode == "plant":
-        chunks.clear()  # back to PyTorch's cache, not to the driver: the scan gets the same blocks
-        chunks = allocate(device, max(0, free - reserve))
+        chunks, _ = _planted(device, chunks, seed, budget)
     if mode in ("scan", "plant"):
         found = scan(chunks, seed)
         torch.cuda.synchronize(device)
+    if mode == "scan" and plant_seed is not None:
+        chunks, _ = _planted(device, chunks, plant_seed, budget)
+        proof = scan(chunks, plant_seed)
+        found.update(proof_bytes=proof["bytes"], proof_pattern_bytes=proof["pattern_bytes"])
     seconds = time.perf_counter() - started
     chunks.clear()
     torch.cuda.empty_cache()
@@ -194,7 +214,7 @@ def _one_gpu(ordinal: int, mode: str, seed: int, reserve: int) -> ResidueGpu:
     )
 
 
-def collect(mode: str, seed: int, reserve_mib: int = 512) -> ResidueRecord:
+def collect(mode: str, seed: int, reserve_mib: int = 512, plant_seed: int | None = None) -> ResidueRecord:
     """Every visible GPU, one after the other; a node without CUDA says so (``cuda`` False, ``why``)."""
     tag = f"0x{tag_of(seed):08x}"
     try:
@@ -203,7 +223,7 @@ def collect(mode: str, seed: int, reserve_mib: int = 512) -> ResidueRecord:
         return ResidueRecord(mode=mode, seed=seed, tag=tag, cuda=False, why=f"torch does not import: {exc}")  # type: ignore[arg-type]
     if not torch.cuda.is_available():
         return ResidueRecord(mode=mode, seed=seed, tag=tag, cuda=False, why="no CUDA device visible")  # type: ignore[arg-type]
-    gpus = [_one_gpu(i, mode, seed, reserve_mib * 2**20) for i in range(torch.cuda.device_count())]
+    gpus = [_one_gpu(i, mode, seed, reserve_mib * 2**20, plant_seed) for i in range(torch.cuda.device_count())]
     return ResidueRecord(mode=mode, seed=seed, tag=tag, cuda=True, gpus=gpus)  # type: ignore[arg-type]
 
 
@@ -212,8 +232,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--mode", choices=("fill", "scan", "plant"), required=True)
     parser.add_argument("--seed", type=int, default=int(os.environ.get("SLURM_JOB_ID", "0") or 0))
     parser.add_argument("--reserve-mib", type=int, default=512, help="free memory left unallocated (CUDA's own)")
+    parser.add_argument("--plant-seed", type=int, help="scan: then plant this seed's pattern and find it (the proof)")
     args = parser.parse_args(argv)
-    emit(collect(args.mode, args.seed, args.reserve_mib).model_dump(mode="json"), probe="residue")
+    record = collect(args.mode, args.seed, args.reserve_mib, args.plant_seed)
+    emit(record.model_dump(mode="json"), probe="residue")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ __all__ = [
     "judge_agents",
     "judge_approved",
     "judge_bulletins",
+    "judge_inherited",
     "judge_residue",
     "judge_scanner_proof",
     "judge_trust",
@@ -40,7 +41,12 @@ __all__ = [
     "trust_absent",
 ]
 
-RESIDUE_METRICS = ("gpu_residue_pattern_bytes", "gpu_residue_nonzero_bytes", "gpu_residue_scanner_proof")
+RESIDUE_METRICS = (
+    "gpu_residue_pattern_bytes",
+    "gpu_residue_nonzero_bytes",
+    "gpu_residue_inherited_nonzero_bytes",
+    "gpu_residue_scanner_proof",
+)
 BULLETIN_METRICS = ("software_bulletin", "software_approved", "software_version")
 TRUST_METRICS = ("uefi_boot", "secure_boot", "tpm_version", "root_of_trust")
 AGENT_METRICS = ("health_agent_running", "health_agent_answering", "health_agent_gpus")
@@ -96,17 +102,41 @@ def judge_residue(scan: ResidueRecord, judge: JudgeLike, node: str, fill: Residu
         )
 
 
-def judge_scanner_proof(plant: ResidueRecord, judge: JudgeLike, node: str) -> None:
-    """The scanner finds a pattern planted in the same process (fill, free, scan): without this, a scan that
-    finds nothing proves nothing."""
-    if not plant.cuda:
-        judge.unreadable("gpu_residue_scanner_proof", plant.why or "no CUDA", node=node)
+def judge_inherited(fill: ResidueRecord, judge: JudgeLike, node: str) -> None:
+    """What the fill step's fresh allocation held before the pattern went in: the memory the GPU's previous job
+    (in a suite run, the fine-tunes: the tenant section runs after training) left a new process. The driver
+    hands memory over zeroed, so any non-zero byte is that job's data."""
+    if not fill.cuda:
+        judge.unreadable("gpu_residue_inherited_nonzero_bytes", fill.why or "no CUDA", node=node)
         return
-    for gpu in plant.gpus:
-        observed = "found" if gpu.pattern_bytes > 0 else f"not found in {gpu.bytes} bytes scanned"
-        judge.expect(
-            "gpu_residue_scanner_proof", observed, "found", node=node, gpu=_gpu(gpu), pattern_bytes=gpu.pattern_bytes
+    for gpu in fill.gpus:
+        left = ", ".join(f"{v.value} x{v.words}" for v in gpu.inherited_top_values) or "zeros"
+        judge.check(
+            "gpu_residue_inherited_nonzero_bytes",
+            gpu.inherited_nonzero_bytes,
+            node=node,
+            gpu=_gpu(gpu),
+            scanned_bytes=gpu.bytes,
+            previous_job_left=left,
         )
+
+
+def judge_scanner_proof(proof: ResidueRecord, judge: JudgeLike, node: str) -> None:
+    """The scanner finds a pattern planted in the same process (fill, free, scan): without this, a scan that
+    finds nothing proves nothing. ``proof`` is a plant step's record, or a scan step's that planted after its
+    scan (``--plant-seed``)."""
+    if not proof.cuda:
+        judge.unreadable("gpu_residue_scanner_proof", proof.why or "no CUDA", node=node)
+        return
+    for gpu in proof.gpus:
+        after_scan = proof.mode == "scan"
+        found = gpu.proof_pattern_bytes if after_scan else gpu.pattern_bytes
+        scanned = gpu.proof_bytes if after_scan else gpu.bytes
+        if found is None:
+            judge.unreadable("gpu_residue_scanner_proof", "the scan step planted no pattern", node=node, gpu=_gpu(gpu))
+            continue
+        observed = "found" if found > 0 else f"not found in {scanned} bytes scanned"
+        judge.expect("gpu_residue_scanner_proof", observed, "found", node=node, gpu=_gpu(gpu), pattern_bytes=found)
 
 
 # ---- software: bulletins and the approved list --------------------------------------------------------
@@ -158,9 +188,14 @@ def judge_bulletins(sw: SoftwareRecord, catalogue: Catalogue, judge: JudgeLike, 
             )
         if not found:
             judge.expect(
-                "software_bulletin", NO_KNOWN_VULNERABLE, NO_KNOWN_VULNERABLE, node=node, field=component,
-                version=version, catalogue=catalogue.source,
-            )  # fmt: skip
+                "software_bulletin",
+                NO_KNOWN_VULNERABLE,
+                NO_KNOWN_VULNERABLE,
+                node=node,
+                field=component,
+                version=version,
+                catalogue=catalogue.source,
+            )
 
 
 def judge_approved(sw: SoftwareRecord, site: TenantSite | None, judge: JudgeLike, node: str) -> None:
@@ -173,9 +208,13 @@ def judge_approved(sw: SoftwareRecord, site: TenantSite | None, judge: JudgeLike
         ok = version is not None and any(fnmatchcase(version, p) for p in patterns)
         expected = version if ok else f"one of {', '.join(patterns)}"
         judge.expect(
-            "software_approved", version or "not installed", expected, node=node, field=component,
+            "software_approved",
+            version or "not installed",
+            expected,
+            node=node,
+            field=component,
             source=site.source,
-        )  # fmt: skip
+        )
 
 
 # ---- SEC22: root of trust --------------------------------------------------------------------------------

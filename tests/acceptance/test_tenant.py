@@ -18,6 +18,7 @@ from gpuaccept.verdicts.tenant import (
     judge_agents,
     judge_approved,
     judge_bulletins,
+    judge_inherited,
     judge_residue,
     judge_scanner_proof,
     judge_trust,
@@ -32,22 +33,26 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.tenant]
 SEED = random.SystemRandom().randrange(1, 2**31 - 1)
 
 
-@pytest.mark.judges("gpu_residue_pattern_bytes", "gpu_residue_nonzero_bytes", gpus="gpu")
+@pytest.mark.judges(
+    "gpu_residue_pattern_bytes", "gpu_residue_nonzero_bytes", "gpu_residue_inherited_nonzero_bytes", gpus="gpu"
+)
 def test_gpu_memory_left_between_jobs(node, cluster, judge):
-    """One step fills every GPU's free memory with this run's pattern and exits; the next step, a new process
-    as the next tenant's job, reads fresh allocations uninitialised: none of the pattern may be there. A third
-    step plants the pattern and scans it in one process, proving the scanner finds what is there."""
+    """One step takes every GPU's free memory, first reads what the GPU's previous job left in it (the section
+    runs after the fine-tunes), then fills it with this run's pattern and exits; the next step, a new process as
+    the next tenant's job, reads fresh allocations uninitialised: none of the pattern may be there. It then plants
+    another pattern and scans it in the same process, proving the scanner finds what is there."""
     gpus = cluster.require_gpus(node)
 
-    def step(mode: str, seed: int):
-        args = ["--mode", mode, "--seed", seed]
+    def step(*args: object):
         return RESIDUE.read(cluster.run(RESIDUE, nodes=[node], tasks_per_node=1, gpus_per_task=gpus, args=args).one())
 
-    fill, scan, plant = step("fill", SEED), step("scan", SEED), step("plant", SEED + 1)
+    fill = step("--mode", "fill", "--seed", SEED)
+    scan = step("--mode", "scan", "--seed", SEED, "--plant-seed", SEED + 1)
     if why := residue_absent(scan, node):
         pytest.skip(why)
+    judge_inherited(fill, judge, node)
     judge_residue(scan, judge, node, fill)
-    judge_scanner_proof(plant, judge, node)
+    judge_scanner_proof(scan, judge, node)
 
 
 @pytest.mark.judges("software_version", gpus="gpu")

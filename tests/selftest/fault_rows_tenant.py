@@ -33,13 +33,25 @@ TENANT_ROWS: tuple[Row, ...] = (
     ),
     Row(
         TENANT,
+        "residue-inherited",
+        "the previous job's data (a fine-tune's weights) in the memory the next process gets",
+        "the fill step's first scan of its fresh allocation: random non-zero bytes on GPU 1, zeros on GPU 0 (CPU "
+        "tensors through `probes/residue.scan`)",
+        "`test_gpu_memory_left_between_jobs[node2]` FAILED `gpu_residue_inherited_nonzero_bytes` (limit <= 0) on "
+        "node2 GPU 1 with the commonest words it held; GPU 0 passes (zeros)",
+        LOGIC,
+        (P + "test_a_previous_jobs_bytes_fail_the_inherited_scan",),
+    ),
+    Row(
+        TENANT,
         "residue-scanner-blind",
         "a scanner that cannot see the pattern (proves nothing clean)",
-        "the plant step's scan looks for another seed's pattern than it planted",
+        "the proof's scan looks for another seed's pattern than it planted (a scan step that planted none is "
+        "unmeasured)",
         "`test_gpu_memory_left_between_jobs[node2]` FAILED `gpu_residue_scanner_proof` = `not found in ... bytes "
         "scanned` on node2 GPU 0: a scan that finds nothing proves nothing",
         LOGIC,
-        (P + "test_a_blind_scanner_fails_its_proof",),
+        (P + "test_a_blind_scanner_fails_its_proof", P + "test_the_scan_steps_own_proof_is_judged"),
     ),
     Row(
         TENANT,

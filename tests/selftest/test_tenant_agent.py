@@ -115,6 +115,8 @@ def test_undeclared_and_absent_agents_name_the_site_key() -> None:
 def test_agent_argument_round_trips() -> None:
     decl = _decl(_site("http://localhost:9400/metrics", "dcgm-exporter"))
     assert agent.parse_agent(decl.argument()) == {
-        "name": "dcgm-exporter", "kind": "dcgm-exporter", "process": "dcgm-exporter",
+        "name": "dcgm-exporter",
+        "kind": "dcgm-exporter",
+        "process": "dcgm-exporter",
         "url": "http://localhost:9400/metrics",
-    }  # fmt: skip
+    }

@@ -30,8 +30,10 @@ def test_catalogue_holds_the_fixes_the_issue_quotes() -> None:
     bulletins = {b.id: b for b in load_catalogue().bulletins}
     may = bulletins["5821"].components["gpu_driver"]
     assert {line: fix.fixed for line, fix in may.items()} == {
-        "R535": "535.309.01", "R580": "580.159.03", "R595": "595.71.05",
-    }  # fmt: skip
+        "R535": "535.309.01",
+        "R580": "580.159.03",
+        "R595": "595.71.05",
+    }
     july = bulletins["5857"]
     assert july.cves == ["CVE-2026-47483"] and july.components["dcgm"]["*"].fixed == "4.5.3"
 
@@ -102,24 +104,55 @@ def test_approved_list() -> None:
 def test_refresh_reads_a_csaf_document() -> None:
     """The refresh's reading of one CSAF bulletin, in the shape NVIDIA publishes (trimmed: one product)."""
     doc = {
-        "document": {"title": "Security Bulletin: GPU Display Driver - May 2026",
-                     "tracking": {"id": "5821", "initial_release_date": "2026-05-19T00:00:00Z",
-                                  "current_release_date": "2026-05-21T00:00:00Z"}},
-        "product_tree": {"branches": [{"category": "vendor", "name": "NVIDIA", "branches": [
-            {"category": "architecture", "name": "Linux(R580)", "branches": [
-                {"category": "product_version", "name": "Tesla", "product": {
-                    "name": "All driver versions prior to 580.159.03", "product_id": "a"}},
-                {"category": "product_version", "name": "Tesla", "product": {"name": "580.159.03", "product_id": "f"}},
-            ]},
-            {"category": "architecture", "name": "Linux(R580 vGPU 19)", "branches": [
-                {"category": "product_version", "name": "Guest driver",
-                 "product": {"name": "580.1", "product_id": "g"}},
-            ]},
-        ]}]},
+        "document": {
+            "title": "Security Bulletin: GPU Display Driver - May 2026",
+            "tracking": {
+                "id": "5821",
+                "initial_release_date": "2026-05-19T00:00:00Z",
+                "current_release_date": "2026-05-21T00:00:00Z",
+            },
+        },
+        "product_tree": {
+            "branches": [
+                {
+                    "category": "vendor",
+                    "name": "NVIDIA",
+                    "branches": [
+                        {
+                            "category": "architecture",
+                            "name": "Linux(R580)",
+                            "branches": [
+                                {
+                                    "category": "product_version",
+                                    "name": "Tesla",
+                                    "product": {"name": "All driver versions prior to 580.159.03", "product_id": "a"},
+                                },
+                                {
+                                    "category": "product_version",
+                                    "name": "Tesla",
+                                    "product": {"name": "580.159.03", "product_id": "f"},
+                                },
+                            ],
+                        },
+                        {
+                            "category": "architecture",
+                            "name": "Linux(R580 vGPU 19)",
+                            "branches": [
+                                {
+                                    "category": "product_version",
+                                    "name": "Guest driver",
+                                    "product": {"name": "580.1", "product_id": "g"},
+                                },
+                            ],
+                        },
+                    ],
+                }
+            ]
+        },
         "vulnerabilities": [
             {"cve": "CVE-2026-24187", "product_status": {"fixed": ["f", "g"], "known_affected": ["a"]}},
         ],
-    }  # fmt: skip
+    }
     entry = bulletin_of(doc)
     assert entry is not None and entry.published == "2026-05-19"
     assert entry.components == {"gpu_driver": {"R580": entry.components["gpu_driver"]["R580"]}}

@@ -36,6 +36,7 @@ from gpuaccept.verdicts.tenant import (
     agents_absent,
     judge_agents,
     judge_bulletins,
+    judge_inherited,
     judge_residue,
     judge_scanner_proof,
     judge_trust,
@@ -72,12 +73,23 @@ def test_residue_left_for_the_next_job_fails_that_gpu() -> None:
     backing = torch.zeros((MIB + 4096) // 8, dtype=torch.int64)
     filled = residue.fill([backing], seed)
     handed_over = backing[64 : 64 + MIB // 8]
-    fill = ResidueRecord(mode="fill", seed=seed, tag=f"0x{residue.tag_of(seed):08x}", cuda=True, gpus=[
-        ResidueGpu(index=i, total_bytes=2 * MIB, free_bytes=2 * MIB, bytes=filled) for i in (0, 1)
-    ])  # fmt: skip
-    scan = ResidueRecord(mode="scan", seed=seed, tag=fill.tag, cuda=True, gpus=[
-        _scan_gpu(0, [torch.zeros(MIB // 8, dtype=torch.int64)], seed), _scan_gpu(1, [handed_over], seed),
-    ])  # fmt: skip
+    fill = ResidueRecord(
+        mode="fill",
+        seed=seed,
+        tag=f"0x{residue.tag_of(seed):08x}",
+        cuda=True,
+        gpus=[ResidueGpu(index=i, total_bytes=2 * MIB, free_bytes=2 * MIB, bytes=filled) for i in (0, 1)],
+    )
+    scan = ResidueRecord(
+        mode="scan",
+        seed=seed,
+        tag=fill.tag,
+        cuda=True,
+        gpus=[
+            _scan_gpu(0, [torch.zeros(MIB // 8, dtype=torch.int64)], seed),
+            _scan_gpu(1, [handed_over], seed),
+        ],
+    )
     judge = _judge()
     with ends(judge, "failed", match=r"node2 GPU 1 \(00000000:07:00.0\): gpu_residue_pattern_bytes = 1048576 ") as e:
         judge_residue(scan, judge, "node2", fill)
@@ -97,6 +109,50 @@ def test_a_blind_scanner_fails_its_proof() -> None:
     judge = _judge()
     with ends(judge, "failed", match=r"node2 GPU 0 .*gpu_residue_scanner_proof = not found in 1048576 bytes scanned"):
         judge_scanner_proof(plant, judge, "node2")
+
+
+def test_a_previous_jobs_bytes_fail_the_inherited_scan() -> None:
+    """The fill step's first look at its allocation: GPU 1 holds what the previous job wrote there (a fine-tune's
+    bf16 weights, here random bytes), GPU 0 zeros. Only GPU 1 fails, with the commonest words it held."""
+    held = residue.scan([torch.randint(1, 2**62, (MIB // 8,), dtype=torch.int64)], seed=1)
+    clean = residue.scan([torch.zeros(MIB // 8, dtype=torch.int64)], seed=1)
+    fill = ResidueRecord(
+        mode="fill",
+        seed=1,
+        tag="0x0",
+        cuda=True,
+        gpus=[
+            ResidueGpu(
+                index=i,
+                pci_bus_id=f"00000000:{i + 6:02X}:00.0",
+                total_bytes=2 * MIB,
+                free_bytes=2 * MIB,
+                bytes=MIB,
+                inherited_nonzero_bytes=found["nonzero_bytes"],
+                inherited_top_values=found["top_values"],
+            )
+            for i, found in enumerate((clean, held))
+        ],
+    )
+    judge = _judge()
+    with ends(judge, "failed", match=r"node2 GPU 1 \(00000000:07:00.0\): gpu_residue_inherited_nonzero_bytes = ") as e:
+        judge_inherited(fill, judge, "node2")
+    assert "GPU 0" not in e.value
+    left = {r.subject: r.extra["previous_job_left"] for r in judge.results}
+    assert left["0 (00000000:06:00.0)"] == "zeros" and left["1 (00000000:07:00.0)"].startswith("0x")
+
+
+def test_the_scan_steps_own_proof_is_judged() -> None:
+    """The scan step plants another seed after its scan (``--plant-seed``): found, the proof passes; a scan step
+    that planted nothing is unmeasured, never a pass."""
+    proof = ResidueGpu(index=0, total_bytes=MIB, free_bytes=MIB, bytes=MIB, proof_bytes=MIB, proof_pattern_bytes=MIB)
+    judge = _judge()
+    with ends(judge, "passed"):
+        judge_scanner_proof(ResidueRecord(mode="scan", seed=1, tag="0x0", cuda=True, gpus=[proof]), judge, "node2")
+    bare = ResidueGpu(index=0, total_bytes=MIB, free_bytes=MIB, bytes=MIB)
+    judge = _judge()
+    with ends(judge, "error", match="the scan step planted no pattern"):
+        judge_scanner_proof(ResidueRecord(mode="scan", seed=1, tag="0x0", cuda=True, gpus=[bare]), judge, "node2")
 
 
 # ---- software ------------------------------------------------------------------------------------------------
@@ -206,7 +262,8 @@ def test_a_site_without_limits_judges_nothing_and_errs(tmp_path: Path) -> None:
         spec = packaged["metrics"][name]
         spec.pop("requirements", None)
         packaged["metrics"][name] = {**spec, "limit_optional": True, "no_requirement": "a selftest's copy: not judged"}
-        packaged["defaults"].pop(name, None)
+        for key in [k for k in packaged["defaults"] if k == name or k.startswith(f"{name}@")]:
+            packaged["defaults"].pop(key)
     copy = tmp_path / "thresholds.yaml"
     copy.write_text(yaml.safe_dump(packaged))
     judge = Judge(load_thresholds(defaults=copy), lambda node: "H100-SXM-80GB", lambda result: None, "t")

@@ -50,9 +50,13 @@ def test_pattern_is_found_at_any_page_offset() -> None:
 def test_zeros_and_another_runs_pattern_are_not_residue() -> None:
     zeros = _chunks(1)
     assert residue.scan(zeros, seed=7) | {"top_values": [], "sampled_words": 0} == {
-        "bytes": 2 * MIB, "pattern_bytes": 0, "tag_bytes": 0, "nonzero_bytes": 0, "sampled_words": 0,
+        "bytes": 2 * MIB,
+        "pattern_bytes": 0,
+        "tag_bytes": 0,
+        "nonzero_bytes": 0,
+        "sampled_words": 0,
         "top_values": [],
-    }  # fmt: skip
+    }
     other = _chunks(1)
     residue.fill(other, seed=8)
     assert residue.scan(other, seed=7)["pattern_bytes"] == 0
@@ -81,9 +85,15 @@ def test_no_cuda_reports_why(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _gpu(index: int, pattern: int, nonzero: int = 0) -> ResidueGpu:
     return ResidueGpu(
-        index=index, uuid=f"GPU-{index}", pci_bus_id=f"00000000:{index:02X}:00.0", total_bytes=80 * 2**30,
-        free_bytes=79 * 2**30, bytes=78 * 2**30, pattern_bytes=pattern, nonzero_bytes=nonzero,
-    )  # fmt: skip
+        index=index,
+        uuid=f"GPU-{index}",
+        pci_bus_id=f"00000000:{index:02X}:00.0",
+        total_bytes=80 * 2**30,
+        free_bytes=79 * 2**30,
+        bytes=78 * 2**30,
+        pattern_bytes=pattern,
+        nonzero_bytes=nonzero,
+    )
 
 
 def test_judge_fails_the_gpu_with_residue_and_shows_what_the_driver_left() -> None:

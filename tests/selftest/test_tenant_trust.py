@@ -33,8 +33,11 @@ REQUIRED = TenantSite.model_validate(
 def test_probe_reads_the_boot_chain(tree: str, uefi: bool, secure_boot: bool, setup_mode: bool, tpm: int) -> None:
     record = trust.collect(FIXTURES / tree)
     assert (record.uefi, record.secure_boot, record.setup_mode, record.tpm_version) == (
-        uefi, secure_boot, setup_mode, tpm,
-    )  # fmt: skip
+        uefi,
+        secure_boot,
+        setup_mode,
+        tpm,
+    )
     assert record.tpm_present == (tpm is not None)
 
 
@@ -46,8 +49,10 @@ def _verdicts(tree: str, site: TenantSite = REQUIRED) -> dict[str, tuple[bool, o
 
 def test_required_and_present_passes() -> None:
     assert _verdicts("sysfs-secureboot-on") == {
-        "uefi_boot": (True, "UEFI"), "secure_boot": (True, "enabled"), "tpm_version": (True, "TPM 2.0"),
-    }  # fmt: skip
+        "uefi_boot": (True, "UEFI"),
+        "secure_boot": (True, "enabled"),
+        "tpm_version": (True, "TPM 2.0"),
+    }
 
 
 def test_secure_boot_off_and_tpm_12_fail() -> None:
