@@ -134,7 +134,7 @@ def test_regional_compilation_wraps_every_decoder_layer_and_tells_inductor_the_m
 def test_profiles() -> None:
     scale = profile_for("gpu", "scale")
     assert (scale.base_dtype, scale.adapter_dtype, scale.pack, scale.deterministic) == ("bf16", "bf16", True, True)
-    assert scale.batch_size * scale.seq_len == 8192 and scale.steps == 80
+    assert scale.batch_size * scale.seq_len == 8192 and scale.steps == 70
     pretrained = profile_for("cpu", model_path=FIXTURES)
     assert pretrained.profile == "pretrained" and pretrained.pack and pretrained.deterministic
     assert profile_for("gpu", model_path=FIXTURES).lr == scale.lr  # 1e-4 left a 1.31 B checkpoint at 0.72
