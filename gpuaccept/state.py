@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gpuaccept import testhooks
+from gpuaccept import selftest_hooks
 from gpuaccept.cluster import Cluster, FanoutGroup
 from gpuaccept.dispatch import SlurmUnusable, choose_launcher, make_launcher
 from gpuaccept.dispatch.container import ContainerUnusable
@@ -68,7 +68,7 @@ class SessionState:
             "digest": thresholds.digest,
             "sha256": dict(thresholds.file_digests),
         }
-        for name, value in testhooks.active().items():
+        for name, value in selftest_hooks.active().items():
             self.record.hook_seen(name, value, "the pytest process")
         self.current_item: pytest.Item | None = None
         self._cluster: Cluster | None = None

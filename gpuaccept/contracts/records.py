@@ -21,7 +21,7 @@ class RankRecord:
     local_rank: int
     gpu: dict[str, Any] | None
     data: dict[str, Any]
-    #: the test hooks set where this rank ran (``gpuaccept.testhooks``): name -> value
+    #: the test hooks set where this rank ran (``gpuaccept.selftest_hooks``): name -> value
     test_hooks: dict[str, str] = field(default_factory=dict)
     #: what the rank ran in (``gpuaccept.probes.container.where``): image marker, OS, runtime, Python
     ran_in: dict[str, Any] | None = None

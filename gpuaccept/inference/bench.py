@@ -29,7 +29,7 @@ from torch import nn
 
 from gpuaccept.inference.decode import Decoder, DecodeRun
 from gpuaccept.inference.quality import score
-from gpuaccept.inference.roofline import kv_bytes, prefill_flops, shape_of, weight_bytes
+from gpuaccept.inference.roofline import dims_of, kv_bytes, prefill_flops, weight_bytes
 
 __all__ = ["answers_of", "measure", "synth_prompt"]
 
@@ -107,7 +107,7 @@ def measure(
     """Every figure of the module docstring for ``model`` (in eval mode, on its device, in its own dtype)."""
     device = next(model.parameters()).device
     mode = "graph" if device.type == "cuda" else "dynamic"
-    shape = shape_of(model.config)
+    dims = dims_of(model.config)
     element = next(model.parameters()).element_size()
     weights = weight_bytes(model)
     matmul_params = weights["weight_bytes"] // element
@@ -116,11 +116,11 @@ def measure(
     out: dict[str, Any] = {"mode": mode, "dtype": str(next(model.parameters()).dtype), **weights}
 
     def step_bytes(run: DecodeRun) -> float:
-        return weights["weight_bytes"] + kv_bytes(shape, element, [round(statistics.fmean(run.contexts))])
+        return weights["weight_bytes"] + kv_bytes(dims, element, [round(statistics.fmean(run.contexts))])
 
     long_prompt = synth_prompt(prompts, ttft_tokens)
     ttft = _ttft(model, long_prompt, repeats, device)
-    flops = prefill_flops(shape, matmul_params, weights["lm_head_bytes"] // element, ttft_tokens)
+    flops = prefill_flops(dims, matmul_params, weights["lm_head_bytes"] // element, ttft_tokens)
     out["prefill"] = {
         "tokens": ttft_tokens,
         "ttft_ms": round(ttft * 1e3, 3),

@@ -24,11 +24,11 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ["Shape", "kv_bytes", "prefill_flops", "shape_of", "weight_bytes"]
+__all__ = ["ModelDims", "dims_of", "kv_bytes", "prefill_flops", "weight_bytes"]
 
 
 @dataclass(frozen=True)
-class Shape:
+class ModelDims:
     """What the byte and FLOP counts need of a decoder-only model's config."""
 
     layers: int
@@ -40,11 +40,11 @@ class Shape:
         return 2 * self.layers * self.kv_heads * self.head_dim * element_bytes
 
 
-def shape_of(config: Any) -> Shape:
+def dims_of(config: Any) -> ModelDims:
     heads = int(config.num_attention_heads)
     head_dim = getattr(config, "head_dim", None) or int(config.hidden_size) // heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    return Shape(int(config.num_hidden_layers), heads, int(kv_heads), int(head_dim))
+    return ModelDims(int(config.num_hidden_layers), heads, int(kv_heads), int(head_dim))
 
 
 def weight_bytes(model: nn.Module) -> dict[str, int]:
@@ -60,13 +60,13 @@ def weight_bytes(model: nn.Module) -> dict[str, int]:
     return {"weight_bytes": total, "lm_head_bytes": head}
 
 
-def kv_bytes(shape: Shape, element_bytes: int, contexts: list[int]) -> int:
+def kv_bytes(dims: ModelDims, element_bytes: int, contexts: list[int]) -> int:
     """KV cache bytes one decode step reads: every stream's own context (its real tokens, not its padding)."""
-    return shape.kv_bytes_per_token(element_bytes) * sum(contexts)
+    return dims.kv_bytes_per_token(element_bytes) * sum(contexts)
 
 
-def prefill_flops(shape: Shape, matmul_params: int, lm_head_params: int, tokens: int) -> float:
+def prefill_flops(dims: ModelDims, matmul_params: int, lm_head_params: int, tokens: int) -> float:
     """FLOPs a batch-1 prefill of ``tokens`` executes (the module docstring's convention)."""
     linear = 2.0 * (matmul_params - lm_head_params) * tokens + 2.0 * lm_head_params
-    attention = 4.0 * shape.layers * shape.heads * shape.head_dim * tokens * (tokens + 1) / 2
+    attention = 4.0 * dims.layers * dims.heads * dims.head_dim * tokens * (tokens + 1) / 2
     return linear + attention

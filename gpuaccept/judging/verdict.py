@@ -2,7 +2,7 @@
 
 One place, so the record's ``verdict``, the terminal, the summary page and JUnit say the same thing:
 
-* a run with a test hook set (``gpuaccept.testhooks``, ``GPUACCEPT_SELFTEST`` included) is never
+* a run with a test hook set (``gpuaccept.selftest_hooks``, ``GPUACCEPT_SELFTEST`` included) is never
   ACCEPTED: it judged a file or a fault made on purpose, not the machine as it is;
 * a failed check (the hardware missed a limit) is named first; tests the suite could not judge
   because of its own exception (category ``suite error``) are named apart from the hardware's

@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from gpuaccept import testhooks
+from gpuaccept import selftest_hooks
 from gpuaccept.dispatch.slurm_cli import NodeInfo
 from gpuaccept.fleet.node import NodeAction, drain, reason_text, resume_if_ours
 from gpuaccept.judging.judge import Judge
@@ -148,9 +148,9 @@ def conclude(
 
 
 def _no_verdict_under_test_hooks(verdicts: Verdicts) -> None:
-    """With a test hook set (``gpuaccept.testhooks``: injected readings, a fault made on purpose) the check
+    """With a test hook set (``gpuaccept.selftest_hooks``: injected readings, a fault made on purpose) the check
     judged what the hook made, not the node: it can neither pass the node (and resume it) nor drain it."""
-    hooks = testhooks.active()
+    hooks = selftest_hooks.active()
     if not hooks:
         return
     verdicts.findings = [dataclasses.replace(f, drains=False) for f in verdicts.findings]

@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from gpuaccept import testhooks
+from gpuaccept import selftest_hooks
 from gpuaccept.probes._protocol import emit, node_name, rank_info
 
 __all__ = ["measure", "slowdown"]
@@ -30,12 +30,12 @@ __all__ = ["measure", "slowdown"]
 def slowdown() -> int:
     """The selftest slow-down factor for this node (1 = none); refused outside selftests."""
     try:
-        raw = testhooks.gated("GPUACCEPT_FAULT_MEMCPY_SLOWDOWN")
-    except testhooks.HookRefused as exc:
+        raw = selftest_hooks.gated("GPUACCEPT_FAULT_MEMCPY_SLOWDOWN")
+    except selftest_hooks.HookRefused as exc:
         sys.exit(str(exc))
     if not raw:
         return 1
-    target = testhooks.value("GPUACCEPT_FAULT_NODE")
+    target = selftest_hooks.value("GPUACCEPT_FAULT_NODE")
     if target and target != node_name():
         return 1
     if not raw.isdigit() or int(raw) < 1:

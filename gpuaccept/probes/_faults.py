@@ -14,15 +14,15 @@ import os
 import sys
 import time
 
-from gpuaccept import testhooks
+from gpuaccept import selftest_hooks
 from gpuaccept.probes._protocol import SENTINEL, emit, node_name, rank_info
 
 __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> None:
-    if not testhooks.selftest_on():
-        sys.exit(f"gpuaccept.probes._faults is for selftests only (set {testhooks.GATE}=1)")
+    if not selftest_hooks.selftest_on():
+        sys.exit(f"gpuaccept.probes._faults is for selftests only (set {selftest_hooks.GATE}=1)")
     parser = argparse.ArgumentParser()
     parser.add_argument("--fault", choices=("ok", "exit3", "hang", "garbage", "short", "slow"), required=True)
     parser.add_argument("--seconds", type=float, default=4.0, help="how long --fault slow takes")

@@ -8,7 +8,7 @@ readings the file names for *this* node instead of reading the hardware. Nothing
 probes emit what they always emit, the tests and the judging core judge it as they judge a live node.
 The selftests use it to prove every row of docs/faults.md end to end on a loopback Slurm cluster
 without GPUs (tests/selftest/test_faults_loopback.py). Never set it on a cluster you are accepting:
-the run then judges the file, not the machine. It is registered in ``gpuaccept.testhooks``: every
+the run then judges the file, not the machine. It is registered in ``gpuaccept.selftest_hooks``: every
 probe's result line names it, and a run with it set is never ACCEPTED (its record names the hook).
 
 The file is read on the node, inside the probe (under srun), and keyed by the node's Slurm name
@@ -51,7 +51,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpuaccept import testhooks
+from gpuaccept import selftest_hooks
 from gpuaccept.probes._protocol import node_name
 
 __all__ = [
@@ -108,7 +108,7 @@ def _plan(path: str, node: str) -> dict[str, Any]:
 
 
 def _active() -> dict[str, Any] | None:
-    path = testhooks.value(ENV)
+    path = selftest_hooks.value(ENV)
     return _plan(path, node_name()) if path else None
 
 

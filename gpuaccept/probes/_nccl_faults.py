@@ -1,7 +1,7 @@
 """The NCCL probe's test-only faults (refused unless GPUACCEPT_SELFTEST=1): a slow node, a hung rank, a
 rank whose results are corrupted. The selftests use them to prove the NCCL tests name the node or rank
 at fault (tests/selftest/test_nccl_probe.py, test_faults_nccl.py); see gpuaccept/probes/nccl.py. The
-knobs and their gate are registered in ``gpuaccept.testhooks``.
+knobs and their gate are registered in ``gpuaccept.selftest_hooks``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from gpuaccept import testhooks
+from gpuaccept import selftest_hooks
 
 __all__ = ["selftest_faults"]
 
@@ -28,13 +28,13 @@ def selftest_faults(node: str, rank: int, local_rank: int) -> dict[str, Any]:
     """The faults this rank must show; refused outside selftests so a production run can never be slowed
     on purpose."""
     try:
-        slow, hang, corrupt = (testhooks.gated(name) for name in (_SLOW, _HANG, _CORRUPT))
-    except testhooks.HookRefused as exc:
+        slow, hang, corrupt = (selftest_hooks.gated(name) for name in (_SLOW, _HANG, _CORRUPT))
+    except selftest_hooks.HookRefused as exc:
         sys.exit(f"gpuaccept.probes.nccl: {exc}")
     if not (slow or hang or corrupt):
         return {}
     return {
-        "slow_s": float(testhooks.value("GPUACCEPT_FAULT_SLOW_S") or "0.05") if slow == node else 0.0,
+        "slow_s": float(selftest_hooks.value("GPUACCEPT_FAULT_SLOW_S") or "0.05") if slow == node else 0.0,
         "hang": _chosen(hang, node, rank, local_rank),
         "corrupt": _chosen(corrupt, node, rank, local_rank),
     }

@@ -2,7 +2,7 @@
 
 A probe is a plain module (``python -m gpuaccept.probes.<name>``) that an operator can run by hand
 on a node. It must not import pytest or anything from the plugin: only this module, the standard
-library, ``gpuaccept.testhooks`` and what the measurement itself needs (torch, pynvml).
+library, ``gpuaccept.selftest_hooks`` and what the measurement itself needs (torch, pynvml).
 
 Each rank prints its result once on stdout. The JSON text carries the rank's identity (node, rank,
 world size, local rank, GPU index/UUID/PCI bus when it has one) and the measurements under ``"data"``.
@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaccept import testhooks
+from gpuaccept import selftest_hooks
 from gpuaccept.probes._gpu import handle_for_rank, identity
 from gpuaccept.probes._nvml import nvml
 from gpuaccept.probes._where import ran_in
@@ -218,7 +218,7 @@ def emit(
     stage: str | None = None,
 ) -> None:
     """Print this rank's one result, framed (see the module docstring): identity plus ``data``, and
-    ``test_hooks`` (name -> value) when a test hook of ``gpuaccept.testhooks`` is set where the probe ran:
+    ``test_hooks`` (name -> value) when a test hook of ``gpuaccept.selftest_hooks`` is set where the probe ran:
     the run is then not an acceptance. With ``stage`` (a word: ``solo``), the result of that stage alone,
     sent as it finishes (``STAGE_SENTINEL``); the rank still prints its one result at the end."""
     info = rank_info()
@@ -232,7 +232,7 @@ def emit(
         "data": _clean(data),
         "ran_in": ran_in(),  # the image (its marker) and the Python that measured: the record's proof
     }
-    hooks = testhooks.active()
+    hooks = selftest_hooks.active()
     if hooks:
         line["test_hooks"] = hooks
     # ASCII JSON (json's default): any text in the data travels as \u escapes, the same bytes whatever

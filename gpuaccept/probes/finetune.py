@@ -189,7 +189,7 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     (``_finetune_ranks.lifecycles``).
     """
     node = node_name()
-    from gpuaccept.training.progress import Reporter
+    from gpuaccept.training.progress_reporter import Reporter
 
     progress = Reporter(node, info.rank)
     progress.phase("start-up")
@@ -207,7 +207,7 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     from peft import LoraConfig, get_peft_model  # noqa: F401
     from transformers import AutoConfig, AutoModelForCausalLM  # noqa: F401
 
-    from gpuaccept import testhooks
+    from gpuaccept import selftest_hooks
     from gpuaccept.training.config import CKPT_MIN_GIB, profile_for, scale_plan
     from gpuaccept.training.data import encode, load_splits, load_tokenizer
     from gpuaccept.training.loop import Runtime
@@ -268,7 +268,7 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     }
     gpu = gpu_identity(0) if use_cuda else None
     progress.gpu = (gpu or {}).get("index")
-    hook = parse_perturbation(testhooks.value(PERTURB_ENV))
+    hook = parse_perturbation(selftest_hooks.value(PERTURB_ENV))
     selected = hook is not None and hook.selects(node=node, gpu=(gpu or {}).get("index"), rank=info.rank)
     perturb_after = hook.step if hook is not None and selected else None
     runs: dict[str, dict[str, Any]] = {}

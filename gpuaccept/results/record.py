@@ -24,7 +24,7 @@ from gpuaccept.results.metrics import MetricResult
 __all__ = ["SCHEMA", "RecordError", "RunRecord", "TestEntry", "is_latest", "read_record", "record_id"]
 
 #: The record's layout. 4: the session's ``verdict`` and ``accepted``, the ``test_hooks`` that were set
-#: (``gpuaccept.testhooks``), the limits a site file ``loosened`` against the packaged ones and the
+#: (``gpuaccept.selftest_hooks``), the limits a site file ``loosened`` against the packaged ones and the
 #: ``suite`` that judged (version, commit, edited); 3: a check compared with a ``--baseline`` carries the
 #: comparison (``extra.baseline``: value, file, delta_pct, tolerance_pct, better, status); 2: metrics
 #: name ``subject`` + ``subject_kind`` (1: ``gpu`` + ``extra.component``). Older ones are migrated on
@@ -101,7 +101,7 @@ class RunRecord:
     finished: _dt.datetime | None = None
     #: the schema the record was written with (a record read back keeps its own; migrated on read)
     schema: str = SCHEMA
-    #: every test hook set during the run (``gpuaccept.testhooks``): name -> {"value", "where": [...]}
+    #: every test hook set during the run (``gpuaccept.selftest_hooks``): name -> {"value", "where": [...]}
     test_hooks: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: every limit a site file sets looser than the packaged one: metric, sku, bound, packaged, site, file
     loosened: list[dict[str, Any]] = field(default_factory=list)

@@ -27,10 +27,10 @@ from gpuaccept.thresholds.schema import Limit
 
 __all__ = [
     "ABSENCE_METRIC",
+    "LAYOUTS",
     "NETWORK_METRICS",
-    "SHAPES",
     "Coverage",
-    "Shape",
+    "NodeLayout",
     "TestSpec",
     "coverage",
     "declares_absent",
@@ -63,7 +63,7 @@ def declares_absent(limit: Limit | None) -> bool:
 
 
 @dataclass(frozen=True)
-class Shape:
+class NodeLayout:
     """A node layout users run: GPUs per node, NVLink/NVSwitch or PCIe only, InfiniBand or not, nodes."""
 
     gpus: int
@@ -129,20 +129,22 @@ def _gpu_only(metric: str) -> bool:
     return metric in GPU_ONLY or metric.startswith(GPU_ONLY_PREFIXES)
 
 
-def _shapes(gpus: tuple[int, ...], nvlink_at: int | None, ib: tuple[bool, ...]) -> tuple[Shape, ...]:
-    return tuple(Shape(g, nvlink_at is not None and g >= nvlink_at, i, n) for g in gpus for i in ib for n in (1, 2))
+def _layouts(gpus: tuple[int, ...], nvlink_at: int | None, ib: tuple[bool, ...]) -> tuple[NodeLayout, ...]:
+    return tuple(
+        NodeLayout(g, nvlink_at is not None and g >= nvlink_at, i, n) for g in gpus for i in ib for n in (1, 2)
+    )
 
 
 #: SKU -> the shapes its users run (the selftest judges coverage on each). HGX boards: one GPU passed to a
 #: VM has no NVSwitch fabric (PCIe only), eight share it. L40S is a PCIe card whose reference servers
 #: carry no InfiniBand compute fabric: a site with one declares its floors (see docs/thresholds.md).
-SHAPES: dict[str, tuple[Shape, ...]] = {
-    "cpu": _shapes((0,), None, (False,)),
-    "H100-SXM-80GB": _shapes((1, 8), 2, (True, False)),
-    "H200": _shapes((1, 8), 2, (True, False)),
-    "A100-SXM4-80GB": _shapes((1, 8), 2, (True, False)),
-    "B200": _shapes((1, 8), 2, (True, False)),
-    "L40S": _shapes((1, 8), None, (False,)),
+LAYOUTS: dict[str, tuple[NodeLayout, ...]] = {
+    "cpu": _layouts((0,), None, (False,)),
+    "H100-SXM-80GB": _layouts((1, 8), 2, (True, False)),
+    "H200": _layouts((1, 8), 2, (True, False)),
+    "A100-SXM4-80GB": _layouts((1, 8), 2, (True, False)),
+    "B200": _layouts((1, 8), 2, (True, False)),
+    "L40S": _layouts((1, 8), None, (False,)),
 }
 
 
@@ -151,7 +153,7 @@ class Coverage:
     """What the suite does for one SKU on one shape."""
 
     sku: str
-    shape: Shape
+    shape: NodeLayout
     judged: dict[str, tuple[str, ...]] = field(default_factory=dict)  # test -> metrics it judges
     skipped: dict[str, str] = field(default_factory=dict)  # test -> why
     missing: dict[str, tuple[str, ...]] = field(default_factory=dict)  # test -> metrics without a limit
@@ -164,11 +166,11 @@ class Coverage:
         ]
 
 
-def _present(shape: Shape, feature: Feature) -> bool:
+def _present(shape: NodeLayout, feature: Feature) -> bool:
     return shape.nvlink if feature == "nvlink" else shape.ib
 
 
-def _skip(spec: TestSpec, shape: Shape, limits: dict[str, Limit], sku: str) -> str | None:
+def _skip(spec: TestSpec, shape: NodeLayout, limits: dict[str, Limit], sku: str) -> str | None:
     """Why the test skips on this SKU and shape, as the test itself decides it; None when it runs."""
     if spec.gpus != "any" and spec.gpus != "collective" and not shape.gpus:
         return "partition declares no GPUs"
@@ -193,7 +195,7 @@ def _has_limit(metric: str, limits: dict[str, Limit], scale: int | None) -> bool
     return metric in limits or (scale is not None and f"{metric}@{scale}" in limits)
 
 
-def coverage(thresholds: Thresholds, sku: str, shape: Shape, tests: Mapping[str, TestSpec]) -> Coverage:
+def coverage(thresholds: Thresholds, sku: str, shape: NodeLayout, tests: Mapping[str, TestSpec]) -> Coverage:
     """Which of ``tests`` (``file::function`` -> what it declares) run on ``shape`` for ``sku``, what each
     judges, and which of those lack a limit."""
     limits = thresholds.limits_for(sku)

@@ -9,7 +9,7 @@ limit is now a prediction from what it will do:
 - each strategy's optimizer steps x tokens a step, at the slowest rate a healthy GPU of the SKU may train
   (the SKU's floor: MFU x dense BF16 peak / FLOPs per token for the 7B-class and ``--model-path`` runs,
   tokens/s for the small model and CPU ranks); ``phases`` keeps where each strategy ends at that rate, so
-  a GPU still training then is proven below the floor by its own progress (``gpuaccept.verdicts.progress``);
+  a GPU still training then is proven below the floor by its own progress (``gpuaccept.verdicts.launch_time``);
 - plus the costs measured on H100 and H200 nodes that do not scale with the steps (``FIXED_S``), each taken
   at about twice the largest seen;
 - times ``MARGIN`` on the whole, so that a healthy launch uses well under two thirds of its limit.

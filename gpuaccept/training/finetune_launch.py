@@ -9,8 +9,8 @@ allocated node. On CPU nodes a few gloo ranks stand in for GPUs.
 Why here and not in the test: the plan is pure arithmetic on what the cluster declares (GPUs per node) and
 what the session was given (``--model-path``, ``--dataset``), so a selftest holds it without a cluster
 (``tests/selftest/test_training_launch_plan.py``), and the test body only says what to run, where, and which
-judge reads it. The judging side (``gpuaccept.verdicts.training.Shape``, the floors in
-``gpuaccept.verdicts.progress``) reads the plan's ``judged_as``, ``scope``, ``ranks`` and ``gpu_run``.
+judge reads it. The judging side (``gpuaccept.verdicts.training.LaunchShape``, the floors in
+``gpuaccept.verdicts.launch_time``) reads the plan's ``judged_as``, ``scope``, ``ranks`` and ``gpu_run``.
 """
 
 from __future__ import annotations

@@ -22,13 +22,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from gpuaccept import testhooks
+from gpuaccept import selftest_hooks
 from gpuaccept.training.config import TrainConfig
 from gpuaccept.training.data import Example, batches, eval_shards
 from gpuaccept.training.model import trainable_state
 from gpuaccept.training.monitor import UtilSampler
 from gpuaccept.training.packing import PackedBatch, packed_batches
-from gpuaccept.training.progress import Reporter, Slowdown
+from gpuaccept.training.progress_reporter import Reporter, Slowdown
 
 __all__ = [
     "FAULT_ENV",
@@ -100,10 +100,10 @@ def fault_point(rank: int) -> int | None:
     Honoured only under ``GPUACCEPT_SELFTEST=1``: the knob exists to prove that one dead rank ends the
     whole step at once, and must never fire in a real acceptance run.
     """
-    spec = testhooks.value(FAULT_ENV)
+    spec = selftest_hooks.value(FAULT_ENV)
     if not spec:
         return None
-    if not testhooks.selftest_on():
+    if not selftest_hooks.selftest_on():
         print(f"gpuaccept finetune: ignoring {FAULT_ENV} (only honoured with GPUACCEPT_SELFTEST=1)", file=sys.stderr)
         return None
     fault_rank, step = (int(part) for part in spec.split(":"))
@@ -221,7 +221,7 @@ def train(
     selftest fault knob names this process by (the launch's global rank; a solo run is rank 0 of its own
     world of one). ``perturb_after`` is the step after which the test hook perturbs this rank's weights
     (``gpuaccept.training.perturb``; None, the default, leaves the run alone). ``progress`` prints this rank's
-    line after every step (``gpuaccept.training.progress``): where the rank stood if the launch's limit comes.
+    line after every step (``gpuaccept.training.progress_reporter``): where the rank stood if the launch's limit comes.
     ``resume_to``: the folder of the resumable checkpoint saved half-way (``gpuaccept.training.checkpoint``), with
     the clock stopped as for an eval; None saves none.
     """

@@ -132,7 +132,7 @@ def train_one(
     saves its checkpoints and gets the lifecycle. Returns the rank's figures and, on rank 0 of a run that
     saves, the lifecycle job (run later, ``_lifecycles``). ``losses`` are the exact float32 step losses
     (no rounding): the fleet agreement compares them bit for bit. ``perturb_after``: the test hook.
-    ``progress``: this rank's ``gpuaccept.training.progress.Reporter`` (set-up, then every step).
+    ``progress``: this rank's ``gpuaccept.training.progress_reporter.Reporter`` (set-up, then every step).
     ``resume_to``: where a solo run of world one (the launch's rank 0 alone on its GPU) saves its resumable
     checkpoint half-way; the resume job then holds what it needs to go on from there (this run's exact config,
     seed and losses), run once training is over (``_finetune_ranks.lifecycles``).

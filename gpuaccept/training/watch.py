@@ -1,6 +1,6 @@
 """Where each rank of a launch stands against its plan: behind the floor, hung, or on time.
 
-Read from the ranks' progress lines (``gpuaccept.contracts.progress``) and the launch's phase ends at the
+Read from the ranks' progress lines (``gpuaccept.contracts.progress_line``) and the launch's phase ends at the
 floor (``gpuaccept.timelimits.TimeLimit.phases``, from ``gpuaccept.training.budget``). Two readers use it:
 the launcher, every few seconds while the step runs, to stop a launch as soon as one GPU is proven behind
 its floor or the whole launch has stopped moving (``standing``), instead of waiting for the whole limit;
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuaccept.contracts.progress import Progress, read_progress
+from gpuaccept.contracts.progress_line import Progress, read_progress
 
 __all__ = ["Standing", "latest", "phase_start", "standing"]
 

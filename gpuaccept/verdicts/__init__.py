@@ -8,7 +8,7 @@ GPU health (``gpu_health``: NVML health, the GPU count, Xids, processes outside 
 (``compute``), memory and host links (``memory``), the gpubench step they share (``bench``), NVLink
 (``nvlink``), InfiniBand (``infiniband``: ports, counters since boot and over the fabric tests, which nodes
 the SKU holds to it), the fabric between nodes (``fabric``: GPUDirect, transport, rails, RDMA pairs), NCCL
-(``nccl``, ``nccl_lines``), training (``training``, ``progress``, and ``trajectory``: the fleet agreement of
+(``nccl``, ``nccl_lines``), training (``training``, ``launch_time``, and ``trajectory``: the fleet agreement of
 training curves) and serving (``inference``), Slurm (``slurm``), the node's environment (``environment``),
 hygiene and node state (``hygiene``) and the shared filesystem (``storage``).
 

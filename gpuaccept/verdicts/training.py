@@ -2,13 +2,13 @@
 
 The acceptance tests (``tests/acceptance/test_training.py``) launch the ``finetune`` probe and hand each
 strategy's rank records here; the judging core records every check. Whose limits judge a run is its
-profile's (``Shape.profile``): the built-in small model's ``train_*`` (measured on it), the built-in
+profile's (``LaunchShape.profile``): the built-in small model's ``train_*`` (measured on it), the built-in
 7B-class model's ``train_scale_*`` and a ``--model-path`` checkpoint's ``train_pretrained_*`` (the fine-tuning
 contract). The small model's tokens/s and wall time never judge another model; the 7B-class runs are
 judged by MFU, which divides by the SKU's own dense BF16 peak (``skus.<SKU>.datasheet``).
 
 Which judges a launch's records meet is decided here too, never in the test: every GPU's own run, then
-(``judge_each_gpu``) each GPU serving its adapter where the run is a 7B-class one on GPUs (``Shape.serves``)
+(``judge_each_gpu``) each GPU serving its adapter where the run is a 7B-class one on GPUs (``LaunchShape.serves``)
 and the lifecycle of a one-rank launch; a node-wide or multi-node strategy (``judge_run``) unless a rank was
 held below its floor before it (``judge_not_trained``); every GPU's agreement with the others of its SKU and
 stack (``judge_fleet_agreement``); and the launch's own wall time (``record_launch``).
@@ -36,7 +36,7 @@ __all__ = [
     "LOSS_FIGURES",
     "SCALE_LIFECYCLE",
     "SCALE_SOLO",
-    "Shape",
+    "LaunchShape",
     "collective_figures",
     "judge_each_gpu",
     "judge_fleet_agreement",
@@ -87,7 +87,7 @@ def scale_collective(scope: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class Shape:
+class LaunchShape:
     """What the judging needs to know of a launch."""
 
     #: small (built-in small model), scale (built-in 7B-class), pretrained (a --model-path checkpoint)
@@ -120,7 +120,7 @@ def label(record: RankRecord) -> str:
     return record.gpu_label or f"cpu rank {record.rank}"
 
 
-def _world(judge: JudgeLike, records: list[RankRecord], shape: Shape, metric: str) -> bool:
+def _world(judge: JudgeLike, records: list[RankRecord], shape: LaunchShape, metric: str) -> bool:
     """Whether every rank was launched in the world the shape plans; where one was not, nothing it trained
     is judged: ``metric`` (the launch's speed) is recorded unreadable naming the rank."""
     for record in records:
@@ -131,7 +131,7 @@ def _world(judge: JudgeLike, records: list[RankRecord], shape: Shape, metric: st
     return True
 
 
-def judge_solo(judge: JudgeLike, shape: Shape, records: list[RankRecord]) -> None:
+def judge_solo(judge: JudgeLike, shape: LaunchShape, records: list[RankRecord]) -> None:
     """Every GPU's own fine-tune: loss to the target, throughput, utilisation, each GPU judged by itself.
 
     The runs are independent (a world of one per GPU, same seed and data order), so each GPU's figures
@@ -159,7 +159,7 @@ def judge_solo(judge: JudgeLike, shape: Shape, records: list[RankRecord]) -> Non
         judge.stragglers(shape.speed_metric("solo"))
 
 
-def judge_each_gpu(judge: JudgeLike, shape: Shape, records: list[RankRecord], stopped: str = "") -> None:
+def judge_each_gpu(judge: JudgeLike, shape: LaunchShape, records: list[RankRecord], stopped: str = "") -> None:
     """A launch's own runs, one per GPU (``judge_solo``); where the shape serves, every GPU serving the
     adapter it trained; on a one-rank launch (DDP and FSDP do not apply) its run's lifecycle. ``stopped``:
     why the launch was stopped after every rank finished its own run, so nothing was served and no
@@ -175,7 +175,7 @@ def judge_each_gpu(judge: JudgeLike, shape: Shape, records: list[RankRecord], st
         judge_lifecycle(judge, shape, records[0].data, records[0].node)
 
 
-def judge_not_trained(judge: JudgeLike, shape: Shape, strategy: str, records: list[RankRecord]) -> bool:
+def judge_not_trained(judge: JudgeLike, shape: LaunchShape, strategy: str, records: list[RankRecord]) -> bool:
     """Whether ``strategy`` was not trained because a GPU's own run was below its floor (the probe's
     ``--solo-floor``): each such rank's speed is then unreadable, naming the GPU and its rate, and the
     strategy is judged no further."""
@@ -187,7 +187,7 @@ def judge_not_trained(judge: JudgeLike, shape: Shape, strategy: str, records: li
 
 def judge_run(
     judge: JudgeLike,
-    shape: Shape,
+    shape: LaunchShape,
     strategy: str,
     records: list[RankRecord],
     step_s: float,
@@ -281,7 +281,7 @@ def record_launch(judge: JudgeLike, records: list[RankRecord], step_s: float, st
     )
 
 
-def judge_lifecycle(judge: JudgeLike, shape: Shape, data0: dict[str, Any], node0: str) -> None:
+def judge_lifecycle(judge: JudgeLike, shape: LaunchShape, data0: dict[str, Any], node0: str) -> None:
     """The lifecycle (rank 0): original kept, reload reproduces eval, base vs fine-tuned."""
     if "lifecycle_error" in data0:  # an ERROR, unless a check failed (a NaN loss that stopped training)
         judge.unreadable("train_original_kept", data0["lifecycle_error"], node=node0)
@@ -299,7 +299,7 @@ def judge_lifecycle(judge: JudgeLike, shape: Shape, data0: dict[str, Any], node0
     judge_lifecycle_serving(judge, shape.gpu_run and shape.profile in ("scale", "pretrained"), data0, node0)
 
 
-def _losses(judge: JudgeLike, shape: Shape, data: dict[str, Any], where: dict[str, Any]) -> None:
+def _losses(judge: JudgeLike, shape: LaunchShape, data: dict[str, Any], where: dict[str, Any]) -> None:
     """Loss figures of one run: no NaN/inf, final train and eval loss, steps to loss 0.5, no rebound."""
     losses = [float(v) for v in data["losses"]]
     judge.check("train_nonfinite_steps", data["nonfinite_steps"], **where)
@@ -317,7 +317,7 @@ def _losses(judge: JudgeLike, shape: Shape, data: dict[str, Any], where: dict[st
     judge.check("train_loss_rebound", loss_rebound(losses), **where)
 
 
-def _speed(judge: JudgeLike, shape: Shape, strategy: str, record: RankRecord, where: dict[str, Any]) -> None:
+def _speed(judge: JudgeLike, shape: LaunchShape, strategy: str, record: RankRecord, where: dict[str, Any]) -> None:
     """One rank's throughput: tokens/s (small model), MFU (7B-class on GPUs), or recorded (CPU ranks)."""
     data = record.data
     metric = shape.speed_metric(strategy)

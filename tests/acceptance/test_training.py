@@ -47,14 +47,14 @@ from gpuaccept.training.finetune_launch import (
 )
 from gpuaccept.training.report import TARGET_LOSS, print_summary
 from gpuaccept.verdicts.inference import AGREEMENT, SERVING, Served
-from gpuaccept.verdicts.progress import RankStand, judge_unfinished_ranks, planned_limit, solo_floor, stands
+from gpuaccept.verdicts.launch_time import RankStand, judge_unfinished_ranks, planned_limit, solo_floor, stands
 from gpuaccept.verdicts.resume import RESUME_METRICS, checkpoint_filesystem, judge_resume
 from gpuaccept.verdicts.training import (
     LIFECYCLE,
     LOSS_FIGURES,
     SCALE_LIFECYCLE,
     SCALE_SOLO,
-    Shape,
+    LaunchShape,
     collective_figures,
     judge_each_gpu,
     judge_fleet_agreement,
@@ -92,15 +92,15 @@ def _planned(ctx: Ctx, scope: Scope, nodes: tuple[str, ...], profile: Profile) -
     return launch
 
 
-def _shape(launch: FinetuneLaunch) -> Shape:
+def _shape(launch: FinetuneLaunch) -> LaunchShape:
     """Whose limits judge the launch, as the judges read it."""
-    return Shape(launch.judged_as, launch.scope, launch.ranks, launch.gpu_run)
+    return LaunchShape(launch.judged_as, launch.scope, launch.ranks, launch.gpu_run)
 
 
 def _launch(ctx: Ctx, launch: FinetuneLaunch) -> ProbeResult:
     """One launch per shape trains every strategy of the shape in one process group (start-up paid once);
     every case of the shape reads it (``cluster.run_shared``). Its time limit follows from its plan at the
-    floors of the first node's SKU (``gpuaccept.verdicts.progress.planned_limit``)."""
+    floors of the first node's SKU (``gpuaccept.verdicts.launch_time.planned_limit``)."""
     settings = ctx.settings
     floor = (
         solo_floor(ctx.judge, _shape(launch), launch.nodes[0], settings.model_path) if launch.wants_solo_floor else None

@@ -263,7 +263,7 @@ MODULES = _modules(PACKAGE.parent)
 #: The node side (area code, probes) and the judging side (judging core, judges) meet only in
 #: ``contracts``: no probe imports a judge, no judge a probe. docs/ARCHITECTURE.md draws the same table.
 LAYERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("leaves", ("units", "errors", "testhooks", "timelimits", "signing"), ()),
+    ("leaves", ("units", "errors", "selftest_hooks", "timelimits", "signing"), ()),
     ("contracts", ("contracts",), ("leaves",)),
     ("area code", ("nccl", "fabric", "training", "inference"), ("leaves", "contracts")),
     ("probes", ("probes",), ("leaves", "contracts", "area code")),

@@ -24,9 +24,9 @@ import yaml
 
 from gpuaccept.thresholds.coverage import (
     ABSENCE_METRIC,
+    LAYOUTS,
     NETWORK_METRICS,
-    SHAPES,
-    Shape,
+    NodeLayout,
     TestSpec,
     coverage,
     declares_absent,
@@ -65,7 +65,7 @@ TESTS = declared_tests()
 # ---- the coverage itself --------------------------------------------------------------------------------
 
 
-def site_for(sku: str, shape: Shape, tmp: Path) -> Thresholds:
+def site_for(sku: str, shape: NodeLayout, tmp: Path) -> Thresholds:
     """The thresholds a site of this shape runs with: the packaged file, plus the site file declaring what
     its nodes lack that the SKU has (as the files in fixtures/site/ do): NVLink on a GPU passed alone to a
     VM, InfiniBand on a cluster without it (and the TCP network NCCL then uses)."""
@@ -83,16 +83,16 @@ def site_for(sku: str, shape: Shape, tmp: Path) -> Thresholds:
     return load_thresholds(site)
 
 
-CASES = [(sku, shape) for sku, shapes in SHAPES.items() for shape in shapes]
+CASES = [(sku, shape) for sku, shapes in LAYOUTS.items() for shape in shapes]
 
 
 @pytest.fixture(scope="module")
-def problems(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Shape, bool], list[str]]:
+def problems(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, NodeLayout, bool], list[str]]:
     """Each case's coverage problems, computed once for the module: the per-SKU test and the training
     test read the same coverage (a site file loaded per case is most of its time)."""
     tmp, cache = tmp_path_factory.mktemp("sites"), {}
 
-    def of(sku: str, shape: Shape, training: bool) -> list[str]:
+    def of(sku: str, shape: NodeLayout, training: bool) -> list[str]:
         key = (sku, shape.label)
         if key not in cache:
             cache[key] = coverage(site_for(sku, shape, tmp), sku, shape, TESTS).problems()
@@ -113,7 +113,7 @@ def test_every_training_metric_has_a_limit(problems):
 
 
 def test_a_sku_without_a_fabric_leaves_only_the_network_floors_to_the_site():
-    two_nodes = Shape(gpus=8, nvlink=False, ib=False, nodes=2)
+    two_nodes = NodeLayout(gpus=8, nvlink=False, ib=False, nodes=2)
     l40s = coverage(PACKAGED, "L40S", two_nodes, TESTS)
     assert set(l40s.site_declares) == {
         "test_fabric.py::test_nccl_rails",
@@ -122,13 +122,13 @@ def test_a_sku_without_a_fabric_leaves_only_the_network_floors_to_the_site():
     }
     assert {m for ms in l40s.site_declares.values() for m in ms} <= NETWORK_METRICS
     for sku in ("H100-SXM-80GB", "H200", "A100-SXM4-80GB", "B200"):
-        assert not coverage(PACKAGED, sku, Shape(8, True, True, 2), TESTS).site_declares, sku
+        assert not coverage(PACKAGED, sku, NodeLayout(8, True, True, 2), TESTS).site_declares, sku
 
 
 def test_a_declared_absence_skips_and_a_missing_limit_is_found():
     """The coverage can fail: L40S's absent NVLink skips the NVLink tests (as the tests do), and a SKU
     whose NCCL floors are taken away is reported on the test that would ERROR."""
-    eight_pcie = Shape(gpus=8, nvlink=False, ib=False, nodes=1)
+    eight_pcie = NodeLayout(gpus=8, nvlink=False, ib=False, nodes=1)
     l40s = coverage(PACKAGED, "L40S", eight_pcie, TESTS)
     assert "declares no NVLink" in l40s.skipped["test_interconnect.py::test_nvlink"]
     assert "declares no NVLink" in l40s.skipped["test_interconnect.py::test_gpu_topology"]
@@ -259,14 +259,14 @@ def _record_thresholds(record: dict) -> Thresholds:
     return load_thresholds(sites[0] if sites else None)
 
 
-def _record_shape(record: dict, thresholds: Thresholds, sku: str) -> Shape:
+def _record_shape(record: dict, thresholds: Thresholds, sku: str) -> NodeLayout:
     counts = {f["gpus"]["count"] for f in record["fingerprints"].values() if "gpus" in f}
     assert len(counts) == 1, f"nodes with different GPU counts: {counts}"
     gpus = counts.pop()
     limits = thresholds.limits_for(sku)
     nvlink = gpus >= 2 and not declares_absent(limits.get("nvlink_links_active"))
     ib = not declares_absent(limits.get("ib_hca_count"))
-    return Shape(gpus, nvlink, ib, len(record["cluster"]["nodes"]))
+    return NodeLayout(gpus, nvlink, ib, len(record["cluster"]["nodes"]))
 
 
 def test_there_is_a_run_record_to_hold_the_declaration_to():
@@ -310,10 +310,10 @@ def test_a_record_that_judges_an_undeclared_metric_is_caught(monkeypatch):
 #: the machines measured so far (docs/measurements.md), each with the site file that declares what it lacks, and
 #: the layouts they run
 MEASURED_SITES = {
-    "h100-1gpu.yaml": ("H100-SXM-80GB", [Shape(1, False, False, 1)]),
-    "h200-multi-gpu-no-ib.yaml": ("H200", [Shape(2, True, False, 1), Shape(1, True, False, 2)]),
-    "h200-1gpu.yaml": ("H200", [Shape(1, False, False, 1)]),
-    "h200-socket-net.yaml": ("H200", [Shape(1, True, False, 2)]),
+    "h100-1gpu.yaml": ("H100-SXM-80GB", [NodeLayout(1, False, False, 1)]),
+    "h200-multi-gpu-no-ib.yaml": ("H200", [NodeLayout(2, True, False, 1), NodeLayout(1, True, False, 2)]),
+    "h200-1gpu.yaml": ("H200", [NodeLayout(1, False, False, 1)]),
+    "h200-socket-net.yaml": ("H200", [NodeLayout(1, True, False, 2)]),
 }
 
 

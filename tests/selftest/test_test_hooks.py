@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept import testhooks
+from gpuaccept import selftest_hooks
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.judging.verdict import EXIT_TEST_HOOKS
 
@@ -46,26 +46,26 @@ def test_every_hook_the_package_names_is_registered() -> None:
     for path in (REPO / "gpuaccept").rglob("*.py"):
         text = path.read_text()
         names |= set(re.findall(r"\bGPUACCEPT_(?:TEST|FAULT)_[A-Z_]*[A-Z]\b", text))
-        if path.name != "testhooks.py" and re.search(r"environ[^\n]*GPUACCEPT_SELFTEST", text):
+        if path.name != "selftest_hooks.py" and re.search(r"environ[^\n]*GPUACCEPT_SELFTEST", text):
             gate_readers.append(path.name)
-    assert names and names <= {h.name for h in testhooks.HOOKS}, names - {h.name for h in testhooks.HOOKS}
+    assert names and names <= {h.name for h in selftest_hooks.HOOKS}, names - {h.name for h in selftest_hooks.HOOKS}
     assert gate_readers == []
 
 
 def test_gated_knobs_need_the_gate() -> None:
     env = {"GPUACCEPT_FAULT_HANG_RANK": "1"}
-    with pytest.raises(testhooks.HookRefused, match="GPUACCEPT_FAULT_HANG_RANK is a selftest knob"):
-        testhooks.gated("GPUACCEPT_FAULT_HANG_RANK", env)
-    assert testhooks.gated("GPUACCEPT_FAULT_HANG_RANK", {**env, testhooks.GATE: "1"}) == "1"
-    assert testhooks.gated("GPUACCEPT_FAULT_HANG_RANK", {}) is None
-    assert testhooks.active({"GPUACCEPT_TEST_INJECT": "/empty.json", "GPUACCEPT_TEST_PERTURB_TRAINING": ""}) == {
+    with pytest.raises(selftest_hooks.HookRefused, match="GPUACCEPT_FAULT_HANG_RANK is a selftest knob"):
+        selftest_hooks.gated("GPUACCEPT_FAULT_HANG_RANK", env)
+    assert selftest_hooks.gated("GPUACCEPT_FAULT_HANG_RANK", {**env, selftest_hooks.GATE: "1"}) == "1"
+    assert selftest_hooks.gated("GPUACCEPT_FAULT_HANG_RANK", {}) is None
+    assert selftest_hooks.active({"GPUACCEPT_TEST_INJECT": "/empty.json", "GPUACCEPT_TEST_PERTURB_TRAINING": ""}) == {
         "GPUACCEPT_TEST_INJECT": "/empty.json"
     }
 
 
 def test_a_probe_says_which_hooks_it_ran_under(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "GPUACCEPT_TEST_INJECT": str(tmp_path / "none.json")}
-    env.pop(testhooks.GATE, None)
+    env.pop(selftest_hooks.GATE, None)
     done = subprocess.run(
         [sys.executable, "-m", "gpuaccept.probes.visibility"], env=env, capture_output=True, text=True, timeout=60
     )
@@ -88,7 +88,7 @@ def test_a_run_with_the_inject_hook_is_not_accepted(tmp_path: Path, content: str
     inject = tmp_path / "inject.json"
     inject.write_text(content)
     env = {**os.environ, "PYTHONPATH": str(REPO), "GPUACCEPT_TEST_INJECT": str(inject)}
-    env.pop(testhooks.GATE, None)
+    env.pop(selftest_hooks.GATE, None)
     argv = [sys.executable, "-m", "pytest", "-q", "-rA", "-m", "acceptance", "--launcher", "local"]
     argv += ["--run-record", "record.json", "--junitxml", "junit.xml"]
     done = subprocess.run(argv, cwd=suite, env=env, capture_output=True, text=True, timeout=300)

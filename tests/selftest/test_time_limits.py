@@ -4,7 +4,7 @@ Pure logic, no cluster: the fine-tune launch's limit from its steps, tokens and 
 ``--probe-timeout`` scaling and capping every declared limit (``timelimits``); every probe the acceptance
 suite runs declaring a limit (``probes.specs``) and no acceptance test writing its own; the launcher's
 watch stopping a launch once a rank is proven behind its floor or the launch is hung (``training.watch``);
-the bound a stopped rank's progress proves and how it is judged (``verdicts.progress``); and the FLOPs a
+the bound a stopped rank's progress proves and how it is judged (``verdicts.launch_time``); and the FLOPs a
 launch is planned with equal to those its model counts (``training.flops``).
 """
 
@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.contracts.progress import Progress, format_progress, read_progress
+from gpuaccept.contracts.progress_line import Progress, format_progress, read_progress
 from gpuaccept.dispatch.step import Step, step_limits
 from gpuaccept.probes import specs
 from gpuaccept.probes.specs import SPECS, ProbeSpec, declared_limit
 from gpuaccept.timelimits import TimeLimit, TimeoutRule
 from gpuaccept.training.budget import FIXED_S, MARGIN, LaunchPlan, StrategyWork, launch_limit
 from gpuaccept.training.watch import standing
-from gpuaccept.verdicts.progress import judge_unfinished, stands
-from gpuaccept.verdicts.training import Shape
+from gpuaccept.verdicts.launch_time import judge_unfinished, stands
+from gpuaccept.verdicts.training import LaunchShape
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -224,7 +224,7 @@ def test_a_slow_rank_is_failed_by_its_progress_bound():
     stand = stands(out, T0 + 101, hang_s=180)[("node1", 1)]
     judge = _Judge(floor=30.0)
     judge_unfinished(
-        judge, Shape("scale", "node", 2, True), "solo", stand, node="node1", gpu="1", model_path=None, why="x"
+        judge, LaunchShape("scale", "node", 2, True), "solo", stand, node="node1", gpu="1", model_path=None, why="x"
     )
     (kind, metric, value, extra) = judge.calls[0]
     assert kind == "check" and metric == "train_mfu_pct" and value < 30
@@ -237,11 +237,11 @@ def test_a_bound_that_proves_nothing_and_a_hang_are_unreadable():
     judge = _Judge(floor=0.001)  # a floor the bound does not get under: nothing proven
     stand = stands(_healthy_and_slow(41, 95), T0 + 101, hang_s=180)[("node1", 1)]
     judge_unfinished(
-        judge, Shape("scale", "node", 2, True), "solo", stand, node="node1", gpu="1", model_path=None, why="x"
+        judge, LaunchShape("scale", "node", 2, True), "solo", stand, node="node1", gpu="1", model_path=None, why="x"
     )
     hung = stands(_healthy_and_slow(3, 25), T0 + 300, hang_s=180)[("node1", 1)]
     judge_unfinished(
-        judge, Shape("scale", "node", 2, True), "solo", hung, node="node1", gpu="1", model_path=None, why="x"
+        judge, LaunchShape("scale", "node", 2, True), "solo", hung, node="node1", gpu="1", model_path=None, why="x"
     )
     assert [c[0] for c in judge.calls] == ["unreadable", "unreadable"]
     assert "(a hang)" in judge.calls[1][2]

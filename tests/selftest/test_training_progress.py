@@ -1,6 +1,6 @@
 """A slow GPU is named by its own progress, a hung one as a hang, and the others keep their verdicts.
 
-Real fine-tune launches (gloo ranks on CPU) with the selftest knobs of ``gpuaccept.training.progress``:
+Real fine-tune launches (gloo ranks on CPU) with the selftest knobs of ``gpuaccept.training.progress_reporter``:
 
 - through the acceptance suite on the 2-node loopback cluster: node2's rank 1 sleeps after every step.
   The launch's limit follows from its plan at the CPU SKU's floor (``--probe-timeout x0.6`` scales it, to keep
@@ -24,7 +24,7 @@ import pytest
 from gpuaccept.dispatch.local import LocalLauncher
 from gpuaccept.dispatch.step import Step
 from gpuaccept.errors import ProbeTimeout
-from gpuaccept.training.progress import SLOW_RANK_ENV, STALL_RANK_ENV
+from gpuaccept.training.progress_reporter import SLOW_RANK_ENV, STALL_RANK_ENV
 
 from .conftest import REPO, run_inner
 

@@ -163,12 +163,12 @@ def test_mfu_divides_by_the_skus_datasheet_peak(tmp_path) -> None:
 
 def _accepted(records: list, profile: str) -> dict:
     """Judge one GPU's run as ``test_finetune_each_gpu`` does; it must pass. Returns the passed checks."""
-    from gpuaccept.verdicts.training import Shape, judge_lifecycle, judge_solo
+    from gpuaccept.verdicts.training import LaunchShape, judge_lifecycle, judge_solo
 
     from .ending import ends
 
     judge = h100_judge()
-    shape = Shape(profile, "node", 1, True)
+    shape = LaunchShape(profile, "node", 1, True)
     with ends(judge, "passed"):
         judge_solo(judge, shape, records)
         judge_lifecycle(judge, shape, records[0].data, records[0].node)
@@ -229,11 +229,11 @@ def test_a_gpu_decoding_slowly_fails_by_mbu_naming_it() -> None:
 def test_a_checkpoint_on_cpu_ranks_reports_its_decode() -> None:
     """CPU ranks have no SKU's HBM to divide by: a run there records its decode speeds as information, and its
     answers are still judged (the tuned model must beat the base)."""
-    from gpuaccept.verdicts.training import Shape, judge_lifecycle
+    from gpuaccept.verdicts.training import LaunchShape, judge_lifecycle
 
     judge = h100_judge()
     data = h100_run("finetune-pretrained-6.5b-h100.out")[0].data
-    judge_lifecycle(judge, Shape("pretrained", "node", 2, False), data, "vm")
+    judge_lifecycle(judge, LaunchShape("pretrained", "node", 2, False), data, "vm")
     verdicts = {r.metric: r.verdict for r in judge.results if r.metric.startswith("infer_")}
     assert verdicts == {"infer_tokens_per_s": "info", "infer_f1_gain_pts": "pass"}
 
@@ -242,7 +242,7 @@ def test_a_slow_gpu_fails_by_mfu_naming_it() -> None:
     """The same run at 0.8x the speed: MFU 28.8% < 30 fails on that GPU (the loss alone would pass)."""
     import dataclasses
 
-    from gpuaccept.verdicts.training import Shape, judge_solo
+    from gpuaccept.verdicts.training import LaunchShape, judge_solo
 
     from .ending import ends
 
@@ -250,7 +250,7 @@ def test_a_slow_gpu_fails_by_mfu_naming_it() -> None:
     slow = dataclasses.replace(record, data={**record.data, "model_tflops_per_s": 356.57 * 0.8})
     judge = h100_judge()
     with ends(judge, "failed", match=r"vm GPU 0 .*train_mfu_pct = 28\.84 %.*< min 30"):
-        judge_solo(judge, Shape("scale", "node", 1, True), [slow])
+        judge_solo(judge, LaunchShape("scale", "node", 1, True), [slow])
 
 
 @pytest.mark.parametrize(
@@ -266,7 +266,7 @@ def test_a_slow_gpu_fails_by_mfu_naming_it() -> None:
 )
 def test_each_profile_and_strategy_has_its_speed_metric_in_the_catalogue(profile, strategy, scope, metric) -> None:
     from gpuaccept.thresholds.loader import load_thresholds
-    from gpuaccept.verdicts.training import Shape
+    from gpuaccept.verdicts.training import LaunchShape
 
-    name = Shape(profile, scope, 2, True).speed_metric(strategy)
+    name = LaunchShape(profile, scope, 2, True).speed_metric(strategy)
     assert name == metric and name in load_thresholds().metrics

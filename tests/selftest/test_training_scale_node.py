@@ -15,7 +15,7 @@ import dataclasses
 import pytest
 
 from gpuaccept.contracts.records import RankRecord
-from gpuaccept.verdicts.training import Shape, judge_run
+from gpuaccept.verdicts.training import LaunchShape, judge_run
 
 from .ending import ends
 from .h100_lines import h100_judge, h100_run
@@ -63,7 +63,7 @@ def _node(strategy: str, speed: list[float] | None = None) -> list[RankRecord]:
     return records
 
 
-SHAPE = Shape("scale", "node", 8, True)
+SHAPE = LaunchShape("scale", "node", 8, True)
 
 
 def test_a_healthy_8_gpu_node_passes_ddp_and_fsdp_by_mfu_shards_and_memory() -> None:

@@ -23,18 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike
-from gpuaccept.contracts.progress import Progress, read_progress
+from gpuaccept.contracts.progress_line import Progress, read_progress
 from gpuaccept.timelimits import TimeLimit
 from gpuaccept.training.budget import LaunchPlan, StrategyWork, launch_limit
 from gpuaccept.training.config import FIXTURES, LINEAR_MODULES, ROWS_MAX, TrainConfig, profile_for
 from gpuaccept.training.flops import flops_from_config
 from gpuaccept.training.watch import latest, phase_start
-from gpuaccept.verdicts.training import Shape
+from gpuaccept.verdicts.training import LaunchShape
 
 __all__ = ["RankStand", "judge_unfinished", "judge_unfinished_ranks", "planned_limit", "solo_floor", "stands"]
 
 
-def _config(shape: Shape, strategy: str, model_path: Path | None) -> TrainConfig:
+def _config(shape: LaunchShape, strategy: str, model_path: Path | None) -> TrainConfig:
     """What the probe will run for ``strategy`` of a launch of ``shape`` (the same defaults it starts from)."""
     profile = "scale" if shape.profile == "scale" else "small"
     return profile_for("gpu" if shape.gpu_run else "cpu", profile, strategy=strategy, model_path=model_path)
@@ -57,7 +57,7 @@ def _flops_per_token(cfg: TrainConfig, model_path: Path | None) -> float | None:
 
 
 def _floor_rate(
-    judge: JudgeLike, shape: Shape, strategy: str, node: str, cfg: TrainConfig, model_path: Path | None
+    judge: JudgeLike, shape: LaunchShape, strategy: str, node: str, cfg: TrainConfig, model_path: Path | None
 ) -> tuple[float, str] | None:
     """The slowest tokens/s per rank the SKU's floor allows for ``strategy``, and where it comes from."""
     metric = shape.speed_metric(strategy) if shape.gpu_run or shape.profile == "small" else None
@@ -82,7 +82,7 @@ def _floor_rate(
 
 def planned_limit(
     judge: JudgeLike,
-    shape: Shape,
+    shape: LaunchShape,
     node: str,
     strategies: Sequence[str],
     *,
@@ -102,7 +102,7 @@ def planned_limit(
     return launch_limit(LaunchPlan(tuple(works), lifecycle, serving))
 
 
-def solo_floor(judge: JudgeLike, shape: Shape, node: str, model_path: Path | None) -> float | None:
+def solo_floor(judge: JudgeLike, shape: LaunchShape, node: str, model_path: Path | None) -> float | None:
     """The tokens/s a GPU's own run must reach on ``node``'s SKU (its speed metric's floor, as a rate): what the
     probe holds every rank's solo run to before it trains the node-wide strategies (``--solo-floor``)."""
     floor = _floor_rate(judge, shape, "solo", node, _config(shape, "solo", model_path), model_path)
@@ -156,7 +156,7 @@ def stands(stdout: str, ended_at: float, hang_s: float) -> dict[tuple[str, int],
     }
 
 
-def _plan_figures(shape: Shape, strategy: str, model_path: Path | None) -> tuple[int, float | None]:
+def _plan_figures(shape: LaunchShape, strategy: str, model_path: Path | None) -> tuple[int, float | None]:
     """Tokens a step (an upper bound per rank) and FLOPs a token of ``strategy``, as the launch planned them."""
     cfg = _config(shape, strategy, model_path)
     return _tokens_per_step(cfg), None if shape.profile == "small" else _flops_per_token(cfg, model_path)
@@ -164,7 +164,7 @@ def _plan_figures(shape: Shape, strategy: str, model_path: Path | None) -> tuple
 
 def judge_unfinished(
     judge: JudgeLike,
-    shape: Shape,
+    shape: LaunchShape,
     strategy: str,
     stand: RankStand,
     *,
@@ -202,7 +202,7 @@ def judge_unfinished(
 
 def judge_unfinished_ranks(
     judge: JudgeLike,
-    shape: Shape,
+    shape: LaunchShape,
     strategy: str,
     unfinished: Mapping[tuple[str, int], RankStand],
     model_path: Path | None,

@@ -57,13 +57,13 @@ HOOKS: tuple[Hook, ...] = (
     ),
     Hook(
         "GPUACCEPT_FAULT_SLOW_RANK",
-        "gpuaccept.training.progress",
+        "gpuaccept.training.progress_reporter",
         "a fine-tune rank sleeps after each step (a slow GPU)",
         gated=True,
     ),
     Hook(
         "GPUACCEPT_FAULT_STALL_RANK",
-        "gpuaccept.training.progress",
+        "gpuaccept.training.progress_reporter",
         "a fine-tune rank stops making progress at a given step (a hang)",
         gated=True,
     ),

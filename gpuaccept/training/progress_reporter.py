@@ -1,4 +1,4 @@
-"""A rank's progress lines during the fine-tune (``gpuaccept.contracts.progress``), and the selftest knobs
+"""A rank's progress lines during the fine-tune (``gpuaccept.contracts.progress_line``), and the selftest knobs
 that make one rank slow or stall.
 
 One line per optimizer step and one at the start of each phase, printed by every rank as it goes: when the
@@ -7,7 +7,7 @@ that did not finish, and names a rank that stopped making progress. A line costs
 a 7B step takes ~0.7 s, the small model's ~0.1 s, so the lines cost nothing measurable.
 
 The knobs exist to prove, on CPU loopback clusters, that a slow rank is FAILED by its progress bound and a
-stalled one is named a hang; they are honoured only with ``GPUACCEPT_SELFTEST=1`` (``gpuaccept.testhooks``)
+stalled one is named a hang; they are honoured only with ``GPUACCEPT_SELFTEST=1`` (``gpuaccept.selftest_hooks``)
 and a run with either set is never ACCEPTED.
 """
 
@@ -17,8 +17,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from gpuaccept import testhooks
-from gpuaccept.contracts.progress import Progress, format_progress
+from gpuaccept import selftest_hooks
+from gpuaccept.contracts.progress_line import Progress, format_progress
 
 __all__ = ["SLOW_RANK_ENV", "STALL_RANK_ENV", "Reporter", "Slowdown"]
 
@@ -64,8 +64,8 @@ class Slowdown:
     def for_rank(cls, rank: int, node: str) -> Slowdown:
         """The knobs that name ``rank`` (the launch's global rank) on ``node``; ``HookRefused`` without the
         gate."""
-        slow = _selected(testhooks.gated(SLOW_RANK_ENV), rank, node)
-        stall = _selected(testhooks.gated(STALL_RANK_ENV), rank, node)
+        slow = _selected(selftest_hooks.gated(SLOW_RANK_ENV), rank, node)
+        stall = _selected(selftest_hooks.gated(STALL_RANK_ENV), rank, node)
         return cls(float(slow) if slow else 0.0, int(stall) if stall else None)
 
     def after(self, step: int) -> None:

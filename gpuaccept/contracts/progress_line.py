@@ -11,8 +11,8 @@ moment the step was stopped, and the rank's own start of the phase, to bound how
 been. The line is short (well under srun's ~1 KiB cut), so it never travels in parts; a line that does not
 parse is ignored, since progress only ever informs a verdict that the limit already forced.
 
-Written by the node side (``gpuaccept.training.loop`` through ``gpuaccept.training.progress``), read by
-the judges (``gpuaccept.verdicts.progress``): it lives here, below both.
+Written by the node side (``gpuaccept.training.loop`` through ``gpuaccept.training.progress_reporter``), read by
+the judges (``gpuaccept.verdicts.launch_time``): it lives here, below both.
 """
 
 from __future__ import annotations
