@@ -4,11 +4,14 @@ and the names it gives when there is nothing to split or a half does not come ba
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,10 +19,14 @@ import pytest
 from gpuaccept.contracts.neighbours import FIGURES, ratio_pct
 from gpuaccept.probes import _neighbour_halves as halves
 from gpuaccept.probes import neighbours
+from gpuaccept.probes._bench import Preflight
 from gpuaccept.probes.specs import NEIGHBOURS
 from gpuaccept.verdicts.neighbours import neighbours_absent
 
 pytestmark = pytest.mark.selftest
+
+#: a fake figure's window: long enough that the halves' windows together overlap on a busy CPU
+WINDOW_S = 0.15
 
 
 @pytest.mark.parametrize(
@@ -103,7 +110,7 @@ class _Tape:
             time.sleep(0.02)  # buffers and warm-up
             ready()
             opened = time.monotonic()
-            time.sleep(0.06)  # the window
+            time.sleep(WINDOW_S)
             closed = time.monotonic()
             self.calls[half].append((figure, touched, opened, closed))
             alone_or_not = 100.0 if len(self.calls[half]) <= len(FIGURES) else 90.0
@@ -127,11 +134,11 @@ def _both(folder: Path, tape: _Tape, late_b: float = 0.0) -> dict[str, dict[str,
     def half(name: str, delay: float) -> None:
         time.sleep(delay)
         try:
-            out[name] = halves.run_half(name, folder, 0.06, tape.measure(name), tape.busy(name))
+            out[name] = halves.run_half(name, folder, WINDOW_S, tape.measure(name), tape.busy(name))
         except BaseException as exc:  # the test thread's failure is the test's
             errors.append(exc)
 
-    threads = [threading.Thread(target=half, args=(n, late_b if n == "B" else 0.0)) for n in halves.HALVES]
+    threads = [threading.Thread(target=half, args=(n, late_b if n == "B" else 0.0), daemon=True) for n in halves.HALVES]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -153,7 +160,7 @@ def test_a_half_never_touches_its_gpus_while_the_other_measures_alone(tmp_path: 
     assert max(c[3] for c in b_solo) < min(c[1] for c in b_together)
     for (figure, _, a_open, a_close), (_, _, b_open, b_close) in zip(a_together, b_together, strict=True):
         assert a_open < b_close and b_open < a_close, f"{figure}: the halves' windows together do not overlap"
-        assert abs(a_open - b_open) < 0.05, f"{figure}: the windows together opened {a_open - b_open:+.3f} s apart"
+        assert abs(a_open - b_open) < 0.1, f"{figure}: the windows together opened {a_open - b_open:+.3f} s apart"
     assert tape.looks == {"A": 2, "B": 2}  # others' processes looked for as each measuring phase began
     for name, first in (("A", 100.0), ("B", 101.0)):
         assert out[name]["solo"]["figures"] == {f: [first] for f in FIGURES}
@@ -173,32 +180,81 @@ def test_a_half_waits_for_the_other_to_start(tmp_path: Path) -> None:
     assert tape.calls["A"][0][1] - started >= 0.35
 
 
+def _fake_torch() -> Any:
+    """What ``child`` asks of torch before it measures: one CUDA device, a context opened on it."""
+    cuda = SimpleNamespace(is_available=lambda: True, device_count=lambda: 1, synchronize=lambda device: None)
+    return SimpleNamespace(cuda=cuda, device=lambda kind, index: f"{kind}:{index}", empty=lambda *a, **k: None)
+
+
 def test_the_record_holds_each_half_alone_and_together(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``collect`` turns each half's one run into the record the judge reads: figures alone from the half's
-    solo phase, together from the together phase, and the busy processes of each."""
+    """Each half's ``child`` (torch and the GPU's measure faked, threads for processes) writes its one run for
+    the parent, and ``collect`` turns both into the record the judge reads: figures alone from the half's solo
+    phase, together from the together phase."""
     tape = _Tape()
+
+    def fake_measure(torch: Any, devices: list[Any], seconds: float, figure: str, ready: Any) -> Any:
+        assert devices == ["cuda:0"]
+        return tape.measure(threading.current_thread().name)(figure, ready)
 
     def fake_run(split: dict[str, list[str]], folder: Path, seconds: float) -> dict[str, dict[str, Any]]:
         assert split == {"A": ["0"], "B": ["1"]}
-        runs = _both(folder, tape)
-        gpus = {"A": [{"index": 0, "pci_bus_id": "00000000:18:00.0"}], "B": [{"index": 1, "pci_bus_id": None}]}
-        return {name: {"gpus": gpus[name], "phases": runs[name]} for name in runs}
+        monkeypatch.setattr(neighbours, "visible_devices", lambda: ["0"])  # each child sees its half only
+        args = (folder, seconds)
+        threads = [threading.Thread(target=neighbours.child, name=n, args=(n, *args), daemon=True) for n in split]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        return {name: json.loads((folder / f"{name}.json").read_text()) for name in split}
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch())
+    monkeypatch.setattr(neighbours, "_measure", fake_measure)
     monkeypatch.setattr(neighbours, "_run", fake_run)
-    record = neighbours.collect(seconds=0.06)
-    assert record.why is None and record.halves == {"A": [0], "B": [1]}
-    assert [(g.index, g.half, g.solo["matmul"], g.together["matmul"]) for g in record.gpus] == [
-        (0, "A", 100.0, 90.0),
-        (1, "B", 101.0, 91.0),
+    monkeypatch.setattr(neighbours, "preflight", lambda count: Preflight(None, [], []))
+    record = neighbours.collect(seconds=WINDOW_S)
+    assert record.why is None and record.halves == {"A": [0], "B": [0]}
+    assert [(g.half, g.solo["matmul"], g.together["matmul"]) for g in record.gpus] == [
+        ("A", 100.0, 90.0),
+        ("B", 101.0, 91.0),
     ]
-    assert record.gpus[0].ratio_pct == {f: 90.0 for f in FIGURES}
-    assert [(b.gpu, b.phase, b.processes[0].pid) for b in record.busy] == [
-        (0, "solo", 1),
-        (0, "together", 2),
-        (1, "solo", 1),
-        (1, "together", 2),
-    ]
+    assert record.gpus[0].ratio_pct == {f: 90.0 for f in FIGURES} and record.busy == []
+
+
+class _Nvml:
+    """NVML's process lists per GPU handle, as a test sets them."""
+
+    def __init__(self, lists: dict[int, list[int]]) -> None:
+        self.lists = lists
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
+        return [SimpleNamespace(pid=pid, usedGpuMemory=2**30) for pid in self.lists[handle]]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: int) -> list[Any]:
+        return []
+
+    def nvmlSystemGetProcessName(self, pid: int) -> str:
+        return f"proc{pid}"
+
+
+def test_a_half_tells_its_own_context_from_a_neighbour(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a half's contexts are open NVML lists it on its GPUs; it must not be named busy on them, while a
+    process of someone else's still is, whether NVML gives this namespace's pids or (a container) the host's."""
+    gpus = [{"index": 0, "pci_bus_id": "b0"}, {"index": 1, "pci_bus_id": "b1"}]
+    me, host_me, other = os.getpid(), 990001, 990002
+    lib = _Nvml({0: [other], 1: []})
+    pre = Preflight(lib, [0, 1], gpus)
+    before = neighbours._pids(pre)
+    lib.lists = {0: [other, me], 1: [me]}  # NVML in this pid namespace
+    own = neighbours._own_pids(pre, before)
+    assert own == {me}
+    assert [(b["gpu"], [p["pid"] for p in b["processes"]]) for b in neighbours._busy(pre, own)] == [(0, [other])]
+    lib.lists = {0: [other, host_me], 1: [host_me]}  # a container: NVML gives host pids
+    own = neighbours._own_pids(pre, before)
+    assert own == {host_me}
+    assert [(b["gpu"], [p["pid"] for p in b["processes"]]) for b in neighbours._busy(pre, own)] == [(0, [other])]
+    lib.lists = {0: [other, host_me, 990003], 1: [host_me]}  # a newcomer on one GPU is still someone else's
+    assert neighbours._own_pids(pre, before) == {host_me}
 
 
 def test_ratio_is_together_over_alone() -> None:
