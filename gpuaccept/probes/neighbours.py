@@ -11,14 +11,24 @@ ways, in windows of ``--seconds`` each:
 * ``hbm``: a 1 GiB device-to-device copy, bytes read plus written per second (TB/s), its memory;
 * ``h2d``: a 256 MiB pinned host-to-device copy (GB/s), its PCIe path and the host's memory.
 
-First half A alone, then half B alone, then both at once. Each half runs in a child process of its own whose
-``CUDA_VISIBLE_DEVICES`` is its half, as a tenant's job would (another process, another CUDA context: what the
-driver and the hardware must keep apart); this process never touches CUDA. Both children warm each figure up,
-meet at a barrier (a file per half in a folder they share) and then time it for the same wall-clock window, so
-the halves overlap for the whole window whatever speed either runs at. Within a half every GPU runs at once
-(one batch per GPU queued, then all synchronised; the median batch per GPU is its figure). The host copies are
-not bound to the GPU's NUMA node (a half may span both sockets): alone and together are measured the same way,
-so their ratio is what a neighbour costs, not what the binding costs.
+Each half runs in one child process of its own whose ``CUDA_VISIBLE_DEVICES`` is its half, as a tenant's job
+would (another process, another CUDA context: what the driver and the hardware must keep apart); this process
+never touches CUDA. Both children start at once, so their start-ups overlap, and each goes through every phase
+(``_neighbour_halves.PHASES``): half A alone (``solo-A``), half B alone (``solo-B``), then both at once
+(``together``), kept in step by a file barrier. Each child opens its CUDA contexts before the first phase, and
+the half that does not measure in a phase waits at the phase's end barrier with its contexts open and nothing
+on its GPUs (its buffers freed): that is what an idle tenant's job looks like, so "alone" means beside an idle
+neighbour, as a tenant meets it, not beside GPUs nobody holds. Within a phase each figure is warmed up, then
+the halves measuring meet at the figure's barrier and time it for the same wall-clock window, so in
+``together`` the halves overlap for the whole window whatever speed either runs at. Within a half every GPU
+runs at once (one batch per GPU queued, then all synchronised; the median batch per GPU is its figure). The
+host copies are not bound to the GPU's NUMA node (a half may span both sockets): alone and together are
+measured the same way, so their ratio is what a neighbour costs, not what the binding costs. Others'
+processes on a half's GPUs are looked up through NVML as each of its measuring phases begins (``busy``).
+
+A half that fails writes why beside the barriers (``failed.<half>``); the other half stops at its next barrier,
+and the record's ``why`` names each half, its GPUs and what happened (``_run``). Nothing waits longer than
+``_neighbour_halves.run_limit``.
 
 Reported per GPU: the figure alone, together and together / alone in percent (``contracts/neighbours.py``). A
 healthy node's ratios are a property of its board (two GPUs behind one PCIe switch share its uplink), so the
@@ -44,11 +54,13 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.contracts.neighbours import FIGURES, BusyGpu, NeighbourGpu, NeighboursRecord, ratio_pct
-from gpuaccept.probes._bench import Lane, median, preflight
+from gpuaccept.probes._bench import Lane, Preflight, median, preflight
+from gpuaccept.probes._gpu import foreign_processes
+from gpuaccept.probes._neighbour_halves import HALVES, START_S, HalfGone, run_half, run_limit, split
 from gpuaccept.probes._nvml import nvml
 from gpuaccept.probes._protocol import emit
 
-__all__ = ["barrier", "collect", "main", "merge", "phase_limit", "split", "visible_devices"]
+__all__ = ["HalfFailed", "collect", "main", "merge", "visible_devices"]
 
 MATMUL_N = 8192
 MATMUL_BATCH = 10  # about 15 ms of bf16 work on an H100
@@ -56,18 +68,17 @@ HBM_BYTES = 1 << 30
 HBM_BATCH = 10  # 20 GiB of traffic, about 7 ms at H100 speed
 H2D_BYTES = 256 << 20
 H2D_BATCH = 4  # 1 GiB, about 19 ms at PCIe Gen5 speed
-#: longest wait at a barrier for the other half (its torch import, CUDA start and warm-up)
-BARRIER_S = 60.0
 #: what the children run (``__name__`` is ``__main__`` under ``python -m``)
 MODULE = "gpuaccept.probes.neighbours"
-#: a child's start-up budget (torch import, CUDA context on its GPUs, the buffers)
-START_S = 60.0
+#: how long the others may go on once a half has failed: a healthy half sees the failure at its next barrier,
+#: after its start-up at the latest; one still running then is hung and is killed
+GRACE_S = START_S
+#: a child's exit status when it stopped because the other half failed (its own run was fine)
+STOPPED = 3
 
 
-def phase_limit(seconds: float) -> float:
-    """The longest one phase (one or both halves) may take: start-up, the longest barrier wait, and each figure's
-    window plus its warm-up (at most 1 s) and buffers (4 s allowed). ``probes/specs.py`` allows three of these."""
-    return START_S + BARRIER_S + len(FIGURES) * (seconds + 5)
+class HalfFailed(RuntimeError):
+    """A half did not come back with its figures: the message names each half, its GPUs and what happened."""
 
 
 def visible_devices() -> list[str]:
@@ -78,25 +89,6 @@ def visible_devices() -> list[str]:
         return [t.strip() for t in visible.split(",") if t.strip()]
     lib = nvml()
     return [str(i) for i in range(int(lib.nvmlDeviceGetCount()))] if lib is not None else []
-
-
-def split(devices: Sequence[str]) -> dict[str, list[str]]:
-    """Two disjoint halves: A the first ``len // 2`` GPUs, B the rest (B holds the odd one)."""
-    cut = len(devices) // 2
-    return {"A": list(devices[:cut]), "B": list(devices[cut:])}
-
-
-def barrier(folder: Path, name: str, me: str, parties: int, timeout_s: float = BARRIER_S) -> None:
-    """Wait until ``parties`` children have reached barrier ``name``: each writes ``<name>.<me>`` in ``folder``
-    (the halves share no CUDA context and need no network), then polls for the others'. A half that never
-    arrives (crashed, hung) is named after ``timeout_s``."""
-    (folder / f"{name}.{me}").write_text(str(os.getpid()))
-    deadline = time.monotonic() + timeout_s
-    while len(list(folder.glob(f"{name}.*"))) < parties:
-        if time.monotonic() > deadline:
-            here = sorted(p.suffix.lstrip(".") for p in folder.glob(f"{name}.*"))
-            raise TimeoutError(f"barrier {name}: {parties} halves expected within {timeout_s:g} s, arrived: {here}")
-        time.sleep(0.005)
 
 
 def _window(
@@ -158,54 +150,130 @@ def _lanes(torch: Any, figure: str, devices: list[Any]) -> tuple[list[Lane], int
     return lanes, H2D_BATCH, lambda t: round(H2D_BYTES / t / 1e9, 2)
 
 
-def child(half: str, parties: int, folder: Path, seconds: float, out: Path) -> None:
-    """One half's process: its GPUs' identity and others' processes (before CUDA), then each figure timed after
-    the barrier every half meets; the result as JSON in ``out`` (stdout belongs to the parent's result line)."""
+def _pids(pre: Preflight) -> list[set[int]]:
+    """Every process NVML lists on each of this half's GPUs, this one included."""
+    return [{int(p["pid"]) for p in foreign_processes(pre.lib, h, own=set())} for h in pre.handles]
+
+
+def _own_pids(pre: Preflight, before: list[set[int]]) -> set[int]:
+    """This process as NVML lists it on its GPUs, once its contexts are open: its pid where NVML's pids are this
+    namespace's, else (a container whose NVML gives host pids) what is new on every one of its GPUs since
+    ``before`` (taken before CUDA). A process of someone else's that started on all of them during this one's
+    start-up is then taken for this one; one on some of them is still named."""
+    now = _pids(pre)
+    if not now or any(os.getpid() in pids for pids in now):
+        return {os.getpid()}
+    return set.intersection(*(seen - old for seen, old in zip(now, before, strict=True)))
+
+
+def _busy(pre: Preflight, own: set[int]) -> list[dict[str, Any]]:
+    """Others' processes on this half's GPUs now (``own``: this process's pids as NVML lists them)."""
+    found = []
+    for gpu, handle in zip(pre.gpus, pre.handles, strict=True):
+        procs = foreign_processes(pre.lib, handle, own=own)
+        if procs:
+            found.append({"gpu": gpu["index"], "pci_bus_id": gpu["pci_bus_id"], "processes": procs})
+    return found
+
+
+def _measure(
+    torch: Any, devices: list[Any], seconds: float, figure: str, ready: Callable[[], None]
+) -> tuple[list[float], int, float]:
+    """One figure on every GPU of the half (``Measure``); its buffers are freed after, so a half idle in the next
+    phase holds its CUDA contexts and nothing else on its GPUs."""
+    lanes, batch, value = _lanes(torch, figure, devices)
+    per_call, batches, length = _window(torch, lanes, batch, seconds, min(1.0, seconds / 3), ready)
+    del lanes
+    torch.cuda.empty_cache()
+    return [value(t) for t in per_call], batches, length
+
+
+def child(half: str, folder: Path, seconds: float) -> None:
+    """One half's process: its GPUs' identity and the processes on them (before CUDA), its CUDA contexts, then
+    every phase (``run_half``); the result as JSON in ``<folder>/<half>.json`` (stdout belongs to the parent's
+    result line)."""
     pre = preflight(len(visible_devices()))
+    before = _pids(pre)
     import torch
 
     if not torch.cuda.is_available() or not torch.cuda.device_count():
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         raise SystemExit(f"neighbours half {half}: no CUDA device visible (CUDA_VISIBLE_DEVICES={visible})")
     devices = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
-    figures: dict[str, list[float]] = {}
-    windows: dict[str, dict[str, float]] = {}
-    for figure in FIGURES:
-        lanes, batch, value = _lanes(torch, figure, devices)
-        ready = functools.partial(barrier, folder, figure, half, parties)
-        per_call, batches, length = _window(torch, lanes, batch, seconds, min(1.0, seconds / 3), ready)
-        figures[figure] = [value(t) for t in per_call]
-        windows[figure] = {"batches": batches, "seconds": length}
-        del lanes
-        torch.cuda.empty_cache()
+    for device in devices:  # the contexts an idle tenant's job holds, open before any phase
+        torch.empty(1, device=device)
+        torch.cuda.synchronize(device)
+    own = _own_pids(pre, before)
+    measure = functools.partial(_measure, torch, devices, seconds)
+    phases = run_half(half, folder, seconds, measure, functools.partial(_busy, pre, own))
     gpus = pre.gpus or [{"index": int(t) if t.isdigit() else i} for i, t in enumerate(visible_devices())]
-    out.write_text(json.dumps({"gpus": gpus, "busy": pre.busy, "figures": figures, "windows": windows}))
+    (folder / f"{half}.json").write_text(json.dumps({"gpus": gpus, "phases": phases}))
+
+
+def _child_main(half: str, folder: Path, seconds: float) -> None:
+    """``child``, saying why it failed in ``failed.<half>`` for the other half's barriers and the parent; a
+    half stopped by the other's failure exits ``STOPPED`` and blames no one."""
+    try:
+        child(half, folder, seconds)
+    except HalfGone as gone:
+        print(f"neighbours half {half}: {gone}", file=sys.stderr, flush=True)
+        raise SystemExit(STOPPED) from None
+    except BaseException as exc:
+        said = str(exc.code) if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+        draft = folder / f".failed-{half}"  # whole before it is seen: renamed into place, never half-written
+        draft.write_text((said.strip().splitlines() or [""])[0][:500])
+        draft.replace(folder / f"failed.{half}")
+        raise
+
+
+def _wait(procs: dict[str, subprocess.Popen[bytes]], limit: float, grace: float) -> dict[str, str]:
+    """Wait for every child, at most ``limit`` s, and at most ``grace`` s once one has exited non-zero (the others
+    see its failure at their next barrier); kill what still runs then. What went wrong with each half that did
+    not exit 0."""
+    deadline, failed_at, first = time.monotonic() + limit, 0.0, ""
+    while True:
+        codes = {name: proc.poll() for name, proc in procs.items()}  # every one polled, none skipped
+        if all(code is not None for code in codes.values()):
+            break
+        now = time.monotonic()
+        if not first and (first := next((n for n, c in codes.items() if c not in (None, 0)), "")):
+            failed_at = now
+        if now > deadline or (first and now - failed_at > grace):
+            break
+        time.sleep(0.05)
+    wrong = {}
+    for name, proc in procs.items():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            after = f"{grace:g} s after half {first} exited ({codes[first]})" if first else f"after {limit:g} s"
+            wrong[name] = f"still running {after}, killed"
+        elif proc.returncode == STOPPED:
+            wrong[name] = "stopped because the other half failed"
+        elif proc.returncode != 0:
+            wrong[name] = f"exit status {proc.returncode}"
+    return wrong
 
 
 def _run(halves: dict[str, list[str]], folder: Path, seconds: float) -> dict[str, dict[str, Any]]:
-    """Start one child per half at once (each seeing its half only) and wait for all; a half that fails or
-    hangs is named with its GPUs."""
-    folder.mkdir(parents=True)
-    limit = phase_limit(seconds)
+    """Start one child per half at once (each seeing its half only), each running every phase, and wait for
+    both; a half that fails or hangs is named with its GPUs and why (``HalfFailed``)."""
+    folder.mkdir(parents=True, exist_ok=True)
     procs = {}
     for name, devices in halves.items():
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(devices), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-        argv = [sys.executable, "-m", MODULE, "--child", name, "--parties", str(len(halves)), "--folder", str(folder)]
-        argv += ["--seconds", str(seconds), "--out", str(folder / f"{name}.json")]
+        argv = [sys.executable, "-m", MODULE, "--child", name, "--folder", str(folder), "--seconds", str(seconds)]
         procs[name] = subprocess.Popen(argv, env=env, stdout=sys.stderr)  # a stray print must not reach stdout
-    failed = []
-    for name, proc in procs.items():
-        try:
-            rc = proc.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            rc = None
-        if rc != 0:
-            what = f"exit status {rc}" if rc is not None else f"still running after {limit:g} s, killed"
-            failed.append(f"half {name} (CUDA_VISIBLE_DEVICES={','.join(halves[name])}): {what}")
-    if failed:
-        raise RuntimeError("; ".join(failed) + " (its traceback is above)")
+    wrong = _wait(procs, run_limit(seconds), GRACE_S)
+    for name in halves:
+        said = folder / f"failed.{name}"
+        if said.exists():
+            wrong[name] = f"{wrong.get(name, 'exit status 0')}: {said.read_text()}"
+        elif name not in wrong and not (folder / f"{name}.json").exists():
+            wrong[name] = "exit status 0 without its figures"
+    if wrong:
+        gpus = {name: ",".join(devices) for name, devices in halves.items()}
+        raise HalfFailed("; ".join(f"half {n} (CUDA_VISIBLE_DEVICES={gpus[n]}): {wrong[n]}" for n in sorted(wrong)))
     return {name: json.loads((folder / f"{name}.json").read_text()) for name in halves}
 
 
@@ -227,28 +295,32 @@ def merge(solo: dict[str, dict[str, Any]], together: dict[str, dict[str, Any]], 
 
 
 def collect(seconds: float) -> NeighboursRecord:
-    """Half A alone, half B alone, both at once; fewer than two GPUs visible is said, not measured."""
+    """Half A alone, half B alone, both at once, in one child per half; fewer than two GPUs visible, or a half
+    that did not come back with its figures, is said (``why``), not measured."""
     devices = visible_devices()
     if len(devices) < 2:
-        return NeighboursRecord(seconds=seconds, why=f"{len(devices)} GPU(s) visible: two halves need at least 2")
+        how = "" if devices or "CUDA_VISIBLE_DEVICES" in os.environ or nvml() else " (no NVML, no CUDA_VISIBLE_DEVICES)"
+        return NeighboursRecord(seconds=seconds, why=f"{len(devices)} GPU(s) visible{how}: two halves need at least 2")
     halves = split(devices)
     with tempfile.TemporaryDirectory(prefix="gpuaccept-neighbours-") as tmp:
-        solo = {name: _run({name: gpus}, Path(tmp) / f"solo-{name}", seconds)[name] for name, gpus in halves.items()}
-        print(f"neighbours: both halves at once now ({tmp}/together)", file=sys.stderr, flush=True)
-        together = _run(halves, Path(tmp) / "together", seconds)
+        print(f"neighbours: halves {halves}, barriers in {tmp}", file=sys.stderr, flush=True)
+        try:
+            results = _run(halves, Path(tmp), seconds)
+        except HalfFailed as failed:
+            return NeighboursRecord(seconds=seconds, why=str(failed))
+    solo = {name: {"gpus": r["gpus"], **r["phases"]["solo"]} for name, r in results.items()}
+    together = {name: {"gpus": r["gpus"], **r["phases"]["together"]} for name, r in results.items()}
     return merge(solo, together, seconds)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m gpuaccept.probes.neighbours", description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="each figure's timed window (both halves at once)")
-    parser.add_argument("--child", choices=("A", "B"), help=argparse.SUPPRESS)
-    parser.add_argument("--parties", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=HALVES, help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child, args.parties, args.folder, args.seconds, args.out)
+        _child_main(args.child, args.folder, args.seconds)
         return
     emit(collect(args.seconds).model_dump(mode="json"), probe="neighbours")
 
