@@ -35,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from gpuaccept.dispatch.result import parse_records
 
 PHASES = ("write", "read")
+#: who runs first in each pair: the probe, or with --control fio by hand as well
+FIRST = {False: "probe", True: "hand A"}
 
 
 @dataclass(frozen=True)
@@ -50,25 +52,26 @@ class Phase:
         """The probe's median as a percentage of the hand median."""
         return 100.0 * statistics.median(self.probe) / statistics.median(self.hand)
 
-    def spread_pct(self, runs: list[float]) -> float:
-        """Largest over smallest run, less one, in percent: how far this disk moved between runs."""
-        return 100.0 * (max(runs) / min(runs) - 1.0)
-
     def within(self, tolerance_pct: float) -> bool:
         return abs(self.share_pct - 100.0) <= tolerance_pct
 
 
-def table(phases: list[Phase], tolerance_pct: float) -> list[str]:
+def spread_pct(runs: list[float]) -> float:
+    """Largest over smallest run, less one, in percent: how far this disk moved between runs."""
+    return 100.0 * (max(runs) / min(runs) - 1.0)
+
+
+def table(phases: list[Phase], tolerance_pct: float, first: str = "probe") -> list[str]:
     """A markdown table: each run's GB/s, the medians, the share, the spreads, and the verdict."""
     runs = max(len(p.probe) for p in phases)
-    head = ["phase", "by"] + [f"run {i + 1}" for i in range(runs)] + ["median", "spread", "probe / hand"]
+    head = ["phase", "by"] + [f"run {i + 1}" for i in range(runs)] + ["median", "spread", f"{first} / hand"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in phases:
         verdict = f"{p.share_pct:.1f}% ({'within' if p.within(tolerance_pct) else 'outside'} +/-{tolerance_pct:g}%)"
-        for who, values in (("probe", p.probe), ("hand", p.hand)):
+        for who, values in ((first, p.probe), ("hand", p.hand)):
             cells = [f"{v:.3f}" for v in values] + [""] * (runs - len(values))
-            last = verdict if who == "probe" else ""
-            spread = f"{p.spread_pct(values):.0f}%"
+            last = verdict if who == first else ""
+            spread = f"{spread_pct(values):.0f}%"
             out.append(
                 f"| {p.rw} | {who} | " + " | ".join(cells) + f" | {statistics.median(values):.3f} | {spread} | {last} |"
             )
@@ -104,24 +107,32 @@ def hand_run(command: list[str], rw: str) -> float:
 
 
 def measure(args: argparse.Namespace, token: str) -> list[Phase]:
+    """Each phase's pairs; with ``--control`` the probe's place goes to a second hand run (the disk against itself)."""
     phases = []
     for rw in PHASES:
-        probe: list[float] = []
+        first: list[float] = []
         hand: list[float] = []
-        shown = False
+        gbps, command = probe_run(args, rw, token)
+        print(
+            f"{rw}, the probe: python3 -m gpuaccept.probes.fio --path {args.path} --token {token} --rw {rw} "
+            f"--jobs {args.jobs} --file-mib {args.file_mib} --max-s {args.max_s:g}"
+        )
+        print(f"{rw}, by hand (the probe's own fio command): {' '.join(command)}")
         for i in range(args.runs):
-            gbps, command = probe_run(args, rw, token)
-            probe.append(gbps)
-            if not shown:
-                print(
-                    f"{rw}, the probe: python3 -m gpuaccept.probes.fio --path {args.path} --token {token} --rw {rw} "
-                    f"--jobs {args.jobs} --file-mib {args.file_mib} --max-s {args.max_s:g}"
-                )
-                print(f"{rw}, by hand (the probe's own fio command): {' '.join(command)}")
-                shown = True
+            if args.control:
+                first.append(hand_run(command, rw))
+            elif i == 0:
+                first.append(gbps)
+            else:
+                gbps, again = probe_run(args, rw, token)
+                if again != command:
+                    raise SystemExit(f"the probe's fio command changed between runs: {again}")
+                first.append(gbps)
             hand.append(hand_run(command, rw))
-            print(f"  {rw} pair {i + 1}: probe {probe[-1]:.3f} GB/s, hand {hand[-1]:.3f} GB/s", flush=True)
-        phases.append(Phase(rw, probe, hand))
+            print(
+                f"  {rw} pair {i + 1}: {FIRST[args.control]} {first[-1]:.3f} GB/s, hand {hand[-1]:.3f} GB/s", flush=True
+            )
+        phases.append(Phase(rw, first, hand))
     return phases
 
 
@@ -132,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="fio jobs, one file each (the probe's --jobs)")
     parser.add_argument("--file-mib", type=int, default=512, help="each job's file (the probe's --file-mib)")
     parser.add_argument("--max-s", type=float, default=60.0, help="fio's runtime cap (the probe's --max-s)")
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="hand against hand: how well the disk agrees with itself (one uncounted probe run gives the command)",
+    )
     parser.add_argument("--tolerance", type=float, default=5.0, help="the probe's median within 100 +/- this %%")
     args = parser.parse_args(argv)
     args.path.mkdir(parents=True, exist_ok=True)
@@ -140,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         phases = measure(args, token)
     finally:
         shutil.rmtree(args.path / f"gpuaccept-{token}", ignore_errors=True)
-    print("\n".join(["", *table(phases, args.tolerance)]))
+    print("\n".join(["", *table(phases, args.tolerance, FIRST[args.control])]))
     return 0 if all(p.within(args.tolerance) for p in phases) else 1
 
 
