@@ -26,6 +26,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,22 +79,29 @@ def table(phases: list[Phase], tolerance_pct: float, first: str = "probe") -> li
     return out
 
 
-def probe_run(args: argparse.Namespace, rw: str, token: str) -> tuple[float, list[str]]:
-    """One probe run: its GB/s and the fio command line it ran (from its record)."""
+def probe_run(args: argparse.Namespace, rw: str, token: str) -> tuple[float, list[str], float]:
+    """One probe run: its GB/s, the fio command line it ran (from its record), and its seconds outside fio."""
     command = [sys.executable, "-m", "gpuaccept.probes.fio", "--path", str(args.path), "--token", token, "--rw", rw]
     command += ["--jobs", str(args.jobs), "--file-mib", str(args.file_mib), "--max-s", str(args.max_s)]
+    started = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parents[1])
+    wall = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"the probe failed ({done.returncode}): {done.stderr.strip()[-800:]}")
     (record,) = parse_records("fio", done.stdout, 1, (socket.gethostname(),))
     run = record.data.get("run")
     if not run:
         raise SystemExit(f"the probe measured nothing: {json.dumps(record.data)[:800]}")
-    return float(run["gbps"]), [str(part) for part in run["command"]]
+    return float(run["gbps"]), [str(part) for part in run["command"]], max(0.0, wall - float(run["wall_s"]))
 
 
-def hand_run(command: list[str], rw: str) -> float:
-    """The probe's fio command run here: fio's bytes over fio's runtime, from its own JSON."""
+def hand_run(command: list[str], rw: str, idle_s: float) -> float:
+    """The probe's fio command run here: fio's bytes over fio's runtime, from its own JSON.
+
+    It waits ``idle_s`` first, the probe's own start (Python, fio's version, the path's checks): every fio
+    run then follows the one before it after the same idle time, which a disk with a burst allowance or a
+    host-side cache could otherwise reward on one side only."""
+    time.sleep(idle_s)
     folder = Path(next(a for a in command if a.startswith("--directory=")).split("=", 1)[1])
     if rw == "write":  # the probe starts each write from no files: so does the hand run
         for stale in folder.glob("gpuaccept-fio.*"):
@@ -112,25 +120,27 @@ def measure(args: argparse.Namespace, token: str) -> list[Phase]:
     for rw in PHASES:
         first: list[float] = []
         hand: list[float] = []
-        gbps, command = probe_run(args, rw, token)
+        gbps, command, idle = probe_run(args, rw, token)
         print(
             f"{rw}, the probe: python3 -m gpuaccept.probes.fio --path {args.path} --token {token} --rw {rw} "
             f"--jobs {args.jobs} --file-mib {args.file_mib} --max-s {args.max_s:g}"
         )
-        print(f"{rw}, by hand (the probe's own fio command): {' '.join(command)}")
+        print(f"{rw}, by hand (the probe's own fio command, after {idle:.2f} s idle): {' '.join(command)}")
         for i in range(args.runs):
             if args.control:
-                first.append(hand_run(command, rw))
+                first.append(hand_run(command, rw, idle))
             elif i == 0:
                 first.append(gbps)
             else:
-                gbps, again = probe_run(args, rw, token)
+                gbps, again, idle = probe_run(args, rw, token)
                 if again != command:
                     raise SystemExit(f"the probe's fio command changed between runs: {again}")
                 first.append(gbps)
-            hand.append(hand_run(command, rw))
+            hand.append(hand_run(command, rw, idle))
             print(
-                f"  {rw} pair {i + 1}: {FIRST[args.control]} {first[-1]:.3f} GB/s, hand {hand[-1]:.3f} GB/s", flush=True
+                f"  {rw} pair {i + 1}: {FIRST[args.control]} {first[-1]:.3f} GB/s, "
+                f"hand {hand[-1]:.3f} GB/s (idle {idle:.2f} s)",
+                flush=True,
             )
         phases.append(Phase(rw, first, hand))
     return phases
