@@ -9,8 +9,9 @@ runs in the same folder, from the same state (the write's files removed first, a
 and its figure is fio's bytes over fio's runtime, read from fio's JSON here, not through the probe.
 
 A virtual disk moves by a third or more between runs (docs/measurements.md, "Loopback dev VM,
-2026-11-28"), so single runs prove nothing: the runs alternate (probe, hand, probe, hand, ...) so that a
-drift of the disk reaches both alike, and the verdict compares the medians. It prints both command lines,
+2026-11-28"), so single runs prove nothing: the runs alternate in pairs, the hand run second in one pair and
+first in the next (probe, hand, hand, probe, ...), so that a drift of the disk reaches both alike, and the
+verdict compares the medians. It prints both command lines,
 every run's GB/s, the medians, and the probe's median as a share of the hand median; it exits 1 when a
 phase is outside 100 +/- ``--tolerance`` percent, and prints the runs' own spread beside it, so that a
 disk too noisy for a 5% claim is seen as such rather than retried until it passes.
@@ -127,6 +128,10 @@ def measure(args: argparse.Namespace, token: str) -> list[Phase]:
         )
         print(f"{rw}, by hand (the probe's own fio command, after {idle:.2f} s idle): {' '.join(command)}")
         for i in range(args.runs):
+            # ABBA: the hand run goes first in every other pair, so a disk that speeds up or slows down over
+            # the runs favours neither side (with probe, hand, probe, hand a steady slowdown favours the probe)
+            if i % 2:
+                hand.append(hand_run(command, rw, idle))
             if args.control:
                 first.append(hand_run(command, rw, idle))
             elif i == 0:
@@ -136,9 +141,11 @@ def measure(args: argparse.Namespace, token: str) -> list[Phase]:
                 if again != command:
                     raise SystemExit(f"the probe's fio command changed between runs: {again}")
                 first.append(gbps)
-            hand.append(hand_run(command, rw, idle))
+            if not i % 2:
+                hand.append(hand_run(command, rw, idle))
+            order = f"{FIRST[args.control]}, hand" if not i % 2 else f"hand, {FIRST[args.control]}"
             print(
-                f"  {rw} pair {i + 1}: {FIRST[args.control]} {first[-1]:.3f} GB/s, "
+                f"  {rw} pair {i + 1} ({order}): {FIRST[args.control]} {first[-1]:.3f} GB/s, "
                 f"hand {hand[-1]:.3f} GB/s (idle {idle:.2f} s)",
                 flush=True,
             )
