@@ -2,19 +2,21 @@
 
     python3 benchmarks/fio_fidelity.py --path /var/tmp/gpuaccept-fidelity              # 5 pairs each
     python3 benchmarks/fio_fidelity.py --path /mnt/chkpt --runs 7 --jobs 4 --file-mib 1024
+    python3 benchmarks/fio_fidelity.py --path /var/tmp/gpuaccept-fidelity --control    # the disk against itself
 
-Issue 48 asks for the probe within 5% of fio run by hand. The hand run is the probe's own command line,
-taken from the record of the probe run just before it (``run.command``), so the two cannot drift apart: it
-runs in the same folder, from the same state (the write's files removed first, as the probe removes them),
-and its figure is fio's bytes over fio's runtime, read from fio's JSON here, not through the probe.
+Issue 48 asks for the probe within 5% of fio run by hand. The hand run is the probe's own command line, taken
+from the probe's record (``run.command``; the same in every probe run of a phase, or the benchmark stops), so
+the two cannot drift apart: it runs in the same folder, from the same state (the write's files removed first,
+as the probe removes them), after as long an idle disk as the probe's own start gives fio, and its figure is
+fio's bytes over fio's runtime, read from fio's JSON here, not through the probe.
 
-A virtual disk moves by a third or more between runs (docs/measurements.md, "Loopback dev VM,
-2026-11-28"), so single runs prove nothing: the runs alternate in pairs, the hand run second in one pair and
-first in the next (probe, hand, hand, probe, ...), so that a drift of the disk reaches both alike, and the
-verdict compares the medians. It prints both command lines,
-every run's GB/s, the medians, and the probe's median as a share of the hand median; it exits 1 when a
-phase is outside 100 +/- ``--tolerance`` percent, and prints the runs' own spread beside it, so that a
-disk too noisy for a 5% claim is seen as such rather than retried until it passes.
+A virtual disk moves by a third or more between runs (docs/measurements.md, "Loopback dev VM, 2026-11-28"),
+so single runs prove nothing: the runs alternate in pairs, the hand run second in one pair and first in the
+next (probe, hand, hand, probe, ...), so that a drift of the disk reaches both alike, and the verdict compares
+the medians. It prints both command lines, every run's GB/s, the medians, and the probe's median as a share of
+the hand median; it exits 1 when a phase is outside 100 +/- ``--tolerance`` percent, and prints the runs' own
+spread beside it (and ``--control`` the disk's agreement with itself), so that a disk too noisy for a 5% claim
+is seen as such rather than retried until it passes.
 """
 
 from __future__ import annotations
