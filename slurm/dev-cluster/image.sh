@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (or reuse) the image the container rows run the suite in: a Debian bookworm root with python3
-# (3.11, as CI's Python), and a marker file baked in as proof that a step ran inside it. Prints the
-# image folder on stdout; progress goes to stderr.
+# (3.11, as CI's Python) and fio (the storage probe's tool), and a marker file baked in as proof that a step
+# ran inside it. Prints the image folder on stdout; progress goes to stderr.
 #
 #   slurm/dev-cluster/image.sh                      # -> /var/cache/gpuaccept-image/bookworm-py3
 #   slurm/dev-cluster/image.sh --mount /work/main --mount /root/.pyenv/versions/3.11.7/lib/python3.11/site-packages \
@@ -9,7 +9,7 @@
 #   slurm/dev-cluster/image.sh --squashfs           # also IMAGE/image.sqsh, for enroot (pyxis)
 #
 # The folder holds:
-#   rootfs/                  the root (debootstrap --variant=minbase, python3): built once, cached
+#   rootfs/                  the root (debootstrap --variant=minbase, python3, fio): built once, cached
 #   bundle/config.json       an OCI runtime bundle for Slurm's `srun --container=IMAGE/bundle` (runc);
 #   bundle/rootfs/           Slurm 22.05 takes the root from BUNDLE/rootfs whatever config.json says, and
 #                            runc refuses a symlink there: the root itself lives at bundle/rootfs and
@@ -34,7 +34,7 @@ log() { printf 'image.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 #: bump when the root's recipe changes: a cached root of another version is rebuilt
-RECIPE=1
+RECIPE=2
 NAME=bookworm-py3
 cache=${GPUACCEPT_IMAGE_CACHE:-/var/cache/gpuaccept-image}
 mounts=() envs=() squash=0
@@ -68,9 +68,10 @@ else
   mkdir -p "$cache"
   work=$(mktemp -d "$cache/build.XXXX")
   trap 'build_cleanup "$work"' EXIT
-  build_root "$work" bookworm python3
+  build_root "$work" bookworm python3,fio
   rm -rf "$work/root/var/lib/apt/lists/"*
   python=$(chroot "$work/root" python3 -c 'import platform; print(platform.python_version())')
+  fio=$(chroot "$work/root" fio --version) || die "fio does not run in the new root"
   # The proof a step ran in this image: probes report this file's content (gpuaccept/probes/container.py).
   cat >"$work/root/etc/gpuaccept-image.json" <<EOF
 {"name": "gpuaccept-dev/$NAME", "recipe": $RECIPE, "built": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "python": "$python"}
@@ -79,7 +80,7 @@ EOF
   mkdir -p "$image/bundle"
   mv "$work/root" "$root"
   ln -sfn bundle/rootfs "$image/rootfs"
-  log "built $root (Python $python) in $((SECONDS - started)) s"
+  log "built $root (Python $python, $fio) in $((SECONDS - started)) s"
 fi
 
 # --- the OCI bundle's config.json (runc's spec, then what Slurm and the probes need) ----------------
