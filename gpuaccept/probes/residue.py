@@ -1,6 +1,6 @@
 """GPU memory left between jobs (SEC21): does the next tenant read what the last one wrote?
 
-Three modes, each one process per node driving every visible GPU in turn:
+Three modes, each one process per node driving every visible GPU at once (a thread each):
 
 * ``--mode fill --seed S``: allocate as much free memory as the GPU gives (``--reserve-mib`` left over for
   CUDA's own needs), first scan what it holds (the non-zero bytes the GPU's previous job, a fine-tune in a
@@ -32,6 +32,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from gpuaccept.contracts.tenant import ResidueGpu, ResidueRecord, TopValue
@@ -173,13 +174,15 @@ def _planted(device: Any, chunks: list[torch.Tensor], seed: int, budget: int) ->
     return allocate(device, budget), planted
 
 
-def _one_gpu(ordinal: int, mode: str, seed: int, reserve: int, plant_seed: int | None = None) -> ResidueGpu:
-    """Fill, scan or plant on CUDA device ``ordinal``; its identity from NVML (``gpu_identity``)."""
+def _one_gpu(
+    ordinal: int, ident: dict[str, Any], mode: str, seed: int, reserve: int, plant_seed: int | None = None
+) -> ResidueGpu:
+    """Fill, scan or plant on CUDA device ``ordinal`` (``ident``: its identity from NVML). Run in a thread beside
+    the other GPUs': it never empties PyTorch's cache, which would hand every device's free blocks back to the
+    driver, the proof's too, between its plant and its scan (``collect`` empties it before and after)."""
     import torch
 
     device = torch.device("cuda", ordinal)
-    ident = gpu_identity(ordinal) or {}
-    torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info(device)
     budget = max(0, free - reserve)
     started = time.perf_counter()
@@ -201,7 +204,6 @@ def _one_gpu(ordinal: int, mode: str, seed: int, reserve: int, plant_seed: int |
         found.update(proof_bytes=proof["bytes"], proof_pattern_bytes=proof["pattern_bytes"])
     seconds = time.perf_counter() - started
     chunks.clear()
-    torch.cuda.empty_cache()
     return ResidueGpu(
         index=int(ident.get("index", ordinal)),
         uuid=ident.get("uuid"),
@@ -215,7 +217,7 @@ def _one_gpu(ordinal: int, mode: str, seed: int, reserve: int, plant_seed: int |
 
 
 def collect(mode: str, seed: int, reserve_mib: int = 512, plant_seed: int | None = None) -> ResidueRecord:
-    """Every visible GPU, one after the other; a node without CUDA says so (``cuda`` False, ``why``)."""
+    """Every visible GPU, all at once; a node without CUDA says so (``cuda`` False, ``why``)."""
     tag = f"0x{tag_of(seed):08x}"
     try:
         import torch
@@ -223,7 +225,15 @@ def collect(mode: str, seed: int, reserve_mib: int = 512, plant_seed: int | None
         return ResidueRecord(mode=mode, seed=seed, tag=tag, cuda=False, why=f"torch does not import: {exc}")  # type: ignore[arg-type]
     if not torch.cuda.is_available():
         return ResidueRecord(mode=mode, seed=seed, tag=tag, cuda=False, why="no CUDA device visible")  # type: ignore[arg-type]
-    gpus = [_one_gpu(i, mode, seed, reserve_mib * 2**20, plant_seed) for i in range(torch.cuda.device_count())]
+    # every GPU at once, a thread each: the work is the GPU's (a CUDA wait releases the GIL), so a node of eight
+    # takes about what one takes (four H200 one after the other: 33 s of the tenant section's two steps)
+    count = torch.cuda.device_count()
+    idents = [gpu_identity(i) or {} for i in range(count)]  # NVML from one thread
+    reserve = reserve_mib * 2**20
+    torch.cuda.empty_cache()
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        gpus = list(pool.map(lambda i: _one_gpu(i, idents[i], mode, seed, reserve, plant_seed), range(count)))
+    torch.cuda.empty_cache()
     return ResidueRecord(mode=mode, seed=seed, tag=tag, cuda=True, gpus=gpus)  # type: ignore[arg-type]
 
 
