@@ -124,7 +124,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Node-local tests share an xdist group per node; multi-node tests one group for all nodes; the tenant
-    section runs last (a stable sort: every other test keeps its place).
+    section runs last (``_tenant_last``).
 
     ``tryfirst``: pytest-xdist's worker reads the group marks in its own collection hook; after it, the
     marks came too late, one node's tests spread over every worker, and each worker fingerprinted the
@@ -132,14 +132,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     if STATE_KEY not in config.stash:  # not asked for, and no acceptance test collected (``LateStart``)
         return
-    # the tenant section last: its first residue step reads what the GPUs' previous jobs (the fine-tunes) left
-    items[:] = sorted(items, key=lambda item: item.get_closest_marker("tenant") is not None)
+    items[:] = sorted(items, key=_tenant_last)
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and "node" in callspec.params:
             item.add_marker(pytest.mark.xdist_group(f"node-{callspec.params['node']}"))
         elif item.get_closest_marker("multinode"):
             item.add_marker(pytest.mark.xdist_group("all-nodes"))
+
+
+def _tenant_last(item: pytest.Item) -> tuple[bool, bool]:
+    """The sort key that runs the tenant section after every other test (a stable sort: the others keep their
+    places), and its neighbours test after the rest of it: the residue test's first step then reads what the GPUs'
+    last fine-tune left them, not what the neighbours probe did."""
+    tenant = item.get_closest_marker("tenant") is not None
+    return tenant, tenant and item.path.name == "test_neighbours.py"
 
 
 class UnknownGpu(pytest.UsageError):  # type: ignore[misc]  # final in typing; pytest maps it to exit 4

@@ -65,7 +65,7 @@ class FinetuneRun(TypedDict, total=False):
     util_error: str | None
     power_w: float | None
     peak_mem_gib: float
-    peak_reserved_gib: float
+    peak_reserved_gib: float | None  # None on a CPU (the process's peak RSS is peak_mem_gib there)
     checkpoints: list[str]
     dataset: str
     config: dict[str, Any]

@@ -299,7 +299,10 @@ def train(
                 result.timed_s += paused - clock
             if sampler:
                 sampler.idle()
-            result.resumable = save_resumable(resume_to, step, model, opt, sched)
+            try:
+                result.resumable = save_resumable(resume_to, step, model, opt, sched)
+            except OSError as exc:  # the site's filesystem refused it: its check names this; training goes on
+                result.resumable = {"path": str(resume_to), "step": step, "error": f"{type(exc).__name__}: {exc}"}
             if clock is not None:
                 _sync(rt.device)
                 clock = time.monotonic()

@@ -89,7 +89,7 @@ class UtilSampler:
         }
 
 
-def peak_memory_gib(device: torch.device) -> dict[str, float]:
+def peak_memory_gib(device: torch.device) -> dict[str, float | None]:
     """Peak allocated/reserved on a GPU (torch's allocator), or the process's peak RSS on a CPU."""
     gib = float(1 << 30)
     if device.type == "cuda":
@@ -98,4 +98,4 @@ def peak_memory_gib(device: torch.device) -> dict[str, float]:
             "peak_reserved_gib": round(torch.cuda.max_memory_reserved(device) / gib, 3),
         }
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"peak_mem_gib": round(rss_kib * 1024 / gib, 3), "peak_reserved_gib": None}  # type: ignore[dict-item]
+    return {"peak_mem_gib": round(rss_kib * 1024 / gib, 3), "peak_reserved_gib": None}

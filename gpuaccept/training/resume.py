@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import torch
 from gpuaccept.training.checkpoint import ADAPTER, OPTIMIZER, restore
 from gpuaccept.training.loop import optimizer_step, schedule, stream
 
-__all__ = ["resume"]
+__all__ = ["departure", "resume"]
 
 
 def resume(
@@ -72,8 +73,12 @@ def resume(
         batch, _tokens = next(batches)
         losses.append(float(optimizer_step(model, batch, params, opt, sched, rt.device).detach().float()))
         opt.zero_grad(set_to_none=True)
-    deltas = [abs(a - b) for a, b in zip(losses, expected, strict=True)]
-    out.update(
-        losses=losses, max_abs_delta=max(deltas) if deltas else None, seconds=round(time.monotonic() - started, 3)
-    )
+    out.update(losses=losses, max_abs_delta=departure(losses, expected), seconds=round(time.monotonic() - started, 3))
     return out
+
+
+def departure(losses: list[float], expected: list[float]) -> float | None:
+    """The largest |resumed - uninterrupted| loss; infinite where either is not finite (``max`` over a list
+    holding a NaN answers by where the NaN stands: ``max([0.0, nan])`` is 0.0); None for no steps."""
+    deltas = [abs(a - b) for a, b in zip(losses, expected, strict=True)]
+    return math.inf if any(not math.isfinite(d) for d in deltas) else max(deltas, default=None)

@@ -257,6 +257,7 @@ def train_one(
     resume_job = None
     if result.resumable is not None:
         data["checkpoint"] = {"saved": result.resumable}
+    if result.resumable is not None and "error" not in result.resumable:
         step = result.resumable["step"]
         resume_job = {
             "cfg": cfg,
@@ -369,7 +370,8 @@ def run_after(
 ) -> dict[str, Any]:
     """One job of those run once training is over, on the GPU ``_finetune_ranks.lifecycles`` gives it: a
     strategy's lifecycle, or (``RESUME``) the resume from rank 0's own checkpoint, its GPU freed first. A
-    checkpoint on the site's filesystem (``clean``) is removed after: the run folder keeps its own."""
+    checkpoint on the site's filesystem (``clean``) is removed after, unless its bytes changed (the evidence): the
+    run folder keeps its own."""
     if name != RESUME:
         return lifecycle(**job, rt=rt, tokenizer=tokenizer, test_ex=test_ex)
     import torch
@@ -379,14 +381,16 @@ def run_after(
     job = dict(job)
     clean = job.pop("clean", False)
     release(torch, rt.device.type == "cuda")
+    out: dict[str, Any] = {}
     try:
-        return resume(**job, rt=rt, train_ex=train_ex)
+        out = resume(**job, rt=rt, train_ex=train_ex)
+        return out
     except Exception as exc:  # the launch's figures still go out; the resume's check names this
         traceback.print_exc()
         return {"resume_error": f"{type(exc).__name__}: {str(exc)[:500]}"}
     finally:
         release(torch, rt.device.type == "cuda")
-        if clean:
+        if clean and not out.get("restore", {}).get("mismatched"):  # files that changed are the evidence: kept
             shutil.rmtree(job["folder"], ignore_errors=True)
             with contextlib.suppress(OSError):  # the run's folder there, once no other node's is left in it
                 Path(job["folder"]).parent.rmdir()

@@ -131,15 +131,16 @@ def _world(judge: JudgeLike, records: list[RankRecord], shape: LaunchShape, metr
     return True
 
 
-def judge_solo(judge: JudgeLike, shape: LaunchShape, records: list[RankRecord]) -> None:
+def judge_solo(judge: JudgeLike, shape: LaunchShape, records: list[RankRecord]) -> bool:
     """Every GPU's own fine-tune: loss to the target, throughput, utilisation, each GPU judged by itself.
 
     The runs are independent (a world of one per GPU, same seed and data order), so each GPU's figures
     are its own; its speed is then held against the node's median (a GPU well below its siblings is
-    slow even above the floor).
+    slow even above the floor). False when the launch's ranks are not the shape's (nothing else of it is
+    then judged).
     """
     if not _world(judge, records, shape, shape.speed_metric("solo")):
-        return
+        return False
     for record in records:
         data = record.data
         where = {"node": record.node, "gpu": label(record)}
@@ -157,6 +158,7 @@ def judge_solo(judge: JudgeLike, shape: LaunchShape, records: list[RankRecord]) 
         # GPUs against their siblings; gloo ranks of a CPU node share its cores with each other and with
         # whatever else runs there, so their rates say nothing about one another
         judge.stragglers(shape.speed_metric("solo"))
+    return True
 
 
 def judge_each_gpu(judge: JudgeLike, shape: LaunchShape, records: list[RankRecord], stopped: str = "") -> None:
@@ -164,7 +166,8 @@ def judge_each_gpu(judge: JudgeLike, shape: LaunchShape, records: list[RankRecor
     adapter it trained; on a one-rank launch (DDP and FSDP do not apply) its run's lifecycle. ``stopped``:
     why the launch was stopped after every rank finished its own run, so nothing was served and no
     lifecycle ran."""
-    judge_solo(judge, shape, records)
+    if not judge_solo(judge, shape, records):
+        return
     if shape.serves:
         for record in records:
             if stopped:

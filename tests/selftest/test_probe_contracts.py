@@ -34,6 +34,7 @@ RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
     "nvml/h200-2gpu.nvlink.json": (specs.NVLINK, 1),
     "training/finetune-scale-h100.out": (specs.FINETUNE, 1),
     "training/finetune-pretrained-6.5b-h100.out": (specs.FINETUNE, 1),
+    "training/finetune-small-cpu.out": (specs.FINETUNE, 1),
     "tenant/software-535.288.01.json": (specs.SOFTWARE, 1),
     "tenant/software-580.95.05.json": (specs.SOFTWARE, 1),
     "tenant/software-580.159.04.json": (specs.SOFTWARE, 1),

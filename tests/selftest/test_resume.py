@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,8 @@ import pytest
 
 from gpuaccept.thresholds.storage_site import Filesystem
 from gpuaccept.training.checkpoint import MANIFEST, RESUME_STEPS, restore, resume_step
-from gpuaccept.verdicts.resume import judge_resume
+from gpuaccept.training.resume import departure
+from gpuaccept.verdicts.resume import JUDGED_BYTES, judge_resume
 from tests.selftest._tenant_judge import RecordingJudge
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,6 +89,8 @@ def test_a_changed_byte_is_named(run: tuple[dict[str, Any], Path], tmp_path: Pat
 
 
 def test_the_contract_judges_both_speeds(run: tuple[dict[str, Any], Path]) -> None:
+    """A checkpoint of JUDGED_BYTES or more is held to the contract's per-node write and read figures; the small
+    CPU model's (about 1 MB: four fsyncs' latency) is shown beside it, not judged."""
     data, _ = run
     fs = Filesystem.model_validate(
         {
@@ -98,6 +102,13 @@ def test_the_contract_judges_both_speeds(run: tuple[dict[str, Any], Path]) -> No
     )
     judge = RecordingJudge()
     judge_resume(data["checkpoint"], ("chkpt", fs), judge, "node1")
+    kinds = {c.metric: c.kind for c in judge.calls}
+    assert kinds["train_checkpoint_save_gbps"] == kinds["train_checkpoint_restore_gbps"] == "info"
+    assert "not its throughput" in next(c for c in judge.calls if c.kind == "info").extra["not_judged"]
+    big = json.loads(json.dumps(data["checkpoint"]))
+    big["saved"]["bytes"] = big["resumed"]["restore"]["bytes"] = JUDGED_BYTES
+    judge = RecordingJudge()
+    judge_resume(big, ("chkpt", fs), judge, "node1")
     checks = {c.metric: c for c in judge.calls if c.kind == "check"}
     assert set(checks) == {"train_checkpoint_save_gbps", "train_checkpoint_restore_gbps", "train_resume_loss_delta"}
     assert checks["train_checkpoint_save_gbps"].extra["limit"].min == 2
@@ -109,3 +120,23 @@ def test_no_checkpoint_is_unmeasured_never_passed() -> None:
     judge = RecordingJudge()
     judge_resume(None, None, judge, "node1")
     assert [(c.kind, c.metric) for c in judge.calls] == [("unreadable", "train_resume_loss_delta")]
+
+
+def test_a_save_the_filesystem_refused_fails_naming_why() -> None:
+    """A checkpoint filesystem that is full or read-only: the run trains on, and the byte check fails with the
+    error, naming the path (nothing was restored, so no loss is compared)."""
+    checkpoint = {"saved": {"path": "/mnt/chkpt/run/1r-node2", "step": 6, "error": "OSError: [Errno 28] No space"}}
+    judge = RecordingJudge()
+    judge_resume(checkpoint, None, judge, "node2")
+    assert [(c.kind, c.metric, c.node) for c in judge.calls] == [("expect", "train_checkpoint_bytes", "node2")]
+    assert judge.calls[0].value == "not saved: OSError: [Errno 28] No space" and not judge.calls[0].passed
+    assert judge.calls[0].extra["fspath"] == "/mnt/chkpt/run/1r-node2"
+
+
+def test_a_nan_after_a_matching_step_is_no_match() -> None:
+    """max() over [0.0, nan] is 0.0: the resume takes any non-finite difference as infinitely far."""
+    assert max([abs(1.0 - 1.0), abs(float("nan") - 0.9)]) == 0.0  # the trap
+    assert departure([1.0, float("nan")], [1.0, 0.9]) == math.inf
+    assert departure([1.0, 0.5], [1.0, float("inf")]) == math.inf
+    assert departure([1.0, 0.5], [1.0, 0.25]) == 0.25
+    assert departure([], []) is None
