@@ -79,6 +79,46 @@ class TrainResult:
     resumable: dict[str, Any] | None = None
 
 
+@dataclass
+class _StepClock:
+    """The throughput clock: it runs over the timed steps (from ``timed_from_step``) and stops for evals and
+    checkpoints, whose time goes to ``pause_s``; the GPU is synchronised at each edge so its queued work is
+    counted where it ran. The utilisation sampler follows it."""
+
+    result: TrainResult
+    device: torch.device
+    sampler: UtilSampler | None
+    #: when the running stretch began; None before the timed steps
+    since: float | None = None
+    paused_at: float = 0.0
+
+    def start(self, started: float) -> None:
+        """The first timed step: the warm-up before it is ``warmup_s``."""
+        _sync(self.device)
+        self.since = time.monotonic()
+        self.result.warmup_s = self.since - started
+        if self.sampler:
+            self.sampler.active()
+
+    def pause(self) -> None:
+        self.paused_at = time.monotonic()
+        if self.since is not None:
+            _sync(self.device)
+            self.paused_at = time.monotonic()
+            self.result.timed_s += self.paused_at - self.since
+        if self.sampler:
+            self.sampler.idle()
+
+    def resume(self, more: bool = True) -> None:
+        """Back to the steps (``more``: there are steps left to time)."""
+        if self.since is not None and more:
+            _sync(self.device)
+            self.since = time.monotonic()
+            if self.sampler:
+                self.sampler.active()
+        self.result.pause_s += time.monotonic() - self.paused_at
+
+
 def autocast(device: torch.device) -> AbstractContextManager[Any]:
     """bf16 autocast on GPUs; fp32 on CPUs (CPU bf16 is slow and not what CI measures). A bf16 model
     computes in bf16 as it is; autocast then changes nothing but the loss's own fp32 upcast."""
@@ -239,7 +279,7 @@ def train(
         progress.phase(cfg.strategy, cfg.steps)
     result = TrainResult()
     pending: list[torch.Tensor] = []
-    clock: float | None = None
+    clock = _StepClock(result, rt.device, sampler)
     started = time.monotonic()
     model.train()
     for step in range(1, cfg.steps + 1):
@@ -267,7 +307,7 @@ def train(
         if progress is not None:
             progress.step(step)
         slowdown.after(step)
-        if clock is not None:
+        if clock.since is not None:
             result.timed_tokens += tokens
         result.steps_done = step
         boundary = step % cfg.ckpt_every == 0 or step == cfg.steps
@@ -286,37 +326,16 @@ def train(
             if result.nonfinite_steps:
                 break
         if step == cfg.timed_from_step:
-            _sync(rt.device)
-            clock = time.monotonic()
-            result.warmup_s = clock - started
-            if sampler:
-                sampler.active()
+            clock.start(started)
         if step == resume_at and resume_to is not None:
-            paused = time.monotonic()
-            if clock is not None:
-                _sync(rt.device)
-                paused = time.monotonic()
-                result.timed_s += paused - clock
-            if sampler:
-                sampler.idle()
+            clock.pause()
             try:
                 result.resumable = save_resumable(resume_to, step, model, opt, sched)
             except OSError as exc:  # the site's filesystem refused it: its check names this; training goes on
                 result.resumable = {"path": str(resume_to), "step": step, "error": f"{type(exc).__name__}: {exc}"}
-            if clock is not None:
-                _sync(rt.device)
-                clock = time.monotonic()
-                if sampler:
-                    sampler.active()
-            result.pause_s += time.monotonic() - paused
+            clock.resume()
         if boundary:
-            paused = time.monotonic()
-            if clock is not None:
-                _sync(rt.device)
-                paused = time.monotonic()
-                result.timed_s += paused - clock
-            if sampler:
-                sampler.idle()
+            clock.pause()
             eval_loss = evaluate(model, test_ex, rt, cfg.eval_batch_size or cfg.batch_size, pad_id)
             result.evals.append((step, eval_loss))
             if save:
@@ -327,12 +346,7 @@ def train(
                 result.checkpoints.append(str(path))
                 if step == cfg.steps:
                     save_adapter(peft_model, state, cfg.out / "final", meta, main=rt.rank == 0)
-            if clock is not None and step < cfg.steps:
-                _sync(rt.device)
-                clock = time.monotonic()
-                if sampler:
-                    sampler.active()
-            result.pause_s += time.monotonic() - paused
+            clock.resume(more=step < cfg.steps)
     result.train_s = time.monotonic() - started
     if sampler:
         sampler.idle()

@@ -15,10 +15,19 @@ site key that would make it apply (the InfiniBand rule: declared absent is judge
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
 from gpuaccept.contracts.judge import JudgeLike, gpu_label
-from gpuaccept.contracts.tenant import AgentRecord, AgentState, ResidueGpu, ResidueRecord, SoftwareRecord, TrustRecord
+from gpuaccept.contracts.tenant import (
+    AgentRecord,
+    AgentState,
+    ResidueGpu,
+    ResidueRecord,
+    SoftwareRecord,
+    TopValue,
+    TrustRecord,
+)
 from gpuaccept.thresholds.bulletins import Catalogue, findings
 from gpuaccept.thresholds.tenant_site import RootOfTrust, TenantSite
 
@@ -86,20 +95,22 @@ def judge_residue(scan: ResidueRecord, judge: JudgeLike, node: str, fill: Residu
             "tag": scan.tag,
         }
         judge.check("gpu_residue_pattern_bytes", gpu.pattern_bytes, node=node, gpu=_gpu(gpu), **extra)
-        left = (
-            "zeros"
-            if gpu.nonzero_bytes == 0
-            else ", ".join(f"{v.value} x{v.words}" for v in gpu.top_values) or "non-zero bytes"
-        )
         judge.info(
             "gpu_residue_nonzero_bytes",
             gpu.nonzero_bytes,
             node=node,
             gpu=_gpu(gpu),
             scanned_bytes=gpu.bytes,
-            driver_left=left,
+            driver_left=_held(gpu.nonzero_bytes, gpu.top_values),
             sampled_words=gpu.sampled_words,
         )
+
+
+def _held(nonzero: int | None, top: Sequence[TopValue]) -> str:
+    """What a scan saw, in words: zeros, or the commonest non-zero words of its sample."""
+    if not nonzero:
+        return "zeros"
+    return ", ".join(f"{v.value} x{v.words}" for v in top) or "non-zero bytes"
 
 
 def judge_inherited(fill: ResidueRecord, judge: JudgeLike, node: str) -> None:
@@ -110,14 +121,13 @@ def judge_inherited(fill: ResidueRecord, judge: JudgeLike, node: str) -> None:
         judge.unreadable("gpu_residue_inherited_nonzero_bytes", fill.why or "no CUDA", node=node)
         return
     for gpu in fill.gpus:
-        left = ", ".join(f"{v.value} x{v.words}" for v in gpu.inherited_top_values) or "zeros"
         judge.check(
             "gpu_residue_inherited_nonzero_bytes",
             gpu.inherited_nonzero_bytes,
             node=node,
             gpu=_gpu(gpu),
             scanned_bytes=gpu.bytes,
-            previous_job_left=left,
+            previous_job_left=_held(gpu.inherited_nonzero_bytes, gpu.inherited_top_values),
         )
 
 

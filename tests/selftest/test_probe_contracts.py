@@ -119,8 +119,9 @@ def test_every_recorded_result_line_is_held_to_a_type() -> None:
 # ---- recorded inputs read by the probes themselves: what the probe emits on that node, through JSON as it arrives
 
 
-def _arrived(spec: ProbeSpec[Any], data: dict[str, Any]) -> None:
-    spec.validate(_record(json.loads(json.dumps(data))))
+def _arrived(spec: ProbeSpec[Any], data: dict[str, Any]) -> Any:
+    """The probe's output as it arrives (through JSON), validated: its typed payload, or ``PayloadError``."""
+    return spec.read(spec.validate(_record(json.loads(json.dumps(data)))))
 
 
 SYSFS = FIXTURES / "sysfs"
@@ -128,17 +129,20 @@ SYSFS = FIXTURES / "sysfs"
 
 @pytest.mark.parametrize("counters_only", [False, True], ids=["full", "counters-only"])
 def test_infiniband_on_a_recorded_tree_is_its_payload_type(counters_only: bool, tmp_path: Path) -> None:
-    _arrived(specs.INFINIBAND, infiniband.collect(SYSFS / "hgx-h100-ndr", counters_only))
-    _arrived(specs.INFINIBAND, infiniband.collect(tmp_path, counters_only))  # no class/infiniband: present false
+    assert _arrived(specs.INFINIBAND, infiniband.collect(SYSFS / "hgx-h100-ndr", counters_only))["present"]
+    # no class/infiniband: present false
+    assert not _arrived(specs.INFINIBAND, infiniband.collect(tmp_path, counters_only))["present"]
 
 
 def test_gdr_on_a_recorded_tree_is_its_payload_type() -> None:
-    _arrived(specs.GDR, gdr.collect(SYSFS / "hgx-h100-gdr", SYSFS / "hgx-h100-gdr.proc", cuda=False))
+    data = gdr.collect(SYSFS / "hgx-h100-gdr", SYSFS / "hgx-h100-gdr.proc", cuda=False)
+    assert _arrived(specs.GDR, data) == json.loads(json.dumps(data))
 
 
 @pytest.mark.parametrize("log", sorted(p.name for p in (FIXTURES / "kernel-log").glob("*.txt")))
 def test_xid_on_a_recorded_kernel_log_is_its_payload_type(log: str) -> None:
-    _arrived(specs.XID, xid.collect([], FIXTURES / "kernel-log" / log))
+    data = xid.collect([], FIXTURES / "kernel-log" / log)
+    assert _arrived(specs.XID, data) == json.loads(json.dumps(data))
 
 
 @pytest.mark.parametrize("bw", sorted(p.name for p in (FIXTURES / "perftest").glob("ib_write_bw-*.txt")))
@@ -154,4 +158,5 @@ def test_perftest_endpoint_on_recorded_output_is_its_payload_type(bw: str, monke
     test = Pairing(("node1", "mlx5_0"), ("node2", "mlx5_0"), 18515)
     args = SimpleNamespace(timeout=60.0, size=8388608, duration=5, lat_iters=10000)
     endpoint = perftest._endpoint(role, test, args, "0000:18:00.0" if "cuda" in bw else None)
-    _arrived(specs.PERFTEST, {"plan_tests": 1, "endpoints": [endpoint], "cuda_build": True})
+    (typed,) = _arrived(specs.PERFTEST, {"plan_tests": 1, "endpoints": [endpoint], "cuda_build": True})["endpoints"]
+    assert typed["role"] == role and ("bw" in typed or "error" in typed)

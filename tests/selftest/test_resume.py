@@ -5,7 +5,6 @@ losses equal the uninterrupted run's bit for bit. A byte changed on disk is name
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 import subprocess
@@ -15,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.dispatch.result import parse_records
+from gpuaccept.probes._protocol import node_name
 from gpuaccept.thresholds.storage_site import Filesystem
 from gpuaccept.training.checkpoint import MANIFEST, RESUME_STEPS, restore, resume_step
 from gpuaccept.training.resume import departure
@@ -22,13 +23,6 @@ from gpuaccept.verdicts.resume import JUDGED_BYTES, judge_resume
 from tests.selftest._tenant_judge import RecordingJudge
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _payload(stdout: str) -> dict[str, Any]:
-    """The probe's one result, whole or in numbered parts (``gpuaccept.probes._protocol``)."""
-    parts = [line.split(" ", 3)[3].strip() for line in stdout.splitlines() if line.startswith("GPUACCEPT_PART ")]
-    text = base64.b64decode("".join(parts)).decode() if parts else stdout[stdout.index("GPUACCEPT_RESULT") :]
-    return json.loads(text[text.index("{") :].splitlines()[0] if not parts else text[text.index("{") :])
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +39,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    return _payload(done.stdout)["data"], out / "resume"
+    (record,) = parse_records("finetune", done.stdout, 1, (node_name(),))
+    return record.data, out / "resume"
 
 
 def test_resumed_losses_equal_the_run(run: tuple[dict[str, Any], Path]) -> None:
