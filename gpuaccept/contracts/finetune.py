@@ -15,13 +15,59 @@ from typing import Any
 # pydantic validates these where a result arrives (probes/specs.py): before Python 3.12 it needs this TypedDict
 from typing_extensions import TypedDict
 
-__all__ = ["FinetunePayload", "FinetunePrecision", "FinetuneRun"]
+__all__ = ["FinetunePayload", "FinetunePrecision", "FinetuneRun", "ServedCold", "ServedMoved", "ServedWeights"]
 
 
 class FinetunePrecision(TypedDict, total=False):
     base: str
     adapters: str
     deterministic: bool
+
+
+class ServedMoved(TypedDict, total=False):
+    """The merged weights written (``saved``) or copied to scratch (``scratch_copy``): where, how much, how fast;
+    ``error`` when the filesystem refused them."""
+
+    path: str
+    bytes: int
+    seconds: float
+    gbps: float | None
+    files: int
+    tensors: int
+    error: str
+
+
+class ServedCold(TypedDict, total=False):
+    """One cold start of the merged weights (``training.served_weights.cold_start``) and its first token."""
+
+    path: str
+    bytes: int
+    read_s: float
+    placed_s: float
+    ttft_s: float
+    gbps: float | None
+    cache: str
+    files: int
+    mismatched: dict[str, str]
+    device: str
+    error: str
+    first_token: str
+    tokens: list[int]
+    logits_equal: bool
+    max_abs_logit_delta: float
+    loaded_from: str
+
+
+class ServedWeights(TypedDict, total=False):
+    """The launch's first adapter merged, saved to the models filesystem and cold-started (rank 0's solo run)."""
+
+    adapter: str
+    prompt_tokens: int
+    saved: ServedMoved
+    cold: ServedCold
+    scratch_copy: ServedMoved
+    scratch_cold: ServedCold
+    error: str
 
 
 class FinetuneRun(TypedDict, total=False):
@@ -71,6 +117,7 @@ class FinetuneRun(TypedDict, total=False):
     config: dict[str, Any]
     lifecycle_s: float
     serving: dict[str, Any]
+    served_weights: ServedWeights
     startup_s: float
     startup_phases_s: dict[str, float]
     torch_threads: int | None

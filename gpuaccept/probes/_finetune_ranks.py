@@ -52,10 +52,11 @@ def lifecycles(
     with the base model) is single-process work from what rank 0 wrote; run after each strategy on
     rank 0 it kept every other GPU waiting. At the end, with all training done, strategy k's lifecycle
     runs on the k-th rank of rank 0's node (its own GPU, reading the same local files), so DDP's and
-    FSDP's take the time of one. The resume from rank 0's own checkpoint (``strategy.RESUME``) is one more job
-    of the same kind. Returns, on rank 0, each job's results.
+    FSDP's take the time of one. The resume from rank 0's own checkpoint (``after_training.RESUME``) and the merged
+    weights saved and cold-started (``after_training.SERVED``) are jobs of the same kind, one GPU each where the
+    node has one to spare. Returns, on rank 0, each job's results.
     """
-    from gpuaccept.training.strategy import run_after
+    from gpuaccept.training.after_training import run_after
 
     local = {"rt": rt, "tokenizer": tokenizer, "test_ex": test_ex, "train_ex": train_ex}
     if rt.world == 1:

@@ -97,6 +97,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="where rank 0's own run saves its resumable checkpoint half-way, restored and resumed once training "
         "is over ('{node}' becomes this node's name; default: resume/ in the run folder)",
     )
+    p.add_argument(
+        "--models-dir",
+        type=Path,
+        help="where the launch's first adapter, merged, is saved as safetensors and cold-started from once training "
+        "is over (the site's models filesystem; '{node}' becomes this node's name; default: served/ in the run folder)",
+    )
+    p.add_argument(
+        "--scratch-dir",
+        type=Path,
+        help="a node-local scratch folder the merged weights are copied to and cold-started from again ('{node}' "
+        "becomes this node's name; default: none)",
+    )
     p.add_argument("--gen-tokens", type=int)
     p.add_argument("--threads", type=int, help="torch CPU threads per rank (GPU default: min(4, cores / local ranks))")
     p.add_argument("--seed", type=int)
@@ -208,12 +220,13 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM  # noqa: F401
 
     from gpuaccept import selftest_hooks
+    from gpuaccept.training.after_training import RESUME, SERVED
     from gpuaccept.training.config import CKPT_MIN_GIB, profile_for, scale_plan
     from gpuaccept.training.data import encode, load_splits, load_tokenizer
     from gpuaccept.training.loop import Runtime
     from gpuaccept.training.perturb import PERTURB_ENV
     from gpuaccept.training.perturb import parse as parse_perturbation
-    from gpuaccept.training.strategy import RESUME, release, serve_own, train_one
+    from gpuaccept.training.strategy import release, serve_own, train_one
 
     PHASES.mark("imports")
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
@@ -310,11 +323,26 @@ def _run(args: argparse.Namespace, info: Any) -> None:
             for rest in strategies[strategies.index("solo") + 1 :]:
                 runs[rest] = {"strategy": rest, "not_run": slow, **shared}
             break
+    first = next((s for s in strategies if s in pending), None)
+    if "solo" in runs and first is not None:  # rank 0's node: the merged weights, saved and cold-started
+        job = pending[first]
+        pending[SERVED] = {
+            "cfg": job["cfg"],
+            "base_path": job["base_path"],
+            "seed": job["seed"],
+            "to": Path(str(args.models_dir or args.out / "served").replace("{node}", node)),
+            "scratch": Path(str(args.scratch_dir).replace("{node}", node)) if args.scratch_dir else None,
+            "prompt": list(test_ex[0]["prompt_ids"]),
+            "clean": True,
+        }
     PHASES.mark("strategies")
     progress.phase("lifecycle")
     for strategy, extra in lifecycles(dist, rt, pending, tokenizer, test_ex, train_ex).items():
         if strategy == RESUME:  # rank 0's own run saved the checkpoint this resumed from
             runs["solo"].setdefault("checkpoint", {})["resumed"] = extra
+            continue
+        if strategy == SERVED:  # the launch's first adapter, merged, from the models filesystem to a first token
+            runs["solo"]["served_weights"] = extra
             continue
         runs[strategy].update(extra)
         runs[strategy]["wall_s"] = round(runs[strategy]["wall_s"] + extra.get("lifecycle_s", 0.0), 3)

@@ -66,6 +66,8 @@ class LaunchPlan:
     strategies: tuple[StrategyWork, ...]
     lifecycle: bool
     serving: bool
+    #: work whose time is the storage's, not the GPU's, each at its filesystem's contracted rate: (what, seconds)
+    storage: tuple[tuple[str, float], ...] = ()
 
 
 def launch_limit(plan: LaunchPlan) -> TimeLimit:
@@ -88,5 +90,8 @@ def launch_limit(plan: LaunchPlan) -> TimeLimit:
         if wanted:
             t += fixed[name]
             terms.append(f"{name} {fixed[name]:g} s")
+    for name, seconds in plan.storage:
+        t += seconds
+        terms.append(f"{name} {seconds:.1f} s")
     basis = f"x{MARGIN:g} of ({' + '.join(terms)}) = {MARGIN * t:.0f} s"
     return TimeLimit(round(MARGIN * t, 1), basis, tuple(ends))

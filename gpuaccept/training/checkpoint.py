@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,20 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["ADAPTER", "MANIFEST", "OPTIMIZER", "RESUME_STEPS", "STATE", "restore", "resume_step", "save"]
+__all__ = [
+    "ADAPTER",
+    "MANIFEST",
+    "OPTIMIZER",
+    "RESUME_STEPS",
+    "STATE",
+    "fsync_dir",
+    "read_uncached",
+    "remove",
+    "restore",
+    "resume_step",
+    "save",
+    "write_synced",
+]
 
 #: steps trained after the restore: enough that the optimizer's moments and the schedule drive them (a lost
 #: moment or a reset schedule changes the second step's loss), few enough to cost seconds on a 7B
@@ -44,7 +58,7 @@ def resume_step(steps: int) -> int | None:
     return at if at >= 1 and at + RESUME_STEPS <= steps else None
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -52,7 +66,7 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _write(target: Path, data: bytes) -> None:
+def write_synced(target: Path, data: bytes) -> None:
     with target.open("wb") as handle:
         handle.write(data)
         handle.flush()
@@ -89,8 +103,8 @@ def save(folder: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer, 
         old.unlink()
     started = time.monotonic()
     for name, data in files.items():
-        _write(folder / name, data)
-    _fsync_dir(folder)
+        write_synced(folder / name, data)
+    fsync_dir(folder)
     seconds = time.monotonic() - started
     described = [
         {"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in files.items()
@@ -107,7 +121,18 @@ def save(folder: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer, 
     }
 
 
-def _read_uncached(path: Path) -> bytes:
+def remove(folder: Path, parents: int = 2) -> None:
+    """``folder`` and its contents, then up to ``parents`` folders above it that it leaves empty (this run's folder
+    on a site's filesystem, once no other node's or purpose's is left in it)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    for parent in list(folder.parents)[:parents]:
+        try:
+            parent.rmdir()
+        except OSError:  # not empty (another node's, or another purpose's), or not ours to remove
+            return
+
+
+def read_uncached(path: Path) -> bytes:
     """The file's bytes from the filesystem, not from this node's page cache (dropped for it first)."""
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -122,7 +147,7 @@ def restore(folder: Path) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Every file of the manifest read back uncached and hashed: the bytes and what the restore measured."""
     manifest = json.loads((folder / MANIFEST).read_text())
     started = time.monotonic()
-    data = {f["name"]: _read_uncached(folder / f["name"]) for f in manifest["files"] if (folder / f["name"]).is_file()}
+    data = {f["name"]: read_uncached(folder / f["name"]) for f in manifest["files"] if (folder / f["name"]).is_file()}
     seconds = time.monotonic() - started
     mismatched = {
         f["name"]: "missing" if f["name"] not in data else "changed"

@@ -126,14 +126,23 @@ class FinetuneLaunch:
         dataset: Path | None,
         solo_floor: float | None,
         checkpoints: str | None = None,
+        models: str | None = None,
+        scratch: str | None = None,
     ) -> list[str]:
         """The probe's arguments: its strategies, where it writes (under ``reports``/training), its model and
-        data, the floor a GPU's own run must reach (``solo_floor``, where ``wants_solo_floor``), and where rank
+        data, the floor a GPU's own run must reach (``solo_floor``, where ``wants_solo_floor``), where rank
         0's own run saves its resumable checkpoint (a folder of ``checkpoints``, the site's checkpoint
-        filesystem; else the run folder)."""
+        filesystem; else the run folder), and where the merged weights are saved and cold-started from (a
+        folder of ``models``, the site's models filesystem, then of ``scratch``, its node-local scratch)."""
         args = ["--strategy", ",".join(self.strategies), "--out", str(reports / "training" / self.out())]
-        if checkpoints and "solo" in self.strategies:
-            args += ["--checkpoint-dir", f"{checkpoints.rstrip('/')}/{self.out()}"]
+        if "solo" in self.strategies:
+            for option, root, sub in (
+                ("--checkpoint-dir", checkpoints, "resume"),
+                ("--models-dir", models, "served"),
+                ("--scratch-dir", scratch, "served"),
+            ):
+                if root:  # a folder each: the models filesystem may be the checkpoint filesystem
+                    args += [option, f"{root.rstrip('/')}/{self.out()}/{sub}"]
         if self.profile == "scale":
             args += ["--profile", "scale"]
         if model_path:

@@ -7,7 +7,6 @@ after its start-up clock runs, so torch, transformers and peft still count as th
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import statistics
 import time
@@ -17,13 +16,11 @@ from typing import Any
 
 from gpuaccept.training.model import DTYPES
 
-__all__ = ["RESUME", "lifecycle", "release", "run_after", "serve_own", "train_one"]
+__all__ = ["lifecycle", "release", "serve_own", "train_one"]
 
 #: the 7B-class runs, whose serving is judged by the GPU's roofline (the small model's decode times launches)
 SERVED_PROFILES = ("scale", "pretrained")
 
-#: the key of the resume job among the jobs run once training is over (``run_after``)
-RESUME = "resume"
 
 #: This rank's solo adapter and its config, kept for ``serve_own`` at the end of the launch.
 _SOLO_ADAPTER: dict[str, Any] = {}
@@ -363,34 +360,3 @@ def lifecycle(
         lifecycle_s=round(time.monotonic() - started, 3),
     )
     return out
-
-
-def run_after(
-    name: str, job: dict[str, Any], *, rt: Any, tokenizer: Any, test_ex: list[Any], train_ex: list[Any]
-) -> dict[str, Any]:
-    """One job of those run once training is over, on the GPU ``_finetune_ranks.lifecycles`` gives it: a
-    strategy's lifecycle, or (``RESUME``) the resume from rank 0's own checkpoint, its GPU freed first. A
-    checkpoint on the site's filesystem (``clean``) is removed after, unless its bytes changed (the evidence): the
-    run folder keeps its own."""
-    if name != RESUME:
-        return lifecycle(**job, rt=rt, tokenizer=tokenizer, test_ex=test_ex)
-    import torch
-
-    from gpuaccept.training.resume import resume
-
-    job = dict(job)
-    clean = job.pop("clean", False)
-    release(torch, rt.device.type == "cuda")
-    out: dict[str, Any] = {}
-    try:
-        out = resume(**job, rt=rt, train_ex=train_ex)
-        return out
-    except Exception as exc:  # the launch's figures still go out; the resume's check names this
-        traceback.print_exc()
-        return {"resume_error": f"{type(exc).__name__}: {str(exc)[:500]}"}
-    finally:
-        release(torch, rt.device.type == "cuda")
-        if clean and not out.get("restore", {}).get("mismatched"):  # files that changed are the evidence: kept
-            shutil.rmtree(job["folder"], ignore_errors=True)
-            with contextlib.suppress(OSError):  # the run's folder there, once no other node's is left in it
-                Path(job["folder"]).parent.rmdir()

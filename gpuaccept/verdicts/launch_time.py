@@ -31,7 +31,15 @@ from gpuaccept.training.flops import flops_from_config
 from gpuaccept.training.watch import latest, phase_start
 from gpuaccept.verdicts.training import LaunchShape
 
-__all__ = ["RankStand", "judge_unfinished", "judge_unfinished_ranks", "planned_limit", "solo_floor", "stands"]
+__all__ = [
+    "RankStand",
+    "judge_unfinished",
+    "judge_unfinished_ranks",
+    "planned_limit",
+    "solo_floor",
+    "stands",
+    "weight_bytes",
+]
 
 
 def _config(shape: LaunchShape, strategy: str, model_path: Path | None) -> TrainConfig:
@@ -80,6 +88,20 @@ def _floor_rate(
     return rate, f"{metric} >= {floor:g}% of {peak:g} TFLOPS at {flops:.3g} FLOPs/token"
 
 
+def weight_bytes(shape: LaunchShape, model_path: Path | None) -> int | None:
+    """The base model's bytes (every linear and output layer, and the input embedding), from its config.json in
+    the dtype the launch holds it in: what the merged weights' save and cold start move."""
+    cfg = _config(shape, "solo", model_path)
+    path = (model_path / "config.json") if model_path else cfg.model_config
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    count = flops_from_config(config, cfg.lora_r, LINEAR_MODULES, cfg.seq_len).frozen_matmul_params
+    embedding = 0 if config.get("tie_word_embeddings") else int(config["hidden_size"]) * int(config["vocab_size"])
+    return (count + embedding) * {"bf16": 2, "fp32": 4}[cfg.base_dtype]
+
+
 def planned_limit(
     judge: JudgeLike,
     shape: LaunchShape,
@@ -89,9 +111,11 @@ def planned_limit(
     model_path: Path | None,
     lifecycle: bool,
     serving: bool,
+    storage: tuple[tuple[str, float], ...] = (),
 ) -> TimeLimit | None:
-    """The launch's limit from its plan at the floors of ``node``'s SKU; None where a strategy has no floor
-    (a checkpoint on CPU ranks: its speed is reported, not judged), so the probe's declared limit applies."""
+    """The launch's limit from its plan at the floors of ``node``'s SKU, and ``storage``'s work at its filesystems'
+    contracted rates; None where a strategy has no floor (a checkpoint on CPU ranks: its speed is reported, not
+    judged), so the probe's declared limit applies."""
     works = []
     for strategy in strategies:
         cfg = _config(shape, strategy, model_path)
@@ -99,7 +123,7 @@ def planned_limit(
         if floor is None:
             return None
         works.append(StrategyWork(strategy, cfg.steps, _tokens_per_step(cfg), floor[0], floor[1]))
-    return launch_limit(LaunchPlan(tuple(works), lifecycle, serving))
+    return launch_limit(LaunchPlan(tuple(works), lifecycle, serving, storage))
 
 
 def solo_floor(judge: JudgeLike, shape: LaunchShape, node: str, model_path: Path | None) -> float | None:

@@ -32,6 +32,7 @@ from gpuaccept.errors import MeasurementError, ProbeTimeout
 from gpuaccept.judging.trajectory import Trajectory
 from gpuaccept.probes.specs import FINETUNE
 from gpuaccept.report.charts.loss import artifacts
+from gpuaccept.thresholds.storage_site import Filesystem
 from gpuaccept.timelimits import TimeLimit
 from gpuaccept.training.finetune_launch import (
     PROFILES,
@@ -47,8 +48,22 @@ from gpuaccept.training.finetune_launch import (
 )
 from gpuaccept.training.report import TARGET_LOSS, print_summary
 from gpuaccept.verdicts.inference import AGREEMENT, SERVING, Served
-from gpuaccept.verdicts.launch_time import RankStand, judge_unfinished_ranks, planned_limit, solo_floor, stands
+from gpuaccept.verdicts.launch_time import (
+    RankStand,
+    judge_unfinished_ranks,
+    planned_limit,
+    solo_floor,
+    stands,
+    weight_bytes,
+)
 from gpuaccept.verdicts.resume import RESUME_METRICS, checkpoint_filesystem, judge_resume
+from gpuaccept.verdicts.served_weights import (
+    SERVED_METRICS,
+    judge_served_weights,
+    models_filesystem,
+    planned_seconds,
+    scratch_filesystem,
+)
 from gpuaccept.verdicts.training import (
     LIFECYCLE,
     LOSS_FIGURES,
@@ -105,13 +120,15 @@ def _launch(ctx: Ctx, launch: FinetuneLaunch) -> ProbeResult:
     floor = (
         solo_floor(ctx.judge, _shape(launch), launch.nodes[0], settings.model_path) if launch.wants_solo_floor else None
     )
-    declared = checkpoint_filesystem(ctx.storage)  # the site's checkpoint filesystem, else the run folder
     args = launch.args(
         ctx.rootdir / "reports",
         model_path=settings.model_path,
         dataset=settings.dataset,
         solo_floor=floor,
-        checkpoints=f"{declared[1].path}/gpuaccept-finetune-{RUN_TOKEN}" if declared else None,
+        # the site's checkpoint, models and scratch filesystems, each where declared (else the run folder)
+        checkpoints=_run_folder(checkpoint_filesystem(ctx.storage)),
+        models=_run_folder(models_filesystem(ctx.storage)),
+        scratch=_run_folder(scratch_filesystem(ctx.storage)),
     )
     return ctx.cluster.run_shared(
         FINETUNE,
@@ -124,10 +141,16 @@ def _launch(ctx: Ctx, launch: FinetuneLaunch) -> ProbeResult:
     )
 
 
+def _run_folder(declared: tuple[str, Filesystem] | None) -> str | None:
+    """This run's folder on a declared filesystem (None: not declared)."""
+    return f"{declared[1].path}/gpuaccept-finetune-{RUN_TOKEN}" if declared else None
+
+
 def _limit(ctx: Ctx, launch: FinetuneLaunch) -> TimeLimit | None:
     """The launch's time limit from its plan at the floors of its first node's SKU (None: no floor to plan
     with, the probe's declared limit applies)."""
     shape = _shape(launch)
+    weights = weight_bytes(shape, ctx.settings.model_path) if "solo" in launch.strategies else None
     return planned_limit(
         ctx.judge,
         shape,
@@ -136,6 +159,7 @@ def _limit(ctx: Ctx, launch: FinetuneLaunch) -> TimeLimit | None:
         model_path=ctx.settings.model_path,
         lifecycle=launch.lifecycle,
         serving=shape.serves,
+        storage=planned_seconds(weights, models_filesystem(ctx.storage), scratch_filesystem(ctx.storage)),
     )
 
 
@@ -216,6 +240,8 @@ def _check_solo(launch: FinetuneLaunch, ctx: Ctx) -> None:
         return
     first = min(result.records, key=lambda r: r.rank)  # rank 0 saved its own run's checkpoint and resumed it
     judge_resume(first.data.get("checkpoint"), checkpoint_filesystem(ctx.storage), ctx.judge, first.node)
+    models, scratch = models_filesystem(ctx.storage), scratch_filesystem(ctx.storage)
+    judge_served_weights(first.data.get("served_weights"), models, scratch, ctx.judge, first.node)
     if launch.ranks == 1:  # a one-GPU node: its own run is the run with the lifecycle (DDP/FSDP do not apply)
         _report(result.records, launch.folder("solo"), result.duration_s)
     else:
@@ -303,6 +329,7 @@ def ctx(cluster, settings, judge, request, thresholds) -> Ctx:
     *SCALE_LIFECYCLE,
     *SERVING,
     *RESUME_METRICS,
+    *SERVED_METRICS,
 )
 @pytest.mark.parametrize("profile", PROFILES)
 def test_finetune_each_gpu(node, profile, ctx):

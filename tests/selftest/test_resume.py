@@ -1,7 +1,10 @@
-"""The fine-tune's own checkpoint (``gpuaccept.training.resume``), run for real on CPU: rank 0's run saves it
-half-way, a new step of the same process restores it with the page cache dropped and trains on; the resumed
-losses equal the uninterrupted run's bit for bit. A byte changed on disk is named by its file, and the judge
-(``gpuaccept.verdicts.resume``) fails a resume that departs."""
+"""The fine-tune's own checkpoint (``gpuaccept.training.resume``) and its merged weights
+(``gpuaccept.training.served_weights``), run for real on CPU: rank 0's run saves the checkpoint half-way, a new step
+of the same process restores it with the page cache dropped and trains on; the resumed losses equal the uninterrupted
+run's bit for bit. Once training is over the adapter is merged, saved as shards and loaded cold to the same first
+token, from the run folder and from a scratch folder. A byte changed on disk is named by its file, and the judges
+(``gpuaccept.verdicts.resume``, ``gpuaccept.verdicts.served_weights``) fail a resume that departs and weights that
+changed."""
 
 from __future__ import annotations
 
@@ -19,7 +22,9 @@ from gpuaccept.probes._protocol import node_name
 from gpuaccept.thresholds.storage_site import Filesystem
 from gpuaccept.training.checkpoint import MANIFEST, RESUME_STEPS, restore, resume_step
 from gpuaccept.training.resume import departure
+from gpuaccept.training.served_weights import cold_start, first_logits, host_shards, same_answer, save_shards
 from gpuaccept.verdicts.resume import JUDGED_BYTES, judge_resume
+from gpuaccept.verdicts.served_weights import judge_served_weights
 from tests.selftest._tenant_judge import RecordingJudge
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,9 +32,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
-    """One small CPU fine-tune of 12 steps: its checkpoint lies in the run folder's resume/ (kept there)."""
+    """One small CPU fine-tune of 12 steps: its checkpoint lies in the run folder's resume/ (kept there); its merged
+    weights went to served/ and a scratch folder, removed once started from."""
     out = tmp_path_factory.mktemp("finetune")
     args = ["--strategy", "solo", "--out", str(out), "--steps", "12", "--ckpt-every", "12", "--device", "cpu"]
+    args += ["--scratch-dir", str(out / "scratch" / "{node}")]
     done = subprocess.run(
         [sys.executable, "-m", "gpuaccept.probes.finetune", *args],
         cwd=ROOT,
@@ -135,3 +142,92 @@ def test_a_nan_after_a_matching_step_is_no_match() -> None:
     assert departure([1.0, 0.5], [1.0, float("inf")]) == math.inf
     assert departure([1.0, 0.5], [1.0, 0.25]) == 0.25
     assert departure([], []) is None
+
+
+def test_merged_weights_start_cold_to_the_same_first_token(run: tuple[dict[str, Any], Path]) -> None:
+    data, _ = run
+    served = data["served_weights"]
+    saved, cold, scratch = served["saved"], served["cold"], served["scratch_cold"]
+    assert saved["bytes"] == cold["bytes"] == scratch["bytes"] > 0
+    for start in (cold, scratch):
+        assert start["mismatched"] == {} and start["first_token"] == "same" and start["logits_equal"]
+        assert 0 < start["read_s"] <= start["placed_s"] <= start["ttft_s"]
+    assert (cold["loaded_from"], scratch["loaded_from"]) == ("models", "scratch")
+    assert not Path(saved["path"]).exists() and not Path(scratch["path"]).exists()  # removed once started from
+    judge = RecordingJudge()
+    judge_served_weights(served, None, None, judge, "node1")
+    assert [(c.kind, c.metric) for c in judge.calls] == [
+        ("info", "model_weights_save_gbps"),
+        ("expect", "model_weights_bytes"),
+        ("expect", "model_cold_start_token"),
+        ("info", "model_cold_start_gbps"),
+    ]
+    assert all(c.passed for c in judge.calls if c.kind == "expect")
+
+
+def test_the_contract_judges_the_weights_and_both_cold_starts(run: tuple[dict[str, Any], Path]) -> None:
+    """Above ``JUDGED_BYTES`` the save and each cold start are held to their filesystem's contract; the small
+    model's (under 1 MB) is shown beside it."""
+    served = json.loads(json.dumps(run[0]["served_weights"]))
+    for part in (served["saved"], served["cold"], served["scratch_cold"]):
+        part["bytes"] = JUDGED_BYTES
+    contract = {"read_gbps": 4, "write_gbps": 2, "source": "the site's purchase contract"}
+    models = Filesystem.model_validate(
+        {"path": "/mnt/models", "scope": "shared", "role": "models", "contract": contract}
+    )
+    scratch = Filesystem.model_validate(
+        {"path": "/mnt/nvme", "scope": "local", "role": "scratch", "contract": contract}
+    )
+    judge = RecordingJudge()
+    judge_served_weights(served, ("models", models), ("nvme", scratch), judge, "node1")
+    checks = [(c.metric, c.extra["filesystem"], c.extra["limit"].min) for c in judge.calls if c.kind == "check"]
+    assert checks == [
+        ("model_weights_save_gbps", "models", 2.0),
+        ("model_cold_start_gbps", "models", 4.0),
+        ("model_cold_start_gbps", "nvme", 4.0),
+    ]
+    assert [c.metric for c in judge.calls if c.kind == "info"] == ["model_scratch_copy_gbps"]
+
+
+def test_a_changed_shard_is_named_and_a_tied_model_starts_whole(tmp_path: Path) -> None:
+    """Shards of a model with tied embeddings (saved once, tied again by the model built from the config) start
+    cold to the same token; a byte changed in one shard is named by that file, and the judge fails it."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(ROOT / "fixtures" / "training" / "qwen2-tiny.json")
+    config.tie_word_embeddings = True
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    prompt = [5, 17, 99, 3]
+    reference = first_logits(model, prompt)
+    saved = save_shards(host_shards(model, shards=3), tmp_path / "served")
+    assert saved["files"] == 3
+    figures, logits = cold_start(tmp_path / "served", config, torch.float32, torch.device("cpu"), prompt)
+    assert figures["mismatched"] == {} and "error" not in figures
+    assert same_answer(logits, reference)["logits_equal"]
+    shard = sorted((tmp_path / "served").glob("*.safetensors"))[-1]
+    raw = bytearray(shard.read_bytes())
+    raw[-1] ^= 0xFF
+    shard.write_bytes(bytes(raw))
+    figures, _ = cold_start(tmp_path / "served", config, torch.float32, torch.device("cpu"), prompt)
+    assert figures["mismatched"] == {shard.name: "changed"}
+    judge = RecordingJudge()
+    cold = {**figures, **same_answer(logits, reference), "loaded_from": "models"}
+    judge_served_weights({"saved": saved, "cold": cold}, None, None, judge, "node2")
+    bytes_check = judge.of("model_weights_bytes")[0]
+    assert bytes_check.value == f"{shard.name}: changed" and not bytes_check.passed and bytes_check.node == "node2"
+
+
+def test_no_merged_weights_are_unmeasured_never_passed() -> None:
+    judge = RecordingJudge()
+    judge_served_weights(None, None, None, judge, "node1")
+    judge_served_weights({"error": "RuntimeError: out of memory"}, None, None, judge, "node2")
+    refused = {"saved": {"path": "/mnt/models/x", "error": "OSError: [Errno 30] Read-only file system"}}
+    judge_served_weights(refused, None, None, judge, "node3")
+    assert [(c.kind, c.metric, c.node) for c in judge.calls] == [
+        ("unreadable", "model_cold_start_gbps", "node1"),
+        ("unreadable", "model_cold_start_gbps", "node2"),
+        ("expect", "model_weights_bytes", "node3"),
+    ]
+    assert judge.calls[1].value == "RuntimeError: out of memory" and not judge.calls[2].passed

@@ -1,0 +1,288 @@
+"""The fine-tuned model as it is served: its adapter merged, the weights saved whole to the site's models
+filesystem, and loaded back cold into a GPU up to the first token.
+
+A serving job starts from the merged weights on shared storage (the documents this product grew from keep them on
+a network filesystem and copy them to a node's local disk for a faster cold start). So, once training is over, the
+launch's first lifecycle adapter (``final/`` of rank 0's run: the GPU's own run on a one-GPU node, DDP's on a node
+of several) is loaded onto the base and merged, as it would be deployed, and:
+
+* **saved** as safetensors shards (``SHARDS`` files, so a loader reads them side by side), each written and
+  fsynced, the folder fsynced, then a manifest of every file's sha256 (the checkpoint rule of
+  ``training.checkpoint``). The shards are serialised before the clock starts: the figure is the filesystem's;
+* **cold-started**: every shard's page cache dropped (``POSIX_FADV_DONTNEED``), then the clock runs from the
+  first byte read to the first token: the shards read on a thread each, each placed into a model built from the
+  config on the GPU as it arrives, then one prefill of a test prompt. The first token and its logits must be the
+  ones the merged model gave before it was saved (both eager, the same kernels), and every file must hash to
+  the manifest;
+* where the site declares a node-local scratch filesystem, **copied** there (fsynced) and cold-started again
+  from it, as the documents' ``/mnt/memory`` copy is.
+
+The weights are removed afterwards unless their bytes changed (then they are the evidence). The judge is
+``gpuaccept/verdicts/served_weights.py``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from gpuaccept.training.checkpoint import fsync_dir, read_uncached, remove, write_synced
+
+__all__ = [
+    "MANIFEST",
+    "SHARDS",
+    "cold_start",
+    "copy_synced",
+    "first_logits",
+    "host_shards",
+    "same_answer",
+    "save_shards",
+    "serve_from_storage",
+]
+
+#: how many files the weights are split into: a loader reads them side by side (a 7B's 15 GB in 1.9 GB files,
+#: under the 2 GiB a single write() moves on Linux)
+SHARDS = 8
+MANIFEST = "manifest.json"
+
+
+def first_logits(model: nn.Module, prompt: list[int]) -> torch.Tensor:
+    """The next-token logits after ``prompt`` (one prefill, no cache), eager, as float32 on the host: a compiled
+    layer would run other kernels than the freshly built cold model, and so give other bits."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([prompt], device=device)
+    with torch.no_grad(), torch.compiler.set_stance("force_eager"):
+        logits = model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[0, -1]
+    return logits.float().cpu()
+
+
+def host_shards(model: nn.Module, shards: int = SHARDS) -> list[dict[str, torch.Tensor]]:
+    """The model's state on the host in ``shards`` groups of about equal bytes; a tensor another name shares
+    (tied embeddings) is kept once: the model built from the config ties it again."""
+    seen: set[tuple[int, int]] = set()
+    tensors: list[tuple[str, torch.Tensor]] = []
+    for name, tensor in model.state_dict().items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        if key in seen:
+            continue
+        seen.add(key)
+        tensors.append((name, tensor))
+    total = sum(t.numel() * t.element_size() for _, t in tensors)
+    per = max(1, -(-total // shards))
+    out: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in tensors:
+        if size >= per and len(out) < shards:
+            out.append({})
+            size = 0
+        out[-1][name] = tensor.detach().to("cpu", copy=True).contiguous()
+        size += tensor.numel() * tensor.element_size()
+    return out
+
+
+def _sha256_all(blobs: Iterable[bytes]) -> list[str]:
+    """Every blob's sha256, side by side (hashlib lets go of the GIL for large buffers)."""
+    items = list(blobs)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
+        return list(pool.map(lambda b: hashlib.sha256(b).hexdigest(), items))
+
+
+def save_shards(groups: list[dict[str, torch.Tensor]], folder: Path) -> dict[str, Any]:
+    """The groups as safetensors files in ``folder`` (emptied first), each fsynced, the folder fsynced, then the
+    manifest; what moved, in how long. Serialised and hashed before the clock starts."""
+    from safetensors.torch import save as to_safetensors
+
+    names = [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
+    blobs = [to_safetensors(group) for group in groups]
+    hashes = _sha256_all(blobs)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    started = time.monotonic()
+    for name, blob in zip(names, blobs, strict=True):
+        write_synced(folder / name, blob)
+    fsync_dir(folder)
+    seconds = time.monotonic() - started
+    files = [{"name": n, "bytes": len(b), "sha256": h} for n, b, h in zip(names, blobs, hashes, strict=True)]
+    (folder / MANIFEST).write_text(json.dumps({"files": files}, indent=2) + "\n")
+    total = sum(len(b) for b in blobs)
+    return {
+        "path": str(folder),
+        "bytes": total,
+        "seconds": round(seconds, 4),
+        "gbps": round(total / seconds / 1e9, 4) if seconds > 0 else None,
+        "files": len(files),
+        "tensors": sum(len(g) for g in groups),
+    }
+
+
+def copy_synced(folder: Path, target: Path) -> dict[str, Any]:
+    """Every file of ``folder`` copied into ``target`` (emptied first), each fsynced, then the folder: the copy a
+    job makes to node-local scratch before it starts."""
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    started = time.monotonic()
+    total = 0
+    for source in sorted(folder.iterdir()):
+        data = source.read_bytes()
+        write_synced(target / source.name, data)
+        total += len(data)
+    fsync_dir(target)
+    seconds = time.monotonic() - started
+    return {
+        "path": str(target),
+        "bytes": total,
+        "seconds": round(seconds, 4),
+        "gbps": round(total / seconds / 1e9, 4) if seconds > 0 else None,
+    }
+
+
+def _skeleton(config: Any, dtype: torch.dtype, device: torch.device) -> nn.Module:
+    """The model the config describes, built on ``device`` in ``dtype`` (its init is overwritten by the load)."""
+    from transformers import AutoModelForCausalLM
+
+    with device:
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model.eval()
+
+
+def cold_start(
+    folder: Path, config: Any, dtype: torch.dtype, device: torch.device, prompt: list[int]
+) -> tuple[dict[str, Any], torch.Tensor | None]:
+    """The weights in ``folder`` loaded cold up to the first token: what it took, and the first token's logits
+    (None when the files did not make a whole model). Every file is hashed against the manifest after the clock
+    stops; a missing or changed file is named."""
+    from safetensors.torch import load as from_safetensors
+
+    manifest = json.loads((folder / MANIFEST).read_text())["files"]
+    started = time.monotonic()
+    model = _skeleton(config, dtype, device)
+    state = model.state_dict()
+    filled: set[tuple[int, int]] = set()
+    blobs: dict[str, bytes] = {}
+    read_s = 0.0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(manifest)) as pool:
+        reads = {pool.submit(read_uncached, folder / f["name"]): f["name"] for f in manifest}
+        for done in concurrent.futures.as_completed(reads):
+            name = reads[done]
+            try:
+                blobs[name] = done.result()
+            except FileNotFoundError:
+                continue
+            read_s = time.monotonic() - started
+            with torch.no_grad():
+                for key, tensor in from_safetensors(blobs[name]).items():
+                    if key in state:
+                        state[key].copy_(tensor)
+                        filled.add((state[key].untyped_storage().data_ptr(), state[key].storage_offset()))
+    placed_s = time.monotonic() - started
+    unfilled = sorted(k for k, t in state.items() if (t.untyped_storage().data_ptr(), t.storage_offset()) not in filled)
+    logits = None
+    if not unfilled:
+        ids = torch.tensor([prompt], device=device)
+        with torch.no_grad():
+            logits = model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[0, -1].float()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    ttft_s = time.monotonic() - started
+    hashes = dict(zip(blobs, _sha256_all(blobs.values()), strict=True))
+    mismatched = {
+        f["name"]: "missing" if f["name"] not in blobs else "changed"
+        for f in manifest
+        if hashes.get(f["name"]) != f["sha256"]
+    }
+    total = sum(len(b) for b in blobs.values())
+    figures: dict[str, Any] = {
+        "path": str(folder),
+        "bytes": total,
+        "read_s": round(read_s, 4),
+        "placed_s": round(placed_s, 4),
+        "ttft_s": round(ttft_s, 4),
+        "gbps": round(total / ttft_s / 1e9, 4) if ttft_s > 0 and logits is not None else None,
+        "cache": "dropped (POSIX_FADV_DONTNEED) on the node that wrote it",
+        "files": len(manifest),
+        "mismatched": mismatched,
+        "device": str(device),
+    }
+    if unfilled:
+        figures["error"] = f"{len(unfilled)} tensor(s) of the model not in the files, e.g. {unfilled[0]}"
+    return figures, None if logits is None else logits.cpu()
+
+
+def same_answer(cold: torch.Tensor | None, reference: torch.Tensor) -> dict[str, Any]:
+    """The cold model's first token against the one served before the save: equal tokens, equal logits."""
+    if cold is None:
+        return {"first_token": "not reached"}
+    return {
+        "first_token": "same" if int(cold.argmax()) == int(reference.argmax()) else "different",
+        "tokens": [int(reference.argmax()), int(cold.argmax())],
+        "logits_equal": bool(torch.equal(cold, reference)),
+        "max_abs_logit_delta": float((cold - reference).abs().max()),
+    }
+
+
+def serve_from_storage(
+    *,
+    cfg: Any,
+    base_path: Path | None,
+    seed: int,
+    to: Path,
+    scratch: Path | None,
+    prompt: list[int],
+    clean: bool,
+    device: torch.device,
+) -> dict[str, Any]:
+    """The launch's first lifecycle adapter (``cfg.out``/final) merged onto its base, saved to ``to``, cold-started
+    from it, and from ``scratch`` once copied there when a node-local scratch filesystem is declared. ``clean``:
+    the folders go afterwards (a site's filesystem, or 15 GB in the run folder) unless their bytes changed."""
+    from peft import PeftModel
+
+    from gpuaccept.training.model import DTYPES, build_base, load_base
+    from gpuaccept.training.strategy import release
+
+    cuda = device.type == "cuda"
+
+    final = cfg.out / "final"
+    out: dict[str, Any] = {"adapter": f"{cfg.strategy}'s final adapter, merged", "prompt_tokens": len(prompt)}
+    if not final.is_dir():
+        return {**out, "error": f"no final adapter in {final}: training stopped early"}
+    dtype = DTYPES[cfg.base_dtype]
+    base = build_base(cfg, seed, device) if base_path is None else load_base(base_path, dtype, device)
+    merged = PeftModel.from_pretrained(base, str(final)).merge_and_unload()  # type: ignore[operator]
+    reference = first_logits(merged, prompt)
+    config = merged.config
+    groups = host_shards(merged)
+    del merged, base
+    release(torch, cuda)
+    kept = False
+    try:
+        try:
+            out["saved"] = save_shards(groups, to)
+        except OSError as exc:  # the filesystem refused it (read-only, full, gone): its check names this
+            out["saved"] = {"path": str(to), "error": f"{type(exc).__name__}: {exc}"}
+            return out
+        del groups
+        figures, logits = cold_start(to, config, dtype, device, prompt)
+        out["cold"] = {**figures, **same_answer(logits, reference), "loaded_from": "models"}
+        kept = bool(figures["mismatched"])
+        release(torch, cuda)
+        if scratch is not None and not kept:
+            out["scratch_copy"] = copy_synced(to, scratch)
+            figures, logits = cold_start(scratch, config, dtype, device, prompt)
+            out["scratch_cold"] = {**figures, **same_answer(logits, reference), "loaded_from": "scratch"}
+            kept = bool(figures["mismatched"])
+            release(torch, cuda)
+    finally:
+        if clean and not kept:
+            for folder in (to, scratch):
+                if folder is not None:
+                    remove(folder)
+    return out

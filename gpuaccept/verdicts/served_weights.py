@@ -1,0 +1,164 @@
+"""The fine-tuned model's merged weights, its one home: saved to the site's models filesystem, loaded back cold to the
+first token, from node-local scratch too where one is declared.
+
+The fine-tune (``gpuaccept.training.served_weights``) merges the launch's first adapter into its base once training
+is over, saves the weights as safetensors shards, drops them from the page cache and loads them into a model built
+on the GPU up to one prefill's first token. Judged per node (rank 0's node of each node's launch):
+* every file read back identical to what was written (``model_weights_bytes``), naming the files that differ;
+* the cold model's first token the one the merged model gave before the save (``model_cold_start_token``);
+* where the site declares the filesystem, the save's GB/s against its contract's per-node write figure
+  (``model_weights_save_gbps``) and the cold start's, the weights' bytes over the time to the first token, against
+  its per-node read figure (``model_cold_start_gbps``): the first token no later than the contracted read of the
+  weights. Without a declared filesystem the weights go to the run folder and their speed is shown, not judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpuaccept.contracts.judge import JudgeLike
+from gpuaccept.thresholds.storage_site import Filesystem, StorageSection
+from gpuaccept.verdicts.resume import JUDGED_BYTES, checkpoint_filesystem
+from gpuaccept.verdicts.storage import per_node_limit
+
+__all__ = [
+    "SERVED_METRICS",
+    "UNDECLARED_GBPS",
+    "judge_served_weights",
+    "models_filesystem",
+    "planned_seconds",
+    "scratch_filesystem",
+]
+
+#: what the served weights judge against a limit (the byte and token checks are expectations)
+SERVED_METRICS = ("model_weights_save_gbps", "model_cold_start_gbps")
+
+Declared = tuple[str, Filesystem] | None
+
+
+def models_filesystem(storage: StorageSection) -> Declared:
+    """Where the merged weights go: the first declared filesystem of role ``models`` (a shared one first), else the
+    checkpoint filesystem; None when neither is declared."""
+    ranked = sorted(
+        (fs.scope != "shared", index, name)
+        for index, (name, fs) in enumerate(storage.filesystems.items())
+        if fs.role == "models"
+    )
+    return (ranked[0][2], storage.filesystems[ranked[0][2]]) if ranked else checkpoint_filesystem(storage)
+
+
+def scratch_filesystem(storage: StorageSection) -> Declared:
+    """The first node-local filesystem of role ``scratch`` (BOOT04's NVMe), None when none is declared."""
+    for name, fs in storage.filesystems.items():
+        if fs.role == "scratch" and fs.scope == "local":
+            return name, fs
+    return None
+
+
+#: the rates (write, read) a launch's time limit plans the merged weights at in the run folder, where no filesystem is
+#: declared: the GPU VMs' local disk contract (fixtures/site/gpu-vm-disk.yaml, a third of the lowest fio figures of
+#: docs/measurements.md 'GPU VMs, 2026-11-28: storage and tenant safety'), the slowest disk the suite ran on
+UNDECLARED_GBPS = (0.5, 0.28)
+
+
+def planned_seconds(weights: int | None, models: Declared, scratch: Declared) -> tuple[tuple[str, float], ...]:
+    """What the merged weights' save and cold starts take at the contracted rates (a launch's time limit plans
+    them beside its training): saved and read at the models filesystem's per-node figures (the run folder's at
+    ``UNDECLARED_GBPS``), then written to and read from scratch where declared."""
+    if not weights:
+        return ()
+    gb = weights / 1e9
+    write, read = (
+        UNDECLARED_GBPS
+        if models is None
+        else (per_node_limit(models[1], "write").min or 0.0, per_node_limit(models[1], "read").min or 0.0)
+    )
+    terms = [("merged weights saved and cold-started", gb / write + gb / read)]
+    if scratch is not None:
+        to, back = per_node_limit(scratch[1], "write").min or 0.0, per_node_limit(scratch[1], "read").min or 0.0
+        terms.append(("copied to scratch and cold-started", gb / to + gb / back))
+    return tuple((name, round(seconds, 1)) for name, seconds in terms)
+
+
+def _speed(
+    judge: JudgeLike, metric: str, value: float | None, moved: int, declared: Declared, rw: str, **extra: Any
+) -> None:
+    """A GB/s held to the declared filesystem's per-node figure from ``JUDGED_BYTES`` on, else shown beside it."""
+    if declared is not None:
+        extra["filesystem"] = declared[0]
+    if declared is not None and moved >= JUDGED_BYTES:
+        judge.check(metric, value, limit=per_node_limit(declared[1], rw), **extra)
+        return
+    why = (
+        "no filesystem of role models or checkpoints declared (storage.filesystems.*.role): the run folder's speed"
+        if declared is None
+        else f"{moved:,} bytes, below {JUDGED_BYTES:,}: the filesystem's latency, not its throughput"
+    )
+    judge.info(metric, value, not_judged=why, **extra)
+
+
+def _cold(judge: JudgeLike, cold: Mapping[str, Any], declared: Declared, node: str) -> None:
+    """One cold start: its bytes, its first token, its GB/s to that token."""
+    where = {"fspath": cold["path"], "loaded_from": cold["loaded_from"]}
+    mismatched = cold.get("mismatched") or {}
+    differs = "identical" if not mismatched else "; ".join(f"{n}: {why}" for n, why in sorted(mismatched.items()))
+    judge.expect("model_weights_bytes", differs, "identical", node=node, files=cold["files"], **where)
+    if "error" in cold or cold.get("first_token") == "not reached":
+        judge.unreadable("model_cold_start_gbps", cold.get("error", "no first token"), node=node, **where)
+        return
+    judge.expect(
+        "model_cold_start_token",
+        cold["first_token"],
+        "same",
+        node=node,
+        tokens=cold["tokens"],
+        logits_equal=cold["logits_equal"],
+        max_abs_logit_delta=cold["max_abs_logit_delta"],
+        **where,
+    )
+    figures = {k: cold[k] for k in ("bytes", "ttft_s", "read_s", "placed_s", "cache", "device")}
+    _speed(judge, "model_cold_start_gbps", cold["gbps"], cold["bytes"], declared, "read", node=node, **figures, **where)
+
+
+def judge_served_weights(
+    served: Mapping[str, Any] | None, models: Declared, scratch: Declared, judge: JudgeLike, node: str
+) -> None:
+    """Judge the merged weights rank 0's node saved and cold-started (its ``served_weights`` payload)."""
+    if not served:
+        judge.unreadable("model_cold_start_gbps", "the launch saved no merged weights (rank 0's node)", node=node)
+        return
+    saved = served.get("saved")
+    if saved is None:
+        why = served.get("error", "the merged weights were not saved")
+        judge.unreadable("model_cold_start_gbps", why, node=node)
+        return
+    if "error" in saved:  # the filesystem refused the save (full, read-only, gone): nothing to start from
+        judge.expect(
+            "model_weights_bytes", f"not saved: {saved['error']}", "identical", node=node, fspath=saved["path"]
+        )
+        return
+    figures = {"bytes": saved["bytes"], "seconds": saved["seconds"], "files": saved["files"], "fspath": saved["path"]}
+    _speed(judge, "model_weights_save_gbps", saved["gbps"], saved["bytes"], models, "write", node=node, **figures)
+    cold = served.get("cold")
+    if cold is None:
+        judge.unreadable("model_cold_start_gbps", served.get("error", "no cold start"), node=node)
+        return
+    _cold(judge, cold, models, node)
+    if scratch is None:
+        return
+    if "scratch_cold" not in served:
+        why = served.get("error", "not copied to scratch: the weights read from the models filesystem differed")
+        judge.unreadable("model_cold_start_gbps", why, node=node, loaded_from="scratch")
+        return
+    copy = served["scratch_copy"]
+    judge.info(
+        "model_scratch_copy_gbps",
+        copy["gbps"],
+        node=node,
+        bytes=copy["bytes"],
+        seconds=copy["seconds"],
+        fspath=copy["path"],
+        filesystem=scratch[0],
+    )
+    _cold(judge, served["scratch_cold"], scratch, node)
