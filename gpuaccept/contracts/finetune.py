@@ -67,6 +67,7 @@ class ServedWeights(TypedDict, total=False):
     cold: ServedCold
     scratch_copy: ServedMoved
     scratch_cold: ServedCold
+    phases_s: dict[str, float]
     error: str
 
 

@@ -49,9 +49,12 @@ __all__ = [
     "serve_from_storage",
 ]
 
-#: how many files the weights are split into: a loader reads them side by side (a 7B's 15 GB in 1.9 GB files,
-#: under the 2 GiB a single write() moves on Linux)
+#: how many files the weights are split into (a 7B's 15 GB in 1.9 GB files, under the 2 GiB a single write() moves
+#: on Linux)
 SHARDS = 8
+#: how many shards a cold start reads at once: the fio probe's jobs (``storage_site.Sizes.jobs``); eight streams at
+#: once read a GPU VM's virtual disk at 0.73 GB/s where fio's four read it at 1.07-1.19 (docs/measurements.md)
+READERS = 4
 MANIFEST = "manifest.json"
 
 
@@ -98,22 +101,40 @@ def _sha256_all(blobs: Iterable[bytes]) -> list[str]:
 
 def save_shards(groups: list[dict[str, torch.Tensor]], folder: Path) -> dict[str, Any]:
     """The groups as safetensors files in ``folder`` (emptied first), each fsynced, the folder fsynced, then the
-    manifest; what moved, in how long. Serialised and hashed before the clock starts."""
+    manifest; what moved, in how long. One thread writes while this one serialises the next shard and a pool hashes
+    the last: the clock runs from the first write to the folder's fsync, so it holds the filesystem's time, not the
+    serialisation's, and the wall time is about the writes' alone."""
     from safetensors.torch import save as to_safetensors
 
     names = [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
-    blobs = [to_safetensors(group) for group in groups]
-    hashes = _sha256_all(blobs)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    started = time.monotonic()
-    for name, blob in zip(names, blobs, strict=True):
-        write_synced(folder / name, blob)
-    fsync_dir(folder)
-    seconds = time.monotonic() - started
-    files = [{"name": n, "bytes": len(b), "sha256": h} for n, b, h in zip(names, blobs, hashes, strict=True)]
+    starts: list[float] = []
+    sizes: list[int] = []
+
+    def write(target: Path, blob: bytes) -> None:
+        starts.append(time.monotonic())
+        write_synced(target, blob)
+
+    with (
+        concurrent.futures.ThreadPoolExecutor(max_workers=1) as writer,
+        concurrent.futures.ThreadPoolExecutor(max_workers=len(groups)) as hashers,
+    ):
+        writes, hashes = [], []
+        for name, group in zip(names, groups, strict=True):
+            blob = to_safetensors(group)
+            sizes.append(len(blob))
+            writes.append(writer.submit(write, folder / name, blob))
+            hashes.append(hashers.submit(lambda b: hashlib.sha256(b).hexdigest(), blob))
+            del blob
+        for done in writes:
+            done.result()
+        fsync_dir(folder)
+        seconds = time.monotonic() - min(starts)
+        digests = [h.result() for h in hashes]
+    files = [{"name": n, "bytes": b, "sha256": h} for n, b, h in zip(names, sizes, digests, strict=True)]
     (folder / MANIFEST).write_text(json.dumps({"files": files}, indent=2) + "\n")
-    total = sum(len(b) for b in blobs)
+    total = sum(sizes)
     return {
         "path": str(folder),
         "bytes": total,
@@ -169,7 +190,7 @@ def cold_start(
     filled: set[tuple[int, int]] = set()
     blobs: dict[str, bytes] = {}
     read_s = 0.0
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(manifest)) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(READERS, len(manifest))) as pool:
         reads = {pool.submit(read_uncached, folder / f["name"]): f["name"] for f in manifest}
         for done in concurrent.futures.as_completed(reads):
             name = reads[done]
@@ -255,13 +276,25 @@ def serve_from_storage(
     if not final.is_dir():
         return {**out, "error": f"no final adapter in {final}: training stopped early"}
     dtype = DTYPES[cfg.base_dtype]
+    phases: dict[str, float] = {}
+    out["phases_s"] = phases  # where the job's wall time went: the launch's lifecycle phase holds it
+    clock = time.monotonic()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        phases[name] = round(now - clock, 3)
+        clock = now
+
     base = build_base(cfg, seed, device) if base_path is None else load_base(base_path, dtype, device)
     merged = PeftModel.from_pretrained(base, str(final)).merge_and_unload()  # type: ignore[operator]
     reference = first_logits(merged, prompt)
     config = merged.config
+    lap("merged")
     groups = host_shards(merged)
     del merged, base
     release(torch, cuda)
+    lap("to_host")
     kept = False
     try:
         try:
@@ -270,19 +303,23 @@ def serve_from_storage(
             out["saved"] = {"path": str(to), "error": f"{type(exc).__name__}: {exc}"}
             return out
         del groups
+        lap("save")
         figures, logits = cold_start(to, config, dtype, device, prompt)
         out["cold"] = {**figures, **same_answer(logits, reference), "loaded_from": "models"}
         kept = bool(figures["mismatched"])
         release(torch, cuda)
+        lap("cold_start")
         if scratch is not None and not kept:
             out["scratch_copy"] = copy_synced(to, scratch)
             figures, logits = cold_start(scratch, config, dtype, device, prompt)
             out["scratch_cold"] = {**figures, **same_answer(logits, reference), "loaded_from": "scratch"}
             kept = bool(figures["mismatched"])
             release(torch, cuda)
+            lap("scratch")
     finally:
         if clean and not kept:
             for folder in (to, scratch):
                 if folder is not None:
                     remove(folder)
+        lap("clean")
     return out
