@@ -101,13 +101,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--models-dir",
         type=Path,
         help="where the launch's first adapter, merged, is saved as safetensors and cold-started from once training "
-        "is over (the site's models filesystem; '{node}' becomes this node's name; default: served/ in the run folder)",
+        "is over (the site's models filesystem; '{node}' becomes this node's name; default: not saved)",
     )
     p.add_argument(
         "--scratch-dir",
         type=Path,
-        help="a node-local scratch folder the merged weights are copied to and cold-started from again ('{node}' "
-        "becomes this node's name; default: none)",
+        help="with --models-dir: a node-local scratch folder the merged weights are copied to and cold-started from "
+        "again ('{node}' becomes this node's name; default: none)",
     )
     p.add_argument("--gen-tokens", type=int)
     p.add_argument("--threads", type=int, help="torch CPU threads per rank (GPU default: min(4, cores / local ranks))")
@@ -324,13 +324,13 @@ def _run(args: argparse.Namespace, info: Any) -> None:
                 runs[rest] = {"strategy": rest, "not_run": slow, **shared}
             break
     first = next((s for s in strategies if s in pending), None)
-    if "solo" in runs and first is not None:  # rank 0's node: the merged weights, saved and cold-started
+    if args.models_dir is not None and "solo" in runs and first is not None:  # rank 0's node: the merged weights
         job = pending[first]
         pending[SERVED] = {
             "cfg": job["cfg"],
             "base_path": job["base_path"],
             "seed": job["seed"],
-            "to": Path(str(args.models_dir or args.out / "served").replace("{node}", node)),
+            "to": Path(str(args.models_dir).replace("{node}", node)),
             "scratch": Path(str(args.scratch_dir).replace("{node}", node)) if args.scratch_dir else None,
             "prompt": list(test_ex[0]["prompt_ids"]),
             "clean": True,

@@ -139,7 +139,7 @@ class FinetuneLaunch:
             for option, root, sub in (
                 ("--checkpoint-dir", checkpoints, "resume"),
                 ("--models-dir", models, "served"),
-                ("--scratch-dir", scratch, "served"),
+                ("--scratch-dir", scratch if models else None, "served"),
             ):
                 if root:  # a folder each: the models filesystem may be the checkpoint filesystem
                     args += [option, f"{root.rstrip('/')}/{self.out()}/{sub}"]

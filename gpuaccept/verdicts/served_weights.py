@@ -6,10 +6,11 @@ is over, saves the weights as safetensors shards, drops them from the page cache
 on the GPU up to one prefill's first token. Judged per node (rank 0's node of each node's launch):
 * every file read back identical to what was written (``model_weights_bytes``), naming the files that differ;
 * the cold model's first token the one the merged model gave before the save (``model_cold_start_token``);
-* where the site declares the filesystem, the save's GB/s against its contract's per-node write figure
-  (``model_weights_save_gbps``) and the cold start's, the weights' bytes over the time to the first token, against
-  its per-node read figure (``model_cold_start_gbps``): the first token no later than the contracted read of the
-  weights. Without a declared filesystem the weights go to the run folder and their speed is shown, not judged.
+* the save's GB/s against the filesystem's contract's per-node write figure (``model_weights_save_gbps``) and the
+  cold start's, the weights' bytes over the time to the first token, against its per-node read figure
+  (``model_cold_start_gbps``): the first token no later than the contracted read of the weights.
+Only where the site declares a filesystem of role ``models`` (else ``checkpoints``): the launch saves no merged
+weights without one (``--models-dir``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from gpuaccept.verdicts.storage import per_node_limit
 
 __all__ = [
     "SERVED_METRICS",
-    "UNDECLARED_GBPS",
     "judge_served_weights",
     "models_filesystem",
     "planned_seconds",
@@ -56,29 +56,24 @@ def scratch_filesystem(storage: StorageSection) -> Declared:
     return None
 
 
-#: the rates (write, read) a launch's time limit plans the merged weights at in the run folder, where no filesystem is
-#: declared: the GPU VMs' local disk contract (fixtures/site/gpu-vm-disk.yaml, a third of the lowest fio figures of
-#: docs/measurements.md 'GPU VMs, 2026-11-28: storage and tenant safety'), the slowest disk the suite ran on
-UNDECLARED_GBPS = (0.5, 0.28)
-
-
 def planned_seconds(weights: int | None, models: Declared, scratch: Declared) -> tuple[tuple[str, float], ...]:
     """What the merged weights' save and cold starts take at the contracted rates (a launch's time limit plans
-    them beside its training): saved and read at the models filesystem's per-node figures (the run folder's at
-    ``UNDECLARED_GBPS``), then written to and read from scratch where declared."""
-    if not weights:
+    them beside its training): saved and read at the models filesystem's per-node figures, then written to and
+    read from scratch where declared. Nothing where no models filesystem is declared: nothing is saved."""
+    if not weights or models is None:
         return ()
     gb = weights / 1e9
-    write, read = (
-        UNDECLARED_GBPS
-        if models is None
-        else (per_node_limit(models[1], "write").min or 0.0, per_node_limit(models[1], "read").min or 0.0)
-    )
-    terms = [("merged weights saved and cold-started", gb / write + gb / read)]
+    terms = [("merged weights saved and cold-started", gb / _rate(models, "write") + gb / _rate(models, "read"))]
     if scratch is not None:
-        to, back = per_node_limit(scratch[1], "write").min or 0.0, per_node_limit(scratch[1], "read").min or 0.0
-        terms.append(("copied to scratch and cold-started", gb / to + gb / back))
+        terms.append(("copied to scratch and cold-started", gb / _rate(scratch, "write") + gb / _rate(scratch, "read")))
     return tuple((name, round(seconds, 1)) for name, seconds in terms)
+
+
+def _rate(declared: tuple[str, Filesystem], rw: str) -> float:
+    figure = per_node_limit(declared[1], rw).min
+    if not figure:
+        raise ValueError(f"storage.filesystems.{declared[0]}: its contract gives no per-node {rw} figure")
+    return figure
 
 
 def _speed(
@@ -91,7 +86,7 @@ def _speed(
         judge.check(metric, value, limit=per_node_limit(declared[1], rw), **extra)
         return
     why = (
-        "no filesystem of role models or checkpoints declared (storage.filesystems.*.role): the run folder's speed"
+        "no filesystem of role models or checkpoints declared (storage.filesystems.*.role): a folder's speed"
         if declared is None
         else f"{moved:,} bytes, below {JUDGED_BYTES:,}: the filesystem's latency, not its throughput"
     )
@@ -124,7 +119,11 @@ def _cold(judge: JudgeLike, cold: Mapping[str, Any], declared: Declared, node: s
 def judge_served_weights(
     served: Mapping[str, Any] | None, models: Declared, scratch: Declared, judge: JudgeLike, node: str
 ) -> None:
-    """Judge the merged weights rank 0's node saved and cold-started (its ``served_weights`` payload)."""
+    """Judge the merged weights rank 0's node saved and cold-started (its ``served_weights`` payload). Where the site
+    declares no models or checkpoint filesystem nothing was asked of the launch, and nothing is judged: the weights'
+    15 GB say nothing about a site's storage when they go to the node's run folder."""
+    if not served and models is None:
+        return
     if not served:
         judge.unreadable("model_cold_start_gbps", "the launch saved no merged weights (rank 0's node)", node=node)
         return

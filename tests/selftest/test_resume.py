@@ -33,10 +33,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
     """One small CPU fine-tune of 12 steps: its checkpoint lies in the run folder's resume/ (kept there); its merged
-    weights went to served/ and a scratch folder, removed once started from."""
+    weights went to served/ (as a declared models filesystem) and a scratch folder, removed once started from."""
     out = tmp_path_factory.mktemp("finetune")
     args = ["--strategy", "solo", "--out", str(out), "--steps", "12", "--ckpt-every", "12", "--device", "cpu"]
-    args += ["--scratch-dir", str(out / "scratch" / "{node}")]
+    args += ["--models-dir", str(out / "served"), "--scratch-dir", str(out / "scratch" / "{node}")]
     done = subprocess.run(
         [sys.executable, "-m", "gpuaccept.probes.finetune", *args],
         cwd=ROOT,
@@ -220,11 +220,20 @@ def test_a_changed_shard_is_named_and_a_tied_model_starts_whole(tmp_path: Path) 
 
 
 def test_no_merged_weights_are_unmeasured_never_passed() -> None:
+    """Declared, the weights are owed: none, or an error, is unmeasured, a refused save fails. Not declared, nothing
+    was asked of the launch and nothing is recorded."""
+    contract = {"read_gbps": 4, "write_gbps": 2, "source": "the site's purchase contract"}
+    models = (
+        "models",
+        Filesystem.model_validate({"path": "/mnt/m", "scope": "shared", "role": "models", "contract": contract}),
+    )
     judge = RecordingJudge()
-    judge_served_weights(None, None, None, judge, "node1")
-    judge_served_weights({"error": "RuntimeError: out of memory"}, None, None, judge, "node2")
+    judge_served_weights(None, None, None, judge, "node0")
+    assert judge.calls == []
+    judge_served_weights(None, models, None, judge, "node1")
+    judge_served_weights({"error": "RuntimeError: out of memory"}, models, None, judge, "node2")
     refused = {"saved": {"path": "/mnt/models/x", "error": "OSError: [Errno 30] Read-only file system"}}
-    judge_served_weights(refused, None, None, judge, "node3")
+    judge_served_weights(refused, models, None, judge, "node3")
     assert [(c.kind, c.metric, c.node) for c in judge.calls] == [
         ("unreadable", "model_cold_start_gbps", "node1"),
         ("unreadable", "model_cold_start_gbps", "node2"),
