@@ -1,9 +1,10 @@
 """The acceptance summary's storage panel: each declared filesystem's figures per node beside its contract.
 
-A storage contract is a few figures (GB/s read and written by one node, by all nodes at once, the checkpoint's
-save and restore); the panel puts what each node measured beside them, so a reader sees at once which node's
-client is slow and how the aggregate compares. Read from the run record alone (the checks carry the
-filesystem's name, the limit and its source); it never judges.
+A storage contract is a few figures (GB/s read and written by one node, by all nodes at once); the panel puts what
+each node measured beside them (fio alone and together, the checkpoint's save and restore, the fine-tune's own
+checkpoint and merged weights, the cold start to the first token), so a reader sees at once which node's client is
+slow and how the aggregate compares. Read from the run record alone (the checks carry the filesystem's name, the
+limit and its source); it never judges.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("read, all nodes", ("storage_aggregate_read_gbps",)),
     ("checkpoint save", ("checkpoint_save_gbps",)),
     ("checkpoint restore", ("checkpoint_restore_gbps",)),
+    ("fine-tune checkpoint save", ("train_checkpoint_save_gbps",)),
+    ("fine-tune checkpoint restore", ("train_checkpoint_restore_gbps",)),
+    ("merged weights save", ("model_weights_save_gbps",)),
+    ("cold start to first token", ("model_cold_start_gbps",)),
 )
 _COLUMN_OF = {check: title for title, checks in COLUMNS for check in checks}
 
@@ -40,7 +45,9 @@ class StorageRow:
 
 
 def storage_rows(metrics: Iterable[MetricResult]) -> list[StorageRow]:
-    """A row per filesystem and node, in the order the checks were made (a node measured twice keeps its worst)."""
+    """A row per filesystem and node, in the order the checks were made (a node measured twice keeps its worst
+    judged figure; a figure shown unjudged, such as the small model's checkpoint beside the 7B's, only where no
+    judged one is)."""
     rows: dict[tuple[str, str], StorageRow] = {}
     for m in metrics:
         column = _COLUMN_OF.get(m.metric)
@@ -50,7 +57,8 @@ def storage_rows(metrics: Iterable[MetricResult]) -> list[StorageRow]:
         node = "all nodes" if m.metric.startswith("storage_aggregate_") else m.node
         row = rows.setdefault((name, node), StorageRow(name, m.subject or "", node))
         old = row.cells.get(column)
-        if old is None or float(m.value) < old[0]:
+        rank = (m.verdict == "info", float(m.value))
+        if old is None or rank < (old[2] == "info", old[0]):
             row.cells[column] = (float(m.value), m.limit_text(), m.verdict)
     return sorted(rows.values(), key=lambda r: (r.filesystem, r.node == "all nodes", r.node))
 

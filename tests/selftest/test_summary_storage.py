@@ -35,3 +35,18 @@ def test_a_slow_node_shows_its_own_figure_against_the_contract() -> None:
     assert rows[1].cells["write alone"] == (0.2, ">= 4", "fail")
     assert rows[2].cells == {"write, all nodes": (4.4, ">= 2.5", "pass")}
     assert storage_columns(rows) == ["write alone", "read alone", "write, all nodes"]
+
+
+def test_the_fine_tunes_figures_sit_beside_the_storage_sections() -> None:
+    """The 7B's judged figures win over the small model's shown ones in the same column, whatever their value."""
+    checks = [
+        _check("storage_read_gbps", "node1", 1.05, "pass", 0.28),
+        _check("model_weights_save_gbps", "node1", 1.33, "info", 0.5),
+        _check("model_weights_save_gbps", "node1", 1.02, "pass", 0.5),
+        _check("model_cold_start_gbps", "node1", 0.97, "info", 0.28),
+        _check("model_cold_start_gbps", "node1", 1.18, "pass", 0.28),
+    ]
+    (row,) = storage_rows(checks)
+    assert row.cells["merged weights save"] == (1.02, ">= 0.5", "pass")
+    assert row.cells["cold start to first token"] == (1.18, ">= 0.28", "pass")
+    assert storage_columns([row]) == ["read alone", "merged weights save", "cold start to first token"]
