@@ -35,19 +35,23 @@ _LOOPBACK_NAMES = frozenset({"dev_cluster", "start_cluster", "UP", "KILL_NODE"})
 _INNER_NAMES = frozenset({"run_inner", "pytester", "testdir"})
 _INNER_STRINGS = frozenset({"gpuaccept-calibrate", "gpuaccept.calibrate.cli"})
 #: ``pytest -n N --dist loadgroup`` keeps each module's tests on one worker (``xdist_group``), so a module
-#: fixture's inner run is made once. The longest modules go first, longest first, so none starts late and runs
-#: alone at the end while the other workers idle; the rest follow in file order (``--no-loadscope-reorder``),
-#: taken by whichever worker comes free. Their CI durations on 2 cores (.ci/run's ``--durations``, 2026-11-28):
+#: fixture's inner run is made once. The longest modules go first, so none starts late and runs alone at the
+#: end while the other workers idle; the rest follow in file order (``--no-loadscope-reorder``), taken by
+#: whichever worker comes free. Their CI durations on 2 cores (.ci/run's ``--durations``, 2026-11-28):
 #: test_training_checkpoint's inner run 350 s, test_chaos's CI rows about 290 s, test_faults_nccl's inner run
 #: 160 s and its rows, test_allocation_faults and test_calibrate_loopback about 130 s each, one
-#: test_training_progress case 110 s, test_training_agreement 103 s. The three training modules may run at
-#: once: each inner run trains in a ``repository_view`` of its own, so none reloads another's adapter from a
-#: shared ``reports/training/<shape>`` (in the repository's, two runs' 2r-node1 was one folder).
+#: test_training_progress case 110 s, test_training_agreement 103 s. test_node_death and test_nodecheck_slurm
+#: (about 55 s each) mostly wait on Slurm's timeouts: early, beside a worker that trains, their waits leave
+#: no core idle; last, both workers waited at once. The three training modules may run at once: each inner
+#: run trains in a ``repository_view`` of its own, so none reloads another's adapter from a shared
+#: ``reports/training/<shape>`` (in the repository's, two runs' 2r-node1 was one folder).
 _LONGEST_FIRST = (
     "test_training_checkpoint.py",
     "test_chaos.py",
     "test_faults_nccl.py",
     "test_allocation_faults.py",
+    "test_node_death.py",
+    "test_nodecheck_slurm.py",
     "test_calibrate_loopback.py",
     "test_training_progress.py",
     "test_training_agreement.py",
