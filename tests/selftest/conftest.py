@@ -34,13 +34,28 @@ DOWN = REPO / "slurm" / "dev-cluster" / "down.sh"
 _LOOPBACK_NAMES = frozenset({"dev_cluster", "start_cluster", "UP", "KILL_NODE"})
 _INNER_NAMES = frozenset({"run_inner", "pytester", "testdir"})
 _INNER_STRINGS = frozenset({"gpuaccept-calibrate", "gpuaccept.calibrate.cli"})
-#: which selftests ``pytest -n N --dist loadgroup`` runs on one worker (``xdist_group``): those whose inner runs
-#: train through tests/acceptance/test_training.py share one, since the fine-tunes of a shape write the same
-#: ``reports/training/<shape>`` under the repository (its rootdir: 2r-node1 of two such runs at once is one
-#: folder, and one run reloads the other's adapter); every other module keeps its tests together, so a module
-#: fixture's inner run is made once
-_TRAINING_STRINGS = frozenset({"test_training.py"})
-_TRAINING_GROUP = "reports/training"
+#: ``pytest -n N --dist loadgroup`` keeps each module's tests on one worker (``xdist_group``), so a module
+#: fixture's inner run is made once. The longest modules go first, so none starts late and runs alone at the
+#: end while the other workers idle; the rest follow in file order (``--no-loadscope-reorder``), taken by
+#: whichever worker comes free. Their CI durations on 2 cores (.ci/run's ``--durations``, 2026-11-28):
+#: test_training_checkpoint's inner run 350 s, test_chaos's CI rows about 290 s, test_faults_nccl's inner run
+#: 160 s and its rows, test_allocation_faults and test_calibrate_loopback about 130 s each, one
+#: test_training_progress case 110 s, test_training_agreement 103 s. test_node_death and test_nodecheck_slurm
+#: (about 55 s each) mostly wait on Slurm's timeouts: early, beside a worker that trains, their waits leave
+#: no core idle; last, both workers waited at once. The three training modules may run at once: each inner
+#: run trains in a ``repository_view`` of its own, so none reloads another's adapter from a shared
+#: ``reports/training/<shape>`` (in the repository's, two runs' 2r-node1 was one folder).
+_LONGEST_FIRST = (
+    "test_training_checkpoint.py",
+    "test_chaos.py",
+    "test_faults_nccl.py",
+    "test_allocation_faults.py",
+    "test_node_death.py",
+    "test_nodecheck_slurm.py",
+    "test_calibrate_loopback.py",
+    "test_training_progress.py",
+    "test_training_agreement.py",
+)
 #: Under ``pytest -n N`` each worker's loopback clusters and steps keep to ports of their own, so two workers'
 #: clusters never meet on a port by construction, not by luck: worker K's Slurm daemons take their base from
 #: the K-th thousand of these (``up.sh``'s ``GPUACCEPT_SLURM_PORTS``; ``.ci/run``'s own cluster 10000-10999 below
@@ -64,12 +79,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         # ``[sys.executable, "-m", "pytest", ...]``: both strings (assertion rewriting adds "pytest" alone)
         if names & _INNER_NAMES or strings & _INNER_STRINGS or {"-m", "pytest"} <= strings:
             item.add_marker(pytest.mark.inner)
-        group = _TRAINING_GROUP if loopback and strings & _TRAINING_STRINGS else item.path.name
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(item.path.name))
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        # the longest group first (about half the loopback selftests' time), the others after it in file order
-        # (``--no-loadscope-reorder``): the other workers take the rest meanwhile, none trains alone at the end
-        items.sort(key=lambda item: _TRAINING_GROUP not in [m.args[0] for m in item.iter_markers("xdist_group")])
+        longest = {name: rank for rank, name in enumerate(_LONGEST_FIRST)}
+        items.sort(key=lambda item: longest.get(item.path.name, len(longest)))
 
 
 #: the marks a selftest can carry (set above): a ``-m`` expression false for every combination selects none
@@ -312,6 +325,18 @@ def write_suite(directory: Path, source: str, name: str = "test_inner.py") -> Pa
     (directory / name).write_text(source)
     # the short fixture names (cluster, judge, ...) for the suite's tests, as tests/acceptance/conftest.py has them
     (directory / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider -p gpuaccept.fixtures\n")
+    return directory
+
+
+def repository_view(directory: Path) -> Path:
+    """``directory`` made to stand for the repository to an inner pytest: the ini file, the root conftest and
+    ``tests/`` linked into it. A run of ``repository_view(d) / "tests/acceptance/..."`` has the same node ids
+    and conftests as one from the repository, but its rootdir, and with it the ``reports/`` it writes
+    (``reports/training/<shape>``, where the fine-tunes of a shape keep their runs and reload their adapters),
+    is ``directory``: two inner runs that train the same shape on two xdist workers share no folder."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("pyproject.toml", "conftest.py", "tests"):
+        (directory / name).symlink_to(REPO / name)
     return directory
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .conftest import REPO, InnerRun, run_inner, start_cluster, stop_cluster
+from .conftest import REPO, InnerRun, repository_view, run_inner, start_cluster, stop_cluster
 from .fault_proof import assert_named, assert_nothing_else_fails
 from .fault_rows import NCCL_ENV, NCCL_ROWS, Row
 
@@ -34,6 +34,7 @@ def nccl_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InnerRun]:
     inner = tmp_path_factory.mktemp("nccl-faults")
     spec = inner / "inject.json"  # the recorded NDR HCAs on every node, nothing else: perftest has none to run
     spec.write_text(json.dumps({"readings": {"sysfs_root": str(REPO / "fixtures/sysfs/hgx-h100-ndr")}}))
+    repo = repository_view(inner / "repo")  # its reports/ (reports/training among them) apart from other selftests'
     cluster = start_cluster(NODES, {**NCCL_ENV, "GPUACCEPT_TEST_INJECT": str(spec)})
     try:
         yield run_inner(
@@ -47,10 +48,10 @@ def nccl_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InnerRun]:
             "--probe-timeout",
             PROBE_TIMEOUT_S,
             "--rootdir",
-            str(REPO),
+            str(repo),
             "-k",
             "test_nccl_node or test_rdma_perftest or (test_finetune_multinode and default)",
-            *(str(REPO / "tests/acceptance" / f) for f in ("test_nccl.py", "test_fabric.py", "test_training.py")),
+            *(str(repo / "tests/acceptance" / f) for f in ("test_nccl.py", "test_fabric.py", "test_training.py")),
             env=cluster.env,
             timeout=400,
         )

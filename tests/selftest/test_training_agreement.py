@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .conftest import REPO, run_inner
+from .conftest import repository_view, run_inner
 
 HOOK = "node=node2,rank=1,step=10"
 
@@ -21,7 +21,7 @@ def test_perturbed_rank_is_named_across_nodes(dev_cluster, tmp_path: Path):
     (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
     run = run_inner(
         tmp_path,
-        str(REPO / "tests" / "acceptance" / "test_training.py"),
+        str(repository_view(tmp_path / "repo") / "tests" / "acceptance" / "test_training.py"),
         "-m",
         "acceptance",
         "-k",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.selftest.conftest import REPO, InnerRun, run_inner
+from tests.selftest.conftest import REPO, InnerRun, repository_view, run_inner
 
 pytestmark = pytest.mark.selftest
 
@@ -49,8 +49,10 @@ def make_checkpoint(folder: Path) -> Path:
 @pytest.fixture(scope="module")
 def model_path_run(tmp_path_factory: pytest.TempPathFactory, dev_cluster) -> InnerRun:
     checkpoint = make_checkpoint(tmp_path_factory.mktemp("ckpt"))
+    inner = tmp_path_factory.mktemp("inner")
+    repo = repository_view(inner / "repo")  # reports/training of its own: other training selftests run beside it
     return run_inner(
-        tmp_path_factory.mktemp("inner"),
+        inner,
         "-m",
         "acceptance and training",
         "--launcher",
@@ -60,8 +62,8 @@ def model_path_run(tmp_path_factory: pytest.TempPathFactory, dev_cluster) -> Inn
         "--model-path",
         str(checkpoint),
         "--rootdir",
-        str(REPO),
-        str(REPO / "tests" / "acceptance" / "test_training.py"),
+        str(repo),
+        str(repo / "tests" / "acceptance" / "test_training.py"),
         env=dev_cluster.env,
         timeout=900,
     )

@@ -26,7 +26,7 @@ from gpuaccept.dispatch.step import Step
 from gpuaccept.errors import ProbeTimeout
 from gpuaccept.training.progress_reporter import SLOW_RANK_ENV, STALL_RANK_ENV
 
-from .conftest import REPO, run_inner
+from .conftest import repository_view, run_inner
 
 
 def test_slow_rank_is_failed_by_its_progress_bound_and_the_others_judged(dev_cluster, tmp_path: Path):
@@ -34,7 +34,7 @@ def test_slow_rank_is_failed_by_its_progress_bound_and_the_others_judged(dev_clu
     started = time.monotonic()
     run = run_inner(
         tmp_path,
-        str(REPO / "tests" / "acceptance" / "test_training.py"),
+        str(repository_view(tmp_path / "repo") / "tests" / "acceptance" / "test_training.py"),
         "-m",
         "acceptance",
         "-k",
