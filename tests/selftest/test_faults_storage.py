@@ -297,6 +297,8 @@ def test_a_checkpoint_changed_between_save_and_restore_names_the_file_and_node(t
     judge = Judge(thresholds, lambda node: "cpu", checks.append, "test_checkpoint")
     fs = thresholds.storage.filesystems["fs"]
     judge_checkpoint(saved, {"node2": restored}, "fs", fs, judge, "node1")
-    failed = [c for c in checks if c.verdict == "fail"]
+    # the bytes, not the speed: a 4 MiB restore's GB/s is a few ms of latency, below the contract when the CI
+    # machine's two cores are busy (CI 2026-11-28: checkpoint_restore_gbps failed beside the byte check)
+    failed = [c for c in checks if c.verdict == "fail" and not c.metric.endswith("_gbps")]
     assert [(c.metric, c.node) for c in failed] == [("checkpoint_bytes", "node2")]
     assert failed[0].value.startswith(f"{shard.name}: sha256 ")
