@@ -35,12 +35,15 @@ __all__ = [
     "OPTIMIZER",
     "RESUME_STEPS",
     "STATE",
+    "differences",
     "fsync_dir",
+    "gbps",
     "read_uncached",
     "remove",
     "restore",
     "resume_step",
     "save",
+    "sha256",
     "write_synced",
 ]
 
@@ -56,6 +59,25 @@ def resume_step(steps: int) -> int | None:
     short a run to resume)."""
     at = steps // 2
     return at if at >= 1 and at + RESUME_STEPS <= steps else None
+
+
+def gbps(moved: int, seconds: float) -> float | None:
+    """``moved`` bytes over ``seconds`` in GB/s (10^9 B/s), None for no time."""
+    return round(moved / seconds / 1e9, 4) if seconds > 0 else None
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def differences(files: list[dict[str, Any]], hashes: dict[str, str]) -> dict[str, str]:
+    """Each manifest file that was not read back (``missing``: no hash of it) or whose bytes read back hash otherwise
+    (``changed``); ``hashes``: the sha256 of each file read."""
+    return {
+        f["name"]: "missing" if f["name"] not in hashes else "changed"
+        for f in files
+        if hashes.get(f["name"]) != f["sha256"]
+    }
 
 
 def fsync_dir(folder: Path) -> None:
@@ -106,9 +128,7 @@ def save(folder: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer, 
         write_synced(folder / name, data)
     fsync_dir(folder)
     seconds = time.monotonic() - started
-    described = [
-        {"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in files.items()
-    ]
+    described = [{"name": name, "bytes": len(data), "sha256": sha256(data)} for name, data in files.items()]
     (folder / MANIFEST).write_text(json.dumps({"step": step, "files": described}, indent=2) + "\n")
     total = sum(len(data) for data in files.values())
     return {
@@ -116,7 +136,7 @@ def save(folder: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer, 
         "step": step,
         "bytes": total,
         "seconds": round(seconds, 4),
-        "gbps": round(total / seconds / 1e9, 4) if seconds > 0 else None,
+        "gbps": gbps(total, seconds),
         "files": described,
     }
 
@@ -149,17 +169,13 @@ def restore(folder: Path) -> tuple[dict[str, bytes], dict[str, Any]]:
     started = time.monotonic()
     data = {f["name"]: read_uncached(folder / f["name"]) for f in manifest["files"] if (folder / f["name"]).is_file()}
     seconds = time.monotonic() - started
-    mismatched = {
-        f["name"]: "missing" if f["name"] not in data else "changed"
-        for f in manifest["files"]
-        if f["name"] not in data or hashlib.sha256(data[f["name"]]).hexdigest() != f["sha256"]
-    }
+    mismatched = differences(manifest["files"], {name: sha256(blob) for name, blob in data.items()})
     total = sum(len(b) for b in data.values())
     return data, {
         "path": str(folder),
         "bytes": total,
         "seconds": round(seconds, 4),
-        "gbps": round(total / seconds / 1e9, 4) if seconds > 0 else None,
+        "gbps": gbps(total, seconds),
         "cache": "dropped (POSIX_FADV_DONTNEED) on the node that wrote it",
         "files": len(manifest["files"]),
         "mismatched": mismatched,

@@ -27,7 +27,6 @@ removed afterwards unless their bytes changed (then they are the evidence). The 
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import json
 import shutil
 import time
@@ -38,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gpuaccept.training.checkpoint import fsync_dir, read_uncached, remove, write_synced
+from gpuaccept.training.checkpoint import differences, fsync_dir, gbps, read_uncached, remove, sha256, write_synced
 
 __all__ = [
     "MANIFEST",
@@ -62,11 +61,11 @@ MANIFEST = "manifest.json"
 
 
 def first_logits(model: nn.Module, prompt: list[int]) -> torch.Tensor:
-    """The next-token logits after ``prompt`` (one prefill, no cache), eager, as float32 on the host: a compiled
-    layer would run other kernels than the freshly built cold model, and so give other bits."""
+    """The next-token logits after ``prompt`` (one prefill, no cache) as float32 on the host: the reference the cold
+    model's first token is held to, and that token itself (``cold_start``)."""
     device = next(model.parameters()).device
     ids = torch.tensor([prompt], device=device)
-    with torch.no_grad(), torch.compiler.set_stance("force_eager"):
+    with torch.no_grad():
         logits = model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[0, -1]
     return logits.float().cpu()
 
@@ -99,7 +98,7 @@ def _sha256_all(blobs: Iterable[bytes]) -> list[str]:
     """Every blob's sha256, side by side (hashlib lets go of the GIL for large buffers)."""
     items = list(blobs)
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
-        return list(pool.map(lambda b: hashlib.sha256(b).hexdigest(), items))
+        return list(pool.map(sha256, items))
 
 
 def save_shards(groups: list[dict[str, torch.Tensor]], folder: Path) -> dict[str, Any]:
@@ -128,7 +127,7 @@ def save_shards(groups: list[dict[str, torch.Tensor]], folder: Path) -> dict[str
             blob = to_safetensors(group)
             sizes.append(len(blob))
             writes.append(writer.submit(write, folder / name, blob))
-            hashes.append(hashers.submit(lambda b: hashlib.sha256(b).hexdigest(), blob))
+            hashes.append(hashers.submit(sha256, blob))
             del blob
         for done in writes:
             done.result()
@@ -142,7 +141,7 @@ def save_shards(groups: list[dict[str, torch.Tensor]], folder: Path) -> dict[str
         "path": str(folder),
         "bytes": total,
         "seconds": round(seconds, 4),
-        "gbps": round(total / seconds / 1e9, 4) if seconds > 0 else None,
+        "gbps": gbps(total, seconds),
         "files": len(files),
         "tensors": sum(len(g) for g in groups),
     }
@@ -165,7 +164,7 @@ def copy_synced(folder: Path, target: Path) -> dict[str, Any]:
         "path": str(target),
         "bytes": total,
         "seconds": round(seconds, 4),
-        "gbps": round(total / seconds / 1e9, 4) if seconds > 0 else None,
+        "gbps": gbps(total, seconds),
     }
 
 
@@ -209,20 +208,9 @@ def cold_start(
                         filled.add((state[key].untyped_storage().data_ptr(), state[key].storage_offset()))
     placed_s = time.monotonic() - started
     unfilled = sorted(k for k, t in state.items() if (t.untyped_storage().data_ptr(), t.storage_offset()) not in filled)
-    logits = None
-    if not unfilled:
-        ids = torch.tensor([prompt], device=device)
-        with torch.no_grad():
-            logits = model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[0, -1].float()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    logits = None if unfilled else first_logits(model, prompt)  # on the host: the GPU's work is done
     ttft_s = time.monotonic() - started
-    hashes = dict(zip(blobs, _sha256_all(blobs.values()), strict=True))
-    mismatched = {
-        f["name"]: "missing" if f["name"] not in blobs else "changed"
-        for f in manifest
-        if hashes.get(f["name"]) != f["sha256"]
-    }
+    mismatched = differences(manifest, dict(zip(blobs, _sha256_all(blobs.values()), strict=True)))
     total = sum(len(b) for b in blobs.values())
     figures: dict[str, Any] = {
         "path": str(folder),
@@ -230,7 +218,7 @@ def cold_start(
         "read_s": round(read_s, 4),
         "placed_s": round(placed_s, 4),
         "ttft_s": round(ttft_s, 4),
-        "gbps": round(total / ttft_s / 1e9, 4) if ttft_s > 0 and logits is not None else None,
+        "gbps": gbps(total, ttft_s) if logits is not None else None,
         "cache": "dropped (POSIX_FADV_DONTNEED) on the node that wrote it",
         "files": len(manifest),
         "mismatched": mismatched,
@@ -238,7 +226,7 @@ def cold_start(
     }
     if unfilled:
         figures["error"] = f"{len(unfilled)} tensor(s) of the model not in the files, e.g. {unfilled[0]}"
-    return figures, None if logits is None else logits.cpu()
+    return figures, logits
 
 
 def same_answer(cold: torch.Tensor | None, reference: torch.Tensor) -> dict[str, Any]:

@@ -19,18 +19,12 @@ from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.thresholds.storage_site import Filesystem, StorageSection
-from gpuaccept.verdicts.storage import per_node_limit
+from gpuaccept.verdicts.storage import described, judge_speed
 
 __all__ = ["RESUME_METRICS", "checkpoint_filesystem", "judge_resume"]
 
 #: what the resume judges against a limit (its test's ``judges`` mark; the byte check is an expectation)
 RESUME_METRICS = ("train_checkpoint_save_gbps", "train_checkpoint_restore_gbps", "train_resume_loss_delta")
-
-#: the smallest checkpoint whose GB/s is held to the contract: below it a save's time is the filesystem's
-#: latency (four fsyncs, a few ms each on a virtual disk), not its throughput (the small model's 1-93 MB; the
-#: 7B's is 969 MB). At the SuperPOD preset's 2 GB/s, 256 MiB take 134 ms, of which a few ms of fsync are
-#: within the run-to-run spread; the figure of a smaller one is shown beside the contract, not judged.
-JUDGED_BYTES = 256 << 20
 
 
 def checkpoint_filesystem(storage: StorageSection) -> tuple[str, Filesystem] | None:
@@ -42,31 +36,6 @@ def checkpoint_filesystem(storage: StorageSection) -> tuple[str, Filesystem] | N
         if fs.role == "checkpoints"
     )
     return (ranked[0][2], storage.filesystems[ranked[0][2]]) if ranked else None
-
-
-def _speed(
-    judge: JudgeLike,
-    metric: str,
-    moved: Mapping[str, Any],
-    fs: Filesystem,
-    rw: str,
-    node: str,
-    where: Mapping[str, Any],
-    **extra: Any,
-) -> None:
-    """A save's or a restore's GB/s: against the contract's per-node figure from ``JUDGED_BYTES`` on, else shown
-    beside it, not judged."""
-    figures = {"bytes": moved["bytes"], "seconds": moved["seconds"], **extra, **where}
-    if moved["bytes"] >= JUDGED_BYTES:
-        judge.check(metric, moved["gbps"], node=node, limit=per_node_limit(fs, rw), **figures)
-        return
-    why = f"{moved['bytes']:,} bytes, below {JUDGED_BYTES:,}: the filesystem's latency, not its throughput"
-    judge.info(metric, moved["gbps"], node=node, not_judged=why, **figures)
-
-
-def _differs(resumed: Mapping[str, Any]) -> str:
-    mismatched = resumed.get("restore", {}).get("mismatched") or {}
-    return "identical" if not mismatched else "; ".join(f"{n}: {why}" for n, why in sorted(mismatched.items()))
 
 
 def judge_resume(
@@ -89,17 +58,17 @@ def judge_resume(
         judge.expect("train_checkpoint_bytes", f"not saved: {saved['error']}", "identical", node=node, **where)
         return
     if declared is not None:
-        _speed(judge, "train_checkpoint_save_gbps", saved, declared[1], "write", node, where, files=len(saved["files"]))
+        timed = {"seconds": saved["seconds"], "files": len(saved["files"])}
+        judge_speed(judge, "train_checkpoint_save_gbps", saved, declared, "write", node=node, **timed, **where)
     if not resumed or "restore" not in resumed:
         why = (resumed or {}).get("resume_error") or "the resume did not run (the launch ended before it)"
         judge.unreadable("train_resume_loss_delta", why, node=node, **where)
         return
     restore = resumed["restore"]
     if declared is not None:
-        _speed(
-            judge, "train_checkpoint_restore_gbps", restore, declared[1], "read", node, where, cache=restore["cache"]
-        )
-    differs = _differs(resumed)
+        timed = {"seconds": restore["seconds"], "cache": restore["cache"]}
+        judge_speed(judge, "train_checkpoint_restore_gbps", restore, declared, "read", node=node, **timed, **where)
+    differs = described(restore.get("mismatched") or {})
     judge.expect("train_checkpoint_bytes", differs, "identical", node=node, files=restore["files"], **where)
     if differs != "identical":  # not resumed from bytes that changed: the byte check names the files
         return

@@ -20,8 +20,8 @@ from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.thresholds.storage_site import Filesystem, StorageSection
-from gpuaccept.verdicts.resume import JUDGED_BYTES, checkpoint_filesystem
-from gpuaccept.verdicts.storage import per_node_limit
+from gpuaccept.verdicts.resume import checkpoint_filesystem
+from gpuaccept.verdicts.storage import described, judge_speed, per_node_figure
 
 __all__ = [
     "SERVED_METRICS",
@@ -63,42 +63,33 @@ def planned_seconds(weights: int | None, models: Declared, scratch: Declared) ->
     if not weights or models is None:
         return ()
     gb = weights / 1e9
-    terms = [("merged weights saved and cold-started", gb / _rate(models, "write") + gb / _rate(models, "read"))]
+    terms = [
+        (
+            "merged weights saved and cold-started",
+            gb / per_node_figure(models[1], "write") + gb / per_node_figure(models[1], "read"),
+        )
+    ]
     if scratch is not None:
-        terms.append(("copied to scratch and cold-started", gb / _rate(scratch, "write") + gb / _rate(scratch, "read")))
+        terms.append(
+            (
+                "copied to scratch and cold-started",
+                gb / per_node_figure(scratch[1], "write") + gb / per_node_figure(scratch[1], "read"),
+            )
+        )
     return tuple((name, round(seconds, 1)) for name, seconds in terms)
-
-
-def _rate(declared: tuple[str, Filesystem], rw: str) -> float:
-    figure = per_node_limit(declared[1], rw).min
-    if not figure:
-        raise ValueError(f"storage.filesystems.{declared[0]}: its contract gives no per-node {rw} figure")
-    return figure
-
-
-def _speed(
-    judge: JudgeLike, metric: str, value: float | None, moved: int, declared: Declared, rw: str, **extra: Any
-) -> None:
-    """A GB/s held to the declared filesystem's per-node figure from ``JUDGED_BYTES`` on, else shown beside it."""
-    if declared is not None:
-        extra["filesystem"] = declared[0]
-    if declared is not None and moved >= JUDGED_BYTES:
-        judge.check(metric, value, limit=per_node_limit(declared[1], rw), **extra)
-        return
-    why = (
-        "no filesystem of role models or checkpoints declared (storage.filesystems.*.role): a folder's speed"
-        if declared is None
-        else f"{moved:,} bytes, below {JUDGED_BYTES:,}: the filesystem's latency, not its throughput"
-    )
-    judge.info(metric, value, not_judged=why, **extra)
 
 
 def _cold(judge: JudgeLike, cold: Mapping[str, Any], declared: Declared, node: str) -> None:
     """One cold start: its bytes, its first token, its GB/s to that token."""
     where = {"fspath": cold["path"], "loaded_from": cold["loaded_from"]}
-    mismatched = cold.get("mismatched") or {}
-    differs = "identical" if not mismatched else "; ".join(f"{n}: {why}" for n, why in sorted(mismatched.items()))
-    judge.expect("model_weights_bytes", differs, "identical", node=node, files=cold["files"], **where)
+    judge.expect(
+        "model_weights_bytes",
+        described(cold.get("mismatched") or {}),
+        "identical",
+        node=node,
+        files=cold["files"],
+        **where,
+    )
     if "error" in cold or cold.get("first_token") == "not reached":
         judge.unreadable("model_cold_start_gbps", cold.get("error", "no first token"), node=node, **where)
         return
@@ -112,8 +103,8 @@ def _cold(judge: JudgeLike, cold: Mapping[str, Any], declared: Declared, node: s
         max_abs_logit_delta=cold["max_abs_logit_delta"],
         **where,
     )
-    figures = {k: cold[k] for k in ("bytes", "ttft_s", "read_s", "placed_s", "cache", "device")}
-    _speed(judge, "model_cold_start_gbps", cold["gbps"], cold["bytes"], declared, "read", node=node, **figures, **where)
+    figures = {k: cold[k] for k in ("ttft_s", "read_s", "placed_s", "cache", "device")}
+    judge_speed(judge, "model_cold_start_gbps", cold, declared, "read", node=node, **figures, **where)
 
 
 def judge_served_weights(
@@ -137,8 +128,8 @@ def judge_served_weights(
             "model_weights_bytes", f"not saved: {saved['error']}", "identical", node=node, fspath=saved["path"]
         )
         return
-    figures = {"bytes": saved["bytes"], "seconds": saved["seconds"], "files": saved["files"], "fspath": saved["path"]}
-    _speed(judge, "model_weights_save_gbps", saved["gbps"], saved["bytes"], models, "write", node=node, **figures)
+    figures = {"seconds": saved["seconds"], "files": saved["files"], "fspath": saved["path"]}
+    judge_speed(judge, "model_weights_save_gbps", saved, models, "write", node=node, **figures)
     cold = served.get("cold")
     if cold is None:
         judge.unreadable("model_cold_start_gbps", served.get("error", "no cold start"), node=node)

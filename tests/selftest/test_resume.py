@@ -23,8 +23,9 @@ from gpuaccept.thresholds.storage_site import Filesystem
 from gpuaccept.training.checkpoint import MANIFEST, RESUME_STEPS, restore, resume_step
 from gpuaccept.training.resume import departure
 from gpuaccept.training.served_weights import cold_start, first_logits, host_shards, same_answer, save_shards
-from gpuaccept.verdicts.resume import JUDGED_BYTES, judge_resume
+from gpuaccept.verdicts.resume import judge_resume
 from gpuaccept.verdicts.served_weights import judge_served_weights
+from gpuaccept.verdicts.storage import JUDGED_BYTES
 from tests.selftest._tenant_judge import RecordingJudge
 
 ROOT = Path(__file__).resolve().parents[2]
