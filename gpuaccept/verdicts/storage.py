@@ -273,34 +273,21 @@ def judge_checkpoint(
     saver: str,
 ) -> None:
     """The save's GB/s against the contract's write figure, each restore's against its read figure (the slowest
-    rank's is the checkpoint's), and every byte each restorer read against what the saver wrote."""
+    rank's is the checkpoint's), each from ``JUDGED_BYTES`` on as the fine-tune's own are (``judge_speed``: a
+    site's smaller checkpoint is shown, saying why), and every byte each restorer read against what the saver
+    wrote."""
+    declared = (name, fs)
     if judge_path(saved, name, judge, saver):
-        judge.check(
-            "checkpoint_save_gbps",
-            saved.gbps,
-            node=saver,
-            limit=per_node_limit(fs, "write"),
-            fspath=saved.path,
-            bytes=saved.bytes,
-            seconds=saved.seconds,
-            files=len(saved.files),
-            filesystem=name,
-        )
+        moved = {"gbps": saved.gbps, "bytes": saved.bytes}
+        where = {"fspath": saved.path, "seconds": saved.seconds, "files": len(saved.files)}
+        judge_speed(judge, "checkpoint_save_gbps", moved, declared, "write", node=saver, **where)
     expected = {f.name: f.sha256 for f in saved.files}
     for node, payload in restored.items():
         if not judge_path(payload, name, judge, node):
             continue
-        judge.check(
-            "checkpoint_restore_gbps",
-            payload.gbps,
-            node=node,
-            limit=per_node_limit(fs, "read"),
-            fspath=payload.path,
-            bytes=payload.bytes,
-            seconds=payload.seconds,
-            cache=payload.cache,
-            filesystem=name,
-        )
+        moved = {"gbps": payload.gbps, "bytes": payload.bytes}
+        where = {"fspath": payload.path, "seconds": payload.seconds, "cache": payload.cache}
+        judge_speed(judge, "checkpoint_restore_gbps", moved, declared, "read", node=node, **where)
         differs = dict(payload.mismatched)
         seen = {f.name: f.sha256 for f in payload.files}
         differs.update({n: "missing" for n in expected if n not in seen and n not in differs})
