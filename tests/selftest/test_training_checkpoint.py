@@ -1,7 +1,12 @@
 """A ``--model-path`` fine-tune through the loopback Slurm cluster on 2 nodes: every GPU alone (gloo ranks
-here), DDP and FSDP on each node, DDP and FSDP across both nodes, the fleet agreement, all on the
-real-scale fast path (packed rows, deterministic kernels, the chunked loss) and judged by the seeds'
-contract, never by the small built-in model's tokens/s or wall time.
+here), DDP and FSDP on each node, the fleet agreement across both nodes, all on the real-scale fast path
+(packed rows, deterministic kernels, the chunked loss) and judged by the seeds' contract, never by the small
+built-in model's tokens/s or wall time.
+
+The multi-node launch is left out: it runs the same strategies' code over a wider process group, which CI's
+acceptance step proves with the built-in model, and it cost this module's inner run 141 of its 385 s on CI's two
+cores (docs/measurements.md 'Selftest time on the 2-core CI machine'). Every rank of both nodes still loads the
+checkpoint and trains on the fast path in the per-node launch.
 
 The checkpoint is a real one, made here without a download: the built-in tiny model fine-tuned by the
 suite's own CPU profile for 55 steps (LoRA + lm_head), merged and saved as a plain transformers
@@ -55,6 +60,8 @@ def model_path_run(tmp_path_factory: pytest.TempPathFactory, dev_cluster) -> Inn
         inner,
         "-m",
         "acceptance and training",
+        "-k",
+        "not test_finetune_multinode",
         "--launcher",
         "slurm",
         "--nodes",
@@ -77,7 +84,7 @@ def test_every_default_case_passes_and_the_builtin_7b_steps_aside(model_path_run
     tests = _tests(model_path_run)
     default = {name: t["verdict"] for name, t in tests.items() if "default" in name}
     assert default and set(default.values()) == {"passed"}, (default, model_path_run.output[-3000:])
-    assert any("multinode[default-ddp]" in name for name in default) and any("agreement" in n for n in default)
+    assert any("node[node2-default-fsdp]" in name for name in default) and any("agreement" in n for n in default)
     scale = {name: t for name, t in tests.items() if "scale" in name}
     assert scale and {t["verdict"] for t in scale.values()} == {"skipped"}
     assert all("--model-path given" in t["message"] for t in scale.values()), scale
