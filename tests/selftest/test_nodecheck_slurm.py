@@ -127,7 +127,11 @@ def set_interval(gated: dict[str, Any], seconds: int) -> None:
 
 def quiet(cluster: DevCluster) -> None:
     """Wait until no job is queued and no node is still completing one: a fault injected while an earlier
-    test's job runs its epilog on that node would fail the epilog, and Slurm drains it "Epilog error"."""
+    test's job runs its epilog on that node would fail the epilog, and Slurm drains it "Epilog error".
+
+    Then start from two undrained nodes: a drain left by an earlier test (CI 2026-11-28: node2 drained
+    "Epilog error" before this test injected anything, the requeued job's epilog on a loaded machine) would
+    otherwise be read as this test's verdict; it is printed and resumed, as an operator clears a stale drain."""
     wait_for(
         "no job left and no node completing",
         lambda: (
@@ -136,6 +140,10 @@ def quiet(cluster: DevCluster) -> None:
         ),
         timeout_s=90,
     )
+    for node, reason in reasons(cluster).items():
+        print(f"quiet: {node} was left drained by an earlier test ({reason}): resumed")
+        cluster.cmd("scontrol", "update", f"nodename={node}", "state=resume")
+    wait_for("no node drained", lambda: not reasons(cluster))
 
 
 def ecc_fault(gated: dict[str, Any], node: str, count: int) -> None:
