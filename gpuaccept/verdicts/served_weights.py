@@ -63,20 +63,15 @@ def planned_seconds(weights: int | None, models: Declared, scratch: Declared) ->
     if not weights or models is None:
         return ()
     gb = weights / 1e9
-    terms = [
-        (
-            "merged weights saved and cold-started",
-            gb / per_node_figure(models[1], "write") + gb / per_node_figure(models[1], "read"),
-        )
-    ]
+    terms = [("merged weights saved and cold-started", _there_and_back(gb, models))]
     if scratch is not None:
-        terms.append(
-            (
-                "copied to scratch and cold-started",
-                gb / per_node_figure(scratch[1], "write") + gb / per_node_figure(scratch[1], "read"),
-            )
-        )
+        terms.append(("copied to scratch and cold-started", _there_and_back(gb, scratch)))
     return tuple((name, round(seconds, 1)) for name, seconds in terms)
+
+
+def _there_and_back(gb: float, declared: tuple[str, Filesystem]) -> float:
+    """Seconds to write ``gb`` to the declared filesystem and read it back, at its contract's per-node figures."""
+    return gb / per_node_figure(declared[1], "write") + gb / per_node_figure(declared[1], "read")
 
 
 def _cold(judge: JudgeLike, cold: Mapping[str, Any], declared: Declared, node: str) -> None:
