@@ -24,6 +24,8 @@ from gpuaccept.fabric.schedule import Pairing
 from gpuaccept.probes import gdr, infiniband, perftest, specs, xid
 from gpuaccept.probes.specs import SPECS, PayloadError, ProbeSpec
 
+from .payload_walk import deletions, loose_types
+
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 #: every recorded fixture that is a probe's own output: a ``--dump`` file (JSON, the payload itself: one rank) or the
@@ -160,3 +162,91 @@ def test_perftest_endpoint_on_recorded_output_is_its_payload_type(bw: str, monke
     endpoint = perftest._endpoint(role, test, args, "0000:18:00.0" if "cuda" in bw else None)
     (typed,) = _arrived(specs.PERFTEST, {"plan_tests": 1, "endpoints": [endpoint], "cuda_build": True})["endpoints"]
     assert typed["role"] == role and ("bw" in typed or "error" in typed)
+
+
+# ---- the contract bites: nothing validates that the probe did not write, and nothing it wrote is dropped
+
+#: specs whose payload type still accepts ``{}``, or reaches a type that drops a key it does not declare (issue
+#: 55): each name leaves this set when its type is made to bite; the set only shrinks
+OPEN: set[str] = {
+    "agent",
+    "finetune",
+    "fingerprint",
+    "gdr",
+    "gpu_health",
+    "gpubench",
+    "hygiene",
+    "infiniband",
+    "matmul",
+    "nccl",
+    "nccl_tests",
+    "nvlink",
+    "perftest",
+    "sharedfs",
+    "software",
+    "visibility",
+    "xid",
+}
+#: specs with no recorded output in fixtures/ yet (each gets one from the GPU machine or the loopback cluster)
+UNRECORDED: set[str] = {
+    "agent",
+    "checkpoint",
+    "coherency",
+    "fingerprint",
+    "fio",
+    "fsmeta",
+    "gdr",
+    "gpubench",
+    "hygiene",
+    "infiniband",
+    "matmul",
+    "mounts",
+    "nccl_tests",
+    "neighbours",
+    "perftest",
+    "residue",
+    "sharedfs",
+    "trust",
+    "visibility",
+    "xid",
+}
+
+
+@pytest.mark.parametrize("name", sorted(set(SPECS) - OPEN))
+def test_an_empty_payload_is_refused_naming_a_field(name: str) -> None:
+    with pytest.raises(PayloadError, match=rf"probe {name}: node3 rank 5: payload is not .*field "):
+        SPECS[name].validate(_record({}))
+
+
+@pytest.mark.parametrize("name", sorted(set(SPECS) - OPEN))
+def test_every_type_of_a_payload_refuses_undeclared_keys(name: str) -> None:
+    """Every TypedDict and model a payload reaches is ``contracts.strict``'s: pydantic would drop an undeclared
+    key of any other, and the judge would never see that the probe wrote it."""
+    assert not loose_types(SPECS[name].payload), f"probe {name}: types that drop undeclared keys"
+
+
+def _recorded_payloads(fixture: str) -> list[dict[str, Any]]:
+    (spec, ranks), path = RECORDED[fixture], FIXTURES / fixture
+    if path.suffix == ".out":
+        return [r.data for r in parse_records(spec.name, path.read_text(), ranks, ())]
+    return [json.loads(path.read_text())]
+
+
+@pytest.mark.parametrize("fixture", sorted(f for f, (spec, _) in RECORDED.items() if spec.name not in OPEN))
+def test_a_recording_less_any_key_it_holds_is_refused_naming_that_key(fixture: str) -> None:
+    """A probe writes every key its type declares (a reading the hardware did not give is ``null``): a recording
+    with any one key taken out, at any depth (the first row of a list stands for its rows), is refused by name."""
+    spec = RECORDED[fixture][0]
+    for data in _recorded_payloads(fixture):
+        for where, edited in deletions(data):
+            with pytest.raises(PayloadError) as raised:
+                spec.validate(_record(edited))
+            assert where[-1] in str(raised.value), f"{fixture}: without {'.'.join(where)}: {raised.value}"
+
+
+def test_every_spec_has_a_recording_or_says_it_has_none_yet() -> None:
+    recorded = {spec.name for spec, _ in RECORDED.values()}
+    assert set(SPECS) - UNRECORDED <= recorded, (
+        f"no recording in fixtures/: {sorted(set(SPECS) - UNRECORDED - recorded)}"
+    )
+    assert not UNRECORDED & recorded, f"recorded now, take them out of UNRECORDED: {sorted(UNRECORDED & recorded)}"

@@ -1,0 +1,64 @@
+"""Walks for the contract selftests: the types a payload type reaches, and a recording with one key taken out."""
+
+from __future__ import annotations
+
+import copy
+import typing
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import BaseModel
+from typing_extensions import is_typeddict
+
+
+def _reached(tp: Any, seen: set[int]) -> Iterator[Any]:
+    """Every TypedDict and pydantic model ``tp`` reaches through unions, containers and fields."""
+    if id(tp) in seen:
+        return
+    seen.add(id(tp))
+    if is_typeddict(tp):
+        yield tp
+        for hint in typing.get_type_hints(tp).values():
+            yield from _reached(hint, seen)
+    elif isinstance(tp, type) and issubclass(tp, BaseModel):
+        yield tp
+        for field in tp.model_fields.values():
+            yield from _reached(field.annotation, seen)
+    for arg in typing.get_args(tp):
+        yield from _reached(arg, seen)
+
+
+def loose_types(payload: Any) -> list[str]:
+    """The names of the types ``payload`` reaches that do not refuse an undeclared key."""
+    loose = []
+    for tp in _reached(payload, set()):
+        config = getattr(tp, "model_config", None) if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+        config = config if config is not None else getattr(tp, "__pydantic_config__", None) or {}
+        if config.get("extra") != "forbid":
+            loose.append(f"{tp.__module__}.{tp.__qualname__}")
+    return loose
+
+
+def _paths(value: Any, where: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield (*where, str(key))
+            yield from _paths(item, (*where, str(key)))
+    elif isinstance(value, list) and value:
+        yield from _paths(value[0], (*where, "0"))
+
+
+def _without(data: Any, where: tuple[str, ...]) -> Any:
+    edited = copy.deepcopy(data)
+    holder = edited
+    for step in where[:-1]:
+        holder = holder[int(step)] if isinstance(holder, list) else holder[step]
+    del holder[where[-1]]
+    return edited
+
+
+def deletions(data: dict[str, Any]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """``(path, data without the key at path)`` for every key of ``data`` at any depth; of a list, its first item's
+    keys stand for every item's. A dict keyed by data (sizes, names) is walked too: its keys are the probe's."""
+    for where in _paths(data, ()):
+        yield where, _without(data, where)
