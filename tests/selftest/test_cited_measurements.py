@@ -23,11 +23,20 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+#: the index: every section's heading and the dated file that holds it
 MEASUREMENTS = REPO / "docs" / "measurements.md"
+#: the sections, one file per day
+DATED = sorted((REPO / "docs" / "measurements").glob("*.md"))
 FILES = [REPO / "thresholds.yaml", *sorted((REPO / "fixtures" / "site").glob("*.yaml"))]
 #: where a reader meets a section title of docs/measurements.md: the limits' sources, the site files (their
 #: comments too), the pages
-CITING = [*FILES, REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+CITING = [*FILES, REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *DATED]
+
+
+def measured_text() -> str:
+    """What a reader following a ``docs/measurements.md`` citation reads: the index and every dated file."""
+    return "\n".join(path.read_text() for path in [MEASUREMENTS, *DATED])
+
 
 _PERCENT_RANGE = re.compile(r"\d+(?:\.\d+)?\s*[-\u2013/]\s*\d+(?:\.\d+)?\s*%")
 _MEASURED = re.compile(r"docs/measurements\.md|our measurement", re.IGNORECASE)
@@ -51,7 +60,7 @@ def numbers(text: str) -> set[str]:
 def _known() -> set[str]:
     """Every number of docs/measurements.md, and each leading part of a version (2.11.0 -> 2.11)."""
     known = set()
-    for token in re.findall(r"\d+(?:\.\d+)*", re.sub(r"(?<=\d),(?=\d{3}\b)", "", MEASUREMENTS.read_text())):
+    for token in re.findall(r"\d+(?:\.\d+)*", re.sub(r"(?<=\d),(?=\d{3}\b)", "", measured_text())):
         parts = token.split(".")
         known.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
     return known
@@ -142,7 +151,7 @@ def not_headings(text: str, known: list[str]) -> list[str]:
 
 
 def test_cited_sections_exist():
-    known = headings(MEASUREMENTS.read_text())
+    known = headings(measured_text())
     missing = [
         f"{f.relative_to(REPO)}: '{title}' is no heading of docs/measurements.md (nor the start of one)"
         for f in CITING
@@ -155,3 +164,18 @@ def test_a_section_that_is_not_there_is_found():
     known = ["2 x H200 SXM 141GB, 2026-11-22: the hardware section through real Slurm", "Fabric: rails"]
     text = "source: docs/measurements.md '2 x H200 SXM 141GB, 2026-11-22' and 'Hardware section', 'Fabric'"
     assert not_headings(text, known) == ["Hardware section"]
+
+
+def test_the_index_lists_every_section_and_its_file() -> None:
+    """Each ``## `` section of a dated file is a row of the index naming that file, and each row a section there:
+    a citation's heading is found through the index."""
+    rows = re.findall(r"^\| (.+?) \| \[[^]]+\]\(measurements/([^)]+)\) \|$", MEASUREMENTS.read_text(), re.M)
+    listed = {(title, name) for title, name in rows}
+    held = {
+        (m.group(1).strip().replace("|", "/"), path.name)
+        for path in DATED
+        for m in re.finditer(r"^## (.+)$", path.read_text(), re.M)
+    }
+    assert DATED and listed == held, (
+        f"not in the index: {sorted(held - listed)}; not in a file: {sorted(listed - held)}"
+    )
