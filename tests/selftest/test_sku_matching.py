@@ -85,8 +85,8 @@ def test_a_bad_pattern_names_file_and_key(tmp_path):
         load_thresholds(site)
 
 
-# the inner session sees a node whose fingerprint shows a GB10 (DGX Spark, no SKU); the probe is faked at the one place a
-# fingerprint enters the suite, so everything after it (SKU detection, the usage error) is the real code
+# the inner session sees a node whose fingerprint shows a GB10 (DGX Spark, no SKU); the probe is faked at the one
+# place a fingerprint enters the suite, so everything after it (SKU detection, the usage error) is the real code
 CONFTEST = """
 from gpuaccept.fingerprints import Fingerprints
 
