@@ -25,7 +25,7 @@ from gpuaccept.probes._nvml import nvml, safe, text
 from gpuaccept.probes._protocol import emit, node_name
 from gpuaccept.probes._where import where
 
-__all__ = ["collect"]
+__all__ = ["ARM_IMPLEMENTERS", "collect", "cpu_model"]
 
 
 def _os_release() -> str:
@@ -36,25 +36,59 @@ def _os_release() -> str:
         return "unknown"
 
 
+#: lscpu's names (util-linux sys-utils/lscpu-arm.c) for the aarch64 implementers and parts a GPU node carries:
+#: aarch64 kernels print no "model name", only these codes, so they are the CPU's name there
+ARM_IMPLEMENTERS: dict[str, tuple[str, dict[str, str]]] = {
+    "0x41": (
+        "ARM",
+        {
+            "0xd0c": "Neoverse-N1",
+            "0xd40": "Neoverse-V1",
+            "0xd49": "Neoverse-N2",
+            "0xd4f": "Neoverse-V2",  # NVIDIA Grace (GH200, GB200, GB300)
+            "0xd84": "Neoverse-V3",
+            "0xd8e": "Neoverse-N3",
+        },
+    ),
+    "0x4e": ("NVIDIA", {"0x004": "Carmel"}),
+}
+
+
+def cpu_model(cpuinfo: str) -> str:
+    """The CPU's name from ``/proc/cpuinfo``: its "model name" (x86), else the aarch64 implementer and part named
+    as lscpu names them ("Neoverse-V2" for Grace's 0x41/0xd4f), else the raw codes ("ARM part 0xd99"), so two
+    nodes with different cores never share a name; "unknown" only when the text names neither."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    if fields.get("model name"):
+        return fields["model name"]
+    implementer, part = fields.get("CPU implementer", "").lower(), fields.get("CPU part", "").lower()
+    if not implementer or not part:
+        return "unknown"
+    vendor, parts = ARM_IMPLEMENTERS.get(implementer, (f"implementer {implementer}", {}))
+    return parts.get(part, f"{vendor} part {part}")
+
+
 def _cpu() -> dict[str, Any]:
-    model, sockets, cores = "unknown", set(), set()
+    sockets, cores = set(), set()
     physical = None
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            key, value = key.strip(), value.strip()
-            if key == "model name":
-                model = value
-            elif key == "physical id":
-                physical = value
-                sockets.add(value)
-            elif key == "core id":
-                cores.add((physical, value))
+        text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "physical id":
+            physical = value
+            sockets.add(value)
+        elif key == "core id":
+            cores.add((physical, value))
     numa = sorted(p.name for p in Path("/sys/devices/system/node").glob("node[0-9]*"))
     return {
-        "model": model,
+        "model": cpu_model(text),
         "sockets": len(sockets) or 1,
         "cores": len(cores) or os.cpu_count(),
         "threads": os.cpu_count(),
