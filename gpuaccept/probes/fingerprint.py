@@ -1,4 +1,5 @@
-"""Node fingerprint: what this node is (OS, kernel, CPU, memory, GPUs, driver, CUDA, NCCL, HCAs).
+"""Node fingerprint: what this node is (OS, kernel, CPU, memory, GPUs, driver, CUDA, NCCL, HCAs) and where its GPUs
+sit in an NVLink fabric (NVML's fabric state, read by the sentinel method: probes/_fabric_state.py).
 
 Run by hand: ``python -m gpuaccept.probes.fingerprint``. The tests compare fingerprints across nodes
 (configuration drift) and the report shows them; nothing here judges.
@@ -20,6 +21,7 @@ from typing import Any
 
 from gpuaccept.probes import _inject
 from gpuaccept.probes._cpus import granted_cpus
+from gpuaccept.probes._fabric_state import read_fabric
 from gpuaccept.probes._gpu import identity
 from gpuaccept.probes._nvml import nvml, safe, text
 from gpuaccept.probes._protocol import emit, node_name
@@ -136,31 +138,33 @@ def _injected_gpus() -> dict[str, Any] | None:
     }
 
 
-def _gpus() -> dict[str, Any]:
+def _gpus() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The node's GPUs and driver, and each GPU's NVLink fabric state (read here, with the NVML handles)."""
     injected = _injected_gpus()
     if injected is not None:
-        return injected
+        return injected, dict(read_fabric(None, []))
     lib = nvml()
     if lib is None:
-        return {"count": 0, "driver": None, "cuda_driver": None, "devices": []}
+        return {"count": 0, "driver": None, "cuda_driver": None, "devices": []}, dict(read_fabric(None, []))
     count = lib.nvmlDeviceGetCount()
-    devices = []
+    devices, handles = [], []
     for index in range(count):
         handle = lib.nvmlDeviceGetHandleByIndex(index)
-        devices.append(
-            {
-                **identity(lib, handle),
-                "vbios": safe(functools.partial(_vbios, lib, handle)),
-                "memory_gib": round(lib.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 2),
-            }
-        )
+        device = {
+            **identity(lib, handle),
+            "vbios": safe(functools.partial(_vbios, lib, handle)),
+            "memory_gib": round(lib.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 2),
+        }
+        devices.append(device)
+        handles.append((handle, index, device.get("uuid")))
     cuda = safe(lib.nvmlSystemGetCudaDriverVersion)
-    return {
+    gpus = {
         "count": count,
         "driver": text(lib.nvmlSystemGetDriverVersion()),
         "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else cuda,
         "devices": devices,
     }
+    return gpus, dict(read_fabric(lib, handles))
 
 
 def _python_stack(has_gpus: bool) -> dict[str, Any]:
@@ -171,7 +175,13 @@ def _python_stack(has_gpus: bool) -> dict[str, Any]:
     ``ncclGetVersion`` from the library torch would load say the same. A torch that is installed but
     does not import is found by the first GPU probe, which imports it.
     """
-    out: dict[str, Any] = {"python": platform.python_version(), "torch": None, "torch_cuda": None, "nccl": None}
+    out: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": None,
+        "torch_cuda": None,
+        "nccl": None,
+        "torch_error": None,
+    }
     for package in ("torch", "transformers", "peft"):
         try:
             out[package] = importlib.metadata.version(package)
@@ -240,7 +250,7 @@ def _hcas() -> list[str]:
 
 def collect() -> dict[str, Any]:
     """The fingerprint as a plain dict."""
-    gpus = _gpus()
+    gpus, fabric = _gpus()
     return {
         "hostname": socket.gethostname(),
         "node": node_name(),
@@ -250,6 +260,7 @@ def collect() -> dict[str, Any]:
         "cpu": _cpu(),
         "memory_gib": _mem_total_gib(),
         "gpus": gpus,
+        "fabric": fabric,
         "stack": _python_stack(bool(gpus["count"])),
         "ib_hcas": _hcas(),
         "container": where(),  # the image's marker, OS, runtime and Python, as every result line has it

@@ -1,0 +1,185 @@
+"""NVLink fabric state: the published readings, served as the NVML call (probes/_inject.py), decoded by the probe's
+sentinel method (probes/_fabric_state.py) and judged (verdicts/nvlink_fabric.py).
+
+A healthy GB200 (gpud #1106) and GB300 (k8s-test-infra #677's tray) pass; the published false passes (Azure
+#506, dra #626) and a degraded mask fail naming the GPU; the H200's real reading (state 0, clique left as the
+caller wrote it) is shown on HGX and never passes a domain.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import TypeAdapter
+
+from gpuaccept.contracts.fabric_state import FabricState
+from gpuaccept.judging.judge import Judge
+from gpuaccept.probes import _fabric_state, _inject
+from gpuaccept.results.metrics import MetricResult
+from gpuaccept.thresholds.loader import load_thresholds
+from gpuaccept.verdicts.nvlink_fabric import READY, degraded_bandwidth, domain_for, health_fields, judge_fabric
+
+FABRIC = Path(__file__).resolve().parents[2] / "fixtures" / "fabric"
+THRESHOLDS = load_thresholds()
+VALIDATE = TypeAdapter(FabricState)
+
+
+def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fixture: str, **edits: Any) -> FabricState:
+    """The probe's reading of a recording served at the NVML call, with ``set`` edits for this node."""
+    spec = {"readings": {"fabric": str(FABRIC / fixture)}, "nodes": {"n1": {"set": edits}} if edits else {}}
+    path = tmp_path / f"inject-{fixture}-{len(edits)}.json"
+    path.write_text(json.dumps(spec))
+    monkeypatch.setenv(_inject.ENV, str(path))
+    monkeypatch.setenv("GPUACCEPT_NODE", "n1")
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    return VALIDATE.validate_python(_fabric_state.read_fabric(None, []))
+
+
+def judged(fabric: FabricState, sku: str) -> list[MetricResult]:
+    results: list[MetricResult] = []
+    judge = Judge(THRESHOLDS, lambda node: sku, results.append, "test_nvlink_fabric")
+    judge_fabric(fabric, domain_for(judge, "n1"), judge, "n1", driver="580.95.05")
+    return results
+
+
+def verdicts(results: list[MetricResult]) -> dict[tuple[str, str | None], str]:
+    return {(r.metric, r.subject): r.verdict for r in results}
+
+
+# ---- the probe's decode ---------------------------------------------------------------------------------
+
+
+def test_the_struct_is_nvmls_v3_and_goes_by_reference() -> None:
+    """nvml.h: nvmlGpuFabricInfo_v3 = sizeof | 3 << 24 (nvidia-ml-py's value), so NVML accepts the version."""
+    pynvml = pytest.importorskip("pynvml")
+    assert _fabric_state.VERSION_V3 == pynvml.nvmlGpuFabricInfo_v3
+    assert ctypes.sizeof(_fabric_state.FabricInfoV3) == ctypes.sizeof(pynvml.c_nvmlGpuFabricInfo_v3_t)
+    seen: list[Any] = []
+    _fabric_state.read_gpu(lambda handle, ref: seen.append(ref), None, 0, None)
+    assert type(seen[0]).__name__ == "CArgObject" and seen[0]._obj.version == _fabric_state.VERSION_V3
+
+
+def test_a_call_that_writes_nothing_is_no_reading() -> None:
+    """What the H200 did with the old call: success, every field as the caller wrote it."""
+    gpu = _fabric_state.read_gpu(lambda handle, ref: None, None, 0, "GPU-x")
+    assert gpu["state"] is gpu["status"] is gpu["health_mask"] is gpu["clique_id"] is gpu["cluster_uuid"] is None
+    assert set(gpu["left_at_sentinel"]) == set(_fabric_state.SENTINELS)
+
+
+def test_clique_and_uuid_are_not_read_before_completed(tmp_path, monkeypatch) -> None:
+    fabric = served(tmp_path, monkeypatch, "gb200-gpud-1106.json", **{"fabric.gpus.0.state": "In Progress"})
+    gpu = fabric["gpus"][0]
+    assert gpu["state"] == 2 and gpu["clique_id"] is None and gpu["cluster_uuid"] is None
+    assert "not read before state Completed" in " ".join(gpu["errors"])
+
+
+def test_an_nvml_error_is_named(tmp_path, monkeypatch) -> None:
+    fabric = served(
+        tmp_path, monkeypatch, "gb200-gpud-1106.json", **{"fabric.gpus.1.returned": "NVMLError_NotSupported"}
+    )
+    assert fabric["gpus"][1]["returned"] == "NVMLError_NotSupported"
+    assert verdicts(judged(fabric, "GB200"))[("nvlink_fabric_state", "1")] == "fail"
+
+
+# ---- healthy recordings -----------------------------------------------------------------------------------
+
+
+def test_gpud_1106_gb200_passes_with_health_a_declared_absence(tmp_path, monkeypatch) -> None:
+    fabric = served(tmp_path, monkeypatch, "gb200-gpud-1106.json")
+    assert fabric["source"] == "injected" and [g["clique_id"] for g in fabric["gpus"]] == [4026, 4026]
+    results = judged(fabric, "GB200")
+    assert set(verdicts(results).values()) == {"pass"} and len(results) == 3
+    state = next(r for r in results if r.metric == "nvlink_fabric_state")
+    assert "not reported by driver 580.95.05 (Not Supported): a declared absence" in state.extra["health_summary"]
+
+
+def test_gpud_1106_meets_the_gb200_limits() -> None:
+    """The recorded node's GPUs are GB200s (gpud: 'NVIDIA-GB200'), which get GB200's own limits, not B200's."""
+    assert THRESHOLDS.sku_for_gpu("NVIDIA GB200") == "GB200"
+    gb200, b200 = THRESHOLDS.limits_for("GB200"), THRESHOLDS.limits_for("B200")
+    assert gb200["hostbw_h2d_gbps"].min != b200["hostbw_h2d_gbps"].min  # NVLink-C2C, not PCIe
+    assert "ib_hca_count" not in gb200 and gb200["gpu_power_limit_w"].min == 1200
+
+
+def test_k8s_test_infra_677_gb300_passes(tmp_path, monkeypatch) -> None:
+    fabric = served(tmp_path, monkeypatch, "gb300-k8s-test-infra-677.json")
+    gpu = fabric["gpus"][0]
+    assert gpu["health_summary"] == 1 and gpu["health_mask"] is not None
+    assert health_fields(gpu["health_mask"])["degraded_bandwidth"] == "false"
+    assert set(verdicts(judged(fabric, "GB300")).values()) == {"pass"}
+
+
+# ---- the published faults -----------------------------------------------------------------------------------
+
+
+def _failed(results: list[MetricResult]) -> dict[str | None, str]:
+    return {r.subject: str(r.value) for r in results if r.verdict == "fail"}
+
+
+def test_azure_506_fails_naming_the_gpu(tmp_path, monkeypatch) -> None:
+    failed = _failed(judged(served(tmp_path, monkeypatch, "azure-azhpc-images-506.json"), "GB200"))
+    assert "status Insufficient Resources" in failed["0"]
+    assert "cluster UUID 00000000-0000-0000-0000-000000000000 (zero: in no cluster)" in failed["0"]
+
+
+def test_dra_626_completed_success_but_unhealthy_fails(tmp_path, monkeypatch) -> None:
+    failed = _failed(judged(served(tmp_path, monkeypatch, "dra-driver-626.json"), "GB200"))
+    assert "health summary Unhealthy" in failed["0"]
+
+
+def test_nccl_2186_mask_0xaa_decodes_healthy_and_a_degraded_mask_fails(tmp_path, monkeypatch) -> None:
+    """NVML's 2-bit fields: 0xaa is every condition false; 0xa9 (the file's edit) is DEGRADED_BW true."""
+    assert health_fields(0xAA) == dict.fromkeys(health_fields(0xAA), "false") and not degraded_bandwidth(0xAA)
+    failed = _failed(judged(served(tmp_path, monkeypatch, "nccl-2186-mask.json"), "GB200"))
+    assert set(failed) == {"1"} and "bandwidth degraded (health mask 0xa9)" in failed["1"]
+
+
+def test_gpus_of_one_node_in_two_cliques_fail(tmp_path, monkeypatch) -> None:
+    fabric = served(tmp_path, monkeypatch, "gb200-gpud-1106.json", **{"fabric.gpus.1.cliqueId": 4027})
+    clique = next(r for r in judged(fabric, "GB200") if r.metric == "nvlink_fabric_clique")
+    assert clique.verdict == "fail" and "4026: GPUs 0" in str(clique.value) and "4027: GPUs 1" in str(clique.value)
+
+
+def test_one_clique_id_in_two_clusters_is_two_cliques(tmp_path, monkeypatch) -> None:
+    """The placeholder 32766 in unrelated racks (torchcomms #3612): the clique is (cluster UUID, clique ID)."""
+    edits = {
+        "fabric.gpus.0.cliqueId": 32766,
+        "fabric.gpus.1.cliqueId": 32766,
+        "fabric.gpus.1.clusterUuid": "00000002-0000-0000-0000-000000000002",
+    }
+    clique = next(
+        r
+        for r in judged(served(tmp_path, monkeypatch, "gb200-gpud-1106.json", **edits), "GB200")
+        if r.metric == "nvlink_fabric_clique"
+    )
+    assert clique.verdict == "fail"
+
+
+# ---- the H200's real reading ----------------------------------------------------------------------------
+
+
+def test_h200_reading_is_shown_on_hgx_and_never_passes_a_domain(tmp_path, monkeypatch) -> None:
+    fabric = served(tmp_path, monkeypatch, "h200-580.159.04.json")
+    gpu = fabric["gpus"][0]
+    assert gpu["state"] == 0 and gpu["health_mask"] == 0 and "cliqueId" in gpu["left_at_sentinel"]
+    shown = judged(fabric, "H200")
+    assert [(r.metric, r.verdict) for r in shown] == [("nvlink_fabric_shown", "info")]
+    assert "state Not Supported" in str(shown[0].value) and "cliqueId" in str(shown[0].value)
+    as_domain = judged(fabric, "GB200")
+    assert _failed(as_domain)["0"] == "state Not Supported" and READY not in _failed(as_domain)["0"]
+
+
+def test_the_domain_defaults_by_sku() -> None:
+    judge = Judge(THRESHOLDS, lambda node: node, lambda r: None, "selftest")
+    assert [domain_for(judge, s) for s in ("GB200", "GB300", "B300", "B200", "H200", "cpu")] == [
+        "nvl72",
+        "nvl72",
+        "none",
+        "none",
+        "none",
+        "none",
+    ]
