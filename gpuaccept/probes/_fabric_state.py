@@ -17,7 +17,7 @@ from typing import Any
 from gpuaccept.contracts.fabric_state import FABRIC_CALL, FabricGpu, FabricState
 from gpuaccept.probes import _inject
 
-__all__ = ["SENTINELS", "FabricInfoV3", "read_fabric", "read_gpu"]
+__all__ = ["SENTINELS", "VERSION_V3", "FabricInfoV3", "decode", "primed", "read_fabric", "read_gpu"]
 
 UUID_LEN = 16  # NVML_GPU_FABRIC_UUID_LEN
 STATE_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
@@ -50,7 +50,7 @@ SENTINELS: dict[str, Any] = {
 }
 
 
-def _primed() -> FabricInfoV3:
+def primed() -> FabricInfoV3:
     info = FabricInfoV3()
     info.version = VERSION_V3
     for name, value in SENTINELS.items():
@@ -98,7 +98,7 @@ def decode(info: FabricInfoV3, index: int, uuid: str | None, returned: str) -> F
 
 def read_gpu(call: Any, handle: Any, index: int, uuid: str | None) -> FabricGpu:
     """One GPU: prime the struct, make the call (NVML's, or the injected one) by reference, decode."""
-    info = _primed()
+    info = primed()
     try:
         call(handle, ctypes.byref(info))
         returned = "NVML_SUCCESS"
