@@ -20,7 +20,7 @@ from typing_extensions import TypedDict
 
 from gpuaccept.contracts.strict import strict
 
-__all__ = ["FABRIC_CALL", "FabricGpu", "FabricState"]
+__all__ = ["FABRIC_CALL", "C2CGpu", "C2CLink", "FabricGpu", "FabricState"]
 
 FABRIC_CALL: Final = "nvmlDeviceGetGpuFabricInfoV"
 
@@ -44,10 +44,33 @@ class FabricGpu(TypedDict):
 
 
 @strict
+class C2CLink(TypedDict):
+    """One NVLink-C2C link of a GPU (Grace superchips): NVML_FI_DEV_C2C_LINK_GET_STATUS and _GET_MAX_BW (MB/s)
+    for its index, None where NVML answered with an error (named in the GPU's ``errors``)."""
+
+    link: int
+    status: int | None
+    max_bw_mbps: int | None
+
+
+@strict
+class C2CGpu(TypedDict):
+    """A GPU's NVLink-C2C links (NVML_FI_DEV_C2C_LINK_COUNT): ``link_count`` None where NVML does not answer
+    (a board without C2C: NVML_ERROR_NOT_SUPPORTED, named in ``errors``)."""
+
+    index: int
+    link_count: int | None
+    links: list[C2CLink]
+    errors: list[str]
+
+
+@strict
 class FabricState(TypedDict):
     """The node's fabric readings: ``source`` says where they came from ("nvml"; "injected" under the test hook,
-    probes/_inject.py; "no nvml" on a node without a driver, with no GPUs listed)."""
+    probes/_inject.py; "no nvml" on a node without a driver, with no GPUs listed); ``c2c``: each GPU's NVLink-C2C
+    links to its Grace CPU (empty when injected: no C2C field values are published)."""
 
     call: Literal["nvmlDeviceGetGpuFabricInfoV"]
     source: Literal["nvml", "injected", "no nvml"]
     gpus: list[FabricGpu]
+    c2c: list[C2CGpu]

@@ -14,10 +14,10 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from gpuaccept.contracts.fabric_state import FABRIC_CALL, FabricGpu, FabricState
+from gpuaccept.contracts.fabric_state import FABRIC_CALL, C2CGpu, C2CLink, FabricGpu, FabricState
 from gpuaccept.probes import _inject
 
-__all__ = ["SENTINELS", "VERSION_V3", "FabricInfoV3", "decode", "primed", "read_fabric", "read_gpu"]
+__all__ = ["SENTINELS", "VERSION_V3", "FabricInfoV3", "decode", "primed", "read_c2c", "read_fabric", "read_gpu"]
 
 UUID_LEN = 16  # NVML_GPU_FABRIC_UUID_LEN
 STATE_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
@@ -110,13 +110,46 @@ def read_gpu(call: Any, handle: Any, index: int, uuid: str | None) -> FabricGpu:
     return gpu
 
 
+def read_c2c(lib: Any, handle: Any, index: int) -> C2CGpu:
+    """A GPU's NVLink-C2C links from NVML's field values (nvidia-ml-py's NVML_FI_DEV_C2C_LINK_COUNT, then
+    _GET_STATUS and _GET_MAX_BW scoped to each link); a field NVML answers with an error is None, named."""
+    errors: list[str] = []
+    try:
+        count_value = lib.nvmlDeviceGetFieldValues(handle, [lib.NVML_FI_DEV_C2C_LINK_COUNT])[0]
+    except Exception as exc:
+        return {"index": index, "link_count": None, "links": [], "errors": [f"C2C link count: {type(exc).__name__}"]}
+    if count_value.nvmlReturn != 0:
+        errors.append(f"C2C link count: nvmlReturn {count_value.nvmlReturn}")
+        return {"index": index, "link_count": None, "links": [], "errors": errors}
+    count = int(count_value.value.uiVal)
+    links: list[C2CLink] = []
+    if count:
+        asked = [(lib.NVML_FI_DEV_C2C_LINK_GET_STATUS, n) for n in range(count)]
+        asked += [(lib.NVML_FI_DEV_C2C_LINK_GET_MAX_BW, n) for n in range(count)]
+        values = lib.nvmlDeviceGetFieldValues(handle, asked)
+        for n in range(count):
+            got: list[int | None] = []
+            for what, value in (("status", values[n]), ("max bandwidth", values[count + n])):
+                if value.nvmlReturn != 0:
+                    errors.append(f"C2C link {n} {what}: nvmlReturn {value.nvmlReturn}")
+                got.append(int(value.value.uiVal) if value.nvmlReturn == 0 else None)
+            links.append({"link": n, "status": got[0], "max_bw_mbps": got[1]})
+    return {"index": index, "link_count": count, "links": links, "errors": errors}
+
+
 def read_fabric(lib: Any | None, gpus: list[tuple[Any, int, str | None]]) -> FabricState:
     """Every GPU's reading: ``gpus`` is (NVML handle, index, UUID) per GPU; ``lib`` the initialised pynvml."""
     injected = _inject.fabric_call()
     if injected is not None:
         served = _inject.fabric_gpus()
-        return {"call": FABRIC_CALL, "source": "injected", "gpus": [read_gpu(injected, i, i, u) for i, u in served]}
+        readings = [read_gpu(injected, i, i, u) for i, u in served]
+        return {"call": FABRIC_CALL, "source": "injected", "gpus": readings, "c2c": []}
     if lib is None:
-        return {"call": FABRIC_CALL, "source": "no nvml", "gpus": []}
+        return {"call": FABRIC_CALL, "source": "no nvml", "gpus": [], "c2c": []}
     call = getattr(lib, FABRIC_CALL)
-    return {"call": FABRIC_CALL, "source": "nvml", "gpus": [read_gpu(call, h, i, u) for h, i, u in gpus]}
+    return {
+        "call": FABRIC_CALL,
+        "source": "nvml",
+        "gpus": [read_gpu(call, h, i, u) for h, i, u in gpus],
+        "c2c": [read_c2c(lib, h, i) for h, i, _ in gpus],
+    }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuaccept.verdicts.c2c import judge_c2c
 from gpuaccept.verdicts.nvlink_fabric import domain_for, judge_fabric
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect]
@@ -21,3 +22,11 @@ def test_nvlink_fabric(node, fingerprints, judge):
     if not fp["gpus"]["count"]:
         pytest.skip("partition declares no GPUs: no NVLink fabric to read")
     judge_fabric(fp["fabric"], domain_for(judge, node), judge, node, driver=fp["gpus"]["driver"])
+
+
+def test_c2c_links(node, fingerprints, judge):
+    """Each GPU's NVLink-C2C links to its Grace CPU, shown (host bandwidth over C2C is test_memory's hostbw)."""
+    fp = fingerprints.get(node)
+    if not fp["fabric"]["c2c"]:
+        pytest.skip("no NVLink-C2C reading on this node (no NVML, or an injected fabric)")
+    judge_c2c(fp["fabric"]["c2c"], judge, node)

@@ -21,6 +21,7 @@ from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import _fabric_state, _inject
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.thresholds.loader import load_thresholds
+from gpuaccept.verdicts.c2c import judge_c2c
 from gpuaccept.verdicts.nvlink_fabric import READY, degraded_bandwidth, domain_for, health_fields, judge_fabric
 
 FABRIC = Path(__file__).resolve().parents[2] / "fixtures" / "fabric"
@@ -183,3 +184,39 @@ def test_the_domain_defaults_by_sku() -> None:
         "none",
         "none",
     ]
+
+
+# ---- NVLink-C2C --------------------------------------------------------------------------------------------
+
+
+class _FieldLib:
+    """A stand-in for pynvml's field-value call: ``answers`` maps (field, scope) to (nvmlReturn, value)."""
+
+    NVML_FI_DEV_C2C_LINK_COUNT, NVML_FI_DEV_C2C_LINK_GET_STATUS, NVML_FI_DEV_C2C_LINK_GET_MAX_BW = 170, 171, 172
+
+    def __init__(self, answers: dict[tuple[int, int], tuple[int, int]]) -> None:
+        self.answers = answers
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, fields: list[Any]) -> list[Any]:
+        out = []
+        for field in fields:
+            key = field if isinstance(field, tuple) else (field, 0)
+            ret, value = self.answers.get(key, (3, 0))  # NVML_ERROR_NOT_SUPPORTED
+            out.append(type("V", (), {"nvmlReturn": ret, "value": type("U", (), {"uiVal": value})()})())
+        return out
+
+
+def test_c2c_links_are_read_per_link_and_shown() -> None:
+    lib = _FieldLib({(170, 0): (0, 2), (171, 0): (0, 1), (171, 1): (0, 1), (172, 0): (0, 45000), (172, 1): (3, 0)})
+    gpu = _fabric_state.read_c2c(lib, None, 0)
+    assert gpu["link_count"] == 2 and [link["max_bw_mbps"] for link in gpu["links"]] == [45000, None]
+    assert gpu["errors"] == ["C2C link 1 max bandwidth: nvmlReturn 3"]
+    results: list[MetricResult] = []
+    judge_c2c([gpu], Judge(THRESHOLDS, lambda node: "GB200", results.append, "test_c2c_links"), "n1")
+    assert [(r.metric, r.verdict) for r in results] == [("c2c_links", "info")]
+    assert str(results[0].value) == "2 links, status 1 1, max None, 45000 MB/s"
+
+
+def test_a_board_without_c2c_says_so() -> None:
+    gpu = _fabric_state.read_c2c(_FieldLib({}), None, 3)
+    assert gpu["link_count"] is None and gpu["errors"] == ["C2C link count: nvmlReturn 3"]
