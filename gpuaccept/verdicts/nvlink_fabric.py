@@ -39,6 +39,7 @@ __all__ = [
     "DomainKind",
     "degraded_bandwidth",
     "domain_for",
+    "domain_not_judged",
     "health_fields",
     "judge_fabric",
     "problems",
@@ -61,6 +62,13 @@ def domain_for(judge: JudgeLike, node: str) -> DomainKind:
     domain (GB200, GB300), else ``none``. A site's ``nvlink_domain`` overrides it (thresholds/domain_site)."""
     gpus = judge.datasheet(judge.sku(node), DOMAIN_GPUS)
     return "nvl72" if gpus is not None and gpus >= 72 else "none"
+
+
+def domain_not_judged(domain: DomainKind, sku: str) -> str | None:
+    """Why a node's fabric state is shown and not judged (the test skips with it after showing), or None."""
+    if domain == "none":
+        return f"SKU {sku}'s NVLink domain is none (nvlink_domain_gpus): its fabric state is shown, not judged"
+    return None
 
 
 def health_fields(mask: int) -> dict[str, str]:

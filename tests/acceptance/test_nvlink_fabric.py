@@ -11,22 +11,20 @@ from __future__ import annotations
 import pytest
 
 from gpuaccept.verdicts.c2c import judge_c2c
-from gpuaccept.verdicts.nvlink_fabric import domain_for, judge_fabric
+from gpuaccept.verdicts.nvlink_fabric import domain_for, domain_not_judged, judge_fabric
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect]
 
 
 def test_nvlink_fabric(node, fingerprints, judge):
-    """Every GPU Completed, Success, a non-zero cluster UUID, healthy and not degraded; one clique per node."""
+    """Every GPU Completed, Success, a non-zero cluster UUID, healthy and not degraded; one clique per node. On a
+    node whose domain is none (HGX) the readings and the NVLink-C2C links are shown and the test skips."""
     fp = fingerprints.get(node)
     if not fp["gpus"]["count"]:
         pytest.skip("partition declares no GPUs: no NVLink fabric to read")
-    judge_fabric(fp["fabric"], domain_for(judge, node), judge, node, driver=fp["gpus"]["driver"])
-
-
-def test_c2c_links(node, fingerprints, judge):
-    """Each GPU's NVLink-C2C links to its Grace CPU, shown (host bandwidth over C2C is test_memory's hostbw)."""
-    fp = fingerprints.get(node)
-    if not fp["fabric"]["c2c"]:
-        pytest.skip("no NVLink-C2C reading on this node (no NVML, or an injected fabric)")
+    domain = domain_for(judge, node)
+    judge_fabric(fp["fabric"], domain, judge, node, driver=fp["gpus"]["driver"])
     judge_c2c(fp["fabric"]["c2c"], judge, node)
+    reason = domain_not_judged(domain, judge.sku(node))
+    if reason is not None:
+        pytest.skip(reason)

@@ -22,7 +22,14 @@ from gpuaccept.probes import _fabric_state, _inject
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.thresholds.loader import load_thresholds
 from gpuaccept.verdicts.c2c import judge_c2c
-from gpuaccept.verdicts.nvlink_fabric import READY, degraded_bandwidth, domain_for, health_fields, judge_fabric
+from gpuaccept.verdicts.nvlink_fabric import (
+    READY,
+    degraded_bandwidth,
+    domain_for,
+    domain_not_judged,
+    health_fields,
+    judge_fabric,
+)
 
 FABRIC = Path(__file__).resolve().parents[2] / "fixtures" / "fabric"
 THRESHOLDS = load_thresholds()
@@ -220,3 +227,11 @@ def test_c2c_links_are_read_per_link_and_shown() -> None:
 def test_a_board_without_c2c_says_so() -> None:
     gpu = _fabric_state.read_c2c(_FieldLib({}), None, 3)
     assert gpu["link_count"] is None and gpu["errors"] == ["C2C link count: nvmlReturn 3"]
+
+
+def test_a_node_without_a_domain_is_skipped_after_showing_its_reading() -> None:
+    """The acceptance test ends skipped on HGX, never an ERROR of info-only checks nor a pass on them."""
+    assert domain_not_judged("none", "H200") is not None and "shown, not judged" in str(
+        domain_not_judged("none", "H200")
+    )
+    assert domain_not_judged("nvl72", "GB200") is None
