@@ -171,12 +171,18 @@ def judge_fabric(
             **_detail(gpu, driver),
         )
     cliques: Mapping[tuple[str | None, int | None], list[int]] = _cliques(gpus)
+    only = next(iter(cliques))
     observed = (
         "one clique"
-        if len(cliques) == 1 and None not in next(iter(cliques))
+        if len(cliques) == 1 and _a_clique(*only)
         else "; ".join(f"{u}/{c}: GPUs {', '.join(map(str, g))}" for (u, c), g in cliques.items())
     )
     judge.expect("nvlink_fabric_clique", observed, "one clique", node=node, cliques=len(cliques))
+
+
+def _a_clique(uuid: str | None, clique: int | None) -> bool:
+    """A (cluster UUID, clique ID) that names a clique: both read, the UUID not all zeros (in no cluster)."""
+    return uuid is not None and clique is not None and set(uuid.replace("-", "")) != {"0"}
 
 
 def _cliques(gpus: list[FabricGpu]) -> dict[tuple[str | None, int | None], list[int]]:

@@ -129,8 +129,10 @@ def _failed(results: list[MetricResult]) -> dict[str | None, str]:
 
 
 def test_azure_506_fails_naming_the_gpu(tmp_path, monkeypatch) -> None:
-    failed = _failed(judged(served(tmp_path, monkeypatch, "azure-azhpc-images-506.json"), "GB200"))
+    results = judged(served(tmp_path, monkeypatch, "azure-azhpc-images-506.json"), "GB200")
+    failed = _failed(results)
     assert "status Insufficient Resources" in failed["0"]
+    assert [r.verdict for r in results if r.metric == "nvlink_fabric_clique"] == ["fail"]  # a zero UUID: no clique
     assert "cluster UUID 00000000-0000-0000-0000-000000000000 (zero: in no cluster)" in failed["0"]
 
 
