@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,8 @@ from gpuaccept.verdicts.nvlink_fabric import (
     health_fields,
     judge_fabric,
 )
+
+from .conftest import repository_view, run_inner
 
 FABRIC = Path(__file__).resolve().parents[2] / "fixtures" / "fabric"
 THRESHOLDS = load_thresholds()
@@ -237,3 +241,33 @@ def test_a_node_without_a_domain_is_skipped_after_showing_its_reading() -> None:
         domain_not_judged("none", "H200")
     )
     assert domain_not_judged("nvl72", "GB200") is None
+
+
+# ---- end to end: the acceptance test, the fingerprint probe's subprocess and the plugin -------------------
+
+NVML_H200 = Path(__file__).resolve().parents[2] / "fixtures" / "nvml" / "h200-2gpu.gpu_health.json"
+
+
+@pytest.mark.parametrize(
+    ("fixture", "verdict", "says"),
+    [
+        ("gb200-gpud-1106.json", "passed", None),
+        ("azure-azhpc-images-506.json", "failed", "GPU 0: nvlink_fabric_state = status Insufficient Resources"),
+    ],
+)
+def test_the_acceptance_test_judges_a_served_reading_end_to_end(tmp_path, fixture, verdict, says) -> None:
+    """tests/acceptance/test_nvlink_fabric.py in an inner session (--launcher local): the fingerprint probe runs
+    as a subprocess on the injected GB200 node (the recorded H200 GPUs renamed GB200, the fabric served at the
+    NVML call), so the probe's decode, the payload and the judge run as on a node."""
+    node = socket.gethostname()
+    names = {f"gpu_health.gpus.{i}.name": "NVIDIA GB200" for i in (0, 1)}
+    spec = {
+        "readings": {"gpu_health": str(NVML_H200), "fabric": str(FABRIC / fixture)},
+        "nodes": {node: {"set": names}},
+    }
+    (tmp_path / "inject.json").write_text(json.dumps(spec))
+    repo = repository_view(tmp_path / "repo")
+    env = {**os.environ, _inject.ENV: str(tmp_path / "inject.json"), "GPUACCEPT_NODE": node}
+    run = run_inner(repo, "tests/acceptance/test_nvlink_fabric.py", "-m", "acceptance", "--launcher", "local", env=env)
+    assert set(run.verdicts().values()) == {verdict}, run.output[-3000:]
+    assert says is None or says in run.output, run.output[-3000:]
