@@ -4,8 +4,8 @@
 # checks it here without installing anything: --platform manylinux_2_28_aarch64 (torch's aarch64 wheel tag)
 # and every older manylinux aarch64 tag a glibc 2.28 node also runs (manylinux2014 = 2_17 for tokenizers and
 # PyYAML, 2_27 for NVIDIA's cuDNN wheel: pip 23 does not widen a --platform by itself), and
-# --only-binary=:all: (a node builds
-# nothing from source), on the Python a node runs (3.12 by default; GPUACCEPT_NODE_PYTHON overrides).
+# --only-binary=:all: (a node builds nothing from source), on the Python a node runs (3.12 by default;
+# GPUACCEPT_NODE_PYTHON overrides).
 # It reads the dependency list from pyproject.toml, so a dependency added there is checked too. Needs the
 # network to PyPI (the index's metadata and wheel names only: --dry-run downloads no wheel it does not need
 # to read metadata from). Exits non-zero, naming the package, when one has no wheel for the platform.
