@@ -126,7 +126,11 @@ def read_c2c(lib: Any, handle: Any, index: int) -> C2CGpu:
     if count:
         asked = [(lib.NVML_FI_DEV_C2C_LINK_GET_STATUS, n) for n in range(count)]
         asked += [(lib.NVML_FI_DEV_C2C_LINK_GET_MAX_BW, n) for n in range(count)]
-        values = lib.nvmlDeviceGetFieldValues(handle, asked)
+        try:
+            values = lib.nvmlDeviceGetFieldValues(handle, asked)
+        except Exception as exc:
+            errors.append(f"C2C link status and bandwidth: {type(exc).__name__}")
+            return {"index": index, "link_count": count, "links": [], "errors": errors}
         for n in range(count):
             got: list[int | None] = []
             for what, value in (("status", values[n]), ("max bandwidth", values[count + n])):
@@ -146,7 +150,12 @@ def read_fabric(lib: Any | None, gpus: list[tuple[Any, int, str | None]]) -> Fab
         return {"call": FABRIC_CALL, "source": "injected", "gpus": readings, "c2c": []}
     if lib is None:
         return {"call": FABRIC_CALL, "source": "no nvml", "gpus": [], "c2c": []}
-    call = getattr(lib, FABRIC_CALL)
+    call = getattr(lib, FABRIC_CALL, None)
+    if call is None:  # nvidia-ml-py before the v3 call: every GPU says so, none reads as a fabric state
+
+        def call(handle: Any, ref: Any) -> None:
+            raise type("NoFabricCallInNvidiaMlPy", (RuntimeError,), {})()
+
     return {
         "call": FABRIC_CALL,
         "source": "nvml",

@@ -271,3 +271,15 @@ def test_the_acceptance_test_judges_a_served_reading_end_to_end(tmp_path, fixtur
     run = run_inner(repo, "tests/acceptance/test_nvlink_fabric.py", "-m", "acceptance", "--launcher", "local", env=env)
     assert set(run.verdicts().values()) == {verdict}, run.output[-3000:]
     assert says is None or says in run.output, run.output[-3000:]
+
+
+def test_an_nvidia_ml_py_without_the_call_is_named_not_a_crash() -> None:
+    class OldPynvml:
+        """nvidia-ml-py from before nvmlDeviceGetGpuFabricInfoV and the C2C fields."""
+
+        def nvmlDeviceGetFieldValues(self, handle: Any, fields: list[Any]) -> list[Any]:
+            raise AssertionError("not reached: the C2C field id is missing first")
+
+    fabric = _fabric_state.read_fabric(OldPynvml(), [(None, 0, "GPU-a")])
+    assert fabric["gpus"][0]["returned"] == "NoFabricCallInNvidiaMlPy" and fabric["gpus"][0]["state"] is None
+    assert fabric["c2c"][0]["errors"] == ["C2C link count: AttributeError"]
