@@ -14,7 +14,9 @@ from typing import Literal
 # pydantic validates these where a result arrives (probes/specs.py): before Python 3.12 it needs this TypedDict
 from typing_extensions import NotRequired, TypedDict
 
+from gpuaccept.contracts.fabric_state import FabricState
 from gpuaccept.contracts.payloads import GpuIdentity
+from gpuaccept.contracts.strict import strict
 
 __all__ = [
     "FingerprintCpu",
@@ -33,6 +35,7 @@ __all__ = [
 # ---- fingerprint (probes/fingerprint.py): what the node is
 
 
+@strict
 class FingerprintCpu(TypedDict):
     """``/proc/cpuinfo`` and the affinity mask; ``granted_cpus`` is None outside a Slurm step."""
 
@@ -45,6 +48,7 @@ class FingerprintCpu(TypedDict):
     granted_cpus: int | None
 
 
+@strict
 class FingerprintGpu(TypedDict):
     """One GPU NVML lists; an injected reading (``probes/_inject.py``) may leave any field None. ``vbios``
     is NVML's text, or ``"unavailable (...)"``."""
@@ -57,6 +61,7 @@ class FingerprintGpu(TypedDict):
     memory_gib: float | None
 
 
+@strict
 class FingerprintGpus(TypedDict):
     """The node's GPUs and driver (``count`` 0 and the rest None without NVML)."""
 
@@ -66,6 +71,7 @@ class FingerprintGpus(TypedDict):
     devices: list[FingerprintGpu]
 
 
+@strict
 class FingerprintStack(TypedDict):
     """The training stack's versions, read without importing torch (None: not installed)."""
 
@@ -75,9 +81,10 @@ class FingerprintStack(TypedDict):
     nccl: str | None
     transformers: str | None
     peft: str | None
-    torch_error: NotRequired[str]
+    torch_error: str | None  # why torch is missing (None when installed)
 
 
+@strict
 class WhereInfo(TypedDict):
     """What the process ran in (``probes/_where.where``): the image's marker, OS, runtime, Python."""
 
@@ -87,6 +94,7 @@ class WhereInfo(TypedDict):
     python: str
 
 
+@strict
 class FingerprintPayload(TypedDict):
     """A node's ``fingerprint`` result (``probes.fingerprint.collect``)."""
 
@@ -98,6 +106,7 @@ class FingerprintPayload(TypedDict):
     cpu: FingerprintCpu
     memory_gib: float | None
     gpus: FingerprintGpus
+    fabric: FabricState
     stack: FingerprintStack
     ib_hcas: list[str]
     container: WhereInfo

@@ -19,7 +19,8 @@ healthy recording::
         "gpu_health": "fixtures/nvml/h200-2gpu.gpu_health.json",   # a `gpu_health --dump` file
         "nvlink": "fixtures/nvml/h200-2gpu.nvlink.json",           # a `nvlink --dump` file
         "kernel_log": "fixtures/kernel-log/dmesg-h100-clean.txt",     # a saved dmesg/journalctl/kmsg log
-        "sysfs_root": "fixtures/sysfs/hgx-h100-ndr"},                 # a recorded /sys tree
+        "sysfs_root": "fixtures/sysfs/hgx-h100-ndr",                  # a recorded /sys tree
+        "fabric": "fixtures/fabric/gb200-gpud-1106.json"},            # published NVML fabric fields per GPU
      "nodes": {"node2": {                            # this node only, over the readings above
         "gpus": {"1": {"ecc_uncorrected_volatile": 2, "nvlink.links.3.active": false}},
         "remove_gpus": [1],                          # GPUs NVML no longer lists (fallen off the bus)
@@ -35,7 +36,11 @@ healthy recording::
 every NVML reading whose entry has the key's first part (dotted keys walk dicts and lists); ``set``
 edits a whole reading (``<reading>.<key>``: gpu_health, nvlink, gdr, hygiene); ``sysfs`` and
 ``gdr_sysfs`` write files over a private copy of their tree (``_sysfs_copy`` lists the forms). Removed
-GPUs leave the others their index. Relative paths are relative to the file. A broken file is an error
+GPUs leave the others their index. ``fabric`` (a ``fixtures/fabric/*.json`` file: each GPU's fields as
+published, ``nvidia-smi -q``'s words or NVML's numbers) is served at the tool boundary: ``fabric_call`` is
+``nvmlDeviceGetGpuFabricInfoV`` for those GPUs, writing the published fields into the caller's v3 struct and
+leaving every unpublished one as the caller wrote it, so the probe's sentinel decode runs on them
+(``set: {"fabric.gpus.1.cliqueId": 7}`` edits one). Relative paths are relative to the file. A broken file is an error
 naming the file and the key, never a
 silent fall-back to the hardware.
 """
@@ -59,6 +64,8 @@ __all__ = [
     "InjectError",
     "clock_offset_s",
     "edited",
+    "fabric_call",
+    "fabric_gpus",
     "gdr_roots",
     "gpus",
     "kernel_log",
@@ -68,7 +75,7 @@ __all__ = [
 ]
 
 ENV = "GPUACCEPT_TEST_INJECT"
-READINGS = ("gpu_health", "nvlink", "kernel_log", "sysfs_root", "gdr_sysfs_root", "gdr_proc_root")
+READINGS = ("gpu_health", "nvlink", "kernel_log", "sysfs_root", "gdr_sysfs_root", "gdr_proc_root", "fabric")
 NODE_KEYS = {*READINGS, "gpus", "remove_gpus", "set", "kernel_log_append", "sysfs", "gdr_sysfs", "clock_offset_s"}
 
 
@@ -241,3 +248,88 @@ def clock_offset_s() -> float:
     """Seconds this node's wall clock is set ahead (negative: behind), as ``faketime`` would; 0 when off."""
     plan = _active()
     return float((plan or {}).get("clock_offset_s") or 0.0)
+
+
+# ---- the NVML fabric call (probes/_fabric_state.py), served from published fields -------------------------
+
+#: nvidia-smi -q's words for NVML's fabric codes (nvml.h NVML_GPU_FABRIC_STATE_*, nvmlReturn_t,
+#: NVML_GPU_FABRIC_HEALTH_SUMMARY_*), matched case-insensitively; a recording may give the number instead
+FABRIC_STATES = {"not supported": 0, "not started": 1, "in progress": 2, "completed": 3}
+FABRIC_STATUSES = {"success": 0, "not supported": 3, "insufficient resources": 23, "unknown error": 999}
+FABRIC_SUMMARIES = {"not supported": 0, "n/a": 0, "healthy": 1, "unhealthy": 2, "limited capacity": 3}
+#: nvidia-smi -q's Fabric > Health rows: (bit shift in healthMask, words -> 2-bit value); NVML's encoding is
+#: 0 not supported, 1 true (the condition holds), 2 false (NVML_GPU_FABRIC_HEALTH_MASK_*); "Bandwidth: Full"
+#: is DEGRADED_BW false
+_TRUE_FALSE = {"not supported": 0, "n/a": 0, "true": 1, "false": 2}
+FABRIC_HEALTH_ROWS: dict[str, tuple[int, dict[str, int]]] = {
+    "bandwidth": (0, {"not supported": 0, "n/a": 0, "degraded": 1, "full": 2}),
+    "route_recovery_in_progress": (2, _TRUE_FALSE),
+    "route_unhealthy": (4, _TRUE_FALSE),
+    "access_timeout_recovery": (6, _TRUE_FALSE),
+}
+
+
+def _fabric_reading() -> dict[str, Any] | None:
+    plan = _active()
+    if plan is None or "fabric" not in plan:
+        return None
+    return edited("fabric", json.loads(Path(plan["fabric"]).read_text()))
+
+
+def fabric_gpus() -> list[tuple[int, str | None]]:
+    """(index, UUID) of each GPU the injected fabric reading lists."""
+    data = _fabric_reading() or {}
+    return [(int(g["index"]), g.get("uuid")) for g in data.get("gpus") or []]
+
+
+def _code(table: dict[str, int], value: Any, what: str) -> int:
+    if isinstance(value, int):
+        return value
+    try:
+        return table[str(value).strip().lower()]
+    except KeyError:
+        raise InjectError(f"{ENV}: fabric {what} {value!r}: not one of {sorted(table)}") from None
+
+
+def _health_mask(rows: dict[str, str]) -> int:
+    mask = 0
+    for row, word in rows.items():
+        if row not in FABRIC_HEALTH_ROWS:
+            raise InjectError(f"{ENV}: fabric health row {row!r}: not one of {sorted(FABRIC_HEALTH_ROWS)}")
+        shift, table = FABRIC_HEALTH_ROWS[row]
+        mask |= _code(table, word, f"health.{row}") << shift
+    return mask
+
+
+def fabric_call() -> Any | None:
+    """``nvmlDeviceGetGpuFabricInfoV(handle, byref(struct))`` for the injected GPUs (the handle is the GPU's
+    index), or None (call NVML). It writes only the fields the recording publishes, NVML's codes for its words;
+    a GPU whose recording sets ``returned`` to an NVML error name raises it as NVML would (a RuntimeError of
+    that name)."""
+    data = _fabric_reading()
+    if data is None:
+        return None
+    by_index = {int(g["index"]): g for g in data.get("gpus") or []}
+
+    def call(handle: int, ref: Any) -> None:
+        fields = by_index[int(handle)]
+        if fields.get("returned", "NVML_SUCCESS") != "NVML_SUCCESS":
+            raise type(str(fields["returned"]), (RuntimeError,), {})(fields["returned"])
+        info = ref._obj
+        if "state" in fields:
+            info.state = _code(FABRIC_STATES, fields["state"], "state")
+        if "status" in fields:
+            info.status = _code(FABRIC_STATUSES, fields["status"], "status")
+        if "cliqueId" in fields:
+            info.cliqueId = int(fields["cliqueId"])
+        if "clusterUuid" in fields:
+            raw = bytes.fromhex(str(fields["clusterUuid"]).replace("-", ""))
+            info.clusterUuid[:] = list(raw)
+        if "healthSummary" in fields:
+            info.healthSummary = _code(FABRIC_SUMMARIES, fields["healthSummary"], "healthSummary")
+        if "healthMask" in fields:
+            info.healthMask = int(str(fields["healthMask"]), 0)
+        elif "health" in fields:
+            info.healthMask = _health_mask(fields["health"])
+
+    return call

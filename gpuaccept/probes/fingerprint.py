@@ -1,4 +1,5 @@
-"""Node fingerprint: what this node is (OS, kernel, CPU, memory, GPUs, driver, CUDA, NCCL, HCAs).
+"""Node fingerprint: what this node is (OS, kernel, CPU, memory, GPUs, driver, CUDA, NCCL, HCAs) and where its GPUs
+sit in an NVLink fabric (NVML's fabric state, read by the sentinel method: probes/_fabric_state.py).
 
 Run by hand: ``python -m gpuaccept.probes.fingerprint``. The tests compare fingerprints across nodes
 (configuration drift) and the report shows them; nothing here judges.
@@ -20,12 +21,13 @@ from typing import Any
 
 from gpuaccept.probes import _inject
 from gpuaccept.probes._cpus import granted_cpus
+from gpuaccept.probes._fabric_state import read_fabric
 from gpuaccept.probes._gpu import identity
 from gpuaccept.probes._nvml import nvml, safe, text
 from gpuaccept.probes._protocol import emit, node_name
 from gpuaccept.probes._where import where
 
-__all__ = ["collect"]
+__all__ = ["ARM_IMPLEMENTERS", "collect", "cpu_model"]
 
 
 def _os_release() -> str:
@@ -36,25 +38,59 @@ def _os_release() -> str:
         return "unknown"
 
 
+#: lscpu's names (util-linux sys-utils/lscpu-arm.c) for the aarch64 implementers and parts a GPU node carries:
+#: aarch64 kernels print no "model name", only these codes, so they are the CPU's name there
+ARM_IMPLEMENTERS: dict[str, tuple[str, dict[str, str]]] = {
+    "0x41": (
+        "ARM",
+        {
+            "0xd0c": "Neoverse-N1",
+            "0xd40": "Neoverse-V1",
+            "0xd49": "Neoverse-N2",
+            "0xd4f": "Neoverse-V2",  # NVIDIA Grace (GH200, GB200, GB300)
+            "0xd84": "Neoverse-V3",
+            "0xd8e": "Neoverse-N3",
+        },
+    ),
+    "0x4e": ("NVIDIA", {"0x004": "Carmel"}),
+}
+
+
+def cpu_model(cpuinfo: str) -> str:
+    """The CPU's name from ``/proc/cpuinfo``: its "model name" (x86), else the aarch64 implementer and part named
+    as lscpu names them ("Neoverse-V2" for Grace's 0x41/0xd4f), else the raw codes ("ARM part 0xd99"), so two
+    nodes with different cores never share a name; "unknown" only when the text names neither."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    if fields.get("model name"):
+        return fields["model name"]
+    implementer, part = fields.get("CPU implementer", "").lower(), fields.get("CPU part", "").lower()
+    if not implementer or not part:
+        return "unknown"
+    vendor, parts = ARM_IMPLEMENTERS.get(implementer, (f"implementer {implementer}", {}))
+    return parts.get(part, f"{vendor} part {part}")
+
+
 def _cpu() -> dict[str, Any]:
-    model, sockets, cores = "unknown", set(), set()
+    sockets, cores = set(), set()
     physical = None
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            key, value = key.strip(), value.strip()
-            if key == "model name":
-                model = value
-            elif key == "physical id":
-                physical = value
-                sockets.add(value)
-            elif key == "core id":
-                cores.add((physical, value))
+        text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "physical id":
+            physical = value
+            sockets.add(value)
+        elif key == "core id":
+            cores.add((physical, value))
     numa = sorted(p.name for p in Path("/sys/devices/system/node").glob("node[0-9]*"))
     return {
-        "model": model,
+        "model": cpu_model(text),
         "sockets": len(sockets) or 1,
         "cores": len(cores) or os.cpu_count(),
         "threads": os.cpu_count(),
@@ -102,31 +138,33 @@ def _injected_gpus() -> dict[str, Any] | None:
     }
 
 
-def _gpus() -> dict[str, Any]:
+def _gpus() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The node's GPUs and driver, and each GPU's NVLink fabric state (read here, with the NVML handles)."""
     injected = _injected_gpus()
     if injected is not None:
-        return injected
+        return injected, dict(read_fabric(None, []))
     lib = nvml()
     if lib is None:
-        return {"count": 0, "driver": None, "cuda_driver": None, "devices": []}
+        return {"count": 0, "driver": None, "cuda_driver": None, "devices": []}, dict(read_fabric(None, []))
     count = lib.nvmlDeviceGetCount()
-    devices = []
+    devices, handles = [], []
     for index in range(count):
         handle = lib.nvmlDeviceGetHandleByIndex(index)
-        devices.append(
-            {
-                **identity(lib, handle),
-                "vbios": safe(functools.partial(_vbios, lib, handle)),
-                "memory_gib": round(lib.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 2),
-            }
-        )
+        device = {
+            **identity(lib, handle),
+            "vbios": safe(functools.partial(_vbios, lib, handle)),
+            "memory_gib": round(lib.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 2),
+        }
+        devices.append(device)
+        handles.append((handle, index, device.get("uuid")))
     cuda = safe(lib.nvmlSystemGetCudaDriverVersion)
-    return {
+    gpus = {
         "count": count,
         "driver": text(lib.nvmlSystemGetDriverVersion()),
         "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else cuda,
         "devices": devices,
     }
+    return gpus, dict(read_fabric(lib, handles))
 
 
 def _python_stack(has_gpus: bool) -> dict[str, Any]:
@@ -137,7 +175,13 @@ def _python_stack(has_gpus: bool) -> dict[str, Any]:
     ``ncclGetVersion`` from the library torch would load say the same. A torch that is installed but
     does not import is found by the first GPU probe, which imports it.
     """
-    out: dict[str, Any] = {"python": platform.python_version(), "torch": None, "torch_cuda": None, "nccl": None}
+    out: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": None,
+        "torch_cuda": None,
+        "nccl": None,
+        "torch_error": None,
+    }
     for package in ("torch", "transformers", "peft"):
         try:
             out[package] = importlib.metadata.version(package)
@@ -206,7 +250,7 @@ def _hcas() -> list[str]:
 
 def collect() -> dict[str, Any]:
     """The fingerprint as a plain dict."""
-    gpus = _gpus()
+    gpus, fabric = _gpus()
     return {
         "hostname": socket.gethostname(),
         "node": node_name(),
@@ -216,6 +260,7 @@ def collect() -> dict[str, Any]:
         "cpu": _cpu(),
         "memory_gib": _mem_total_gib(),
         "gpus": gpus,
+        "fabric": fabric,
         "stack": _python_stack(bool(gpus["count"])),
         "ib_hcas": _hcas(),
         "container": where(),  # the image's marker, OS, runtime and Python, as every result line has it

@@ -137,7 +137,8 @@ def _layouts(gpus: tuple[int, ...], nvlink_at: int | None, ib: tuple[bool, ...])
 
 #: SKU -> the shapes its users run (the selftest judges coverage on each). HGX boards: one GPU passed to a
 #: VM has no NVSwitch fabric (PCIe only), eight share it. L40S is a PCIe card whose reference servers
-#: carry no InfiniBand compute fabric: a site with one declares its floors (see docs/thresholds.md).
+#: carry no InfiniBand compute fabric: a site with one declares its floors (see docs/thresholds.md); so do
+#: GB200/GB300 trays, whose scale-out NICs (InfiniBand, Ethernet, EFA) the rack's buyer chooses.
 LAYOUTS: dict[str, tuple[NodeLayout, ...]] = {
     "cpu": _layouts((0,), None, (False,)),
     "H100-SXM-80GB": _layouts((1, 8), 2, (True, False)),
@@ -145,6 +146,10 @@ LAYOUTS: dict[str, tuple[NodeLayout, ...]] = {
     "A100-SXM4-80GB": _layouts((1, 8), 2, (True, False)),
     "B200": _layouts((1, 8), 2, (True, False)),
     "L40S": _layouts((1, 8), None, (False,)),
+    # a Grace Blackwell compute tray carries 4 GPUs; its scale-out NICs are the site's (thresholds.yaml GB200)
+    "GB200": _layouts((1, 4), 2, (False,)),
+    "GB300": _layouts((1, 4), 2, (False,)),
+    "B300": _layouts((1, 8), 2, (True, False)),
 }
 
 

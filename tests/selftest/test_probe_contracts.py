@@ -40,6 +40,7 @@ RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
     "tenant/software-535.288.01.json": (specs.SOFTWARE, 1),
     "tenant/software-580.95.05.json": (specs.SOFTWARE, 1),
     "tenant/software-580.159.04.json": (specs.SOFTWARE, 1),
+    "node/loopback-cpu.fingerprint.json": (specs.FINGERPRINT, 1),
 }
 #: a result line as a probe prints it (``probes/_protocol.py``)
 RESULT_LINE = re.compile(rb"^GPUACCEPT_(RESULT|PART|STAGE) ", re.MULTILINE)
@@ -171,7 +172,6 @@ def test_perftest_endpoint_on_recorded_output_is_its_payload_type(bw: str, monke
 OPEN: set[str] = {
     "agent",
     "finetune",
-    "fingerprint",
     "gdr",
     "gpu_health",
     "gpubench",
@@ -192,7 +192,6 @@ UNRECORDED: set[str] = {
     "agent",
     "checkpoint",
     "coherency",
-    "fingerprint",
     "fio",
     "fsmeta",
     "gdr",

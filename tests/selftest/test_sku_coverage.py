@@ -121,8 +121,17 @@ def test_a_sku_without_a_fabric_leaves_only_the_network_floors_to_the_site():
         "test_nccl.py::test_nccl_node_at_fault",
     }
     assert {m for ms in l40s.site_declares.values() for m in ms} <= NETWORK_METRICS
-    for sku in ("H100-SXM-80GB", "H200", "A100-SXM4-80GB", "B200"):
+    for sku in ("H100-SXM-80GB", "H200", "A100-SXM4-80GB", "B200", "B300"):
         assert not coverage(PACKAGED, sku, NodeLayout(8, True, True, 2), TESTS).site_declares, sku
+
+
+def test_a_grace_blackwell_tray_leaves_its_scale_out_network_to_the_site():
+    """GB200/GB300 trays' NICs are the buyer's choice (InfiniBand, Ethernet, EFA): their network floors are the
+    site's, and nothing else is (every other judged metric has the SKU's own limit)."""
+    for sku in ("GB200", "GB300"):
+        tray = coverage(PACKAGED, sku, NodeLayout(gpus=4, nvlink=True, ib=False, nodes=2), TESTS)
+        assert tray.site_declares and {m for ms in tray.site_declares.values() for m in ms} <= NETWORK_METRICS, sku
+        assert not tray.missing, (sku, tray.missing)
 
 
 def test_a_declared_absence_skips_and_a_missing_limit_is_found():
