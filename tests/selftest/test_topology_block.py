@@ -1,0 +1,175 @@
+"""The NVLink domain as a Slurm block: ``scontrol show topology`` as each Slurm printed it, read into blocks,
+and the block judges (one clique a block, one block a clique, the trays the site expects).
+
+The recordings are real: ``fixtures/slurm/26.05/show-topology.block-2x2.txt`` from a 4-node dev cluster started
+with ``up.sh --slurm 26.05 --blocks 2``, ``show-topology.flat.txt`` from 26.05 without a topology plugin, and
+``fixtures/slurm/22.05/show-topology.txt`` (+ ``.stderr``) from the host's 22.05, which has no topology/block.
+Hostlists are expanded by Slurm's own ``scontrol show hostnames`` (the host's, against a minimal slurm.conf).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuaccept.dispatch.slurm_cli import SlurmError, expand_hostlist
+from gpuaccept.dispatch.topology import parse_topology
+from gpuaccept.judging.judge import Judge
+from gpuaccept.results.metrics import MetricResult
+from gpuaccept.thresholds.domain_site import BlockExpect, DomainSite
+from gpuaccept.thresholds.loader import ThresholdsError, load_thresholds
+from gpuaccept.verdicts.nvlink_block import blocks_absent, judge_block_cliques, judge_block_trays
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
+UUID_A = "9a3f6c2e-1b7d-4e8a-b5c4-0d2e6f8a1b3c"
+UUID_B = "5e1d7b9c-3a2f-4c6e-8d0b-7f4a2c9e6b1d"
+
+pytestmark = pytest.mark.skipif(shutil.which("scontrol") is None, reason="needs Slurm's scontrol (hostlists)")
+
+
+@pytest.fixture(autouse=True)
+def _slurm_conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """``scontrol show hostnames`` reads a slurm.conf before it expands anything: a minimal one."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=selftest\nSlurmctldHost=localhost\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    yield
+
+
+def recorded(version: str, name: str) -> str:
+    return (FIXTURES / version / name).read_text()
+
+
+def judge() -> tuple[Judge, list[MetricResult]]:
+    results: list[MetricResult] = []
+    return Judge(load_thresholds(), lambda node: "cpu", results.append, "test_nvlink_domain"), results
+
+
+def test_26_05_blocks_read_with_nodes_counted_from_the_hostlist() -> None:
+    topo = parse_topology(recorded("26.05", "show-topology.block-2x2.txt"))
+    assert topo.kind == "block"
+    assert [(b.name, b.index, b.nodes, b.planning_size) for b in topo.blocks] == [
+        ("b1", 0, ("node1", "node2"), 2),
+        ("b2", 1, ("node3", "node4"), 2),
+    ]
+    assert topo.block_of("node3") is not None and topo.block_of("node3").name == "b2"  # type: ignore[union-attr]
+    assert topo.why_no_blocks is None
+
+
+@pytest.mark.parametrize(("version", "name"), [("22.05", "show-topology.txt"), ("26.05", "show-topology.flat.txt")])
+def test_no_blocks_reads_as_not_applicable(version: str, name: str) -> None:
+    """22.05 prints nothing (its error goes to stderr, exit 0); 26.05 without a plugin prints nothing."""
+    if version == "22.05":
+        assert "No topology information available" in recorded(version, name + ".stderr")
+    topo = parse_topology(recorded(version, name))
+    assert (topo.kind, topo.blocks) == ("none", ())
+    why = blocks_absent({b.name: b.nodes for b in topo.blocks}, topo.why_no_blocks)
+    assert why is not None and why.startswith("not applicable") and "fabric state alone" in why
+
+
+def test_tree_topology_is_no_block_and_an_unknown_line_is_an_error() -> None:
+    tree = parse_topology("SwitchName=s0 Level=0 LinkSpeed=1 Nodes=node[1-2]\n")
+    assert tree.kind == "tree" and tree.why_no_blocks is not None and "topology/tree" in tree.why_no_blocks
+    with pytest.raises(SlurmError, match="naming no BlockName"):
+        parse_topology("Topology=weird Nodes=node1\n")
+
+
+def blocks() -> dict[str, tuple[str, ...]]:
+    return {b.name: b.nodes for b in parse_topology(recorded("26.05", "show-topology.block-2x2.txt")).blocks}
+
+
+def by_metric(results: list[MetricResult], metric: str) -> list[MetricResult]:
+    return [r for r in results if r.metric == metric]
+
+
+def test_healthy_blocks_pass_one_clique_each_one_block_each() -> None:
+    j, results = judge()
+    cliques: dict[str, set[tuple[str, int]] | None] = {
+        "node1": {(UUID_A, 32766)},
+        "node2": {(UUID_A, 32766)},
+        "node3": {(UUID_B, 32766)},
+        "node4": {(UUID_B, 32766)},
+    }
+    judge_block_cliques(blocks(), cliques, j)
+    assert [r.verdict for r in results] == ["pass"] * 4
+    assert len(by_metric(results, "nvlink_block_one_clique")) == 2
+    assert len(by_metric(results, "nvlink_clique_one_block")) == 2
+
+
+def test_placeholder_clique_id_with_distinct_uuids_is_two_cliques() -> None:
+    """CliqueId 32766 on both racks: only the ClusterUUID tells them apart (torchcomms #3612)."""
+    j, results = judge()
+    cliques: dict[str, set[tuple[str, int]] | None] = {"node1": {(UUID_A, 32766)}, "node2": {(UUID_B, 32766)}}
+    judge_block_cliques(blocks(), cliques, j)
+    split = by_metric(results, "nvlink_block_one_clique")[0]
+    assert split.verdict == "fail" and split.node == "node1" and "2 cliques" in str(split.value)
+
+
+def test_a_node_in_another_blocks_clique_fails_naming_it() -> None:
+    j, results = judge()
+    cliques: dict[str, set[tuple[str, int]] | None] = {
+        "node1": {(UUID_A, 1)},
+        "node2": {(UUID_A, 1)},
+        "node3": {(UUID_A, 1)},  # cabled to b1's switches
+        "node4": {(UUID_B, 1)},
+    }
+    judge_block_cliques(blocks(), cliques, j)
+    failed = {(r.metric, r.node) for r in results if r.verdict == "fail"}
+    assert ("nvlink_clique_one_block", "node3") in failed
+    assert ("nvlink_block_one_clique", "node3") in failed
+
+
+def test_unread_clique_is_unmeasured_never_a_pass() -> None:
+    j, results = judge()
+    judge_block_cliques(blocks(), {"node1": None, "node2": {(UUID_A, 1)}}, j)
+    assert [(r.node, r.verdict) for r in by_metric(results, "nvlink_block_one_clique")] == [
+        ("node1", "unmeasured"),
+        ("node1", "pass"),
+    ]
+
+
+def site(**blocks_: BlockExpect) -> DomainSite:
+    return DomainSite(source="selftest plan", blocks=blocks_)
+
+
+def test_block_short_of_a_tray_fails_naming_it_unless_listed_out() -> None:
+    short = {"b1": ("node1",), "b2": ("node3", "node4")}
+    j, results = judge()
+    judge_block_trays(short, site(b1=BlockExpect(trays=("node[1-2]",))), j, expand_hostlist)
+    (check,) = results
+    assert (check.verdict, check.node, check.value) == ("fail", "node2", "missing node2")
+    j, results = judge()
+    judge_block_trays(short, site(b1=BlockExpect(trays=("node[1-2]",), out=("node2",))), j, expand_hostlist)
+    assert [(r.verdict, r.value) for r in results] == [("pass", "all 1 trays")]
+
+
+def test_declared_block_absent_and_undeclared_tray_fail() -> None:
+    j, results = judge()
+    declared = site(b1=BlockExpect(trays=("node1",)), b9=BlockExpect(trays=("gb[01-18]",)))
+    judge_block_trays(blocks(), declared, j, expand_hostlist)
+    assert [(r.extra["block"], r.verdict, r.value) for r in results] == [
+        ("b1", "fail", "holds undeclared node2"),
+        ("b9", "fail", "absent from scontrol show topology"),
+    ]
+    assert results[1].extra["missing"][0] == "gb01" and len(results[1].extra["missing"]) == 18
+
+
+def test_site_domain_keys_are_validated_naming_file_and_key(tmp_path: Path) -> None:
+    good = tmp_path / "site.yaml"
+    good.write_text(
+        "domain:\n  source: rack plan r3\n  imex_domain: block\n  blocks:\n    b1: {trays: ['node[1-2]']}\n"
+    )
+    loaded = load_thresholds(good).domain
+    assert loaded is not None and loaded.imex_domain == "block" and loaded.imex_settle_s == 10.0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "domain:\n  source: rack plan r3\n  nvlink_domain: nvl36\n  blocks:\n    b1: {trays: [], outt: []}\n"
+    )
+    with pytest.raises(ThresholdsError) as info:
+        load_thresholds(bad)
+    message = str(info.value)
+    assert str(bad) in message and "domain.nvlink_domain" in message
+    assert "domain.blocks.b1.trays" in message and "domain.blocks.b1.outt" in message
