@@ -9,19 +9,30 @@ Hostlists are expanded by Slurm's own ``scontrol show hostnames`` (the host's, a
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from gpuaccept.contracts.imex import ImexRecord
+from gpuaccept.dispatch.result import parse_records
 from gpuaccept.dispatch.slurm_cli import SlurmError, expand_hostlist
 from gpuaccept.dispatch.topology import parse_topology
 from gpuaccept.judging.judge import Judge
+from gpuaccept.probes import specs
 from gpuaccept.results.metrics import MetricResult
 from gpuaccept.thresholds.domain_site import BlockExpect, DomainSite
 from gpuaccept.thresholds.loader import ThresholdsError, load_thresholds
+from gpuaccept.verdicts.imex import judge_imex_channel, judge_imex_domain
 from gpuaccept.verdicts.nvlink_block import blocks_absent, judge_block_cliques, judge_block_trays
+
+from .conftest import DevCluster, start_cluster, stop_cluster
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
 UUID_A = "9a3f6c2e-1b7d-4e8a-b5c4-0d2e6f8a1b3c"
@@ -173,3 +184,77 @@ def test_site_domain_keys_are_validated_naming_file_and_key(tmp_path: Path) -> N
     message = str(info.value)
     assert str(bad) in message and "domain.nvlink_domain" in message
     assert "domain.blocks.b1.trays" in message and "domain.blocks.b1.outt" in message
+
+
+# ---- for real: a Slurm 26.05 dev cluster of two blocks of 2 nodes with switch/nvidia_imex -------------------
+
+ROOT_26 = Path(os.environ.get("GPUACCEPT_SLURM_CACHE", "/var/cache/gpuaccept-slurm")) / "slurm-26.05"
+IMEX_TOOL = Path(__file__).resolve().parents[2] / "fixtures" / "imex"
+
+
+@pytest.fixture(scope="module")
+def blocks_cluster() -> Iterator[DevCluster]:
+    """4 nodes under Slurm 26.05, ``up.sh --blocks 2 --imex``; only where chroot.sh's root is built (CI builds it
+    in the background and runs this in its Slurm 26.05 step), never building one here."""
+    if not (ROOT_26 / ".gpuaccept-slurm-version").is_file():
+        pytest.skip(f"no Slurm 26.05 root at {ROOT_26} (slurm/dev-cluster/chroot.sh 26.05 builds it)")
+    cluster = start_cluster(4, up_args=["--slurm", "26.05", "--blocks", "2", "--imex"])
+    # the steps' nvidia-imex-ctl: a recording (srun hands the environment on), after the cluster's own PATH
+    # (up.sh prints ``export PATH="ROOT/host-bin:$PATH"``: start_cluster keeps ``$PATH`` as written)
+    cluster.env["PATH"] = f"{IMEX_TOOL / 'bin'}:{cluster.env['PATH'].replace('$PATH', os.environ['PATH'])}"
+    cluster.env["GPUACCEPT_IMEX_RECORDING"] = str(IMEX_TOOL / "loopback-b1.ready.txt")
+    try:
+        yield cluster
+    finally:
+        stop_cluster(cluster)
+    assert not Path("/dev/nvidia-caps-imex-channels").exists(), "down.sh left the IMEX channel folder"
+
+
+def imex_step(cluster: DevCluster, *srun: str, settle: float = 0.0) -> dict[str, ImexRecord]:
+    """The IMEX probe as one srun step; each node's record, validated by the spec."""
+    argv = [
+        "srun",
+        *srun,
+        "--ntasks-per-node=1",
+        sys.executable,
+        "-m",
+        "gpuaccept.probes.imex",
+        "--settle-s",
+        str(settle),
+    ]
+    out = cluster.cmd(*argv)
+    nodes = int(srun[srun.index("-N") + 1])
+    return {r.node: specs.IMEX.read(r) for r in parse_records("imex", out, nodes, tuple(cluster.nodes))}
+
+
+def test_dev_cluster_blocks_place_jobs_and_give_each_step_its_channel(blocks_cluster: DevCluster) -> None:
+    """Real block placement and real channels (issue 56, "Where it runs"): the blocks Slurm reports, a job refused
+    across two blocks, two jobs at once on distinct channels, one job a channel per block."""
+    cluster = blocks_cluster
+    topo = parse_topology(
+        cluster.cmd("scontrol", "show", "topology"),
+        expand=lambda h: cluster.cmd("scontrol", "show", "hostnames", h).split(),
+    )
+    assert {b.name: b.nodes for b in topo.blocks} == {"b1": ("node1", "node2"), "b2": ("node3", "node4")}
+    refused = subprocess.run(
+        ["srun", "-N2", "-w", "node2,node3", "true"], env=cluster.env, capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode != 0 and "node configuration is not available" in refused.stderr
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(imex_step, cluster, "-N", "2", "-w", "node1,node2", settle=3.0)
+        time.sleep(1.5)  # the first job holds its channel (settling) while the second starts
+        second = pool.submit(imex_step, cluster, "-N", "2", "-w", "node1,node2")
+        a, b = first.result(), second.result()
+    minors = {name: {r.channel.minor for r in records.values()} for name, records in (("a", a), ("b", b))}
+    assert len(minors["a"]) == len(minors["b"]) == 1 and minors["a"] != minors["b"], minors
+    per_block = imex_step(cluster, "-N", "4", "--segment=2", "--network=unique-channel-per-segment")
+    channel = {node: r.channel.minor for node, r in per_block.items()}
+    assert channel["node1"] == channel["node2"] != channel["node3"] == channel["node4"], channel
+    j, results = judge()
+    judge_imex_channel(a, j)
+    assert {(r.metric, r.verdict) for r in results} == {("imex_channel", "pass"), ("imex_channel_open", "unmeasured")}
+    j, results = judge()
+    judge_imex_domain(a, ["node1", "node2"], "job", j, block="b1")
+    assert {r.verdict for r in results} == {"pass"}, [
+        (r.metric, r.node, r.value) for r in results if r.verdict != "pass"
+    ]
