@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gpuaccept.contracts.judge import JudgeLike
+from gpuaccept.contracts.nccl_sweep import GroupTable
 from gpuaccept.thresholds.domain_site import DomainSite
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "blocks_absent",
     "judge_block_cliques",
     "judge_block_trays",
+    "judge_domain_busbw",
 ]
 
 #: a GPU's NVLink domain: (ClusterUUID, CliqueId), as the fabric reports it once Completed
@@ -40,6 +42,12 @@ Clique = tuple[str, int]
 BLOCK_METRICS = ("nvlink_block_one_clique", "nvlink_clique_one_block", "nvlink_block_trays")
 ONE_CLIQUE = "one clique"
 ONE_BLOCK = "one block"
+#: how busbw at a scale without a cited figure is derived from the 72-GPU one, and why: NVLS all_reduce and
+#: all_gather move each GPU's share through the NVSwitches once, so their bus bandwidth is bounded by one GPU's
+#: NVLink bandwidth, not by the GPU count (NCCL's busbw definition, nccl-tests doc/PERFORMANCE.md)
+DERIVED_MODEL = "flat-NVLS: busbw(N GPUs) = busbw(72) inside one NVSwitch domain (derived, not judged)"
+#: the one scale a public figure exists for: a full GB200 NVL72 (coreweave/nccl-tests PR #43, NVIDIA/aicr #2784)
+CITED_GPUS = 72
 #: why a node's cliques are None: helper nvlgpu's fingerprint had no Completed fabric state to read them from
 UNREAD = "the node's fabric clique was not read (fabric state not Completed, or NVML gave no fabric info)"
 
@@ -175,3 +183,21 @@ def judge_block_trays(
 
 def _names(hostlists: Iterable[str], expand: Callable[[str], list[str]]) -> set[str]:
     return {name for hostlist in hostlists for name in expand(hostlist)}
+
+
+def judge_domain_busbw(tables: Sequence[GroupTable], judge: JudgeLike, *, block: str, node: str) -> None:
+    """busbw of all_reduce and all_gather at the largest size across the block: against
+    ``nvlink_domain_busbw_gbps@<GPUs>`` where the SKU declares a floor at that scale (72 GPUs: a cited figure),
+    else shown with the floor ``DERIVED_MODEL`` derives from the 72-GPU one (marked derived, judged nothing)."""
+    for table in tables:
+        gpus = len(table.ranks)
+        for collective in ("all_reduce", "all_gather"):
+            row = table.largest(collective)
+            if row is None:
+                judge.unreadable("nvlink_domain_busbw_gbps", f"no {collective} row", node=node, block=block)
+                continue
+            subject: dict[str, object] = {"block": block, "collective": collective, "size": row.size, "gpus": gpus}
+            cited = judge.declared("nvlink_domain_busbw_gbps", node, CITED_GPUS)
+            if gpus != CITED_GPUS and judge.declared("nvlink_domain_busbw_gbps", node, gpus) is None:
+                subject.update(model=DERIVED_MODEL, derived_floor=getattr(cited, "min", None))
+            judge.check("nvlink_domain_busbw_gbps", row.busbw, node=node, scale=gpus, **subject)

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.contracts.imex import ImexRecord
+from gpuaccept.contracts.nccl_sweep import GroupTable, Row
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.dispatch.slurm_cli import SlurmError, expand_hostlist
 from gpuaccept.dispatch.topology import parse_topology
@@ -30,7 +31,13 @@ from gpuaccept.results.metrics import MetricResult
 from gpuaccept.thresholds.domain_site import BlockExpect, DomainSite
 from gpuaccept.thresholds.loader import ThresholdsError, load_thresholds
 from gpuaccept.verdicts.imex import judge_imex_channel, judge_imex_domain
-from gpuaccept.verdicts.nvlink_block import blocks_absent, judge_block_cliques, judge_block_trays
+from gpuaccept.verdicts.nvlink_block import (
+    DERIVED_MODEL,
+    blocks_absent,
+    judge_block_cliques,
+    judge_block_trays,
+    judge_domain_busbw,
+)
 
 from .conftest import DevCluster, start_cluster, stop_cluster
 
@@ -258,3 +265,19 @@ def test_dev_cluster_blocks_place_jobs_and_give_each_step_its_channel(blocks_clu
     assert {r.verdict for r in results} == {"pass"}, [
         (r.metric, r.node, r.value) for r in results if r.verdict != "pass"
     ]
+
+
+def test_domain_busbw_without_a_cited_floor_is_shown_with_the_derived_one() -> None:
+    """8 GPUs of a block: no figure at 8, so busbw is shown (info), carrying the flat-NVLS model's derived floor."""
+    rows = [
+        Row(c, 8 << 30, 8, 1.0e4, 800.0, busbw, {}, {}, {})
+        for c, busbw in (("all_reduce", 700.0), ("all_gather", 650.0))
+    ]
+    table = GroupTable(0, ("node1", "node2"), tuple(range(8)), rows)
+    j, results = judge()
+    judge_domain_busbw([table], j, block="b1", node="node1")
+    assert [(r.extra["collective"], r.verdict, r.value) for r in results] == [
+        ("all_reduce", "info", 700.0),
+        ("all_gather", "info", 650.0),
+    ]
+    assert results[0].extra["model"] == DERIVED_MODEL and results[0].extra["scale"] == 8
