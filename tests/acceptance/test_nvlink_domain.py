@@ -1,8 +1,9 @@
 """Rack-scale NVLink domains (issue 56): the domain is a Slurm block, IMEX spans the job's nodes of it, and
 collectives across it ride NVLink (MNNVL/NVLS), proven by NCCL's own init lines.
 
-* ``test_nvlink_blocks``: each topology/block block holds one fabric clique, no clique spans two blocks, each
-  block the site declares holds its trays (``verdicts/nvlink_block.py``). Without blocks: not applicable.
+* ``test_nvlink_block_trays``, ``test_nvlink_block_cliques``: each block the site declares holds its trays; each
+  topology/block block holds one fabric clique and no clique spans two blocks (``verdicts/nvlink_block.py``).
+  Without blocks: not applicable.
 * ``test_imex_domain`` / ``test_imex_channel``: on the allocated nodes of each block, after the site's settle
   window, ``nvidia-imex-ctl -N`` and the step's channel (``verdicts/imex.py``).
 * ``test_domain_bandwidth``: all_reduce and all_gather over one block's GPUs with ``NCCL_MNNVL_ENABLE=1
@@ -75,15 +76,29 @@ def _cliques(fingerprints: Any, nodes: list[str]) -> dict[str, set[tuple[str, in
     return {node: read(node) for node in nodes}
 
 
-@pytest.mark.judges(nodes=2)
-def test_nvlink_blocks(cluster, judge, thresholds, fingerprints):
-    """One clique a block, one block a clique, and each declared block's trays (less those listed out)."""
+def _blocks(cluster: Any, thresholds: Any) -> dict[str, tuple[str, ...]]:
+    """Slurm's blocks, whole (every node of each, allocated or not); skip naming why where there are none."""
     _require_domain(thresholds)
     topo = _topology(cluster)
     blocks = {b.name: b.nodes for b in topo.blocks}
     if why := blocks_absent(blocks, topo.why_no_blocks):
         pytest.skip(why)
+    return blocks
+
+
+@pytest.mark.judges(nodes=2)
+def test_nvlink_block_trays(cluster, judge, thresholds):
+    """Each block the site declares (domain.blocks) holds its trays, less those listed out, and no other."""
+    blocks = _blocks(cluster, thresholds)
+    if not thresholds.domain.blocks:
+        pytest.skip("not applicable: the site declares no block's trays (domain.blocks.<name>.trays)")
     judge_block_trays(blocks, thresholds.domain, judge, lambda h: cluster.scheduler(expand_hostlist, h))
+
+
+@pytest.mark.judges(nodes=2)
+def test_nvlink_block_cliques(cluster, judge, thresholds, fingerprints):
+    """One fabric clique a block, one block a clique, over the allocated nodes' GPUs."""
+    blocks = _blocks(cluster, thresholds)
     judge_block_cliques(blocks, _cliques(fingerprints, cluster.nodes), judge)
 
 

@@ -39,7 +39,7 @@ from gpuaccept.verdicts.nvlink_block import (
     judge_domain_busbw,
 )
 
-from .conftest import DevCluster, start_cluster, stop_cluster
+from .conftest import DevCluster, repository_view, run_inner, start_cluster, stop_cluster
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
 UUID_A = "9a3f6c2e-1b7d-4e8a-b5c4-0d2e6f8a1b3c"
@@ -281,3 +281,80 @@ def test_domain_busbw_without_a_cited_floor_is_shown_with_the_derived_one() -> N
         ("all_gather", "info", 650.0),
     ]
     assert results[0].extra["model"] == DERIVED_MODEL and results[0].extra["scale"] == 8
+
+
+#: the site file of the end-to-end runs: the dev cluster's blocks as NVLink domains, IMEX read at once
+SITE = """domain:
+  source: "selftest: the 26.05 dev cluster's two blocks as NVLink domains"
+  nvlink_domain: nvl72
+  imex_settle_s: 0
+  blocks:
+    b1: {trays: [%s]}
+    b2: {trays: ["node[3-4]"]}
+"""
+#: key -> (b1's declared trays, the nvidia-imex-ctl recording, {test: verdict}, (check, node, value) that fails)
+CASES: dict[str, tuple[str, str, dict[str, str], tuple[str, str, str] | None]] = {
+    "healthy": ('"node[1-2]"', "loopback-b1.ready.txt", {"test_imex_domain": "passed"}, None),
+    "imex-member-unavailable": (
+        '"node[1-2]"',
+        "loopback-b1.unavailable.txt",
+        {"test_imex_domain": "failed"},
+        ("imex_members_ready", "node2", "127.0.0.1 (node2) UNAVAILABLE"),
+    ),
+    "imex-version-mismatch": (
+        '"node[1-2]"',
+        "loopback-b1.version-mismatch.txt",
+        {"test_imex_domain": "failed"},
+        (
+            "imex_connectivity",
+            "node1",
+            "127.0.0.1 (node1) -> 127.0.0.1 (node2): !V!; 127.0.0.1 (node2) -> 127.0.0.1 (node1): !V!",
+        ),
+    ),
+    "imex-extra-member": (
+        '"node[1-2]"',
+        "loopback-b1.extra-member.txt",
+        {"test_imex_domain": "failed"},
+        ("imex_extra_member", "node1", "127.0.0.1 (node3)"),
+    ),
+    "block-short-of-a-tray": (
+        '"node[1-2]", "node9"',
+        "loopback-b1.ready.txt",
+        {"test_nvlink_block_trays": "failed", "test_imex_domain": "passed"},
+        ("nvlink_block_trays", "node9", "missing node9"),
+    ),
+}
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_domain_faults_end_to_end(key: str, blocks_cluster: DevCluster, tmp_path: Path) -> None:
+    """The acceptance file on block b1 (``--nodelist node1,node2``) through salloc/srun, IMEX answered by a
+    recording: the healthy case passes what can pass (the channel's open is unmeasured: no IMEX driver), each
+    fault FAILS naming its node."""
+    trays, recording, verdicts, failing = CASES[key]
+    site = tmp_path / "site.yaml"
+    site.write_text(SITE % trays)
+    env = {**blocks_cluster.env, "GPUACCEPT_IMEX_RECORDING": str(IMEX_TOOL / recording)}
+    view = repository_view(tmp_path / "repo")
+    run = run_inner(
+        view,
+        "tests/acceptance/test_nvlink_domain.py",
+        "--launcher=slurm",
+        "--nodelist=node1,node2",
+        f"--thresholds={site}",
+        env=env,
+        timeout=120,
+    )
+    got = run.verdicts()
+    assert {t: got.get(t) for t in verdicts} == verdicts, run.output[-3000:]
+    assert got["test_nvlink_block_trays"] in {"passed", "failed"} and got["test_imex_channel"] == "error"
+    tests = {t["nodeid"].split("::")[-1]: t for t in run.record["tests"]}
+    channel = {(c["check"], c["verdict"]) for c in tests["test_imex_channel"]["checks"]}
+    assert channel == {("imex_channel", "pass"), ("imex_channel_open", "unmeasured")}
+    failed = [
+        (c["check"], c["where"], c["observed"]) for t in tests.values() for c in t["checks"] if c["verdict"] == "fail"
+    ]
+    if failing is None:
+        assert not failed and got["test_nvlink_block_trays"] == "passed", failed
+    else:
+        assert any(c == failing[0] and w.startswith(failing[1]) and o == failing[2] for c, w, o in failed), failed
