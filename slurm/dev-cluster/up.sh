@@ -330,7 +330,8 @@ EOF
 if ((blocks)); then
   # One block per NVLink domain; BlockSizes is the planning unit. Slurm prints BlockSize=<that size> for
   # every block whatever its nodes: the trays a block holds are counted from its Nodes=
-  # (gpuaccept/dispatch/topology.py). 25.05+ reads topology.yaml, 24.11 topology.conf.
+  # (gpuaccept/dispatch/topology.py). 25.05+ reads topology.yaml (tried on 26.05.5); 24.11 reads topology.conf
+  # (written the same way, not yet started here: no 24.11 root was built when this was added).
   per=$((nodes / blocks))
   if [[ $slurm == 26.05 ]]; then
     {
