@@ -250,6 +250,8 @@ def start_cluster(
     if done.returncode:
         raise RuntimeError(f"up.sh failed ({done.returncode}):\n{done.stderr[-3000:]}")
     exports = _parse_exports(done.stdout)
+    if "PATH" in exports:  # up.sh --slurm 24.11/26.05 prints ``export PATH="ROOT/host-bin:$PATH"``
+        exports["PATH"] = exports["PATH"].replace("$PATH", base.get("PATH", ""))
     env = {**base, **exports, **(extra_env or {})}
     cluster = DevCluster(env, Path(exports["GPUACCEPT_DEV_CLUSTER"]), [f"node{i}" for i in range(1, nodes + 1)])
     _check_ports(cluster, base.get("GPUACCEPT_SLURM_PORTS"))

@@ -207,8 +207,7 @@ def blocks_cluster() -> Iterator[DevCluster]:
         pytest.skip(f"no Slurm 26.05 root at {ROOT_26} (slurm/dev-cluster/chroot.sh 26.05 builds it)")
     cluster = start_cluster(4, up_args=["--slurm", "26.05", "--blocks", "2", "--imex"])
     # the steps' nvidia-imex-ctl: a recording (srun hands the environment on), after the cluster's own PATH
-    # (up.sh prints ``export PATH="ROOT/host-bin:$PATH"``: start_cluster keeps ``$PATH`` as written)
-    cluster.env["PATH"] = f"{IMEX_TOOL / 'bin'}:{cluster.env['PATH'].replace('$PATH', os.environ['PATH'])}"
+    cluster.env["PATH"] = f"{IMEX_TOOL / 'bin'}:{cluster.env['PATH']}"
     cluster.env["GPUACCEPT_IMEX_RECORDING"] = str(IMEX_TOOL / "loopback-b1.ready.txt")
     try:
         yield cluster
@@ -232,6 +231,36 @@ def imex_step(cluster: DevCluster, *srun: str, settle: float = 0.0) -> dict[str,
     out = cluster.cmd(*argv)
     nodes = int(srun[srun.index("-N") + 1])
     return {r.node: specs.IMEX.read(r) for r in parse_records("imex", out, nodes, tuple(cluster.nodes))}
+
+
+def test_domain_channel_missing_end_to_end(tmp_path: Path) -> None:
+    """The acceptance file on a 26.05 cluster of one block without switch/nvidia_imex: no step gets a channel, and
+    ``test_imex_channel`` FAILS naming each node (``missing``) while the IMEX domain itself passes. It runs before
+    the module's IMEX cluster starts: the channel folder is the host's, and that cluster's would be seen here."""
+    if not (ROOT_26 / ".gpuaccept-slurm-version").is_file():
+        pytest.skip(f"no Slurm 26.05 root at {ROOT_26} (slurm/dev-cluster/chroot.sh 26.05 builds it)")
+    assert not Path("/dev/nvidia-caps-imex-channels").exists(), "another cluster's IMEX channels are on this host"
+    cluster = start_cluster(2, up_args=["--slurm", "26.05", "--blocks", "1"])
+    try:
+        site = tmp_path / "site.yaml"
+        site.write_text(SITE.split("  blocks:")[0])
+        env = {
+            **cluster.env,
+            "PATH": f"{IMEX_TOOL / 'bin'}:{cluster.env['PATH']}",
+            "GPUACCEPT_IMEX_RECORDING": str(IMEX_TOOL / "loopback-b1.ready.txt"),
+        }
+        view = repository_view(tmp_path / "repo")
+        args = ["tests/acceptance/test_nvlink_domain.py", "--launcher=slurm", "--nodes=2", f"--thresholds={site}"]
+        run = run_inner(view, *args, env=env, timeout=120)
+    finally:
+        stop_cluster(cluster)
+    got = run.verdicts()
+    assert (got["test_imex_domain"], got["test_imex_channel"]) == ("passed", "failed"), run.output[-3000:]
+    channel = next(t for t in run.record["tests"] if t["nodeid"].endswith("::test_imex_channel"))
+    assert {(c["check"], c["where"], c["observed"], c["verdict"]) for c in channel["checks"]} == {
+        ("imex_channel", "node1", "missing", "fail"),
+        ("imex_channel", "node2", "missing", "fail"),
+    }
 
 
 def test_dev_cluster_blocks_place_jobs_and_give_each_step_its_channel(blocks_cluster: DevCluster) -> None:
