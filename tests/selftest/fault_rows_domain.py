@@ -6,8 +6,8 @@ rendered into docs/faults.md by faults_page.py beside the other rows.
 The IMEX and tray rows are end to end: the real acceptance file (``tests/acceptance/test_nvlink_domain.py``) runs
 through salloc/srun on a Slurm 26.05 dev cluster of two blocks of 2 nodes with ``switch/nvidia_imex`` (real blocks,
 real channels), ``nvidia-imex-ctl`` being a recording put first on PATH (``fixtures/imex/``: published outputs and
-named edits), so the probe's parser runs. The clique row waits on the fingerprint's fabric cliques (helper
-nvlgpu's), and the channel row on a cluster without the IMEX plugin: their judges are proven on their own.
+named edits), so the probe's parser runs; the channel row runs on a 26.05 block without the IMEX plugin. The
+clique row waits on the fingerprint's fabric cliques (helper nvlgpu's): its judge is proven on its own.
 """
 
 from __future__ import annotations
@@ -82,10 +82,16 @@ DOMAIN_ROWS: tuple[Row, ...] = (
         DOMAIN,
         "imex-channel-missing",
         "a step given no IMEX channel (the plugin off, or the channel folder missing)",
-        "the IMEX probe reading a channel folder that does not exist",
-        "`test_imex_channel` FAILED: `imex_channel` = `missing` (limit == present); on the dev cluster a real "
-        "channel without an IMEX driver is `present` and its open is unmeasured (ENXIO), never passed",
-        LOGIC,
-        (IM + "test_missing_channel_fails", IM + "test_channel_without_a_driver_is_unmeasured_never_passed"),
+        "a Slurm 26.05 cluster of one block without switch/nvidia_imex: the steps get no "
+        "/dev/nvidia-caps-imex-channels/channelN",
+        "`test_imex_channel` FAILED: `imex_channel` = `missing` (limit == present) on node1 and node2, the IMEX "
+        "domain passing; with the plugin, a real channel without an IMEX driver is `present` and its open is "
+        "unmeasured (ENXIO), never passed",
+        END_TO_END,
+        (
+            B + "test_domain_channel_missing_end_to_end",
+            IM + "test_missing_channel_fails",
+            IM + "test_channel_without_a_driver_is_unmeasured_never_passed",
+        ),
     ),
 )
