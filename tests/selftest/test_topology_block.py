@@ -199,12 +199,22 @@ ROOT_26 = Path(os.environ.get("GPUACCEPT_SLURM_CACHE", "/var/cache/gpuaccept-slu
 IMEX_TOOL = Path(__file__).resolve().parents[2] / "fixtures" / "imex"
 
 
+def _require_root_26() -> None:
+    """Skip where no Slurm 26.05 root is built (never building one here); in CI, fail: .ci/run builds it before
+    the loopback selftests."""
+    if (ROOT_26 / ".gpuaccept-slurm-version").is_file():
+        return
+    why = f"no Slurm 26.05 root at {ROOT_26} (slurm/dev-cluster/chroot.sh 26.05 builds it)"
+    if os.environ.get("CI"):
+        pytest.fail(why + ": .ci/run builds it before the loopback selftests")
+    pytest.skip(why)
+
+
 @pytest.fixture(scope="module")
 def blocks_cluster() -> Iterator[DevCluster]:
     """4 nodes under Slurm 26.05, ``up.sh --blocks 2 --imex``; only where chroot.sh's root is built (CI builds it
-    in the background and runs this in its Slurm 26.05 step), never building one here."""
-    if not (ROOT_26 / ".gpuaccept-slurm-version").is_file():
-        pytest.skip(f"no Slurm 26.05 root at {ROOT_26} (slurm/dev-cluster/chroot.sh 26.05 builds it)")
+    in the background, before its loopback selftests), never building one here."""
+    _require_root_26()
     cluster = start_cluster(4, up_args=["--slurm", "26.05", "--blocks", "2", "--imex"])
     # the steps' nvidia-imex-ctl: a recording (srun hands the environment on), after the cluster's own PATH
     cluster.env["PATH"] = f"{IMEX_TOOL / 'bin'}:{cluster.env['PATH']}"
@@ -237,8 +247,7 @@ def test_domain_channel_missing_end_to_end(tmp_path: Path) -> None:
     """The acceptance file on a 26.05 cluster of one block without switch/nvidia_imex: no step gets a channel, and
     ``test_imex_channel`` FAILS naming each node (``missing``) while the IMEX domain itself passes. It runs before
     the module's IMEX cluster starts: the channel folder is the host's, and that cluster's would be seen here."""
-    if not (ROOT_26 / ".gpuaccept-slurm-version").is_file():
-        pytest.skip(f"no Slurm 26.05 root at {ROOT_26} (slurm/dev-cluster/chroot.sh 26.05 builds it)")
+    _require_root_26()
     assert not Path("/dev/nvidia-caps-imex-channels").exists(), "another cluster's IMEX channels are on this host"
     cluster = start_cluster(2, up_args=["--slurm", "26.05", "--blocks", "1"])
     try:
