@@ -28,6 +28,7 @@ from pydantic import TypeAdapter, ValidationError
 from gpuaccept.contracts.fabric import GdrPayload, InfinibandPayload, NvlinkPayload, PerftestPayload
 from gpuaccept.contracts.finetune import FinetunePayload
 from gpuaccept.contracts.fsmeta import CoherencyPayload, FsmetaPayload, MountsPayload
+from gpuaccept.contracts.imex import ImexRecord
 from gpuaccept.contracts.neighbours import NeighboursRecord
 from gpuaccept.contracts.node import (
     FingerprintPayload,
@@ -56,6 +57,7 @@ __all__ = [
     "GPUBENCH",
     "GPU_HEALTH",
     "HYGIENE",
+    "IMEX",
     "INFINIBAND",
     "MATMUL",
     "MOUNTS",
@@ -306,6 +308,17 @@ AGENT: ProbeSpec[AgentRecord] = ProbeSpec(
     AgentRecord,
     _fixed(120, "a /proc scan, each declared URL at most 5 s, dcgmi/nv-hostengine --version at most 10 s each"),
 )
+
+
+def _imex(args: Sequence[str], gpus: int) -> TimeLimit:
+    """The settle window asked for, then two nvidia-imex-ctl calls (-N -H, then -N) of at most 20 s each."""
+    settle = _arg(args, "--settle-s", 0.0)
+    return TimeLimit(
+        settle + 90, f"--settle-s {settle:g} s + 90 s (start-up, two nvidia-imex-ctl calls of 20 s at most)"
+    )
+
+
+IMEX: ProbeSpec[ImexRecord] = ProbeSpec(f"{PACKAGE}.imex", ImexRecord, _imex)
 SOFTWARE: ProbeSpec[SoftwareRecord] = ProbeSpec(
     f"{PACKAGE}.software",
     SoftwareRecord,
@@ -341,6 +354,7 @@ SPECS: dict[str, ProbeSpec[Any]] = {
         AGENT,
         SOFTWARE,
         NEIGHBOURS,
+        IMEX,
     )
 }
 

@@ -20,6 +20,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from gpuaccept.thresholds.domain_site import DomainSite
 from gpuaccept.thresholds.schema import Limit, MetricSpec, SkuSpec, ThresholdsFile
 from gpuaccept.thresholds.storage_site import Filesystem, StorageSection
 from gpuaccept.thresholds.tenant_site import TenantSite
@@ -97,6 +98,8 @@ class Thresholds:
     storage: StorageSection = field(default_factory=StorageSection)
     #: the site's ``tenant:`` declaration (the last file's that has one), None when no file declares it
     tenant: TenantSite | None = None
+    #: the site's ``domain:`` declaration (the last file's that has one), None when no file declares it
+    domain: DomainSite | None = None
 
     def sku_for_gpu(self, nvml_name: str) -> str | None:
         """The SKU one of whose ``match`` patterns fits the whole NVML device name, or None.
@@ -285,10 +288,12 @@ def load_thresholds(site: Path | None = None, *, defaults: Path | None = None, s
     site_skus: set[str] = set()
     storage = StorageSection()
     tenant: TenantSite | None = None
+    domain: DomainSite | None = None
     for path in files:
         data = _read(path)
         storage = _merge_storage(path, storage, data)
         tenant = data.tenant or tenant
+        domain = data.domain or domain
         file_digests[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
         if path is not base_path and data.metrics:
             raise ThresholdsError(f"{path}: metrics: a site file cannot define metrics; the probes produce a fixed set")
@@ -329,7 +334,19 @@ def load_thresholds(site: Path | None = None, *, defaults: Path | None = None, s
         payload["storage"] = storage.model_dump(mode="json")
     if tenant is not None:
         payload["tenant"] = tenant.model_dump(mode="json")
+    if domain is not None:
+        payload["domain"] = domain.model_dump(mode="json")
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
     return Thresholds(
-        metrics, settings, limits, skus, tuple(files), digest, file_digests, frozenset(site_skus), storage, tenant
+        metrics,
+        settings,
+        limits,
+        skus,
+        tuple(files),
+        digest,
+        file_digests,
+        frozenset(site_skus),
+        storage,
+        tenant,
+        domain,
     )

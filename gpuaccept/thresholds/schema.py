@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpuaccept.thresholds.domain_site import DomainSite
 from gpuaccept.thresholds.requirements import catalogue_path, load_catalogue
 from gpuaccept.thresholds.storage_site import StorageSection
 from gpuaccept.thresholds.tenant_site import TenantSite
@@ -203,4 +204,9 @@ class ThresholdsFile(_Strict):
         default=None,
         description="what a node handed to a tenant must have: root of trust, health agents, approved versions "
         "(thresholds/tenant_site.py); undeclared, those tests skip naming the key",
+    )
+    domain: DomainSite | None = Field(
+        default=None,
+        description="the site's NVLink domains: the domain SKU override, IMEX scope and settle window, each block's "
+        "trays and those out (thresholds/domain_site.py)",
     )

@@ -111,6 +111,22 @@ if ((${#strays[@]})); then
   kill -KILL "${tree[@]}" 2>/dev/null || true
 fi
 
+# switch/nvidia_imex (up.sh --imex): slurmd makes the step's channel file in the host's
+# /dev/nvidia-caps-imex-channels and leaves the folder behind (seen on 26.05.5). Only a cluster of ours made it
+# (this host has no NVIDIA IMEX driver: up.sh gave the plugin a major nothing holds), so remove it, its files
+# being only character devices of that major.
+if grep -qx 'SwitchType=switch/nvidia_imex' "$dir/slurm.conf" 2>/dev/null; then
+  major=$(sed -n 's/^SwitchParameters=.*imex_dev_major=\([0-9]*\).*/\1/p' "$dir/slurm.conf")
+  channels=/dev/nvidia-caps-imex-channels
+  if [[ -n $major && -d $channels ]] && ! grep -q ' nvidia-caps-imex-channels$' /proc/devices; then
+    for f in "$channels"/*; do
+      [[ -e $f ]] || continue
+      [[ -c $f && $(stat -c '%t' "$f") == $(printf '%x' "$major") ]] && rm -f "$f"
+    done
+    rmdir "$channels" 2>/dev/null && log "removed $channels" || log "left $channels (it holds other files)"
+  fi
+fi
+
 log "stopped ${#victims[@]} daemons of $dir"
 if ((clean)); then
   rm -rf "$dir"

@@ -6,6 +6,7 @@
 #   eval "$(slurm/dev-cluster/up.sh --nodes 2 --gpus)" # one GPU per node on a multi-GPU host
 #   eval "$(slurm/dev-cluster/up.sh --nodes 2 --slurm 26.05)"  # Debian sid's Slurm (chroot.sh builds it)
 #   eval "$(slurm/dev-cluster/up.sh --nodes 2 --pyxis DIR)"    # srun --container-image (pyxis.sh builds DIR)
+#   eval "$(slurm/dev-cluster/up.sh --nodes 4 --slurm 26.05 --blocks 2 --imex)"  # two NVLink-domain blocks
 #
 # Only `export` lines go to stdout (so eval works); progress and errors go to stderr.
 # Stop it with slurm/dev-cluster/down.sh. Not a production configuration: no auth, no cgroups.
@@ -18,7 +19,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 usage() {
   cat >&2 <<'EOF'
 usage: up.sh --nodes N [--gpus] [--gpus-per-node G] [--cpus-per-node C] [--dir DIR] [--oci runc|crun]
-             [--constrain-devices] [--own-mounts]
+             [--constrain-devices] [--own-mounts] [--blocks B] [--imex]
              [--slurm 22.05|24.11|26.05 | --prefix PREFIX [--debs DEBDIR]] [--pyxis DIR]
 
   --nodes N           number of slurmd "nodes" (node1..nodeN), all on this host
@@ -37,6 +38,15 @@ usage: up.sh --nodes N [--gpus] [--gpus-per-node G] [--cpus-per-node C] [--dir D
                       see the host's mounts as they were at its start, and a mount made in its namespace
                       (slurm/dev-cluster/node-exec.sh NODE mount ...) is that node's alone: one node's
                       filesystem missing, read-only, full or hung while the others' stay healthy
+  --blocks B          TopologyPlugin=topology/block with a topology.yaml of B blocks of N/B nodes each
+                      (b1 = node1..node(N/B), b2 = the next N/B, ...): Slurm's model of NVLink domains
+                      (one GB200 NVL72 rack a block); needs topology/block (Slurm 23.11+: --slurm 24.11|26.05)
+  --imex              SwitchType=switch/nvidia_imex: every step gets an IMEX channel
+                      (/dev/nvidia-caps-imex-channels/channelN, made by slurmd). This host has no NVIDIA
+                      driver, so the plugin is given a character major no driver holds
+                      (SwitchParameters=imex_dev_major=M, the first of 234-254 absent from /proc/devices):
+                      the device files are real, open() on them fails with ENXIO. Only with --slurm 26.05
+                      (the version it was tried on). The folder is the host's: down.sh removes it
   --slurm VERSION     22.05: the host's Slurm (Debian bookworm; the default). 24.11 or 26.05: Debian
                       trixie's or sid's, from the root that chroot.sh builds and caches; its daemons
                       and client commands run on this host with that root's own loader and libraries
@@ -63,6 +73,7 @@ log() { printf 'up.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 nodes="" gpus=0 gpus_per_node=1 cpus=4 dir="" prefix="" debs="" slurm="" oci="" pyxis="" devices=0 own_mounts=0
+blocks=0 imex=0
 while (($#)); do
   case $1 in
     --nodes) nodes=${2:?}; shift 2 ;;
@@ -76,6 +87,8 @@ while (($#)); do
     --oci) oci=${2:?}; shift 2 ;;
     --constrain-devices) devices=1; shift ;;
     --own-mounts) own_mounts=1; shift ;;
+    --blocks) blocks=${2:?}; shift 2 ;;
+    --imex) imex=1; shift ;;
     --pyxis) pyxis=${2:?}; shift 2 ;;
     -h | --help) usage ;;
     *) log "unknown argument: $1"; usage ;;
@@ -91,6 +104,12 @@ case $slurm in
   *) die "--slurm must be 22.05 (the host's), 24.11 or 26.05, not '$slurm'" ;;
 esac
 [[ -z $prefix || -z $slurm ]] || die "--slurm and --prefix exclude each other"
+if [[ $blocks != 0 ]]; then
+  [[ $blocks =~ ^[1-9][0-9]*$ ]] || die "--blocks must be a positive integer"
+  ((nodes % blocks == 0)) || die "--blocks $blocks: $nodes nodes do not split into $blocks equal blocks"
+  [[ $slurm == 24.11 || $slurm == 26.05 ]] || die "--blocks needs topology/block (Slurm 23.11+): add --slurm 24.11 or 26.05"
+fi
+((!imex)) || [[ $slurm == 26.05 ]] || die "--imex: switch/nvidia_imex was tried with --slurm 26.05 only: add it"
 case $oci in
   "" | runc | crun) ;;
   *) die "--oci must be runc or crun, not '$oci'" ;;
@@ -307,6 +326,49 @@ $gres_line
 $prolog_line
 $plugin_line
 EOF
+# --- NVLink domains as Slurm sees them: topology/block and switch/nvidia_imex ------------------------
+if ((blocks)); then
+  # One block per NVLink domain; BlockSizes is the planning unit. Slurm prints BlockSize=<that size> for
+  # every block whatever its nodes: the trays a block holds are counted from its Nodes=
+  # (gpuaccept/dispatch/topology.py). 25.05+ reads topology.yaml (tried on 26.05.5); 24.11 reads topology.conf
+  # (written the same way, not yet started here: no 24.11 root was built when this was added).
+  per=$((nodes / blocks))
+  if [[ $slurm == 26.05 ]]; then
+    {
+      echo "# Written by slurm/dev-cluster/up.sh --blocks $blocks"
+      echo "- topology: nvl"
+      echo "  cluster_default: true"
+      echo "  block:"
+      echo "    block_sizes: [$per]"
+      echo "    blocks:"
+      for ((b = 1; b <= blocks; b++)); do
+        echo "      - block: b$b"
+        echo "        nodes: node[$(((b - 1) * per + 1))-$((b * per))]"
+      done
+    } >"$dir/topology.yaml"
+    rm -f "$dir/topology.conf"
+  else
+    {
+      echo "# Written by slurm/dev-cluster/up.sh --blocks $blocks"
+      for ((b = 1; b <= blocks; b++)); do echo "BlockName=b$b Nodes=node[$(((b - 1) * per + 1))-$((b * per))]"; done
+      echo "BlockSizes=$per"
+    } >"$dir/topology.conf"
+    rm -f "$dir/topology.yaml"
+  fi
+  echo "TopologyPlugin=topology/block" >>"$conf"
+else
+  rm -f "$dir/topology.yaml" "$dir/topology.conf"
+fi
+if ((imex)); then
+  # The plugin disables itself where /proc/devices lists no nvidia-caps-imex-channels, unless it is given
+  # the major: a free one here (no driver behind it), so slurmd makes real channel files for every step.
+  imex_major=$(awk '/^Character/ {c = 1; next} /^Block/ {c = 0} c && NF {print $1}' /proc/devices | python3 -c '
+import sys
+used = {int(w) for w in sys.stdin.read().split()}
+print(next(m for m in range(234, 255) if m not in used))') || die "--imex: no free character major in 234-254"
+  echo "SwitchType=switch/nvidia_imex" >>"$conf"
+  echo "SwitchParameters=imex_dev_major=$imex_major" >>"$conf"
+fi
 if [[ -n $pyxis ]]; then
   # srun loads the plugin too (it adds the --container-* options), reading the same slurm.conf.
   # runtime_path (default /run/pyxis) holds squashfs files that pyxis imports from docker://

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -222,13 +222,15 @@ def start_cluster(
     gpu_files: Path | None = None,
     oci: str | None = None,
     own_mounts: bool = False,
+    up_args: Sequence[str] = (),
 ) -> DevCluster:
     """Start a fresh loopback cluster of ``nodes`` nodes (the caller stops it with ``stop_cluster``): the one
     way every selftest starts one. ``gpus_per_node``: the GPUs (gres) each node declares; ``gpu_files``: a
     folder where the ``nvidia<i>`` files backing them are made (``GPUACCEPT_DEV_GPU_FILE``), for a test
     whose probes read injected GPUs. ``oci``: the runtime of Slurm's own containers (``up.sh --oci``).
     ``own_mounts``: each node in a mount namespace of its own (``up.sh --own-mounts``), for one node's filesystem
-    to break alone (``slurm/dev-cluster/node-exec.sh``).
+    to break alone (``slurm/dev-cluster/node-exec.sh``). ``up_args``: more of up.sh's options (``--slurm 26.05
+    --blocks 2 --imex``).
     ``extra_env`` goes on top of the cluster's environment."""
     if shutil.which("slurmctld") is None and shutil.which("slurmctld-wlm") is None:
         if os.environ.get("CI"):
@@ -243,10 +245,13 @@ def start_cluster(
     up = ["bash", str(UP), "--nodes", str(nodes)] + (["--gpus-per-node", str(gpus_per_node)] if gpus_per_node else [])
     up += ["--oci", oci] if oci else []
     up += ["--own-mounts"] if own_mounts else []
+    up += list(up_args)
     done = subprocess.run(up, env=base, capture_output=True, text=True, timeout=180)
     if done.returncode:
         raise RuntimeError(f"up.sh failed ({done.returncode}):\n{done.stderr[-3000:]}")
     exports = _parse_exports(done.stdout)
+    if "PATH" in exports:  # up.sh --slurm 24.11/26.05 prints ``export PATH="ROOT/host-bin:$PATH"``
+        exports["PATH"] = exports["PATH"].replace("$PATH", base.get("PATH", ""))
     env = {**base, **exports, **(extra_env or {})}
     cluster = DevCluster(env, Path(exports["GPUACCEPT_DEV_CLUSTER"]), [f"node{i}" for i in range(1, nodes + 1)])
     _check_ports(cluster, base.get("GPUACCEPT_SLURM_PORTS"))

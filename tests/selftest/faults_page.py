@@ -1,5 +1,5 @@
 """Write docs/faults.md from the catalogue's declarations (fault_rows.py, fault_rows_other.py,
-fault_rows_storage.py, fault_rows_tenant.py, fault_rows_fabric.py).
+fault_rows_storage.py, fault_rows_tenant.py, fault_rows_fabric.py, fault_rows_domain.py).
 
     python3 -m tests.selftest.faults_page          # rewrite docs/faults.md
     python3 -m tests.selftest.faults_page --check  # exit 1 if the committed page differs
@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from .fault_rows import END_TO_END, GPU_RUN, LOGIC, LOOPBACK_ROWS, NCCL_ROWS, Row
+from .fault_rows_domain import DOMAIN, DOMAIN_ROWS
 from .fault_rows_fabric import NVL_FABRIC, NVL_FABRIC_ROWS
 from .fault_rows_other import OTHER_ROWS, SECTIONS
 from .fault_rows_storage import STORAGE, STORAGE_ROWS
@@ -23,7 +24,15 @@ from .fault_rows_tenant import TENANT, TENANT_ROWS
 __all__ = ["PAGE", "ROWS", "render"]
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "faults.md"
-ROWS: tuple[Row, ...] = (*OTHER_ROWS, *LOOPBACK_ROWS, *NCCL_ROWS, *STORAGE_ROWS, *TENANT_ROWS, *NVL_FABRIC_ROWS)
+ROWS: tuple[Row, ...] = (
+    *OTHER_ROWS,
+    *LOOPBACK_ROWS,
+    *NCCL_ROWS,
+    *STORAGE_ROWS,
+    *TENANT_ROWS,
+    *NVL_FABRIC_ROWS,
+    *DOMAIN_ROWS,
+)
 KINDS = (END_TO_END, GPU_RUN, LOGIC)
 #: The hand-written table this page replaced (main 16fd54a, 46 rows), each row read against the selftest
 #: it cited: only the scheduler's faults and the baseline regression ran through srun on the loopback
@@ -91,7 +100,7 @@ def render() -> str:
     lines = [INTRO, "## Rows per proof kind", "", "| proof | before (hand-written table) | now |", "|---|---|---|"]
     lines += [f"| {kind} | {BEFORE[kind]} | {after[kind]} |" for kind in KINDS]
     lines += [f"| all rows | {sum(BEFORE.values())} | {len(ROWS)} |", ""]
-    for section in (*SECTIONS, STORAGE, TENANT, NVL_FABRIC):
+    for section in (*SECTIONS, STORAGE, TENANT, NVL_FABRIC, DOMAIN):
         rows = [r for r in ROWS if r.section == section]
         lines += [
             f"## {section}",

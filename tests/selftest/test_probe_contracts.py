@@ -41,6 +41,7 @@ RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
     "tenant/software-580.95.05.json": (specs.SOFTWARE, 1),
     "tenant/software-580.159.04.json": (specs.SOFTWARE, 1),
     "node/loopback-cpu.fingerprint.json": (specs.FINGERPRINT, 1),
+    "imex/loopback-26.05-b1.imex.out": (specs.IMEX, 2),
 }
 #: a result line as a probe prints it (``probes/_protocol.py``)
 RESULT_LINE = re.compile(rb"^GPUACCEPT_(RESULT|PART|STAGE) ", re.MULTILINE)
