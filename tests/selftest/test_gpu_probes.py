@@ -16,7 +16,9 @@ from typing import Any
 import pynvml
 import pytest
 
+from gpuaccept.contracts.records import RankRecord
 from gpuaccept.probes import _bench, _gpu, _nvml, _protocol, fingerprint, gpu_health, nvlink, xid
+from gpuaccept.probes.specs import GPU_HEALTH, PayloadError
 from gpuaccept.verdicts.gpu_health import judge_health
 from gpuaccept.verdicts.nvlink import judge_nvlink, judge_topology
 
@@ -250,7 +252,17 @@ def test_gpu_health_collect_reads_every_gpu(fake: FakeNVML) -> None:
     }
     assert gpu["memory_temperature_c"] == 40 and gpu["power_limit_w"] == 700.0
     assert len(gpu["cpu_affinity"]) == 32
-    json.dumps(data)  # what the probe emits must be JSON
+    typed = GPU_HEALTH.read(RankRecord("n1", 0, 1, 0, None, json.loads(json.dumps(data))))  # JSON, its type
+    assert typed["gpus"][3]["errors"] == {"retired_pages_pending": "NVMLError_NotSupported"}
+
+
+def test_a_reading_nvml_refused_is_none_with_its_reason_and_unexplained_none_is_refused(fake: FakeNVML) -> None:
+    """The probe keys a refused getter's error by the field it fills; the type refuses a None nothing explains."""
+    data = json.loads(json.dumps(gpu_health.collect()))
+    assert data["gpus"][0]["retired_pages_pending"] is None
+    del data["gpus"][0]["errors"]["retired_pages_pending"]
+    with pytest.raises(PayloadError, match=r"gpus\.0: .*no errors entry saying why: retired_pages_pending"):
+        GPU_HEALTH.validate(RankRecord("n1", 0, 1, 0, None, data))
 
 
 def test_gpu_health_dump_and_load_round_trip(fake: FakeNVML, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

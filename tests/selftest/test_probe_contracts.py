@@ -173,7 +173,6 @@ OPEN: set[str] = {
     "finetune",
     "fingerprint",
     "gdr",
-    "gpu_health",
     "gpubench",
     "hygiene",
     "infiniband",
