@@ -14,6 +14,8 @@ from typing import Literal
 # pydantic validates these where a result arrives (probes/specs.py): before Python 3.12 it needs this TypedDict
 from typing_extensions import NotRequired, TypedDict
 
+from gpuaccept.contracts.strict import strict
+
 __all__ = [
     "AcsBridge",
     "BwReport",
@@ -41,44 +43,44 @@ __all__ = [
 # ---- infiniband (probes/infiniband.py): sysfs as the kernel writes it
 
 
+@strict
 class IbPort(TypedDict):
-    """One port; ``--counters-only`` leaves out all but ``state``, ``link_layer`` and the counters. A counter
-    whose file is not an integer passes on as its text."""
+    """One port's files as the kernel writes them (None: the driver writes no such file, or it could not be
+    read); a counter whose file is not an integer passes on as its text."""
 
     state: str | None
+    phys_state: str | None
+    rate: str | None
     link_layer: str | None
-    phys_state: NotRequired[str | None]
-    rate: NotRequired[str | None]
-    lid: NotRequired[str | None]
-    sm_lid: NotRequired[str | None]
-    counters: dict[str, int | str | None]
+    lid: str | None
+    sm_lid: str | None
+    counters: dict[str, int | str | None]  # every file under counters/, by name
 
 
+@strict
 class IbHca(TypedDict):
-    """One HCA: its identity files (not with ``--counters-only``) and ports by number."""
+    """One HCA: its identity files (None as the port's), NUMA node (None: unreadable), PCI address, ports by number."""
 
-    node_type: NotRequired[str | None]
-    hca_type: NotRequired[str | None]
-    fw_ver: NotRequired[str | None]
-    board_id: NotRequired[str | None]
-    node_guid: NotRequired[str | None]
-    numa_node: NotRequired[int | None]
-    pci: NotRequired[str | None]
+    node_type: str | None
+    hca_type: str | None
+    fw_ver: str | None
+    board_id: str | None
+    node_guid: str | None
+    numa_node: int | None
+    pci: str | None
     ports: dict[str, IbPort]
 
 
+@strict
 class InfinibandPayload(TypedDict):
     """A node's HCAs (``present`` False and no HCA without ``class/infiniband``); ``sampled_at`` (wall clock)
-    and ``monotonic`` bracket a counter window (``fabric/counters.py``). ``--interval`` by hand emits
-    ``before`` and ``after`` readings instead, each of this shape."""
+    and ``monotonic`` bracket a counter window (``fabric/counters.py``): two readings are a window."""
 
-    present: NotRequired[bool]
-    path: NotRequired[str]
-    hcas: NotRequired[dict[str, IbHca]]
-    sampled_at: NotRequired[float]
-    monotonic: NotRequired[float]
-    before: NotRequired[InfinibandPayload]
-    after: NotRequired[InfinibandPayload]
+    present: bool
+    path: str
+    hcas: dict[str, IbHca]
+    sampled_at: float
+    monotonic: float
 
 
 # ---- nvlink (probes/nvlink.py): NVLink state, GPU pairs, GPU-NIC affinity

@@ -84,7 +84,7 @@ def error_rate(errors: int, bits: int | None) -> float | None:
 def port_windows(
     before: Mapping[str, Any], after: Mapping[str, Any], link_layer: str | None = None
 ) -> list[PortWindow]:
-    """Deltas of every port present in both readings (``infiniband`` probe data, full or counters-only).
+    """Deltas of every port present in both readings (``infiniband`` readings).
 
     ``link_layer`` keeps only ports of the compute fabric (the SKU's ``ib_link_layer``).
     """

@@ -69,12 +69,11 @@ _STATE: dict[str, Any] = {}
 # ---- helpers ---------------------------------------------------------------------------------------
 
 
-def _ib(cluster, nodes, counters_only=False) -> dict[str, dict]:
+def _ib(cluster, nodes) -> dict[str, dict]:
     """The ``infiniband`` probe on every node at once; a node that did not answer is an error, one lost
     during the step is left out (the tests go on without it)."""
-    args = ["--counters-only"] if counters_only else []
     out = {}
-    for node, result in cluster.run_each(INFINIBAND, nodes, args=args).items():
+    for node, result in cluster.run_each(INFINIBAND, nodes).items():
         if isinstance(result, MeasurementError):
             if node in cluster.lost:
                 continue
@@ -115,7 +114,7 @@ def _affinity(cluster, node) -> dict[str, list[str]]:
 def _counter_window_start(cluster):
     """First IB counter reading, before any fabric traffic of this file (judged by the last test)."""
     try:
-        _STATE["ib_before"] = _ib(cluster, cluster.nodes, counters_only=True)
+        _STATE["ib_before"] = _ib(cluster, cluster.nodes)
     except MeasurementError as exc:
         _STATE["ib_before"] = exc
     except pytest.skip.Exception:  # dry run
@@ -285,6 +284,6 @@ def test_ib_counter_window(cluster, judge):
     bare = [n for n in nodes if not rates.get(n)]
     if nodes and bare == nodes:
         pytest.skip("; ".join(no_compute_hca(judge, n, "no counter window to judge") for n in bare))
-    after = _ib(cluster, nodes, counters_only=True)  # a node lost during it is left out
+    after = _ib(cluster, nodes)  # a node lost during it is left out
     for node in (n for n in nodes if n in after):
         judge_counter_window(before[node], after[node], judge, node)
