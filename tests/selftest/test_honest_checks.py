@@ -51,7 +51,7 @@ def test_sharedfs_writer_reports_what_it_reads_back(
     monkeypatch.setattr(sharedfs, "_drop_cache", corrupt)
     sharedfs.main(["--mode", "write", "--path", str(path), "--size", "4096", "--seed", "7"])
     data = _emitted(capsys)
-    assert data["sha256"] != expected and data["read_back"] is True
+    assert data["sha256"] != expected and data["exists"] is True
 
 
 def test_granted_cpus_from_the_step_environment() -> None:

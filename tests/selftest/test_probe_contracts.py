@@ -33,6 +33,12 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
     "nccl/probe_2xh200.out": (specs.NCCL, 2),
     "nvml/h200-2gpu.gpu_health.json": (specs.GPU_HEALTH, 1),
+    "node/cpu-vm.hygiene.out": (specs.HYGIENE, 1),
+    "node/cpu-vm.visibility.out": (specs.VISIBILITY, 1),
+    "node/cpu-vm.xid.out": (specs.XID, 1),
+    "node/cpu-vm.infiniband.out": (specs.INFINIBAND, 1),
+    **{f"node/cpu-vm.sharedfs.{mode}.out": (specs.SHAREDFS, 1) for mode in ("write", "read", "rename", "remove")},
+    "node/cpu-vm.sharedfs.read-missing.out": (specs.SHAREDFS, 1),
     "nvml/h200-2gpu.nvlink.json": (specs.NVLINK, 1),
     "training/finetune-scale-h100.out": (specs.FINETUNE, 1),
     "training/finetune-pretrained-6.5b-h100.out": (specs.FINETUNE, 1),
@@ -173,16 +179,12 @@ OPEN: set[str] = {
     "fingerprint",
     "gdr",
     "gpubench",
-    "hygiene",
     "matmul",
     "nccl",
     "nccl_tests",
     "nvlink",
     "perftest",
-    "sharedfs",
     "software",
-    "visibility",
-    "xid",
 }
 #: specs with no recorded output in fixtures/ yet (each gets one from the GPU machine or the loopback cluster)
 UNRECORDED: set[str] = {
@@ -194,18 +196,13 @@ UNRECORDED: set[str] = {
     "fsmeta",
     "gdr",
     "gpubench",
-    "hygiene",
-    "infiniband",
     "matmul",
     "mounts",
     "nccl_tests",
     "neighbours",
     "perftest",
     "residue",
-    "sharedfs",
     "trust",
-    "visibility",
-    "xid",
 }
 
 
