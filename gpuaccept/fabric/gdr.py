@@ -151,7 +151,7 @@ def observations(data: Mapping[str, Any]) -> list[Observation]:
         flag = dmabuf.get(_key(gpu["bdf"]))
         if peermem or flag == 1:
             out.append(Observation("gdr_kernel_support", 1, label, {"peermem": peermem, "dmabuf": flag}))
-        elif "error" in cuda:
+        elif cuda.get("error") is not None:
             why = f"no nvidia_peermem, and DMA-BUF support unknown ({cuda['error']})"
             out.append(Observation("gdr_kernel_support", None, label, why=why))
         else:
@@ -165,7 +165,7 @@ def observations(data: Mapping[str, Any]) -> list[Observation]:
         for path in gpu.get("paths") or []:
             for bridge in path.get("bridges") or []:
                 where = f"{label} via bridge {bridge['bdf']}"
-                if "error" in bridge:
+                if bridge.get("error") is not None:
                     out.append(Observation("pcie_acs_ctl", None, where, why=str(bridge["error"])))
                     continue
                 control = bridge.get("acs_ctl")

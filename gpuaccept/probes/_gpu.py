@@ -209,9 +209,14 @@ def nvlink_error_counters(lib: Any, handle: Any, active_links: list[int]) -> dic
                 per_link[name][link] = int(lib.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter))
             except Exception:
                 unread.setdefault(name, []).append(link)
-    out: dict[str, Any] = {"per_link": per_link, "unread_links": unread, "source": "per_link"}
+    out: dict[str, Any] = {
+        "per_link": per_link,
+        "unread_links": unread,
+        "source": "per_link" if active_links else "no active link",
+    }
     for name, links in per_link.items():
-        out[name] = sum(links.values()) if name not in unread else None
+        # no active link is no count (None), never a zero summed over nothing
+        out[name] = sum(links.values()) if active_links and name not in unread else None
     return out
 
 

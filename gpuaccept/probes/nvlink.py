@@ -43,7 +43,14 @@ def _links(lib: Any, handle: Any) -> list[dict[str, Any]]:
             break  # no NVLink on this GPU at all, or past its last link
         except Exception:
             continue
-        entry: dict[str, Any] = {"link": link, "active": bool(state)}
+        entry: dict[str, Any] = {
+            "link": link,
+            "active": bool(state),
+            "version": None,
+            "remote_type": None,
+            "remote_pci": None,
+            "errors": {},
+        }
         if state:
             getters = {
                 "version": lib.nvmlDeviceGetNvLinkVersion,
@@ -54,14 +61,13 @@ def _links(lib: Any, handle: Any) -> list[dict[str, Any]]:
                 try:
                     entry[key] = call(handle, link)
                 except Exception as exc:
-                    entry[key] = None
-                    entry.setdefault("errors", {})[key] = type(exc).__name__
+                    entry["errors"][key] = type(exc).__name__
         links.append(entry)
     return links
 
 
 def _pair(lib: Any, handles: list[Any], gpus: list[dict[str, Any]], i: int, j: int) -> dict[str, Any]:
-    entry: dict[str, Any] = {"a": gpus[i]["index"], "b": gpus[j]["index"]}
+    entry: dict[str, Any] = {"a": gpus[i]["index"], "b": gpus[j]["index"], "pcie_error": None}
     try:
         level = lib.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j])
         entry["pcie"] = TOPOLOGY_LABELS.get(level, str(level))
@@ -195,7 +201,7 @@ def collect(sysfs_root: Path = Path("/sys")) -> dict[str, Any]:
             "speed_mbps_common": speed,
             "speed_mbps_per_link": per_link,
             "speed_source": speed_source,
-            "errors": nvlink_error_counters(lib, handle, [k["link"] for k in links if k["active"]]) if links else {},
+            "errors": nvlink_error_counters(lib, handle, active),
         }
         gpu["numa_node"] = numa_node(gpu["pci_bus_id"], sysfs_root)
         gpu["cpu_affinity"] = cpu_affinity(lib, handle)

@@ -18,7 +18,7 @@ import pytest
 
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.probes import _bench, _gpu, _nvml, _protocol, fingerprint, gpu_health, nvlink, xid
-from gpuaccept.probes.specs import GPU_HEALTH, PayloadError
+from gpuaccept.probes.specs import GPU_HEALTH, NVLINK, PayloadError
 from gpuaccept.verdicts.gpu_health import judge_health
 from gpuaccept.verdicts.nvlink import judge_nvlink, judge_topology
 
@@ -275,6 +275,7 @@ def test_gpu_health_dump_and_load_round_trip(fake: FakeNVML, tmp_path: Path, cap
 
 def test_nvlink_collect_counts_switch_links_per_pair(fake: FakeNVML, tmp_path: Path) -> None:
     data = nvlink.collect(tmp_path)  # an empty sysfs: no HCAs, NUMA unreadable
+    NVLINK.validate(RankRecord("n1", 0, 1, 0, None, json.loads(json.dumps(data))))  # every key, as it arrives
     assert [g["nvlink"]["active"] for g in data["gpus"]] == [18] * 8
     assert data["gpus"][0]["nvlink"]["errors"]["source"] == "per_link"
     assert len(data["pairs"]) == 28
