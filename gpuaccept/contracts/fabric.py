@@ -24,6 +24,7 @@ __all__ = [
     "GdrGpu",
     "GdrPath",
     "GdrPayload",
+    "GdrPeermem",
     "IbHca",
     "IbPort",
     "InfinibandPayload",
@@ -226,12 +227,26 @@ class DmabufReading(TypedDict):
     error: str | None
 
 
+#: whether each file of the RDMA stack's GPU-memory peer is there, by its path under /sys (NCCL checks the
+#: first; the other two are the legacy ``nv_peer_mem``'s); the probe reads exactly these (``probes/gdr.py``)
+GdrPeermem = strict(
+    TypedDict(
+        "GdrPeermem",
+        {
+            "module/nvidia_peermem/version": bool,
+            "kernel/mm/memory_peers/nv_mem/version": bool,
+            "kernel/mm/memory_peers/nv_mem_nc/version": bool,
+        },
+    )
+)
+
+
 @strict
 class GdrPayload(TypedDict):
     """A node's ``gdr`` result (``fabric/gdr.py`` holds the rules)."""
 
     sysfs_root: str
-    peermem: dict[str, bool]
+    peermem: GdrPeermem
     kernel: str | None
     cmdline_iommu: list[str]
     iommu_devices: list[str]

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.contracts.fabric import GdrPeermem
 from gpuaccept.fabric.gdr import ConfigTooShort, acs_control, bridges_between, nearest
 from gpuaccept.probes import _inject
 from gpuaccept.probes._pci import chain, gpus, hca_bdf, iommu_type, read_config
@@ -29,11 +30,7 @@ __all__ = ["collect"]
 
 CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124  # cuda.h, CUDA 11.7+
 CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 33, 34, 50
-PEERMEM_FILES = (
-    "module/nvidia_peermem/version",
-    "kernel/mm/memory_peers/nv_mem/version",
-    "kernel/mm/memory_peers/nv_mem_nc/version",
-)
+PEERMEM_FILES = tuple(GdrPeermem.__annotations__)
 
 
 def _read(path: Path) -> str | None:
