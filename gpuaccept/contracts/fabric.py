@@ -229,16 +229,15 @@ class DmabufReading(TypedDict):
 
 #: whether each file of the RDMA stack's GPU-memory peer is there, by its path under /sys (NCCL checks the
 #: first; the other two are the legacy ``nv_peer_mem``'s); the probe reads exactly these (``probes/gdr.py``)
-GdrPeermem = strict(
-    TypedDict(
-        "GdrPeermem",
-        {
-            "module/nvidia_peermem/version": bool,
-            "kernel/mm/memory_peers/nv_mem/version": bool,
-            "kernel/mm/memory_peers/nv_mem_nc/version": bool,
-        },
-    )
+GdrPeermem = TypedDict(
+    "GdrPeermem",
+    {
+        "module/nvidia_peermem/version": bool,
+        "kernel/mm/memory_peers/nv_mem/version": bool,
+        "kernel/mm/memory_peers/nv_mem_nc/version": bool,
+    },
 )
+strict(GdrPeermem)  # the functional form (its keys are paths) is decorated in place
 
 
 @strict
