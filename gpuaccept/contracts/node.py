@@ -13,7 +13,7 @@ from typing import Literal
 # pydantic validates these where a result arrives (probes/specs.py): before Python 3.12 it needs this TypedDict
 from typing_extensions import NotRequired, TypedDict
 
-from gpuaccept.contracts.payloads import GpuIdentity
+from gpuaccept.contracts.payloads import GpuIdentity, GpuProcess
 from gpuaccept.contracts.strict import strict
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "FingerprintPayload",
     "FingerprintStack",
     "HygienePayload",
+    "JobProcess",
     "SharedfsPayload",
     "VisibilityPayload",
     "WhereInfo",
@@ -102,6 +103,16 @@ class FingerprintPayload(TypedDict):
     ib_hcas: list[str]
     container: WhereInfo
     python_executable: str
+
+
+# ---- the node check's readings (nodecheck/readers.py): gpu_health's, and the Slurm job of each process
+
+
+@strict
+class JobProcess(GpuProcess):
+    """A process on a GPU with the Slurm job its cgroup places it in (None: outside every job)."""
+
+    job: str | None
 
 
 # ---- hygiene (probes/hygiene.py): the OS limits a training job meets, and the node's clock

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaccept.contracts.judge import gpu_label
-from gpuaccept.contracts.payloads import Sample
+from gpuaccept.contracts.payloads import GpuHealth, Sample
 from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.judge import Judge
 from gpuaccept.nodecheck.expected import GATED_FIELDS
@@ -169,7 +169,7 @@ def _gpus(n: _Node, gpus: dict[str, Any], declared: int | None, context: str, jo
         n.quietly("gpu_count", judge_gpu_count, gpus, declared, n.judge, n.node)
     for gpu in gpus.get("gpus") or []:
         judge_memory_errors(gpu, n.limited, n.node)
-        judge_foreign_processes(gpu, n.judge, n.node, context, job)
+        judge_foreign_processes(gpu, gpu["processes"], n.judge, n.node, context, job)
 
 
 def _nvlink(n: _Node, gpus: dict[str, Any], boot: str, before: dict[str, Any]) -> dict[str, Any]:
@@ -193,6 +193,23 @@ def _nvlink(n: _Node, gpus: dict[str, Any], boot: str, before: dict[str, Any]) -
     return {"boot_id": boot, "counters": keep}
 
 
+def _sample(gpu: GpuHealth, at: float) -> Sample:
+    """The GPU's state at the check as a ``Sample`` (what ``judge_replay_window`` compares): its
+    ``gpu_health`` reading at ``at`` (the readings' monotonic time)."""
+    pcie = gpu["pcie"]
+    return Sample(
+        sm_clock_mhz=gpu["clocks"]["sm_clock_mhz"],
+        mem_clock_mhz=gpu["clocks"]["mem_clock_mhz"],
+        temperature_c=gpu["temperature_c"],
+        power_w=gpu["power_w"],
+        clock_event_reasons=gpu["clock_event_reasons"],
+        pcie_gen=pcie["gen_current"],
+        pcie_width=pcie["width_current"],
+        pcie_replay_counter=pcie["replay_counter"],
+        monotonic_s=at,
+    )
+
+
 def _pcie_replays(n: _Node, gpus: dict[str, Any], boot: str, before: dict[str, Any]) -> dict[str, Any]:
     """``pcie_replays_per_min`` per GPU: the counter's growth since the reading an earlier check kept (this
     boot), judged by the suite's ``judge_replay_window``. The first check opens the window; one shorter
@@ -202,8 +219,8 @@ def _pcie_replays(n: _Node, gpus: dict[str, Any], boot: str, before: dict[str, A
     keep: dict[str, Sample] = {}
     at = float(gpus.get("read_at_s") or 0.0)
     for gpu in gpus.get("gpus") or []:
-        uuid, name = str(gpu.get("uuid")), f"pcie_replays_per_min GPU{gpu.get('index')}"
-        now = Sample(pcie_replay_counter=(gpu.get("pcie") or {}).get("replay_counter"), monotonic_s=at)
+        uuid, name = str(gpu["uuid"]), f"pcie_replays_per_min GPU{gpu['index']}"
+        now = _sample(gpu, at)
         last: Sample | None = before.get(uuid)
         seconds = at - float(last.get("monotonic_s") or 0.0) if last else 0.0
         if last is None:

@@ -164,25 +164,10 @@ def read_gpus(sources: Sources) -> dict[str, Any]:
 
 
 def read_kernel_log(sources: Sources) -> dict[str, Any]:
-    """The kernel log's Xid lines, with this boot's id and uptime (the window is cut by the caller)."""
-    if sources.kernel_log is not None:
-        progress(f"reading {sources.kernel_log}")
-        source: str | None = f"file:{sources.kernel_log}"
-        log: str | None = sources.kernel_log.read_text(errors="replace")
-        errors: dict[str, str] = {}
-    else:
-        progress("kernel log (dmesg, then journalctl -k, then /dev/kmsg)")
-        source, log, errors = xid.read_log(["dmesg", "journalctl", "kmsg"])
-    lines = log.splitlines() if log else []
-    progress("/proc/uptime")
-    return {
-        "readable": log is not None,
-        "source": source,
-        "errors": errors,
-        "xid_lines": [line for line in lines if any(marker in line for marker in xid.MARKERS)],
-        "uptime_s": xid._uptime(),
-        "boot_id": boot_id(),
-    }
+    """The ``xid`` probe's reading (its Xid lines and the window they cover), with this boot's id (the
+    window is cut by the caller)."""
+    progress(f"reading {sources.kernel_log}" if sources.kernel_log else "kernel log (dmesg, journalctl -k, /dev/kmsg)")
+    return {**xid.collect(["dmesg", "journalctl", "kmsg"], sources.kernel_log), "boot_id": boot_id()}
 
 
 def read_ib(sources: Sources) -> dict[str, Any]:
