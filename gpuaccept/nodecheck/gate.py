@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuaccept.contracts.fabric import NvlinkErrors
 from gpuaccept.contracts.judge import gpu_label
 from gpuaccept.contracts.payloads import GpuHealth, Sample
 from gpuaccept.errors import MeasurementError
@@ -40,6 +41,8 @@ from gpuaccept.verdicts.nvlink import judge_link_errors, judge_links_active
 __all__ = ["MIN_REPLAY_WINDOW_S", "Finding", "Verdicts", "judge_node"]
 #: the NVLink error counts the gate judges; CRC counts since boot are reported beside them, not judged
 NVLINK_ERRORS = ("nvlink_replay_errors", "nvlink_recovery_errors")
+#: the NVLink counters a check keeps in the node's state for the next one's since_last_check
+KEPT_COUNTERS = ("crc_flit", "crc_data", "replay", "recovery")
 
 #: the shortest window the PCIe replay rate is judged over: a Prolog seconds after an Epilog would turn
 #: one retransmission into tens per minute; a shorter window is kept open until a later check
@@ -186,10 +189,18 @@ def _nvlink(n: _Node, gpus: dict[str, Any], boot: str, before: dict[str, Any]) -
         judge_links_active(gpu, n.limited, n.node)
         if not link.get("active"):
             continue
-        errors = link.get("errors") or {}
-        last = before.get(str(gpu.get("uuid"))) or {}
-        judge_link_errors(gpu, n.limited, n.node, NVLINK_ERRORS, last, crc_flit=errors.get("crc_flit"))
-        keep[str(gpu.get("uuid"))] = {k: v for k, v in errors.items() if isinstance(v, int)}
+        errors = link["errors"]
+        # the counts an earlier check kept (none kept: each None, so since_last_check reads None)
+        kept = {**dict.fromkeys(KEPT_COUNTERS), **(before.get(str(gpu["uuid"])) or {})}
+        last = NvlinkErrors(
+            crc_flit=kept["crc_flit"],
+            crc_data=kept["crc_data"],
+            replay=kept["replay"],
+            recovery=kept["recovery"],
+            source="per_link",
+        )
+        judge_link_errors(gpu, n.limited, n.node, NVLINK_ERRORS, last, crc_flit=errors["crc_flit"])
+        keep[str(gpu["uuid"])] = {k: errors[k] for k in KEPT_COUNTERS if isinstance(errors[k], int)}
     return {"boot_id": boot, "counters": keep}
 
 

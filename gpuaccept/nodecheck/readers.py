@@ -1,6 +1,6 @@
 """What the node check reads, each a function run in its own watchdog child (``watchdog.run_readers``).
 
-Every reading goes through the probes' own code (``gpu_health.read_gpu``, ``_gpu.active_nvlinks`` and
+Every reading goes through the probes' own code (``gpu_health.read_gpu``, ``nvlink.read_links`` and
 ``nvlink_error_counters``, ``xid.read_log``, ``infiniband.collect``, ``hygiene.collect``, the
 fingerprint's stack versions), so the gate and the suite read a node the same way. Each reader
 announces its next blocking call with ``progress`` so a hang is named.
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.nodecheck.watchdog import progress
-from gpuaccept.probes import hygiene, infiniband, xid
-from gpuaccept.probes._gpu import active_nvlinks, nvlink_error_counters
+from gpuaccept.probes import hygiene, infiniband, nvlink, xid
+from gpuaccept.probes._gpu import nvlink_error_counters
 from gpuaccept.probes._nvml import nvml
 from gpuaccept.probes.fingerprint import _python_stack
 from gpuaccept.probes.gpu_health import NO_NVML, driver_versions, read_gpu
@@ -133,9 +133,15 @@ def _live_gpus() -> dict[str, Any]:
         progress(f"GPU {index}: health readings (ECC, row remaps, processes)")
         gpu = read_gpu(lib, handle)
         progress(f"GPU {index}: nvmlDeviceGetNvLinkState")
-        active = active_nvlinks(lib, handle)
+        links = nvlink.read_links(lib, handle)
+        active = [k["link"] for k in links if k["active"]]
         progress(f"GPU {index}: NVLink error counters")
-        gpu["nvlink"] = {"active": len(active), "errors": nvlink_error_counters(lib, handle, active) if active else {}}
+        gpu["nvlink"] = {  # the nvlink probe's links and counters (its speeds are test_nvlink's, not the gate's)
+            "links": links,
+            "active": len(active),
+            "supported": len(links),
+            "errors": nvlink_error_counters(lib, handle, active),
+        }
         data["gpus"].append(gpu)
     return data
 

@@ -26,14 +26,14 @@ from gpuaccept.probes._gpu import bus_key, cpu_affinity, field_values, identity,
 from gpuaccept.probes._nvml import nvml, text
 from gpuaccept.probes._protocol import emit
 
-__all__ = ["collect", "nic_relation"]
+__all__ = ["collect", "nic_relation", "read_links"]
 
 #: nvmlGpuTopologyLevel_t -> the label nvidia-smi topo prints.
 TOPOLOGY_LABELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 REMOTE_TYPES = {0: "GPU", 1: "IBMNPU", 2: "SWITCH", 255: "UNKNOWN"}
 
 
-def _links(lib: Any, handle: Any) -> list[dict[str, Any]]:
+def read_links(lib: Any, handle: Any) -> list[dict[str, Any]]:
     """Every NVLink the GPU reports: active or not, version, remote device type and PCI address."""
     links: list[dict[str, Any]] = []
     for link in range(lib.NVML_NVLINK_MAX_LINKS):
@@ -191,7 +191,7 @@ def collect(sysfs_root: Path = Path("/sys")) -> dict[str, Any]:
     gpus: list[dict[str, Any]] = []
     for handle in handles:
         gpu = identity(lib, handle)
-        links = _links(lib, handle)
+        links = read_links(lib, handle)
         active = [k["link"] for k in links if k["active"]]
         speed, per_link, speed_source = link_speed(lib, handle, active, gpu["index"])
         gpu["nvlink"] = {
