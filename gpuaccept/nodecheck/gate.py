@@ -15,10 +15,11 @@ be taken for another reason is reported and does not drain.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from gpuaccept.contracts.fabric import NvlinkErrors
 from gpuaccept.contracts.judge import gpu_label
+from gpuaccept.contracts.node import HygienePayload
 from gpuaccept.contracts.payloads import GpuHealth, Sample
 from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.judge import Judge
@@ -276,12 +277,13 @@ def _ib(n: _Node, ib: dict[str, Any]) -> None:
 def _hygiene(n: _Node, data: dict[str, Any], job: str | None) -> None:
     """/dev/shm size and ulimits always; /dev/shm free space only on a node no other job runs on (a
     running job's own files there are its business; what is left when none runs is a leftover)."""
-    judge_limits(data, n.limited, n.node)
-    others = [j for j in data.get("jobs") or [] if j != job]
+    reading = cast(HygienePayload, data)  # the hygiene probe's collect (readers.read_hygiene adds "jobs")
+    judge_limits(reading, n.limited, n.node)
+    others = [j for j in data["jobs"] if j != job]
     if others:
         n.verdicts.skipped.append(f"dev_shm_free_gib: job(s) {', '.join(others)} running here")
     else:
-        judge_dev_shm_free(data, n.limited, n.node)
+        judge_dev_shm_free(reading, n.limited, n.node)
 
 
 def _versions(n: _Node, expected: dict[str, Any], gpus: dict[str, Any], stack: dict[str, Any]) -> None:
