@@ -16,11 +16,15 @@ from typing import Any
 import pynvml
 import pytest
 
+from gpuaccept.contracts.nvml import nvml_fields
+from gpuaccept.contracts.payloads import GpuHealth
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.probes import _bench, _gpu, _nvml, _protocol, fingerprint, gpu_health, nvlink, xid
 from gpuaccept.probes.specs import GPU_HEALTH, NVLINK, PayloadError
 from gpuaccept.verdicts.gpu_health import judge_health
 from gpuaccept.verdicts.nvlink import judge_nvlink, judge_topology
+
+from .nvml_replay import ReplayNVML
 
 pytestmark = pytest.mark.selftest
 
@@ -263,6 +267,22 @@ def test_a_reading_nvml_refused_is_none_with_its_reason_and_unexplained_none_is_
     del data["gpus"][0]["errors"]["retired_pages_pending"]
     with pytest.raises(PayloadError, match=r"gpus\.0: .*no errors entry saying why: retired_pages_pending"):
         GPU_HEALTH.validate(RankRecord("n1", 0, 1, 0, None, data))
+
+
+def test_the_probe_reads_the_recorded_h200_back_through_its_markers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ``GpuHealth`` field that declares its NVML getter is filled by walking the markers: NVML answering
+    as the recorded H200 did (``nvml_replay``), the probe writes the recording's readings and errors again."""
+    recording = json.loads((ROOT / "fixtures" / "nvml" / "h200-2gpu.gpu_health.json").read_text())
+    monkeypatch.setattr(gpu_health, "nvml", lambda: ReplayNVML(recording))
+    data = json.loads(json.dumps(gpu_health.collect()))
+    GPU_HEALTH.validate(RankRecord("n1", 0, 1, 0, None, data))
+    marked = [*nvml_fields(GpuHealth), "remapped_rows", "pcie", "clocks", "cpu_affinity", "errors", "processes"]
+    assert marked[0] == "memory_total_mib" and len(marked) > 25
+    for read, recorded in zip(data["gpus"], recording["gpus"], strict=True):
+        assert {k: read[k] for k in marked} == {k: recorded[k] for k in marked}
+    assert {k: data[k] for k in ("driver", "cuda_driver", "nvml_version")} == {
+        k: recording[k] for k in ("driver", "cuda_driver", "nvml_version")
+    }
 
 
 def test_gpu_health_dump_and_load_round_trip(fake: FakeNVML, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
