@@ -1,8 +1,10 @@
 """The shapes of what the hardware and NCCL probes emit, for the area judges that read them
 (``gpuaccept.verdicts``).
 
-TypedDicts only: no torch, no NVML, nothing run. The GPU-health types bite (every key required, ``@strict``); ``total=False`` where a reading may be left out (a busy
-GPU, a part not asked for, an older fixture); a value NVML could not give is None, never a default.
+TypedDicts only: no torch, no NVML, nothing run. The GPU-health types bite (``@strict``, every key required;
+``GpuHealth``'s NVML readings declare their getter, ``contracts/nvml.py``); the others still say ``total=False``
+where a reading may be left out (a busy GPU, a part not asked for). A value NVML could not give is None, never a
+default.
 """
 
 from __future__ import annotations

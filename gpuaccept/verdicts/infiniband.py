@@ -139,7 +139,7 @@ def fabric_absent(judge: JudgeLike, ib: Mapping[str, InfinibandPayload], nodes: 
 def ib_nodes(judge: JudgeLike, nodes: Iterable[str], rates: Mapping[str, Mapping[str, float]]) -> list[str]:
     """The nodes an InfiniBand pairing or window holds: those with a compute HCA, and those whose SKU
     expects one (a node of them without one is named, never silently left out)."""
-    return [n for n in nodes if (n in rates and rates[n]) or expects_ib(judge, n)]
+    return [n for n in nodes if rates.get(n) or expects_ib(judge, n)]  # rates: computed here, not a payload
 
 
 def _port_label(hca: str, port: str) -> str:
