@@ -40,6 +40,8 @@ RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
     **{f"node/cpu-vm.sharedfs.{mode}.out": (specs.SHAREDFS, 1) for mode in ("write", "read", "rename", "remove")},
     "node/cpu-vm.sharedfs.read-missing.out": (specs.SHAREDFS, 1),
     "node/cpu-vm.gdr.out": (specs.GDR, 1),
+    "node/cpu-vm.gpu_health.out": (specs.GPU_HEALTH, 1),
+    "node/cpu-vm.nvlink.out": (specs.NVLINK, 1),
     "node/cpu-vm.perftest.missing.out": (specs.PERFTEST, 1),
     "nvml/h200-2gpu.nvlink.json": (specs.NVLINK, 1),
     "training/finetune-scale-h100.out": (specs.FINETUNE, 1),
