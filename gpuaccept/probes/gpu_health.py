@@ -72,17 +72,22 @@ def declared_readings(
     """Every field of ``typed_dict`` that declares its NVML reading (``contracts/nvml.py``), read from the GPU:
     a getter that raises reads None with its exception's name in ``errors`` under the field's name."""
     fields = nvml_fields(typed_dict)
-    ids = {name: getattr(lib, how.field) for name, (how, _) in fields.items() if how.field}
+    ids = {name: getattr(lib, how.field) for name, (how, _) in fields.items() if how.field and hasattr(lib, how.field)}
     values = field_values(lib, handle, ids)
     out: dict[str, Any] = {}
     for name, (how, kind) in fields.items():
         if how.field:
-            out[name] = values[name]
+            out[name] = values[name] if name in values else None
             if out[name] is None:
                 errors[prefix + name] = f"{how.field} not supported"
             continue
-        consts = [getattr(lib, c) for c in how.consts]
-        raw = _get(errors, prefix + name, getattr(lib, how.call), handle, *consts)
+
+        # the getter and its constants are looked up inside the call: an older nvidia-ml-py without them is
+        # that reading's error (AttributeError), never the whole probe's
+        def call(how: Nvml = how) -> Any:
+            return getattr(lib, how.call)(handle, *(getattr(lib, c) for c in how.consts))
+
+        raw = _get(errors, prefix + name, call)
         out[name] = None if raw is None else _converted(raw, how, kind)
     return out
 

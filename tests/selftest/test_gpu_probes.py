@@ -285,6 +285,13 @@ def test_the_probe_reads_the_recorded_h200_back_through_its_markers(monkeypatch:
     }
 
 
+def test_a_getter_the_library_lacks_is_that_readings_error(fake: FakeNVML, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An older nvidia-ml-py without a getter a field declares: that field is None with its error, the probe runs."""
+    monkeypatch.delattr(FakeNVML, "nvmlDeviceGetVbiosVersion")
+    gpu = gpu_health.collect()["gpus"][0]
+    assert gpu["vbios"] is None and gpu["errors"]["vbios"] == "AttributeError" and gpu["serial"]
+
+
 def test_gpu_health_dump_and_load_round_trip(fake: FakeNVML, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     dump = tmp_path / "nvml.json"
     gpu_health.main(["--dump", str(dump)])
