@@ -13,6 +13,7 @@ getter's value (row remapping's four numbers, the process list, the PCI identity
 
 from __future__ import annotations
 
+import functools
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -45,9 +46,10 @@ class Nvml:
             raise TypeError(f"Nvml: a getter or a field id, and only attr/item/scale/digits/field: {call} {how}")
 
 
+@functools.cache
 def nvml_fields(typed_dict: type[Any]) -> dict[str, tuple[Nvml, type[Any]]]:
     """The fields of ``typed_dict`` that declare their NVML reading: name -> (marker, the value's type
-    without None)."""
+    without None); walked once per type (every GPU's reading and validation asks)."""
     out: dict[str, tuple[Nvml, type[Any]]] = {}
     for name, hint in get_type_hints(typed_dict, include_extras=True).items():
         if typing.get_origin(hint) is not typing.Annotated:
