@@ -13,7 +13,6 @@ getter's value (row remapping's four numbers, the process list, the PCI identity
 
 from __future__ import annotations
 
-import functools
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -46,10 +45,14 @@ class Nvml:
             raise TypeError(f"Nvml: a getter or a field id, and only attr/item/scale/digits/field: {call} {how}")
 
 
-@functools.cache
+_FIELDS: dict[type[Any], dict[str, tuple[Nvml, type[Any]]]] = {}
+
+
 def nvml_fields(typed_dict: type[Any]) -> dict[str, tuple[Nvml, type[Any]]]:
     """The fields of ``typed_dict`` that declare their NVML reading: name -> (marker, the value's type
     without None); walked once per type (every GPU's reading and validation asks)."""
+    if typed_dict in _FIELDS:
+        return _FIELDS[typed_dict]
     out: dict[str, tuple[Nvml, type[Any]]] = {}
     for name, hint in get_type_hints(typed_dict, include_extras=True).items():
         if typing.get_origin(hint) is not typing.Annotated:
@@ -59,6 +62,7 @@ def nvml_fields(typed_dict: type[Any]) -> dict[str, tuple[Nvml, type[Any]]]:
         if markers:
             kinds = [a for a in typing.get_args(inner) if a is not type(None)] or [inner]
             out[name] = (markers[0], kinds[0])
+    _FIELDS[typed_dict] = out
     return out
 
 
