@@ -1,8 +1,9 @@
 """What the fabric probes emit: InfiniBand ports from sysfs, NVLink and GPU-pair topology from NVML, the
 GPUDirect RDMA path, and perftest's RDMA pairs.
 
-TypedDicts, read off each probe's ``collect`` (conventions as ``contracts/node.py``: a key written on every
-path is required, one written on some is ``NotRequired``, a reading not taken is None, extra keys pass).
+TypedDicts, read off each probe's ``collect``, every one ``@strict`` (an undeclared key is refused) with every
+key required and a reading not taken None; the exceptions are the seven NVLink keys the 2026-11-22 H200
+recording predates (``NotRequired``, named where they are declared, until it is recorded again).
 Values the kernel writes pass on as its text (``"4: ACTIVE"``); the judges parse them (``contracts/ib.py``).
 JSON keys are text: a per-link table keyed by link number arrives keyed ``"0"``, ``"1"``...
 """
@@ -14,6 +15,8 @@ from typing import Literal
 # pydantic validates these where a result arrives (probes/specs.py): before Python 3.12 it needs this TypedDict
 from typing_extensions import NotRequired, TypedDict
 
+from gpuaccept.contracts.strict import strict
+
 __all__ = [
     "AcsBridge",
     "BwReport",
@@ -21,6 +24,7 @@ __all__ = [
     "GdrGpu",
     "GdrPath",
     "GdrPayload",
+    "GdrPeermem",
     "IbHca",
     "IbPort",
     "InfinibandPayload",
@@ -41,76 +45,83 @@ __all__ = [
 # ---- infiniband (probes/infiniband.py): sysfs as the kernel writes it
 
 
+@strict
 class IbPort(TypedDict):
-    """One port; ``--counters-only`` leaves out all but ``state``, ``link_layer`` and the counters. A counter
-    whose file is not an integer passes on as its text."""
+    """One port's files as the kernel writes them (None: the driver writes no such file, or it could not be
+    read); a counter whose file is not an integer passes on as its text."""
 
     state: str | None
+    phys_state: str | None
+    rate: str | None
     link_layer: str | None
-    phys_state: NotRequired[str | None]
-    rate: NotRequired[str | None]
-    lid: NotRequired[str | None]
-    sm_lid: NotRequired[str | None]
-    counters: dict[str, int | str | None]
+    lid: str | None
+    sm_lid: str | None
+    counters: dict[str, int | str | None]  # every file under counters/, by name
 
 
+@strict
 class IbHca(TypedDict):
-    """One HCA: its identity files (not with ``--counters-only``) and ports by number."""
+    """One HCA: its identity files (None as the port's), NUMA node (None: unreadable), PCI address, ports by number."""
 
-    node_type: NotRequired[str | None]
-    hca_type: NotRequired[str | None]
-    fw_ver: NotRequired[str | None]
-    board_id: NotRequired[str | None]
-    node_guid: NotRequired[str | None]
-    numa_node: NotRequired[int | None]
-    pci: NotRequired[str | None]
+    node_type: str | None
+    hca_type: str | None
+    fw_ver: str | None
+    board_id: str | None
+    node_guid: str | None
+    numa_node: int | None
+    pci: str | None
     ports: dict[str, IbPort]
 
 
+@strict
 class InfinibandPayload(TypedDict):
     """A node's HCAs (``present`` False and no HCA without ``class/infiniband``); ``sampled_at`` (wall clock)
-    and ``monotonic`` bracket a counter window (``fabric/counters.py``). ``--interval`` by hand emits
-    ``before`` and ``after`` readings instead, each of this shape."""
+    and ``monotonic`` bracket a counter window (``fabric/counters.py``): two readings are a window."""
 
-    present: NotRequired[bool]
-    path: NotRequired[str]
-    hcas: NotRequired[dict[str, IbHca]]
-    sampled_at: NotRequired[float]
-    monotonic: NotRequired[float]
-    before: NotRequired[InfinibandPayload]
-    after: NotRequired[InfinibandPayload]
+    present: bool
+    path: str
+    hcas: dict[str, IbHca]
+    sampled_at: float
+    monotonic: float
 
 
 # ---- nvlink (probes/nvlink.py): NVLink state, GPU pairs, GPU-NIC affinity
 
 
+@strict
 class NvlinkLink(TypedDict):
-    """One NVLink; an active link's getters each give None (and a name in ``errors``) when NVML refused."""
+    """One NVLink. An active link's getters each give None, with the getter's error in ``errors``, when NVML
+    refused; an inactive link's are None (not read: nothing is at the other end)."""
 
     link: int
     active: bool
-    version: NotRequired[int | None]
-    remote_type: NotRequired[str | None]
-    remote_pci: NotRequired[str | None]
-    errors: NotRequired[dict[str, str]]
+    version: int | None
+    remote_type: str | None
+    remote_pci: str | None
+    errors: NotRequired[dict[str, str]]  # written always now; the H200 recording has it only where a getter failed
 
 
+@strict
 class NvlinkErrors(TypedDict):
-    """Counts since the driver loaded, summed over the active links; None where a link did not answer
-    (``unread_links`` names it); ``per_link`` each link's counts (older recordings have neither)."""
+    """Counts since the driver loaded, summed over the active links (``_gpu.nvlink_error_counters``); None where
+    a link did not answer (``unread_links`` names it) or no link is active (``source`` says so). ``ecc_data``,
+    ``per_link`` and ``unread_links`` are newer than ``fixtures/nvml/h200-2gpu.nvlink.json``: required once it
+    is recorded again (``python3 -m gpuaccept.probes.nvlink --dump FILE`` on the GPU machine)."""
 
-    crc_flit: NotRequired[int | None]
-    crc_data: NotRequired[int | None]
-    replay: NotRequired[int | None]
-    recovery: NotRequired[int | None]
+    crc_flit: int | None
+    crc_data: int | None
+    replay: int | None
+    recovery: int | None
     ecc_data: NotRequired[int | None]
     per_link: NotRequired[dict[str, dict[str, int]]]
     unread_links: NotRequired[dict[str, list[int]]]
-    source: NotRequired[str]
+    source: Literal["per_link", "no active link"]
 
 
+@strict
 class NvlinkState(TypedDict):
-    """A GPU's links, the common speed (the slowest active link's, None when unreadable) and where it came from."""
+    """A GPU's links, the common speed (the slowest active link's, None when unreadable) and where it came from
+    (``speed_mbps_per_link`` and ``speed_source`` are newer than the H200 recording, as ``NvlinkErrors``')."""
 
     links: list[NvlinkLink]
     active: int
@@ -121,6 +132,7 @@ class NvlinkState(TypedDict):
     errors: NvlinkErrors
 
 
+@strict
 class NvlinkNic(TypedDict):
     """An HCA as seen from one GPU: PXB, PHB, NODE, SYS (as ``nvidia-smi topo -m``), or unknown."""
 
@@ -128,6 +140,7 @@ class NvlinkNic(TypedDict):
     relation: str
 
 
+@strict
 class NvlinkGpu(TypedDict):
     """One GPU: its identity, links, NUMA node (-1 or None where the platform does not say), CPUs and NICs."""
 
@@ -141,25 +154,29 @@ class NvlinkGpu(TypedDict):
     nics: list[NvlinkNic]
 
 
+@strict
 class NvlinkPair(TypedDict):
-    """Two GPUs: PCIe common ancestor, NVML's NVLink P2P status, the NVLinks joining them and the label."""
+    """Two GPUs: PCIe common ancestor (None, with ``pcie_error``, when NVML refused), NVML's NVLink P2P status,
+    the NVLinks joining them and the label."""
 
     a: int
     b: int
     pcie: str | None
-    pcie_error: NotRequired[str]
+    pcie_error: NotRequired[str | None]  # written always now (None when read); the H200 recording has none
     p2p_nvlink_status: str
     nvlinks: int
     via: Literal["NVSwitch", "direct", "PCIe"]
     label: str | None
 
 
+@strict
 class NvlinkHca(TypedDict):
     name: str
     numa_node: int | None
     pci: str | None
 
 
+@strict
 class NvlinkPayload(TypedDict):
     """A node's ``nvlink`` result (``nvml`` False, no GPU and no pair without NVML)."""
 
@@ -172,15 +189,17 @@ class NvlinkPayload(TypedDict):
 # ---- gdr (probes/gdr.py): GPUDirect RDMA readiness
 
 
+@strict
 class AcsBridge(TypedDict):
-    """One bridge between a GPU and its HCA: its ACS Control register (None: no ACS capability), or why
-    the config space could not be read."""
+    """One bridge between a GPU and its HCA: its ACS Control register (None: no ACS capability, or the config
+    space could not be read, ``error`` saying why; ``error`` None when it was read)."""
 
     bdf: str
-    acs_ctl: NotRequired[int | None]
-    error: NotRequired[str]
+    acs_ctl: int | None
+    error: str | None
 
 
+@strict
 class GdrPath(TypedDict):
     hca: str
     hca_bdf: str | None
@@ -188,6 +207,7 @@ class GdrPath(TypedDict):
     bridges: list[AcsBridge]
 
 
+@strict
 class GdrGpu(TypedDict):
     """One NVIDIA GPU on the PCI bus: its PCI chain, IOMMU group type and the paths to its nearest HCAs."""
 
@@ -198,18 +218,34 @@ class GdrGpu(TypedDict):
     paths: list[GdrPath]
 
 
+@strict
 class DmabufReading(TypedDict):
-    """CUDA's DMA-BUF attribute per device (``"0000:18:00"``: 1, 0, or -1 when unreadable), or why not asked."""
+    """CUDA's DMA-BUF attribute per device (``"0000:18:00"``: 1, 0, or -1 when unreadable); ``error`` why CUDA
+    was not asked or did not answer (then ``devices`` is empty), None when it answered."""
 
-    devices: NotRequired[dict[str, int]]
-    error: NotRequired[str]
+    devices: dict[str, int]
+    error: str | None
 
 
+#: whether each file of the RDMA stack's GPU-memory peer is there, by its path under /sys (NCCL checks the
+#: first; the other two are the legacy ``nv_peer_mem``'s); the probe reads exactly these (``probes/gdr.py``)
+GdrPeermem = TypedDict(
+    "GdrPeermem",
+    {
+        "module/nvidia_peermem/version": bool,
+        "kernel/mm/memory_peers/nv_mem/version": bool,
+        "kernel/mm/memory_peers/nv_mem_nc/version": bool,
+    },
+)
+strict(GdrPeermem)  # the functional form (its keys are paths) is decorated in place
+
+
+@strict
 class GdrPayload(TypedDict):
     """A node's ``gdr`` result (``fabric/gdr.py`` holds the rules)."""
 
     sysfs_root: str
-    peermem: dict[str, bool]
+    peermem: GdrPeermem
     kernel: str | None
     cmdline_iommu: list[str]
     iommu_devices: list[str]
@@ -223,6 +259,7 @@ class GdrPayload(TypedDict):
 # ---- perftest (probes/perftest.py): RDMA bandwidth and latency per HCA pair
 
 
+@strict
 class BwReport(TypedDict):
     """``ib_write_bw``'s report (``fabric.perftest.BwResult``) and its average in Gb/s."""
 
@@ -238,6 +275,7 @@ class BwReport(TypedDict):
     average_gbps: float
 
 
+@strict
 class LatReport(TypedDict):
     """``ib_write_lat``'s report in microseconds (``fabric.perftest.LatResult``)."""
 
@@ -253,8 +291,10 @@ class LatReport(TypedDict):
     info: dict[str, str]
 
 
+@strict
 class PerftestEndpoint(TypedDict):
-    """One HCA's side of one pair; ``bw``/``lat`` when the tool's report was read, ``error`` when not."""
+    """One HCA's side of one pair; ``bw``/``lat`` the tool's report, None when it could not be read, ``error``
+    saying why (None when both were read)."""
 
     hca: str
     role: Literal["server", "client"]
@@ -264,20 +304,22 @@ class PerftestEndpoint(TypedDict):
     gpu_bus: str | None
     server_addr: str
     bw_tail: str
-    bw: NotRequired[BwReport]
+    bw: BwReport | None
     lat_tail: str
-    lat: NotRequired[LatReport]
-    error: NotRequired[str]
+    lat: LatReport | None
+    error: str | None
     seconds: float
 
 
+@strict
 class PerftestPayload(TypedDict):
-    """One node's round: its endpoints; ``idle`` when the round has no test for it, ``missing`` (with the
-    install ``hint``) when perftest's tools or their CUDA build are not there."""
+    """One node's round, by ``outcome``: ``ran`` its endpoints; ``idle`` the round has no test for it;
+    ``missing`` perftest's tools (or their CUDA build) are not there, ``missing`` naming them and ``hint`` how
+    to install them. ``cuda_build`` is None where ``ib_write_bw`` was not asked (idle, or missing)."""
 
+    outcome: Literal["ran", "idle", "missing"]
     plan_tests: int
     endpoints: list[PerftestEndpoint]
-    idle: NotRequired[bool]
-    missing: NotRequired[list[str]]
-    hint: NotRequired[str]
-    cuda_build: NotRequired[bool]
+    missing: list[str]
+    hint: str | None
+    cuda_build: bool | None

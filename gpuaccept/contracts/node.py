@@ -1,10 +1,9 @@
 """What the node probes emit: the fingerprint, hygiene (OS limits, the clock), what a task may touch
 (visibility), the shared-filesystem check and the kernel log's Xid lines.
 
-TypedDicts, read off each probe's ``collect``: a key the probe always writes is required, one it writes only
-on some paths is ``NotRequired``, and a reading it could not take is None, never a default. Keys a probe
-adds later pass (pydantic ignores a TypedDict's extra keys), so a new reading needs no change here until a
-judge reads it.
+TypedDicts, read off each probe's ``collect``. Hygiene, visibility, sharedfs and xid bite: ``@strict`` (an
+undeclared key is refused), every key required, a reading not taken None. The fingerprint's types (helper
+``nvlgpu``'s) still say ``NotRequired`` where a key is written on some paths only.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from typing import Literal
 from typing_extensions import NotRequired, TypedDict
 
 from gpuaccept.contracts.fabric_state import FabricState
-from gpuaccept.contracts.payloads import GpuIdentity
+from gpuaccept.contracts.payloads import GpuIdentity, GpuProcess
 from gpuaccept.contracts.strict import strict
 
 __all__ = [
@@ -25,6 +24,7 @@ __all__ = [
     "FingerprintPayload",
     "FingerprintStack",
     "HygienePayload",
+    "JobProcess",
     "SharedfsPayload",
     "VisibilityPayload",
     "WhereInfo",
@@ -113,9 +113,20 @@ class FingerprintPayload(TypedDict):
     python_executable: str
 
 
+# ---- the node check's readings (nodecheck/readers.py): gpu_health's, and the Slurm job of each process
+
+
+@strict
+class JobProcess(GpuProcess):
+    """A process on a GPU with the Slurm job its cgroup places it in (None: outside every job)."""
+
+    job: str | None
+
+
 # ---- hygiene (probes/hygiene.py): the OS limits a training job meets, and the node's clock
 
 
+@strict
 class HygienePayload(TypedDict):
     """A node's ``hygiene`` result; ``-1`` is an unlimited ``nofile``/``memlock_kib``; the /dev/shm figures
     are None when ``statvfs`` failed."""
@@ -135,6 +146,7 @@ class HygienePayload(TypedDict):
 # ---- visibility (probes/visibility.py): what one task may touch
 
 
+@strict
 class VisibilityPayload(TypedDict):
     """One task's GPUs and CPUs. ``visible_uuids`` holds ``"unresolvable <token>: <error>"`` for a token NVML
     could not resolve; the Slurm fields are None outside a step."""
@@ -155,22 +167,24 @@ class VisibilityPayload(TypedDict):
 # ---- sharedfs (probes/sharedfs.py): one file written on one node, read on the others
 
 
+@strict
 class SharedfsPayload(TypedDict):
-    """One mode's result: ``write`` and ``read`` give the SHA-256 and size of what the node read back (None
-    when ``read`` found no file), ``rename`` the new name, ``remove`` nothing more."""
+    """One mode's result and what is at its target afterwards, as this node reads it: ``path`` (``to`` after a
+    rename). ``write`` reads its own file back (cached pages dropped first); ``sha256`` and ``bytes`` are None
+    where no file is there (``read`` of a missing file, after ``remove``)."""
 
     mode: Literal["write", "read", "rename", "remove"]
     path: str
-    sha256: NotRequired[str | None]
-    bytes: NotRequired[int | None]
-    exists: NotRequired[bool]
-    read_back: NotRequired[bool]
-    to: NotRequired[str]
+    to: str | None
+    exists: bool
+    sha256: str | None
+    bytes: int | None
 
 
 # ---- xid (probes/xid.py): the kernel log's Xid lines since boot
 
 
+@strict
 class XidPayload(TypedDict):
     """The raw ``NVRM: Xid`` / ``SXid`` lines and the window they cover (``verdicts.gpu_health`` parses them);
     ``readable`` False when no source gave kernel lines (``errors`` says why each failed)."""

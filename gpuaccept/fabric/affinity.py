@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpuaccept.contracts.fabric import InfinibandPayload
 from gpuaccept.contracts.ib import parse_rate, parse_state
 
 __all__ = ["LOCAL_RELATIONS", "affine_hcas", "bus_key", "compute_hcas", "group_line_rate_gbs", "line_rate_gbs"]
@@ -51,16 +52,16 @@ def affine_hcas(nvlink: Mapping[str, Any], compute: Iterable[str] | None = None)
     return out
 
 
-def compute_hcas(ib: Mapping[str, Any], link_layer: str | None) -> dict[str, float]:
+def compute_hcas(ib: InfinibandPayload, link_layer: str | None) -> dict[str, float]:
     """``{hca: Gb/s}`` of the node's compute HCAs (``infiniband`` probe data) whose first ACTIVE port
     has ``link_layer`` (None: any); an HCA with no active port is left out (it carries nothing)."""
     out: dict[str, float] = {}
-    for name, hca in sorted((ib.get("hcas") or {}).items()):
-        for port in (hca.get("ports") or {}).values():
-            if link_layer is not None and (port.get("link_layer") or "") != link_layer:
+    for name, hca in sorted(ib["hcas"].items()):
+        for port in hca["ports"].values():
+            if link_layer is not None and port["link_layer"] != link_layer:
                 continue
-            rate = parse_rate(port.get("rate"))
-            if parse_state(port.get("state")) == "ACTIVE" and rate:
+            rate = parse_rate(port["rate"])
+            if parse_state(port["state"]) == "ACTIVE" and rate:
                 out[name] = rate
                 break
     return out

@@ -21,9 +21,9 @@ SymbolError and PortRcvErrors 16 bits, and they stop counting there): "no change
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from gpuaccept.contracts.fabric import InfinibandPayload
 
 __all__ = ["FLAP_COUNTERS", "PortWindow", "error_rate", "port_windows"]
 
@@ -82,27 +82,29 @@ def error_rate(errors: int, bits: int | None) -> float | None:
 
 
 def port_windows(
-    before: Mapping[str, Any], after: Mapping[str, Any], link_layer: str | None = None
+    before: InfinibandPayload, after: InfinibandPayload, link_layer: str | None = None
 ) -> list[PortWindow]:
-    """Deltas of every port present in both readings (``infiniband`` probe data, full or counters-only).
+    """Deltas of every port present in both readings (``infiniband`` readings).
 
     ``link_layer`` keeps only ports of the compute fabric (the SKU's ``ib_link_layer``).
     """
-    seconds = float(after.get("monotonic", 0.0)) - float(before.get("monotonic", 0.0))
+    seconds = after["monotonic"] - before["monotonic"]
     out: list[PortWindow] = []
-    for name, hca in sorted((after.get("hcas") or {}).items()):
-        for port_name, port in sorted((hca.get("ports") or {}).items()):
-            if link_layer is not None and (port.get("link_layer") or "") != link_layer:
+    for name, hca in sorted(after["hcas"].items()):
+        for port_name, port in sorted(hca["ports"].items()):
+            if link_layer is not None and port["link_layer"] != link_layer:
                 continue
             window = PortWindow(name, port_name, seconds)
-            old = (((before.get("hcas") or {}).get(name) or {}).get("ports") or {}).get(port_name)
+            old_hca = before["hcas"][name] if name in before["hcas"] else None
+            old = old_hca["ports"][port_name] if old_hca is not None and port_name in old_hca["ports"] else None
             if old is None:
                 _unread(window, None, "port absent from the first reading")
                 out.append(window)
                 continue
-            new_counts, old_counts = port.get("counters") or {}, old.get("counters") or {}
+            new_counts, old_counts = port["counters"], old["counters"]
             for counter in (*FLAP_COUNTERS, *RATE_COUNTERS, "port_rcv_data"):
-                a, b = old_counts.get(counter), new_counts.get(counter)
+                a = old_counts[counter] if counter in old_counts else None
+                b = new_counts[counter] if counter in new_counts else None
                 if not isinstance(a, int) or not isinstance(b, int):
                     _unread(window, counter, f"counters/{counter} unreadable")
                 elif b < a:

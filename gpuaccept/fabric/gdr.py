@@ -27,6 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuaccept.contracts.fabric import GdrPayload
+from gpuaccept.fabric.affinity import bus_key
+
 __all__ = [
     "ACS_CAP_ID",
     "ACS_FLAGS",
@@ -125,12 +128,7 @@ class Observation:
     why: str | None = None
 
 
-def _key(bdf: str) -> str:
-    parts = bdf.lower().split(":")
-    return f"{int(parts[-3], 16):04x}:{int(parts[-2], 16):02x}:{int(parts[-1].split('.')[0], 16):02x}"
-
-
-def observations(data: Mapping[str, Any]) -> list[Observation]:
+def observations(data: GdrPayload) -> list[Observation]:
     """The readings of the ``gdr`` probe's data, per GPU and its nearest HCA(s).
 
     * ``gdr_kernel_support`` 1 when nvidia_peermem is loaded or CUDA reports DMA-BUF for the GPU;
@@ -142,33 +140,33 @@ def observations(data: Mapping[str, Any]) -> list[Observation]:
     absent too) comes with its ``why``: the caller records it unreadable, never as a pass.
     """
     out: list[Observation] = []
-    peermem = sorted(f for f, present in (data.get("peermem") or {}).items() if present)
-    cuda = data.get("cuda_dmabuf") or {}
-    dmabuf = cuda.get("devices") or {}
-    for gpu in data.get("gpus") or []:
-        hcas = [p["hca"] for p in gpu.get("paths") or []]
+    peermem = sorted(f for f, present in data["peermem"].items() if present)
+    cuda = data["cuda_dmabuf"]
+    for gpu in data["gpus"]:
+        hcas = [p["hca"] for p in gpu["paths"]]
         label = f"{gpu['bdf']} -> {'/'.join(hcas) or 'no HCA'}"
-        flag = dmabuf.get(_key(gpu["bdf"]))
+        key = bus_key(gpu["bdf"])
+        flag = cuda["devices"][key] if key in cuda["devices"] else None
         if peermem or flag == 1:
             out.append(Observation("gdr_kernel_support", 1, label, {"peermem": peermem, "dmabuf": flag}))
-        elif "error" in cuda:
+        elif cuda["error"] is not None:
             why = f"no nvidia_peermem, and DMA-BUF support unknown ({cuda['error']})"
             out.append(Observation("gdr_kernel_support", None, label, why=why))
         else:
             out.append(Observation("gdr_kernel_support", 0, label, {"peermem": "not loaded", "dmabuf": flag}))
-        types = {"gpu": gpu.get("iommu")} | {f"hca {p['hca']}": p.get("iommu_hca") for p in gpu.get("paths") or []}
+        types = {"gpu": gpu["iommu"]} | {f"hca {p['hca']}": p["iommu_hca"] for p in gpu["paths"]}
         if any(t in (None, "unreadable") for t in types.values()):
             out.append(Observation("iommu_translation", None, label, why=f"IOMMU group type unreadable ({types})"))
         else:
             translating = int(any(t in TRANSLATING for t in types.values()))
             out.append(Observation("iommu_translation", translating, label, {"groups": types}))
-        for path in gpu.get("paths") or []:
-            for bridge in path.get("bridges") or []:
+        for path in gpu["paths"]:
+            for bridge in path["bridges"]:
                 where = f"{label} via bridge {bridge['bdf']}"
-                if "error" in bridge:
-                    out.append(Observation("pcie_acs_ctl", None, where, why=str(bridge["error"])))
+                if bridge["error"] is not None:
+                    out.append(Observation("pcie_acs_ctl", None, where, why=bridge["error"]))
                     continue
-                control = bridge.get("acs_ctl")
+                control = bridge["acs_ctl"]
                 value = 0 if control is None else int(control)
                 extra = {"flags": acs_flags(value), "acs_capability": control is not None}
                 out.append(Observation("pcie_acs_ctl", value, where, extra))

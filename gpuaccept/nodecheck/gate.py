@@ -15,10 +15,12 @@ be taken for another reason is reported and does not drain.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from gpuaccept.contracts.fabric import NvlinkErrors
 from gpuaccept.contracts.judge import gpu_label
-from gpuaccept.contracts.payloads import Sample
+from gpuaccept.contracts.node import HygienePayload
+from gpuaccept.contracts.payloads import GpuHealth, Sample
 from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.judge import Judge
 from gpuaccept.nodecheck.expected import GATED_FIELDS
@@ -40,6 +42,8 @@ from gpuaccept.verdicts.nvlink import judge_link_errors, judge_links_active
 __all__ = ["MIN_REPLAY_WINDOW_S", "Finding", "Verdicts", "judge_node"]
 #: the NVLink error counts the gate judges; CRC counts since boot are reported beside them, not judged
 NVLINK_ERRORS = ("nvlink_replay_errors", "nvlink_recovery_errors")
+#: the NVLink counters a check keeps in the node's state for the next one's since_last_check
+KEPT_COUNTERS = ("crc_flit", "crc_data", "replay", "recovery")
 
 #: the shortest window the PCIe replay rate is judged over: a Prolog seconds after an Epilog would turn
 #: one retransmission into tens per minute; a shorter window is kept open until a later check
@@ -169,7 +173,7 @@ def _gpus(n: _Node, gpus: dict[str, Any], declared: int | None, context: str, jo
         n.quietly("gpu_count", judge_gpu_count, gpus, declared, n.judge, n.node)
     for gpu in gpus.get("gpus") or []:
         judge_memory_errors(gpu, n.limited, n.node)
-        judge_foreign_processes(gpu, n.judge, n.node, context, job)
+        judge_foreign_processes(gpu, gpu["processes"], n.judge, n.node, context, job)
 
 
 def _nvlink(n: _Node, gpus: dict[str, Any], boot: str, before: dict[str, Any]) -> dict[str, Any]:
@@ -186,11 +190,36 @@ def _nvlink(n: _Node, gpus: dict[str, Any], boot: str, before: dict[str, Any]) -
         judge_links_active(gpu, n.limited, n.node)
         if not link.get("active"):
             continue
-        errors = link.get("errors") or {}
-        last = before.get(str(gpu.get("uuid"))) or {}
-        judge_link_errors(gpu, n.limited, n.node, NVLINK_ERRORS, last, crc_flit=errors.get("crc_flit"))
-        keep[str(gpu.get("uuid"))] = {k: v for k, v in errors.items() if isinstance(v, int)}
+        errors = link["errors"]
+        # the counts an earlier check kept (none kept: each None, so since_last_check reads None)
+        kept = {**dict.fromkeys(KEPT_COUNTERS), **(before.get(str(gpu["uuid"])) or {})}
+        last = NvlinkErrors(
+            crc_flit=kept["crc_flit"],
+            crc_data=kept["crc_data"],
+            replay=kept["replay"],
+            recovery=kept["recovery"],
+            source="per_link",
+        )
+        judge_link_errors(gpu, n.limited, n.node, NVLINK_ERRORS, last, crc_flit=errors["crc_flit"])
+        keep[str(gpu["uuid"])] = {k: errors[k] for k in KEPT_COUNTERS if isinstance(errors[k], int)}
     return {"boot_id": boot, "counters": keep}
+
+
+def _sample(gpu: GpuHealth, at: float) -> Sample:
+    """The GPU's state at the check as a ``Sample`` (what ``judge_replay_window`` compares): its
+    ``gpu_health`` reading at ``at`` (the readings' monotonic time)."""
+    pcie = gpu["pcie"]
+    return Sample(
+        sm_clock_mhz=gpu["clocks"]["sm_clock_mhz"],
+        mem_clock_mhz=gpu["clocks"]["mem_clock_mhz"],
+        temperature_c=gpu["temperature_c"],
+        power_w=gpu["power_w"],
+        clock_event_reasons=gpu["clock_event_reasons"],
+        pcie_gen=pcie["gen_current"],
+        pcie_width=pcie["width_current"],
+        pcie_replay_counter=pcie["replay_counter"],
+        monotonic_s=at,
+    )
 
 
 def _pcie_replays(n: _Node, gpus: dict[str, Any], boot: str, before: dict[str, Any]) -> dict[str, Any]:
@@ -202,8 +231,8 @@ def _pcie_replays(n: _Node, gpus: dict[str, Any], boot: str, before: dict[str, A
     keep: dict[str, Sample] = {}
     at = float(gpus.get("read_at_s") or 0.0)
     for gpu in gpus.get("gpus") or []:
-        uuid, name = str(gpu.get("uuid")), f"pcie_replays_per_min GPU{gpu.get('index')}"
-        now = Sample(pcie_replay_counter=(gpu.get("pcie") or {}).get("replay_counter"), monotonic_s=at)
+        uuid, name = str(gpu["uuid"]), f"pcie_replays_per_min GPU{gpu['index']}"
+        now = _sample(gpu, at)
         last: Sample | None = before.get(uuid)
         seconds = at - float(last.get("monotonic_s") or 0.0) if last else 0.0
         if last is None:
@@ -248,12 +277,13 @@ def _ib(n: _Node, ib: dict[str, Any]) -> None:
 def _hygiene(n: _Node, data: dict[str, Any], job: str | None) -> None:
     """/dev/shm size and ulimits always; /dev/shm free space only on a node no other job runs on (a
     running job's own files there are its business; what is left when none runs is a leftover)."""
-    judge_limits(data, n.limited, n.node)
-    others = [j for j in data.get("jobs") or [] if j != job]
+    reading = cast(HygienePayload, data)  # the hygiene probe's collect (readers.read_hygiene adds "jobs")
+    judge_limits(reading, n.limited, n.node)
+    others = [j for j in data["jobs"] if j != job]
     if others:
         n.verdicts.skipped.append(f"dev_shm_free_gib: job(s) {', '.join(others)} running here")
     else:
-        judge_dev_shm_free(data, n.limited, n.node)
+        judge_dev_shm_free(reading, n.limited, n.node)
 
 
 def _versions(n: _Node, expected: dict[str, Any], gpus: dict[str, Any], stack: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """What the node check reads, each a function run in its own watchdog child (``watchdog.run_readers``).
 
-Every reading goes through the probes' own code (``gpu_health.read_gpu``, ``_gpu.active_nvlinks`` and
+Every reading goes through the probes' own code (``gpu_health.read_gpu``, ``nvlink.read_links`` and
 ``nvlink_error_counters``, ``xid.read_log``, ``infiniband.collect``, ``hygiene.collect``, the
 fingerprint's stack versions), so the gate and the suite read a node the same way. Each reader
 announces its next blocking call with ``progress`` so a hang is named.
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.nodecheck.watchdog import progress
-from gpuaccept.probes import hygiene, infiniband, xid
-from gpuaccept.probes._gpu import active_nvlinks, nvlink_error_counters
+from gpuaccept.probes import hygiene, infiniband, nvlink, xid
+from gpuaccept.probes._gpu import nvlink_error_counters
 from gpuaccept.probes._nvml import nvml
 from gpuaccept.probes.fingerprint import _python_stack
 from gpuaccept.probes.gpu_health import NO_NVML, driver_versions, read_gpu
@@ -133,9 +133,15 @@ def _live_gpus() -> dict[str, Any]:
         progress(f"GPU {index}: health readings (ECC, row remaps, processes)")
         gpu = read_gpu(lib, handle)
         progress(f"GPU {index}: nvmlDeviceGetNvLinkState")
-        active = active_nvlinks(lib, handle)
+        links = nvlink.read_links(lib, handle)
+        active = [k["link"] for k in links if k["active"]]
         progress(f"GPU {index}: NVLink error counters")
-        gpu["nvlink"] = {"active": len(active), "errors": nvlink_error_counters(lib, handle, active) if active else {}}
+        gpu["nvlink"] = {  # the nvlink probe's links and counters (its speeds are test_nvlink's, not the gate's)
+            "links": links,
+            "active": len(active),
+            "supported": len(links),
+            "errors": nvlink_error_counters(lib, handle, active),
+        }
         data["gpus"].append(gpu)
     return data
 
@@ -164,25 +170,10 @@ def read_gpus(sources: Sources) -> dict[str, Any]:
 
 
 def read_kernel_log(sources: Sources) -> dict[str, Any]:
-    """The kernel log's Xid lines, with this boot's id and uptime (the window is cut by the caller)."""
-    if sources.kernel_log is not None:
-        progress(f"reading {sources.kernel_log}")
-        source: str | None = f"file:{sources.kernel_log}"
-        log: str | None = sources.kernel_log.read_text(errors="replace")
-        errors: dict[str, str] = {}
-    else:
-        progress("kernel log (dmesg, then journalctl -k, then /dev/kmsg)")
-        source, log, errors = xid.read_log(["dmesg", "journalctl", "kmsg"])
-    lines = log.splitlines() if log else []
-    progress("/proc/uptime")
-    return {
-        "readable": log is not None,
-        "source": source,
-        "errors": errors,
-        "xid_lines": [line for line in lines if any(marker in line for marker in xid.MARKERS)],
-        "uptime_s": xid._uptime(),
-        "boot_id": boot_id(),
-    }
+    """The ``xid`` probe's reading (its Xid lines and the window they cover), with this boot's id (the
+    window is cut by the caller)."""
+    progress(f"reading {sources.kernel_log}" if sources.kernel_log else "kernel log (dmesg, journalctl -k, /dev/kmsg)")
+    return {**xid.collect(["dmesg", "journalctl", "kmsg"], sources.kernel_log), "boot_id": boot_id()}
 
 
 def read_ib(sources: Sources) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.fabric.affinity import bus_key
 from gpuaccept.probes._nvml import text
 
 __all__ = [
@@ -29,20 +30,6 @@ __all__ = [
     "nvlink_error_counters",
     "sample",
 ]
-
-
-def bus_key(bus_id: str) -> str:
-    """A PCI address in one spelling: ``00000000:18:00.0`` and ``0000:18:00`` both become ``0000:18:00``.
-
-    NVML writes an 8-digit domain, sysfs a 4-digit one and the kernel's Xid lines leave out the function;
-    comparing them needs one form.
-    """
-    parts = bus_id.strip().lower().split(":")
-    if len(parts) == 2:
-        parts = ["0", *parts]
-    domain, bus, rest = parts[-3], parts[-2], parts[-1]
-    device = rest.split(".")[0]
-    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}"
 
 
 def identity(lib: Any, handle: Any) -> dict[str, Any]:
@@ -209,9 +196,14 @@ def nvlink_error_counters(lib: Any, handle: Any, active_links: list[int]) -> dic
                 per_link[name][link] = int(lib.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter))
             except Exception:
                 unread.setdefault(name, []).append(link)
-    out: dict[str, Any] = {"per_link": per_link, "unread_links": unread, "source": "per_link"}
+    out: dict[str, Any] = {
+        "per_link": per_link,
+        "unread_links": unread,
+        "source": "per_link" if active_links else "no active link",
+    }
     for name, links in per_link.items():
-        out[name] = sum(links.values()) if name not in unread else None
+        # no active link is no count (None), never a zero summed over nothing
+        out[name] = sum(links.values()) if active_links and name not in unread else None
     return out
 
 

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.contracts.fabric import GdrPeermem
 from gpuaccept.fabric.gdr import ConfigTooShort, acs_control, bridges_between, nearest
 from gpuaccept.probes import _inject
 from gpuaccept.probes._pci import chain, gpus, hca_bdf, iommu_type, read_config
@@ -29,11 +30,7 @@ __all__ = ["collect"]
 
 CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124  # cuda.h, CUDA 11.7+
 CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 33, 34, 50
-PEERMEM_FILES = (
-    "module/nvidia_peermem/version",
-    "kernel/mm/memory_peers/nv_mem/version",
-    "kernel/mm/memory_peers/nv_mem_nc/version",
-)
+PEERMEM_FILES = tuple(GdrPeermem.__annotations__)
 
 
 def _read(path: Path) -> str | None:
@@ -44,14 +41,14 @@ def _read(path: Path) -> str | None:
 
 
 def cuda_dmabuf() -> dict[str, Any]:
-    """``{"devices": {"0000:18:00": 1, ...}}`` from libcuda, or ``{"error": why}``."""
+    """``{"devices": {"0000:18:00": 1, ...}, "error": None}`` from libcuda, or no device and ``error`` why."""
     try:
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError as exc:
-        return {"error": f"libcuda.so.1 not loadable ({exc})"}
+        return {"devices": {}, "error": f"libcuda.so.1 not loadable ({exc})"}
     count, value = ctypes.c_int(0), ctypes.c_int(0)
     if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return {"error": "cuInit/cuDeviceGetCount failed"}
+        return {"devices": {}, "error": "cuInit/cuDeviceGetCount failed"}
     out: dict[str, int] = {}
     for ordinal in range(count.value):
         dev = ctypes.c_int(0)
@@ -67,17 +64,17 @@ def cuda_dmabuf() -> dict[str, Any]:
             ids.append(value.value)
         rc = lib.cuDeviceGetAttribute(ctypes.byref(value), CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, dev)
         out[f"{ids[0]:04x}:{ids[1]:02x}:{ids[2]:02x}"] = value.value if rc == 0 else -1
-    return {"devices": out}
+    return {"devices": out, "error": None}
 
 
 def _acs(root: Path, bdf: str) -> dict[str, Any]:
     config = read_config(root, bdf)
     if config is None:
-        return {"bdf": bdf, "error": "config space unreadable"}
+        return {"bdf": bdf, "acs_ctl": None, "error": "config space unreadable"}
     try:
-        return {"bdf": bdf, "acs_ctl": acs_control(config)}
+        return {"bdf": bdf, "acs_ctl": acs_control(config), "error": None}
     except ConfigTooShort as exc:
-        return {"bdf": bdf, "error": f"{exc}: run as root to read ACS"}
+        return {"bdf": bdf, "acs_ctl": None, "error": f"{exc}: run as root to read ACS"}
 
 
 def collect(root: Path = Path("/sys"), proc: Path = Path("/proc"), cuda: bool = True) -> dict[str, Any]:
@@ -118,7 +115,7 @@ def collect(root: Path = Path("/sys"), proc: Path = Path("/proc"), cuda: bool = 
             "nvidia_open_module": ("Open Kernel Module" in version) if version else None,
             "hcas": hcas,
             "gpus": out_gpus,
-            "cuda_dmabuf": cuda_dmabuf() if cuda else {"error": "not asked (--no-cuda)"},
+            "cuda_dmabuf": cuda_dmabuf() if cuda else {"devices": {}, "error": "not asked (--no-cuda)"},
             "euid": os.geteuid(),
         },
     )

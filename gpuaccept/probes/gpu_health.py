@@ -23,15 +23,24 @@ import os
 from pathlib import Path
 from typing import Any
 
+from gpuaccept.contracts.nvml import Nvml, nvml_fields
+from gpuaccept.contracts.payloads import GpuHealth, PcieLink
 from gpuaccept.probes import _inject
 from gpuaccept.probes._gpu import cpu_affinity, field_values, foreign_processes, identity, numa_node, sample
 from gpuaccept.probes._nvml import nvml, text
 from gpuaccept.probes._protocol import emit
 
-__all__ = ["NO_NVML", "collect", "driver_versions", "read_gpu"]
+__all__ = ["NO_NVML", "collect", "declared_readings", "driver_versions", "read_gpu"]
 
 #: the node's reading where NVML cannot be initialised (no driver, or nvidia-ml-py missing)
-NO_NVML: dict[str, Any] = {"nvml": False, "driver": None, "cuda_driver": None, "gpus": []}
+NO_NVML: dict[str, Any] = {
+    "nvml": False,
+    "driver": None,
+    "cuda_driver": None,
+    "nvml_version": None,
+    "cuda_visible_devices": None,
+    "gpus": [],
+}
 
 
 def _get(errors: dict[str, str], key: str, call: Any, *args: Any) -> Any:
@@ -43,72 +52,60 @@ def _get(errors: dict[str, str], key: str, call: Any, *args: Any) -> Any:
         return None
 
 
+def _converted(value: Any, how: Nvml, kind: type[Any]) -> Any:
+    """A getter's value in the field's type and unit (``Nvml``'s attribute or item, scale and rounding)."""
+    if how.attr is not None:
+        value = getattr(value, how.attr)
+    if how.item is not None:
+        value = value[how.item]
+    if kind is str:
+        return text(value)
+    if kind is bool:
+        return bool(value)
+    value = value * how.scale if how.scale != 1.0 else value
+    return round(value) if kind is int else round(value, how.digits) if how.digits is not None else value
+
+
+def declared_readings(
+    lib: Any, handle: Any, typed_dict: type[Any], errors: dict[str, str], prefix: str = ""
+) -> dict[str, Any]:
+    """Every field of ``typed_dict`` that declares its NVML reading (``contracts/nvml.py``), read from the GPU:
+    a getter that raises reads None with its exception's name in ``errors`` under the field's name."""
+    fields = nvml_fields(typed_dict)
+    ids = {name: getattr(lib, how.field) for name, (how, _) in fields.items() if how.field and hasattr(lib, how.field)}
+    values = field_values(lib, handle, ids)
+    out: dict[str, Any] = {}
+    for name, (how, kind) in fields.items():
+        if how.field:
+            out[name] = values[name] if name in values else None
+            if out[name] is None:
+                errors[prefix + name] = f"{how.field} not supported"
+            continue
+
+        # the getter and its constants are looked up inside the call: an older nvidia-ml-py without them is
+        # that reading's error (AttributeError), never the whole probe's
+        def call(how: Nvml = how) -> Any:
+            return getattr(lib, how.call)(handle, *(getattr(lib, c) for c in how.consts))
+
+        raw = _get(errors, prefix + name, call)
+        out[name] = None if raw is None else _converted(raw, how, kind)
+    return out
+
+
 def read_gpu(lib: Any, handle: Any) -> dict[str, Any]:
-    """Every health reading of one GPU; an unsupported reading is None with its error kept."""
+    """Every health reading of one GPU: the fields ``GpuHealth`` marks with their NVML getter, then the
+    readings that are not one getter's value; an unsupported reading is None with its error kept."""
     errors: dict[str, str] = {}
-    gpu: dict[str, Any] = identity(lib, handle)
-    memory = _get(errors, "memory", lib.nvmlDeviceGetMemoryInfo, handle)
-    gpu["memory_total_mib"] = round(memory.total / 2**20) if memory is not None else None
-    gpu["serial"] = _get(errors, "serial", lambda: text(lib.nvmlDeviceGetSerial(handle)))
-    gpu["vbios"] = _get(errors, "vbios", lambda: text(lib.nvmlDeviceGetVbiosVersion(handle)))
-    gpu["persistence_mode"] = _get(errors, "persistence_mode", lib.nvmlDeviceGetPersistenceMode, handle)
-    ecc = _get(errors, "ecc_mode", lib.nvmlDeviceGetEccMode, handle)
-    gpu["ecc_mode_current"], gpu["ecc_mode_pending"] = (ecc[0], ecc[1]) if ecc is not None else (None, None)
-    uncorrected, corrected = lib.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, lib.NVML_MEMORY_ERROR_TYPE_CORRECTED
-    gpu["ecc_uncorrected_volatile"] = _get(
-        errors, "ecc_uncorrected_volatile", lib.nvmlDeviceGetTotalEccErrors, handle, uncorrected, lib.NVML_VOLATILE_ECC
-    )
-    gpu["ecc_corrected_volatile"] = _get(
-        errors, "ecc_corrected_volatile", lib.nvmlDeviceGetTotalEccErrors, handle, corrected, lib.NVML_VOLATILE_ECC
-    )
-    aggregate = lib.NVML_AGGREGATE_ECC
-    gpu["ecc_uncorrected_aggregate"] = _get(
-        errors, "ecc_uncorrected_aggregate", lib.nvmlDeviceGetTotalEccErrors, handle, uncorrected, aggregate
-    )
+    gpu: dict[str, Any] = {**identity(lib, handle), **declared_readings(lib, handle, GpuHealth, errors)}
     rows = _get(errors, "remapped_rows", lib.nvmlDeviceGetRemappedRows, handle)
     gpu["remapped_rows"] = (
         {"correctable": rows[0], "uncorrectable": rows[1], "pending": bool(rows[2]), "failure": bool(rows[3])}
         if rows is not None
         else None
     )
-    pending = _get(errors, "retired_pages_pending", lib.nvmlDeviceGetRetiredPagesPendingStatus, handle)
-    gpu["retired_pages_pending"] = None if pending is None else bool(pending)
-    gpu["clock_event_reasons"] = _get(errors, "clock_event_reasons", lib.nvmlDeviceGetCurrentClocksEventReasons, handle)
-    gpu["clock_event_reasons_supported"] = _get(
-        errors, "clock_event_reasons_supported", lib.nvmlDeviceGetSupportedClocksEventReasons, handle
-    )
-    gpu["pcie"] = {
-        "gen_current": _get(errors, "pcie_gen_current", lib.nvmlDeviceGetCurrPcieLinkGeneration, handle),
-        "width_current": _get(errors, "pcie_width_current", lib.nvmlDeviceGetCurrPcieLinkWidth, handle),
-        "gen_max": _get(errors, "pcie_gen_max", lib.nvmlDeviceGetMaxPcieLinkGeneration, handle),
-        "width_max": _get(errors, "pcie_width_max", lib.nvmlDeviceGetMaxPcieLinkWidth, handle),
-        "gen_gpu_max": _get(errors, "pcie_gen_gpu_max", lib.nvmlDeviceGetGpuMaxPcieLinkGeneration, handle),
-        "replay_counter": _get(errors, "pcie_replay_counter", lib.nvmlDeviceGetPcieReplayCounter, handle),
-    }
-    gpu["temperature_c"] = _get(errors, "temperature", lib.nvmlDeviceGetTemperature, handle, lib.NVML_TEMPERATURE_GPU)
-    gpu["temperature_slowdown_c"] = _get(
-        errors,
-        "temperature_slowdown",
-        lib.nvmlDeviceGetTemperatureThreshold,
-        handle,
-        lib.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
-    )
-    gpu["temperature_shutdown_c"] = _get(
-        errors,
-        "temperature_shutdown",
-        lib.nvmlDeviceGetTemperatureThreshold,
-        handle,
-        lib.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,
-    )
-    gpu["memory_temperature_c"] = field_values(lib, handle, {"t": lib.NVML_FI_DEV_MEMORY_TEMP}).get("t")
-    power = _get(errors, "power", lib.nvmlDeviceGetPowerUsage, handle)
-    limit = _get(errors, "power_limit", lib.nvmlDeviceGetEnforcedPowerLimit, handle)
-    default = _get(errors, "power_default_limit", lib.nvmlDeviceGetPowerManagementDefaultLimit, handle)
-    gpu["power_w"] = None if power is None else round(power / 1000, 1)
-    gpu["power_limit_w"] = None if limit is None else round(limit / 1000, 1)
-    gpu["power_default_limit_w"] = None if default is None else round(default / 1000, 1)
-    gpu["clocks"] = {k: v for k, v in sample(lib, handle).items() if k.endswith("_mhz")}
-    gpu["utilization_gpu_pct"] = _get(errors, "utilization", lambda: lib.nvmlDeviceGetUtilizationRates(handle).gpu)
+    gpu["pcie"] = declared_readings(lib, handle, PcieLink, errors, "pcie.")
+    now = sample(lib, handle)
+    gpu["clocks"] = {"sm_clock_mhz": now["sm_clock_mhz"], "mem_clock_mhz": now["mem_clock_mhz"]}
     gpu["processes"] = foreign_processes(lib, handle)
     gpu["numa_node"] = numa_node(gpu["pci_bus_id"])
     gpu["cpu_affinity"] = cpu_affinity(lib, handle)
@@ -133,7 +130,7 @@ def collect() -> dict[str, Any]:
         return injected
     lib = nvml()
     if lib is None:
-        return dict(NO_NVML, gpus=[])
+        return dict(NO_NVML, gpus=[], cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
     return {
         **driver_versions(lib),
         "nvml_version": text(lib.nvmlSystemGetNVMLVersion()),

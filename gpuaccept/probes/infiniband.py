@@ -9,9 +9,8 @@ judges them (``gpuaccept.verdicts.infiniband``), so a recorded tree and a live n
 ``fixtures/sysfs/hgx-h100-ndr``. A node without ``class/infiniband`` reports ``present: false``.
 
 Counter windows (``gpuaccept.fabric.counters``): every reading carries ``sampled_at`` (wall clock) and
-``monotonic`` seconds, so two runs bracket a window. ``--counters-only`` leaves out the HCA identity
-(a smaller line for the before/after samples); ``--interval S`` samples twice, S seconds apart, and
-emits both (``{"before": ..., "after": ...}``), a window an operator can take by hand.
+``monotonic`` seconds, so two runs bracket a window (by hand: run it twice). Every reading is the one shape,
+``contracts.fabric.InfinibandPayload``.
 """
 
 from __future__ import annotations
@@ -60,27 +59,25 @@ def _pci(device: Path) -> str | None:
     return None
 
 
-def collect(sysfs_root: Path = Path("/sys"), counters_only: bool = False) -> dict[str, Any]:
+def collect(sysfs_root: Path = Path("/sys")) -> dict[str, Any]:
     """Every HCA and port under ``<root>/class/infiniband`` as raw sysfs strings and integer counters."""
     sysfs_root = _inject.sysfs_root(sysfs_root)  # test hook, off by default (probes/_inject.py)
     base = sysfs_root / "class" / "infiniband"
-    if not base.is_dir():
-        return {"present": False, "path": str(base), "hcas": {}}
     stamp = {"sampled_at": time.time(), "monotonic": time.monotonic()}
+    if not base.is_dir():
+        return {"present": False, "path": str(base), "hcas": {}, **stamp}
     hcas: dict[str, Any] = {}
     for dev in sorted(base.iterdir()):
-        hca: dict[str, Any] = {} if counters_only else {key: _read(dev / key) for key in HCA_FILES}
-        if not counters_only:
-            numa = _read(dev / "device" / "numa_node")
-            hca["numa_node"] = int(numa) if numa not in (None, "") and numa.lstrip("-").isdigit() else None
-            hca["pci"] = _pci(dev / "device")
+        hca: dict[str, Any] = {key: _read(dev / key) for key in HCA_FILES}
+        numa = _read(dev / "device" / "numa_node")
+        hca["numa_node"] = int(numa) if numa not in (None, "") and numa.lstrip("-").isdigit() else None
+        hca["pci"] = _pci(dev / "device")
         ports: dict[str, Any] = {}
         ports_dir = dev / "ports"
         port_dirs = list(ports_dir.iterdir()) if ports_dir.is_dir() else []
         port_dirs.sort(key=lambda p: int(p.name) if p.name.isdigit() else 0)
         for port in port_dirs:
-            keys = ("state", "link_layer") if counters_only else PORT_FILES
-            entry: dict[str, Any] = {key: _read(port / key) for key in keys}
+            entry: dict[str, Any] = {key: _read(port / key) for key in PORT_FILES}
             counters_dir = port / "counters"
             entry["counters"] = (
                 {c.name: _counter(c) for c in sorted(counters_dir.iterdir()) if c.is_file()}
@@ -96,15 +93,8 @@ def collect(sysfs_root: Path = Path("/sys"), counters_only: bool = False) -> dic
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sysfs-root", type=Path, default=Path("/sys"), help="sysfs root (a recorded tree in CI)")
-    parser.add_argument("--counters-only", action="store_true", help="state, link layer and counters only")
-    parser.add_argument("--interval", type=float, default=0.0, help="sample twice, this many seconds apart")
     args = parser.parse_args(argv)
-    if args.interval > 0:
-        before = collect(args.sysfs_root, args.counters_only)
-        time.sleep(args.interval)
-        emit({"before": before, "after": collect(args.sysfs_root, args.counters_only)}, probe="infiniband")
-        return
-    emit(collect(args.sysfs_root, args.counters_only), probe="infiniband")
+    emit(collect(args.sysfs_root), probe="infiniband")
 
 
 if __name__ == "__main__":

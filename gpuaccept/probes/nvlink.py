@@ -26,14 +26,14 @@ from gpuaccept.probes._gpu import bus_key, cpu_affinity, field_values, identity,
 from gpuaccept.probes._nvml import nvml, text
 from gpuaccept.probes._protocol import emit
 
-__all__ = ["collect", "nic_relation"]
+__all__ = ["collect", "nic_relation", "read_links"]
 
 #: nvmlGpuTopologyLevel_t -> the label nvidia-smi topo prints.
 TOPOLOGY_LABELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 REMOTE_TYPES = {0: "GPU", 1: "IBMNPU", 2: "SWITCH", 255: "UNKNOWN"}
 
 
-def _links(lib: Any, handle: Any) -> list[dict[str, Any]]:
+def read_links(lib: Any, handle: Any) -> list[dict[str, Any]]:
     """Every NVLink the GPU reports: active or not, version, remote device type and PCI address."""
     links: list[dict[str, Any]] = []
     for link in range(lib.NVML_NVLINK_MAX_LINKS):
@@ -43,7 +43,14 @@ def _links(lib: Any, handle: Any) -> list[dict[str, Any]]:
             break  # no NVLink on this GPU at all, or past its last link
         except Exception:
             continue
-        entry: dict[str, Any] = {"link": link, "active": bool(state)}
+        entry: dict[str, Any] = {
+            "link": link,
+            "active": bool(state),
+            "version": None,
+            "remote_type": None,
+            "remote_pci": None,
+            "errors": {},
+        }
         if state:
             getters = {
                 "version": lib.nvmlDeviceGetNvLinkVersion,
@@ -54,14 +61,13 @@ def _links(lib: Any, handle: Any) -> list[dict[str, Any]]:
                 try:
                     entry[key] = call(handle, link)
                 except Exception as exc:
-                    entry[key] = None
-                    entry.setdefault("errors", {})[key] = type(exc).__name__
+                    entry["errors"][key] = type(exc).__name__
         links.append(entry)
     return links
 
 
 def _pair(lib: Any, handles: list[Any], gpus: list[dict[str, Any]], i: int, j: int) -> dict[str, Any]:
-    entry: dict[str, Any] = {"a": gpus[i]["index"], "b": gpus[j]["index"]}
+    entry: dict[str, Any] = {"a": gpus[i]["index"], "b": gpus[j]["index"], "pcie_error": None}
     try:
         level = lib.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j])
         entry["pcie"] = TOPOLOGY_LABELS.get(level, str(level))
@@ -185,7 +191,7 @@ def collect(sysfs_root: Path = Path("/sys")) -> dict[str, Any]:
     gpus: list[dict[str, Any]] = []
     for handle in handles:
         gpu = identity(lib, handle)
-        links = _links(lib, handle)
+        links = read_links(lib, handle)
         active = [k["link"] for k in links if k["active"]]
         speed, per_link, speed_source = link_speed(lib, handle, active, gpu["index"])
         gpu["nvlink"] = {
@@ -195,7 +201,7 @@ def collect(sysfs_root: Path = Path("/sys")) -> dict[str, Any]:
             "speed_mbps_common": speed,
             "speed_mbps_per_link": per_link,
             "speed_source": speed_source,
-            "errors": nvlink_error_counters(lib, handle, [k["link"] for k in links if k["active"]]) if links else {},
+            "errors": nvlink_error_counters(lib, handle, active),
         }
         gpu["numa_node"] = numa_node(gpu["pci_bus_id"], sysfs_root)
         gpu["cpu_affinity"] = cpu_affinity(lib, handle)

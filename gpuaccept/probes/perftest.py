@@ -111,6 +111,9 @@ def _endpoint(role: str, test: Pairing, args: argparse.Namespace, gpu_bus: str |
         "memory": "cuda" if gpu_bus else "host",
         "gpu_bus": gpu_bus,
         "server_addr": server,
+        "bw": None,
+        "lat": None,
+        "error": None,
     }
     bw_extra = ["--report_gbits", "-s", str(args.size), "-D", str(args.duration)]
     if gpu_bus:
@@ -131,7 +134,7 @@ def _endpoint(role: str, test: Pairing, args: argparse.Namespace, gpu_bus: str |
         out["lat"] = parse_lat(text).__dict__
     except PerftestError:
         why = f"ib_write_lat {'exit ' + str(code) if code is not None else 'timed out'}: {failure_kind(text)}"
-        out["error"] = f"{out['error']}; {why}" if "error" in out else why
+        out["error"] = f"{out['error']}; {why}" if out["error"] else why
     out["seconds"] = round(time.monotonic() - started, 2)
     return out
 
@@ -148,17 +151,24 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     node = node_name()
     mine = assignments(parse_plan(args.plan)).get(node, [])
-    data: dict[str, Any] = {"plan_tests": len(parse_plan(args.plan)), "endpoints": []}
+    data: dict[str, Any] = {
+        "outcome": "ran",
+        "plan_tests": len(parse_plan(args.plan)),
+        "endpoints": [],
+        "missing": [],
+        "hint": None,
+        "cuda_build": None,
+    }
     missing = [t for t in TOOLS if shutil.which(t) is None]
     if not mine:
-        data["idle"] = True
+        data["outcome"] = "idle"
     elif missing:
-        data.update(missing=missing, hint=INSTALL_HINT)
+        data.update(outcome="missing", missing=missing, hint=INSTALL_HINT)
     else:
         help_text = subprocess.run(["ib_write_bw", "-h"], capture_output=True, text=True, timeout=10).stdout
         data["cuda_build"] = supports_cuda(help_text)
         if args.gpu_memory and not data["cuda_build"]:
-            data.update(missing=["ib_write_bw --use_cuda"], hint=INSTALL_HINT)
+            data.update(outcome="missing", missing=["ib_write_bw --use_cuda"], hint=INSTALL_HINT)
         else:
             jobs = [(role, test, test.server[1] if role == "server" else test.client[1]) for role, test in mine]
             buses = {hca: _gpu_bus(args.sysfs_root, hca) if args.gpu_memory else None for _, _, hca in jobs}

@@ -1,32 +1,25 @@
 """Shared-filesystem probe: write a file on one node, read it back byte for byte on the others.
 
-Modes (``--mode``): ``write`` creates ``--path`` with ``--size`` bytes from ``--seed``, then reads the
-file back (its cached pages dropped first) and reports the SHA-256 of what it read; ``read``
-reports the SHA-256 of what this node sees (or that the file is missing);
+Modes (``--mode``): ``write`` creates ``--path`` with ``--size`` bytes from ``--seed``; ``read`` reads it;
 ``rename`` moves ``--path`` to ``--to`` (the test then reads the new name everywhere, catching caches
-that serve a stale directory entry); ``remove`` deletes test files. Reads bypass the page cache of
-the writer because they run on another node, which is the point.
+that serve a stale directory entry); ``remove`` deletes test files. Every mode then reports what this node
+sees at its target (``--to`` after a rename): whether a file is there, its SHA-256 and size
+(``contracts.node.SharedfsPayload``); the writer drops its cached pages first, so it reports what the
+filesystem gives back. Reads bypass the page cache of the writer because they run on another node, which is
+the point.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import random
 from pathlib import Path
 
 from gpuaccept.probes._protocol import emit
+from gpuaccept.signing.files import sha256_of
 
 __all__ = ["main"]
-
-
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _drop_cache(path: Path) -> None:
@@ -51,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", type=int, default=4 << 20)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    data: dict[str, object] = {"mode": args.mode, "path": str(args.path)}
+    target = args.path
     if args.mode == "write":
         args.path.parent.mkdir(parents=True, exist_ok=True)
         payload = random.Random(args.seed).randbytes(args.size)
@@ -62,21 +55,24 @@ def main(argv: list[str] | None = None) -> None:
         # the writer's verdict is on what the filesystem gives back, not on the payload in memory:
         # drop the written pages from this node's cache first, so the read goes to the filesystem
         _drop_cache(args.path)
-        data.update(sha256=_digest(args.path), bytes=args.path.stat().st_size, exists=True, read_back=True)
-    elif args.mode == "read":
-        if args.path.exists():
-            data.update(sha256=_digest(args.path), bytes=args.path.stat().st_size, exists=True)
-        else:
-            data.update(sha256=None, bytes=None, exists=False)
     elif args.mode == "rename":
         if args.to is None:
             parser.error("--mode rename needs --to")
         os.replace(args.path, args.to)
-        data.update(to=str(args.to))
-    else:
+        target = args.to
+    elif args.mode == "remove":
         for path in (args.path, args.to):
             if path is not None and path.exists():
                 path.unlink()
+    there = target.exists()
+    data = {
+        "mode": args.mode,
+        "path": str(args.path),
+        "to": None if args.to is None else str(args.to),
+        "exists": there,
+        "sha256": sha256_of(target) if there else None,
+        "bytes": target.stat().st_size if there else None,
+    }
     emit(data, probe="sharedfs")
 
 

@@ -23,10 +23,12 @@ is returned from the checks' own verdicts, never decided apart from them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
+from gpuaccept.contracts.fabric import GdrPayload
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.contracts.nccl_sweep import GroupTable
+from gpuaccept.contracts.payloads import NcclRecord
+from gpuaccept.contracts.records import RankRecord
 from gpuaccept.errors import MeasurementError
 from gpuaccept.fabric.affinity import bus_key, line_rate_gbs
 from gpuaccept.fabric.gdr import observations
@@ -89,12 +91,12 @@ def gdr_absent(judge: JudgeLike, node: str, hcas: Mapping[str, float]) -> str | 
     return no_compute_hca(judge, node, "no GPU -> HCA path to judge")
 
 
-def judge_gdr(data: Mapping[str, Any], judge: JudgeLike, node: str) -> None:
+def judge_gdr(data: GdrPayload, judge: JudgeLike, node: str) -> None:
     """Judge the ``gdr`` probe's readings on ``node``, each one or that it could not be read. (The probe
     reads the PCI bus, which on a host shared by several Slurm nodes holds every node's GPUs, so their
     count is ``test_gpu_health``'s, from NVML; none at all means nothing here could be read.)"""
-    if not data.get("gpus"):
-        why = f"no NVIDIA GPU on the PCI bus under {data.get('sysfs_root')}"
+    if not data["gpus"]:
+        why = f"no NVIDIA GPU on the PCI bus under {data['sysfs_root']}"
         judge.unreadable("gdr_kernel_support", why, node=node)
     for o in observations(data):
         if o.why is not None:
@@ -115,21 +117,22 @@ def transport_absent(judge: JudgeLike, node: str) -> str | None:
 
 
 def judge_transport(
-    records: Iterable[Any],
+    ranks: Iterable[tuple[RankRecord, NcclRecord]],
     rates: Mapping[str, Mapping[str, float]],
     affinity: Mapping[str, Mapping[str, list[str]]],
     judge: JudgeLike,
 ) -> None:
-    """Every rank of one inter-node NCCL job (``RankRecord``s with the parsed ``nccl.net`` facts): its plugin,
+    """Every rank of one inter-node NCCL job (each record with its payload: the parsed ``nccl.net`` facts): its plugin,
     GPUDirect RDMA, its GPU's affine HCA (where the node has compute HCAs), then every declared HCA used.
 
     ``rates``: the compute HCAs per node; ``affinity``: GPU bus -> PCIe-affine HCAs per node. A rank without
     NET facts could not be measured: its transport is recorded unreadable and nothing further is judged."""
     seen: list[RankTransport] = []
-    for r in records:
+    for r, payload in ranks:
         bus = bus_key(r.gpu["pci_bus_id"]) if r.gpu else None
-        affine = affinity[r.node].get(bus) if rates[r.node] and bus else None
-        net = (r.data.get("nccl") or {}).get("net")
+        affine = affinity[r.node][bus] if rates[r.node] and bus is not None and bus in affinity[r.node] else None
+        facts = payload["nccl"]
+        net = facts["net"] if "net" in facts else None
         if net is None:
             why = f"rank {r.rank}: no NCCL_DEBUG=INFO facts to judge"
             judge.unreadable("nccl_net_transport", why, node=r.node, gpu=r.gpu_label)
@@ -166,7 +169,7 @@ def judge_rail(
         row = table.largest(collective)
         if row is None:
             raise MeasurementError(f"{label}: no {collective} result", nodes=table.nodes)
-        lines = [line_rate_gbs(rates[n], [hca]) for n in table.nodes if (hca := hcas.get(n)) and rates.get(n)]
+        lines = [line_rate_gbs(rates[n], [hca]) for n in table.nodes if (hca := hcas[n]) and n in rates and rates[n]]
         for node in table.nodes:
             r = judge.check(
                 f"nccl_rail_{collective}_busbw_gbs",

@@ -30,12 +30,15 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuaccept.contracts.fabric import NvlinkPayload
 from gpuaccept.contracts.judge import JudgeLike, gpu_label
-from gpuaccept.contracts.payloads import GpuHealth, HealthRecord
+from gpuaccept.contracts.node import JobProcess, XidPayload
+from gpuaccept.contracts.payloads import GpuHealth, GpuIdentity, HealthRecord
+from gpuaccept.fabric.affinity import bus_key
 
 __all__ = [
     "FAILING_REASONS",
@@ -97,157 +100,161 @@ def decode_reasons(mask: int | None) -> tuple[list[str], list[str]]:
     return failing, reported
 
 
-def _checked(judge: JudgeLike, metric: str, value: Any, node: str, gpu: str | None, **extra: Any) -> None:
-    """``judge.check`` unless the reading is missing; then record it unreadable (an error, never a pass)."""
+def _checked(judge: JudgeLike, metric: str, value: Any, node: str, gpu: str | None, why: str, **extra: Any) -> None:
+    """``judge.check`` unless the reading is missing; then record it unreadable with ``why`` (NVML's error, which
+    the payload type makes the probe write beside every None): an error, never a pass."""
     if value is None:
-        judge.unreadable(metric, "NVML gave no value", node=node, gpu=gpu)
+        judge.unreadable(metric, f"NVML gave no value ({why})", node=node, gpu=gpu)
         return
     judge.check(metric, value, node=node, gpu=gpu, **extra)
 
 
-def _memory_errors(gpu: GpuHealth) -> Iterator[tuple[str, Any, dict[str, Any]]]:
-    """One GPU's ECC and row-remap readings as (metric, value, extra); None is a reading NVML did not give."""
-    rows = gpu.get("remapped_rows")
+def _why(gpu: GpuHealth, reading: str) -> str:
+    """NVML's error for a reading of ``gpu`` that is None (the payload type holds the probe to writing one)."""
+    return gpu["errors"][reading] if reading in gpu["errors"] else "no error recorded"
+
+
+def _memory_errors(gpu: GpuHealth) -> Iterator[tuple[str, Any, str, dict[str, Any]]]:
+    """One GPU's ECC and row-remap readings as (metric, value, why None, extra)."""
+    rows = gpu["remapped_rows"]
     yield (
         "gpu_ecc_uncorrected_volatile",
-        gpu.get("ecc_uncorrected_volatile"),
-        {"corrected": gpu.get("ecc_corrected_volatile"), "aggregate": gpu.get("ecc_uncorrected_aggregate")},
+        gpu["ecc_uncorrected_volatile"],
+        _why(gpu, "ecc_uncorrected_volatile"),
+        {"corrected": gpu["ecc_corrected_volatile"], "aggregate": gpu["ecc_uncorrected_aggregate"]},
     )
-    yield (
-        "gpu_remapped_rows_pending",
-        None if rows is None else int(rows["pending"]),
-        {"correctable": dict(rows or {}).get("correctable"), "uncorrectable": dict(rows or {}).get("uncorrectable")},
-    )
-    yield "gpu_remapped_rows_failed", None if rows is None else int(rows["failure"]), {}
+    counts = {} if rows is None else {"correctable": rows["correctable"], "uncorrectable": rows["uncorrectable"]}
+    pending = None if rows is None else int(rows["pending"])
+    yield "gpu_remapped_rows_pending", pending, _why(gpu, "remapped_rows"), counts
+    yield "gpu_remapped_rows_failed", None if rows is None else int(rows["failure"]), _why(gpu, "remapped_rows"), {}
 
 
 def judge_memory_errors(gpu: GpuHealth, judge: JudgeLike, node: str) -> None:
     """One GPU's uncorrected ECC errors and pending or failed row remaps: judged by ``test_gpu_health`` and,
     between jobs, by the node check."""
-    for metric, value, extra in _memory_errors(gpu):
-        _checked(judge, metric, value, node, gpu_label(gpu), **extra)
+    for metric, value, why, extra in _memory_errors(gpu):
+        _checked(judge, metric, value, node, gpu_label(gpu), why, **extra)
 
 
-def judge_gpu_count(data: Mapping[str, Any], declared_gpus: int, judge: JudgeLike, node: str) -> None:
+def judge_gpu_count(data: HealthRecord | NvlinkPayload, declared_gpus: int, judge: JudgeLike, node: str) -> None:
     """Every GPU the node declares to Slurm is one NVML lists (``gpu_health``, ``nvlink`` and the node
     check's GPU readings all carry ``gpus`` and ``nvml``); NVML not answering at all is named apart."""
-    gpus = data.get("gpus") or []
-    if not data.get("nvml", True):
+    if not data["nvml"]:
         judge.unreadable("gpu_count", "NVML could not be initialised (no driver, or nvidia-ml-py missing)", node=node)
-    shown = ", ".join(str(gpu_label(g)) for g in gpus) or "none"
-    judge.expect("gpu_count", len(gpus), declared_gpus, node=node, shown=shown)
+    shown = ", ".join(str(gpu_label(g)) for g in data["gpus"]) or "none"
+    judge.expect("gpu_count", len(data["gpus"]), declared_gpus, node=node, shown=shown)
 
 
-def judge_foreign_processes(gpu: Mapping[str, Any], judge: JudgeLike, node: str, context: str, job: str | None) -> None:
+def judge_foreign_processes(
+    gpu: GpuIdentity, processes: Sequence[JobProcess], judge: JudgeLike, node: str, context: str, job: str | None
+) -> None:
     """The node check's rule: no process on the GPU outside every Slurm job of the node; in an epilog,
     the ending job's own processes are leftovers too."""
-    processes = gpu.get("processes") or []
-    foreign = [p for p in processes if p.get("job") is None or (context == "epilog" and p["job"] == job)]
+    foreign = [p for p in processes if p["job"] is None or (context == "epilog" and p["job"] == job)]
     judge.expect(
         "gpu_foreign_processes",
-        ", ".join(f"{p['pid']} {p.get('name')}" for p in foreign) or "none",
+        ", ".join(f"{p['pid']} {p['name']}" for p in foreign) or "none",
         "none",
         node=node,
         gpu=gpu_label(gpu),
-        processes=processes,
+        processes=list(processes),
     )
 
 
 def judge_gpu(gpu: GpuHealth, judge: JudgeLike, node: str) -> None:
     """Every health metric of one GPU."""
     label = gpu_label(gpu)
-    errors = gpu.get("errors", {})
-    mib = gpu.get("memory_total_mib")
-    _checked(judge, "gpu_memory_total_gib", None if mib is None else round(mib / 1024, 2), node, label)
-    ecc = gpu.get("ecc_mode_current")
+    mib = gpu["memory_total_mib"]
+    gib = None if mib is None else round(mib / 1024, 2)
+    _checked(judge, "gpu_memory_total_gib", gib, node, label, _why(gpu, "memory_total_mib"))
+    ecc = gpu["ecc_mode_current"]
     _checked(
         judge,
         "gpu_ecc_mode",
         None if ecc is None else ("Enabled" if ecc else "Disabled"),
         node,
         label,
-        pending=gpu.get("ecc_mode_pending"),
+        _why(gpu, "ecc_mode_current"),
+        pending=gpu["ecc_mode_pending"],
     )
     judge_memory_errors(gpu, judge, node)
-    rows = gpu.get("remapped_rows")
-    pending = gpu.get("retired_pages_pending")
-    if pending is None and rows is not None:
+    pending = gpu["retired_pages_pending"]
+    if pending is None and gpu["remapped_rows"] is not None:
         # Ampere and newer replaced page retirement with row remapping; NVML says "not supported".
         judge.info("gpu_retired_pages_pending", "n/a (row remapping)", node=node, gpu=label)
     else:
-        _checked(judge, "gpu_retired_pages_pending", None if pending is None else int(pending), node, label)
-    failing, reported = decode_reasons(gpu.get("clock_event_reasons"))
-    if gpu.get("clock_event_reasons") is None:
-        why = f"clock event reasons ({errors.get('clock_event_reasons', 'no value')})"
+        retired = None if pending is None else int(pending)
+        _checked(judge, "gpu_retired_pages_pending", retired, node, label, _why(gpu, "retired_pages_pending"))
+    mask = gpu["clock_event_reasons"]
+    if mask is None:
+        why = f"clock event reasons ({_why(gpu, 'clock_event_reasons')})"
         judge.unreadable("gpu_clock_events_failing", why, node=node, gpu=label)
     else:
-        judge.check(
-            "gpu_clock_events_failing",
-            "+".join(failing) or "none",
-            node=node,
-            gpu=label,
-            mask=gpu["clock_event_reasons"],
-        )
+        failing, reported = decode_reasons(mask)
+        judge.check("gpu_clock_events_failing", "+".join(failing) or "none", node=node, gpu=label, mask=mask)
         judge.info("gpu_clock_events", "+".join(reported) or "none", node=node, gpu=label)
-    pcie = gpu.get("pcie") or {}
-    _checked(judge, "gpu_pcie_gen_max", pcie.get("gen_max"), node, label, gpu_max=pcie.get("gen_gpu_max"))
-    _checked(judge, "gpu_pcie_width_max", pcie.get("width_max"), node, label)
+    pcie = gpu["pcie"]
+    gen_why, width_why = _why(gpu, "pcie.gen_max"), _why(gpu, "pcie.width_max")
+    _checked(judge, "gpu_pcie_gen_max", pcie["gen_max"], node, label, gen_why, gpu_max=pcie["gen_gpu_max"])
+    _checked(judge, "gpu_pcie_width_max", pcie["width_max"], node, label, width_why)
     judge.info(
         "gpu_pcie_link_idle",
-        f"Gen{pcie.get('gen_current')} x{pcie.get('width_current')}",
+        f"Gen{pcie['gen_current']} x{pcie['width_current']}",
         node=node,
         gpu=label,
-        replay_counter=pcie.get("replay_counter"),
+        replay_counter=pcie["replay_counter"],
     )
-    temp, slowdown = gpu.get("temperature_c"), gpu.get("temperature_slowdown_c")
+    temp, slowdown = gpu["temperature_c"], gpu["temperature_slowdown_c"]
     if temp is not None:
-        judge.info("gpu_temperature_c", temp, node=node, gpu=label, memory_c=gpu.get("memory_temperature_c"))
+        judge.info("gpu_temperature_c", temp, node=node, gpu=label, memory_c=gpu["memory_temperature_c"])
     _checked(
         judge,
         "gpu_temp_margin_c",
         None if temp is None or slowdown is None else slowdown - temp,
         node,
         label,
+        _why(gpu, "temperature_c" if temp is None else "temperature_slowdown_c"),
         temperature_c=temp,
         slowdown_c=slowdown,
     )
-    if gpu.get("power_w") is not None:
+    if gpu["power_w"] is not None:
         judge.info("gpu_power_w", gpu["power_w"], node=node, gpu=label)
     _checked(
         judge,
         "gpu_power_limit_w",
-        gpu.get("power_limit_w"),
+        gpu["power_limit_w"],
         node,
         label,
-        default_w=gpu.get("power_default_limit_w"),
+        _why(gpu, "power_limit_w"),
+        default_w=gpu["power_default_limit_w"],
     )
-    persistence = gpu.get("persistence_mode")
-    judge.info(
-        "gpu_persistence_mode",
-        {None: "unknown", 0: "Disabled", 1: "Enabled"}.get(persistence, persistence),
-        node=node,
-        gpu=label,
-    )
-    procs = gpu.get("processes") or []
+    persistence = gpu["persistence_mode"]
+    mode = _PERSISTENCE[persistence] if persistence in _PERSISTENCE else persistence
+    judge.info("gpu_persistence_mode", mode, node=node, gpu=label)
+    procs = gpu["processes"]
     judge.info(
         "gpu_processes",
         len(procs),
         node=node,
         gpu=label,
-        processes=[f"{p['pid']} {p.get('name')} ({p.get('used_mib')} MiB)" for p in procs],
+        processes=[f"{p['pid']} {p['name']} ({p['used_mib']} MiB)" for p in procs],
     )
+
+
+#: NVML's persistence mode as the report names it
+_PERSISTENCE: dict[int | None, str] = {None: "unknown", 0: "Disabled", 1: "Enabled"}
 
 
 def judge_health(data: HealthRecord, judge: JudgeLike, node: str, declared_gpus: int) -> None:
     """Judge a node's ``gpu_health`` record: every GPU the node declares is there, one model, and each
     GPU's health readings."""
-    gpus = data.get("gpus") or []
+    gpus = data["gpus"]
     judge_gpu_count(data, declared_gpus, judge, node)
-    if data.get("driver"):
+    if data["driver"]:
         judge.info("gpu_driver_version", data["driver"], node=node)
-        judge.info("gpu_cuda_driver_version", data.get("cuda_driver"), node=node)
+        judge.info("gpu_cuda_driver_version", data["cuda_driver"], node=node)
     if len(gpus) > 1:  # one GPU is one model: nothing to compare
-        names = sorted({str(g.get("name")) for g in gpus})
+        names = sorted({g["name"] for g in gpus})
         judge.expect("gpu_models", len(names), 1, node=node, models=names)
     for gpu in gpus:
         judge_gpu(gpu, judge, node)
@@ -279,9 +286,8 @@ class XidEvent:
 
     @property
     def bus(self) -> str:
-        """``0000:18:00``: domain, bus and device in the spelling ``_gpu.bus_key`` gives NVML addresses."""
-        domain, bus, device = self.pci.lower().split(":")
-        return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}"
+        """``0000:18:00``: domain, bus and device in the one spelling NVML's addresses are compared in."""
+        return bus_key(self.pci)
 
 
 def parse_line(line: str) -> XidEvent | None:
@@ -323,12 +329,7 @@ def hardware_codes(spec: Any) -> set[int] | None:
     return {int(code) for code in str(spec.equal).replace(" ", "").split(",") if code}
 
 
-def _bus_of(gpu: dict[str, Any]) -> str:
-    parts = gpu["pci_bus_id"].lower().split(":")
-    return f"{int(parts[-3], 16):04x}:{int(parts[-2], 16):02x}:{int(parts[-1].split('.')[0], 16):02x}"
-
-
-def judge_xid(data: dict[str, Any], judge: JudgeLike, node: str) -> list[XidEvent]:
+def judge_xid(data: XidPayload, judge: JudgeLike, node: str) -> list[XidEvent]:
     """Count hardware Xids per GPU in the lines the probe sent (since boot; the node check sends the lines
     of its window), the hardware codes being the node SKU's ``xid_hardware_codes``; an unreadable kernel
     log is an error, never a pass."""
@@ -337,8 +338,8 @@ def judge_xid(data: dict[str, Any], judge: JudgeLike, node: str) -> list[XidEven
         why = "thresholds: no xid_hardware_codes list in force, so Xids cannot be classified"
         judge.unreadable("xid_hardware_events", why, node=node)
         return []
-    if not data.get("readable"):
-        why = "; ".join(f"{src}: {msg}" for src, msg in (data.get("errors") or {}).items()) or "no source answered"
+    if not data["readable"]:
+        why = "; ".join(f"{src}: {msg}" for src, msg in data["errors"].items()) or "no source answered"
         judge.unreadable(
             "xid_hardware_events",
             f"the kernel log is unreadable, so Xid errors cannot be ruled out ({why}). Run the suite as a "
@@ -346,18 +347,16 @@ def judge_xid(data: dict[str, Any], judge: JudgeLike, node: str) -> list[XidEven
             node=node,
         )
         return []
-    events = parse_log(data.get("xid_lines") or [])
-    gpus = {_bus_of(g): gpu_label(g) for g in data.get("gpus") or []}
-    coverage = {"source": data.get("source"), "log_start_s": data.get("log_start_s"), "uptime_s": data.get("uptime_s")}
+    events = parse_log(data["xid_lines"])
+    gpus = {bus_key(g["pci_bus_id"]): gpu_label(g) for g in data["gpus"]}
+    coverage = {"source": data["source"], "log_start_s": data["log_start_s"], "uptime_s": data["uptime_s"]}
     by_gpu: dict[str, list[XidEvent]] = {label: [] for label in gpus.values() if label}
     for event in events:
-        by_gpu.setdefault(gpus.get(event.bus) or f"unknown device {event.pci}", []).append(event)
-    sent = len(data.get("xid_lines") or [])
-    cut = (
-        [f"only the last {sent} of {data['xid_lines_total']} Xid lines were sent"]
-        if data.get("xid_lines_total", 0) > sent
-        else []
-    )
+        label = (gpus[event.bus] if event.bus in gpus else None) or f"unknown device {event.pci}"
+        by_gpu.setdefault(label, []).append(event)
+    sent = len(data["xid_lines"])
+    total = data["xid_lines_total"]
+    cut = [f"only the last {sent} of {total} Xid lines were sent"] if total > sent else []
     for label, gpu_events in by_gpu.items():
         bad = [e for e in gpu_events if e.code in hardware]
         codes = dict(Counter(e.code for e in gpu_events))

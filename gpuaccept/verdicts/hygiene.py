@@ -14,9 +14,10 @@ off by more than the window's width is always seen.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Literal
 
 from gpuaccept.contracts.judge import JudgeLike
+from gpuaccept.contracts.node import HygienePayload
 
 __all__ = [
     "HYGIENE_METRICS",
@@ -29,28 +30,28 @@ __all__ = [
 ]
 
 #: the job-step limits judged against the node's SKU, here and by the node check
-LIMITS = ("dev_shm_gib", "nofile", "memlock_kib")
+LIMITS: tuple[Literal["dev_shm_gib", "nofile", "memlock_kib"], ...] = ("dev_shm_gib", "nofile", "memlock_kib")
 #: what ``judge_hygiene`` judges: its test's ``@pytest.mark.judges``
 HYGIENE_METRICS = LIMITS
 
 
-def judge_limits(data: Mapping[str, Any], judge: JudgeLike, node: str) -> None:
+def judge_limits(data: HygienePayload, judge: JudgeLike, node: str) -> None:
     """/dev/shm size, open files and locked memory as a job step sees them."""
     for metric in LIMITS:
-        judge.check(metric, data.get(metric), node=node)
+        judge.check(metric, data[metric], node=node)
 
 
-def judge_hygiene(data: dict[str, Any], judge: JudgeLike, node: str) -> None:
+def judge_hygiene(data: HygienePayload, judge: JudgeLike, node: str) -> None:
     """The limits; swap and huge pages shown."""
     judge_limits(data, judge, node)
     judge.info("swap_total_gib", data["swap_total_gib"], node=node)
     judge.info("hugepages_total", data["hugepages_total"], node=node, page_kib=data["hugepage_size_kib"])
 
 
-def judge_dev_shm_free(data: Mapping[str, Any], judge: JudgeLike, node: str) -> None:
+def judge_dev_shm_free(data: HygienePayload, judge: JudgeLike, node: str) -> None:
     """Free space in /dev/shm, not only its size: NCCL's shared-memory transport and DataLoader workers
     fail on a node whose /dev/shm earlier jobs filled."""
-    judge.check("dev_shm_free_gib", data.get("dev_shm_free_gib"), node=node)
+    judge.check("dev_shm_free_gib", data["dev_shm_free_gib"], node=node)
 
 
 def offset_lower_bound_s(node_clock: float, before: float, after: float) -> float:

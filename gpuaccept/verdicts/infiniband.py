@@ -25,8 +25,8 @@ SKU's ``ib_link_layer`` (``link_layer``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
+from gpuaccept.contracts.fabric import IbHca, IbPort, InfinibandPayload
 from gpuaccept.contracts.ib import parse_rate, parse_state
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.fabric.affinity import compute_hcas
@@ -100,10 +100,10 @@ def declares_no_ib(judge: JudgeLike, node: str) -> bool:
     return declares_absent(judge.declared("ib_hca_count", node))
 
 
-def ib_absent(judge: JudgeLike, node: str, data: Mapping[str, Any]) -> str | None:
+def ib_absent(judge: JudgeLike, node: str, data: InfinibandPayload) -> str | None:
     """Why ``test_infiniband`` does not apply to ``node`` (its ``infiniband`` reading ``data``): the SKU
     declares no InfiniBand and the node shows no HCA; None when it applies."""
-    if declares_no_ib(judge, node) and not data.get("hcas"):
+    if declares_no_ib(judge, node) and not data["hcas"]:
         return f"SKU {judge.sku(node)} declares no InfiniBand (ib_hca_count) and {node} has no HCA"
     return None
 
@@ -119,18 +119,18 @@ def no_compute_hca(judge: JudgeLike, node: str, what: str) -> str:
 
 
 def compute_rates(
-    judge: JudgeLike, ib: Mapping[str, Mapping[str, Any]], nodes: Iterable[str]
+    judge: JudgeLike, ib: Mapping[str, InfinibandPayload], nodes: Iterable[str]
 ) -> dict[str, dict[str, float]]:
     """``{node: {hca: Gb/s}}`` of each node's active compute HCAs (of its SKU's link layer), from its
     ``infiniband`` reading."""
     return {n: compute_hcas(ib[n], link_layer(judge, n)) for n in nodes}
 
 
-def fabric_absent(judge: JudgeLike, ib: Mapping[str, Mapping[str, Any]], nodes: Iterable[str]) -> str | None:
+def fabric_absent(judge: JudgeLike, ib: Mapping[str, InfinibandPayload], nodes: Iterable[str]) -> str | None:
     """Why the fabric's InfiniBand tests do not apply: no node's SKU expects InfiniBand and no node shows
     an HCA; None when they apply."""
     nodes = list(nodes)
-    if not any(expects_ib(judge, n) for n in nodes) and not any(ib[n].get("hcas") for n in nodes):
+    if not any(expects_ib(judge, n) for n in nodes) and not any(ib[n]["hcas"] for n in nodes):
         skus = sorted({judge.sku(n) for n in nodes})
         return f"SKU {', '.join(skus)} declares no InfiniBand (ib_hca_count) and no node has an HCA"
     return None
@@ -139,7 +139,7 @@ def fabric_absent(judge: JudgeLike, ib: Mapping[str, Mapping[str, Any]], nodes: 
 def ib_nodes(judge: JudgeLike, nodes: Iterable[str], rates: Mapping[str, Mapping[str, float]]) -> list[str]:
     """The nodes an InfiniBand pairing or window holds: those with a compute HCA, and those whose SKU
     expects one (a node of them without one is named, never silently left out)."""
-    return [n for n in nodes if rates.get(n) or expects_ib(judge, n)]
+    return [n for n in nodes if rates.get(n) or expects_ib(judge, n)]  # rates: computed here, not a payload
 
 
 def _port_label(hca: str, port: str) -> str:
@@ -149,80 +149,74 @@ def _port_label(hca: str, port: str) -> str:
 # ---- ports and their counters since the last reset ----------------------------------------------------
 
 
-def judge_ib(data: Mapping[str, Any], judge: JudgeLike, node: str) -> None:
+def _compute(hca: IbHca, layer: str | None) -> bool:
+    """The HCA has a port of the compute link layer (none declared: every HCA counts)."""
+    return layer is None or any(port["link_layer"] == layer for port in hca["ports"].values())
+
+
+def judge_ib(data: InfinibandPayload, judge: JudgeLike, node: str) -> None:
     """HCA count, port state, rate, link layer and error counters of every compute HCA port.
 
     The compute HCAs are those of the SKU's ``ib_link_layer`` (none declared: every HCA counts). Ports
     are the checks' ``hca`` subject, ``<hca> port <n>``.
     """
     layer = link_layer(judge, node)
-    hcas: dict[str, Any] = data.get("hcas") or {}
+    hcas = data["hcas"]
     for name, hca in sorted(hcas.items()):  # every port, before the filter below (reported, see the docstring)
-        for port_name, port in sorted((hca.get("ports") or {}).items()):
+        for port_name, port in sorted(hca["ports"].items()):
             judge.info(
                 "ib_link_layer",
-                (port or {}).get("link_layer") or "unreadable",
+                port["link_layer"] or "unreadable",
                 node=node,
                 hca=_port_label(name, port_name),
-                compute=layer is None or (port or {}).get("link_layer") == layer,
+                compute=layer is None or port["link_layer"] == layer,
             )
-    compute = {
-        name: hca
-        for name, hca in hcas.items()
-        if layer is None or any((port.get("link_layer") or "") == layer for port in (hca.get("ports") or {}).values())
-    }
+    compute = {name: hca for name, hca in hcas.items() if _compute(hca, layer)}
     others = sorted(set(hcas) - set(compute))
     judge.check(
         "ib_hca_count",
         len(compute),
         node=node,
-        present=bool(data.get("present")),
+        present=data["present"],
         hcas=sorted(compute),
         other_devices=others,
-        path=data.get("path"),
+        path=data["path"],
     )
     # HCAs of another link layer (a management Ethernet NIC beside an InfiniBand fabric) are listed in
     # the ib_hca_count check above and not judged port by port.
     for name, hca in sorted(compute.items()):
-        for port_name, port in sorted((hca.get("ports") or {}).items()):
-            where = _port_label(name, port_name)
-            info = {"hca_type": hca.get("hca_type"), "fw_ver": hca.get("fw_ver"), "numa_node": hca.get("numa_node")}
-            if not port:
-                judge.unreadable("ib_port_state", "no port attributes readable", node=node, hca=where)
-                continue
-            judge.check(
-                "ib_port_state",
-                parse_state(port.get("state")) or "unreadable",
-                node=node,
-                hca=where,
-                raw=port.get("state"),
-                **info,
-            )
-            judge.check(
-                "ib_port_phys_state",
-                parse_state(port.get("phys_state")) or "unreadable",
-                node=node,
-                hca=where,
-                raw=port.get("phys_state"),
-            )
-            rate = parse_rate(port.get("rate"))
-            if rate is None:
-                judge.unreadable("ib_port_rate_gbps", f"rate {port.get('rate')!r} is not a rate", node=node, hca=where)
-            else:
-                judge.check("ib_port_rate_gbps", rate, node=node, hca=where, raw=port.get("rate"))
-            counters = port.get("counters") or {}
-            if not counters:
-                judge.unreadable("ib_symbol_errors", "no error counters under counters/", node=node, hca=where)
-            for counter, metric in COUNTER_METRICS.items():
-                value = counters.get(counter)
-                if isinstance(value, int):
-                    judge.check(metric, value, node=node, hca=where)
+        for port_name, port in sorted(hca["ports"].items()):
+            _judge_port(name, port_name, hca, port, judge, node)
+
+
+def _judge_port(name: str, port_name: str, hca: IbHca, port: IbPort, judge: JudgeLike, node: str) -> None:
+    """One compute port: state, physical state and rate against the SKU, and its error counters."""
+    where = _port_label(name, port_name)
+    info = {"hca_type": hca["hca_type"], "fw_ver": hca["fw_ver"], "numa_node": hca["numa_node"]}
+    if all(port[key] is None for key in ("state", "phys_state", "rate", "link_layer")) and not port["counters"]:
+        judge.unreadable("ib_port_state", "no port attributes readable", node=node, hca=where)
+        return
+    state, phys = port["state"], port["phys_state"]
+    judge.check("ib_port_state", parse_state(state) or "unreadable", node=node, hca=where, raw=state, **info)
+    judge.check("ib_port_phys_state", parse_state(phys) or "unreadable", node=node, hca=where, raw=phys)
+    rate = parse_rate(port["rate"])
+    if rate is None:
+        judge.unreadable("ib_port_rate_gbps", f"rate {port['rate']!r} is not a rate", node=node, hca=where)
+    else:
+        judge.check("ib_port_rate_gbps", rate, node=node, hca=where, raw=port["rate"])
+    counters = port["counters"]
+    if not counters:
+        judge.unreadable("ib_symbol_errors", "no error counters under counters/", node=node, hca=where)
+    for counter, metric in COUNTER_METRICS.items():
+        value = counters[counter] if counter in counters else None
+        if isinstance(value, int):
+            judge.check(metric, value, node=node, hca=where)
 
 
 # ---- the counters over the fabric tests ------------------------------------------------------------
 
 
-def judge_counter_window(before: Mapping[str, Any], after: Mapping[str, Any], judge: JudgeLike, node: str) -> None:
+def judge_counter_window(before: InfinibandPayload, after: InfinibandPayload, judge: JudgeLike, node: str) -> None:
     """Every compute port's window between two ``infiniband`` readings: flaps (``link_downed``,
     ``link_error_recovery``) and error rates per bit received; a counter that cannot be read, was reset or
     is saturated leaves its figures unreadable, never passed."""

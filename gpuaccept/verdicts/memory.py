@@ -9,7 +9,7 @@ judged (the link's retransmissions while host copies and GPU pairs loaded it).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from gpuaccept.contracts.judge import JudgeLike, gpu_label
 from gpuaccept.contracts.payloads import Sample, best_size_figure
@@ -87,9 +87,9 @@ def judge_hostbw(bench: dict[str, Any], judge: JudgeLike, node: str) -> None:
     measured = {label for label, _ in parts}
     for gpu, entry in zip(bench.get("gpus") or [], bench.get("per_gpu") or [], strict=False):
         if gpu_label(gpu) in measured:
-            judge_replay_window(
-                entry.get("idle") or Sample(), entry.get("end") or Sample(), judge, node, gpu_label(gpu)
-            )
+            # a sample the step did not take is empty, its counter unread (Sample is total: every key required)
+            idle, end = cast(Sample, entry.get("idle") or {}), cast(Sample, entry.get("end") or {})
+            judge_replay_window(idle, end, judge, node, gpu_label(gpu))
     if concurrent and not bench.get("busy"):  # every GPU of the node copied at once
         for direction in ("h2d", "d2h"):
             for (label, _), value in zip(parts, concurrent.get(f"{direction}_gbps_per_gpu") or [], strict=False):

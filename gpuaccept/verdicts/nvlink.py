@@ -14,9 +14,10 @@ declaration (``nvlink_absent``), and whether it has HCAs to be near (``affinity_
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
 
+from gpuaccept.contracts.fabric import NvlinkErrors, NvlinkGpu, NvlinkPayload
 from gpuaccept.contracts.judge import JudgeLike, gpu_label
 from gpuaccept.thresholds.coverage import declares_absent
 from gpuaccept.verdicts.bench import p2p_result, record_busy
@@ -47,7 +48,7 @@ TOPOLOGY_METRICS = ("nvlink_pair_links", "p2p_nvlink_status")
 AFFINITY_METRICS = ("gpu_nic_pcie_distance",)
 
 
-def nvlink_absent(judge: JudgeLike, node: str, data: Mapping[str, Any] | None = None) -> str | None:
+def nvlink_absent(judge: JudgeLike, node: str, data: NvlinkPayload | None = None) -> str | None:
     """Why an NVLink test does not apply to ``node``: its SKU declares no NVLink and (given the ``nvlink``
     reading ``data``) no GPU of the node has an active link (a link that is up is judged); None when it
     applies."""
@@ -55,45 +56,44 @@ def nvlink_absent(judge: JudgeLike, node: str, data: Mapping[str, Any] | None = 
         return None
     if data is None:
         return f"SKU {judge.sku(node)} declares no NVLink (nvlink_links_active)"
-    if any((g.get("nvlink") or {}).get("active") for g in data.get("gpus") or []):
+    if any(g["nvlink"]["active"] for g in data["gpus"]):
         return None
     return f"SKU {judge.sku(node)} declares no NVLink (nvlink_links_active) and {node} has none active"
 
 
-def affinity_absent(judge: JudgeLike, node: str, data: Mapping[str, Any]) -> str | None:
+def affinity_absent(judge: JudgeLike, node: str, data: NvlinkPayload) -> str | None:
     """Why ``test_gpu_nic_affinity`` does not apply: no GPU of the ``nvlink`` reading has an HCA near or far,
     and the SKU declares no InfiniBand; None when it applies."""
-    if not any(g.get("nics") for g in data.get("gpus") or []) and declares_no_ib(judge, node):
+    if not any(g["nics"] for g in data["gpus"]) and declares_no_ib(judge, node):
         return f"SKU {judge.sku(node)} expects no InfiniBand HCA and {node} has none"
     return None
 
 
-def judge_links_active(gpu: Mapping[str, Any], judge: JudgeLike, node: str) -> None:
+def judge_links_active(gpu: NvlinkGpu, judge: JudgeLike, node: str) -> None:
     """One GPU's active NVLinks against the SKU's count, the inactive ones named."""
-    link = gpu.get("nvlink") or {}
-    down = [k["link"] for k in link.get("links", []) if not k["active"]]
+    state = gpu["nvlink"]
     judge.check(
         "nvlink_links_active",
-        link.get("active", 0),
+        state["active"],
         node=node,
         gpu=gpu_label(gpu),
-        supported=link.get("supported"),
-        inactive_links=down,
+        supported=state["supported"],
+        inactive_links=[k["link"] for k in state["links"] if not k["active"]],
     )
 
 
 def judge_link_errors(
-    gpu: Mapping[str, Any],
+    gpu: NvlinkGpu,
     judge: JudgeLike,
     node: str,
     metrics: Sequence[str] = (),
-    earlier: Mapping[str, Any] | None = None,
+    earlier: NvlinkErrors | None = None,
     **extra: Any,
 ) -> None:
     """One GPU's NVLink error counts (``metrics``; none named: CRC, replay and recovery) against the SKU's
     bounds; a counter NVML did not read is unreadable, naming the links. ``earlier``: the counters an
     earlier node check kept, whose difference rides along as ``since_last_check``."""
-    errors = (gpu.get("nvlink") or {}).get("errors") or {}
+    errors = gpu["nvlink"]["errors"]
     counts = link_errors(errors)
     was = None if earlier is None else link_errors(earlier)
     for metric in metrics or tuple(ERROR_COUNTERS):
@@ -103,21 +103,21 @@ def judge_link_errors(
             continue
         earlier_count = None if was is None else was[metric]
         since = {} if was is None else {"since_last_check": None if earlier_count is None else value - earlier_count}
-        judge.check(metric, value, node=node, gpu=gpu_label(gpu), counted_by=errors.get("source"), **since, **extra)
+        judge.check(metric, value, node=node, gpu=gpu_label(gpu), counted_by=errors["source"], **since, **extra)
 
 
-def judge_nvlink(data: dict[str, Any], judge: JudgeLike, node: str) -> None:
+def judge_nvlink(data: NvlinkPayload, judge: JudgeLike, node: str) -> None:
     """Active links, common link speed and CRC/replay/recovery counters of every GPU NVML lists. Whether it
     lists every GPU the node declares is ``test_gpu_health``'s one check (``gpu_health.judge_gpu_count``);
     a node where it lists none has no link to judge, which is named, never "nothing was judged"."""
-    if not data.get("gpus"):
+    if not data["gpus"]:
         why = f"no GPU to judge the links of: NVML lists none on {node} (test_gpu_health judges the count, gpu_count)"
         judge.unreadable("nvlink_links_active", why, node=node)
-    for gpu in data.get("gpus") or []:
+    for gpu in data["gpus"]:
         judge_links_active(gpu, judge, node)
-        link = gpu.get("nvlink") or {}
-        if link.get("active"):
-            speed = link.get("speed_mbps_common")
+        state = gpu["nvlink"]
+        if state["active"]:
+            speed = state["speed_mbps_common"]
             if speed is None:  # the SKU sets a speed: unreadable is "could not measure", never a pass
                 judge.unreadable("nvlink_speed_mbps", "NVML gave no common link speed", node=node, gpu=gpu_label(gpu))
             else:
@@ -126,26 +126,26 @@ def judge_nvlink(data: dict[str, Any], judge: JudgeLike, node: str) -> None:
 
 
 #: the counters behind each NVLink error metric (CRC is flit + data)
-ERROR_COUNTERS = {
+ERROR_COUNTERS: dict[str, tuple[Literal["crc_flit", "crc_data", "replay", "recovery"], ...]] = {
     "nvlink_crc_errors": ("crc_flit", "crc_data"),
     "nvlink_replay_errors": ("replay",),
     "nvlink_recovery_errors": ("recovery",),
 }
 
 
-def link_errors(errors: Mapping[str, Any]) -> dict[str, int | None]:
+def link_errors(errors: NvlinkErrors) -> dict[str, int | None]:
     """One GPU's NVLink error counts by metric (None if a counter went unread)."""
     counts: dict[str, int | None] = {}
     for metric, keys in ERROR_COUNTERS.items():
-        values = [errors.get(key) for key in keys]
-        counts[metric] = None if None in values else sum(int(v) for v in values if v is not None)
+        values = [errors[key] for key in keys]
+        counts[metric] = None if None in values else sum(v for v in values if v is not None)
     return counts
 
 
-def unread_text(errors: dict[str, Any]) -> str:
+def unread_text(errors: NvlinkErrors) -> str:
     """Which NVLink counters NVML did not read, and on which links: what an operator checks by hand
     with ``nvidia-smi nvlink -e -i <gpu>``."""
-    unread = errors.get("unread_links") or {}
+    unread = errors["unread_links"] if "unread_links" in errors else {}
     if not unread:
         return "NVML gave no counter"
     return "could not read " + "; ".join(
@@ -153,60 +153,50 @@ def unread_text(errors: dict[str, Any]) -> str:
     )
 
 
-def pair_matrix(data: dict[str, Any]) -> dict[str, Any]:
+def pair_matrix(data: NvlinkPayload) -> dict[str, Any]:
     """The nvidia-smi-style matrix (``X``, ``NV18``, ``SYS``...) for the report."""
-    indices = [g["index"] for g in data.get("gpus") or []]
+    indices = [g["index"] for g in data["gpus"]]
     cells = {(i, j): ("X" if i == j else "") for i in indices for j in indices}
-    for pair in data.get("pairs") or []:
-        cells[(pair["a"], pair["b"])] = cells[(pair["b"], pair["a"])] = pair.get("label") or "?"
+    for pair in data["pairs"]:
+        cells[(pair["a"], pair["b"])] = cells[(pair["b"], pair["a"])] = pair["label"] or "?"
     return {"gpus": indices, "labels": [[cells[(i, j)] for j in indices] for i in indices]}
 
 
-def judge_topology(data: dict[str, Any], judge: JudgeLike, node: str) -> dict[str, Any]:
+def judge_topology(data: NvlinkPayload, judge: JudgeLike, node: str) -> dict[str, Any]:
     """Every GPU pair: NVLinks joining it and NVML's NVLink P2P status, against the SKU. A node whose GPUs
     NVML lists fewer than two of has no pair: that is named (the count itself is test_gpu_health's gpu_count to
     judge), never "nothing was judged"."""
-    gpus = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
-    if not data.get("pairs"):
+    gpus = {g["index"]: gpu_label(g) or str(g["index"]) for g in data["gpus"]}
+    if not data["pairs"]:
         judge.unreadable(
             "nvlink_pair_links",
             f"no GPU pair to judge: NVML lists {len(gpus)} GPU(s) on {node} "
             "(test_gpu_health judges the count, gpu_count)",
             node=node,
         )
-    for pair in data.get("pairs") or []:
-        where = f"{gpus.get(pair['a'], pair['a'])} <-> {gpus.get(pair['b'], pair['b'])}"
-        judge.info(
-            "gpu_pair_topology",
-            pair.get("label") or "?",
-            node=node,
-            pair=where,
-            pcie=pair.get("pcie"),
-            via=pair.get("via"),
-        )
-        judge.check("nvlink_pair_links", pair.get("nvlinks", 0), node=node, pair=where)
-        judge.check("p2p_nvlink_status", pair.get("p2p_nvlink_status") or "unknown", node=node, pair=where)
-    matrix = pair_matrix(data)
-    return matrix
+    for pair in data["pairs"]:
+        where = f"{gpus[pair['a']]} <-> {gpus[pair['b']]}"
+        judge.info("gpu_pair_topology", pair["label"] or "?", node=node, pair=where, pcie=pair["pcie"], via=pair["via"])
+        judge.check("nvlink_pair_links", pair["nvlinks"], node=node, pair=where)
+        judge.check("p2p_nvlink_status", pair["p2p_nvlink_status"], node=node, pair=where)
+    return pair_matrix(data)
 
 
 #: nvidia-smi topo -m's PCIe relations, nearest first; the index is ``gpu_nic_pcie_distance``.
 PCIE_RELATIONS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 
 
-def judge_affinity(data: dict[str, Any], judge: JudgeLike, node: str) -> None:
+def judge_affinity(data: NvlinkPayload, judge: JudgeLike, node: str) -> None:
     """Each GPU's nearest HCA judged by PCIe distance; its NUMA node and local CPUs shown beside it."""
-    for gpu in data.get("gpus") or []:
+    for gpu in data["gpus"]:
         label = gpu_label(gpu)
-        numa = gpu.get("numa_node")
+        numa = gpu["numa_node"]
         if numa is None:
             judge.unreadable("gpu_nic_pcie_distance", "NUMA node (sysfs numa_node unreadable)", node=node, gpu=label)
             continue
-        nics = {n["name"]: n["relation"] for n in gpu.get("nics") or []}
+        nics = {n["name"]: n["relation"] for n in gpu["nics"]}
         known = {name: rel for name, rel in nics.items() if rel in PCIE_RELATIONS}
-        judge.info(
-            "gpu_numa_node", numa, node=node, gpu=label, local_cpus=len(gpu.get("cpu_affinity") or []), nics=nics
-        )
+        judge.info("gpu_numa_node", numa, node=node, gpu=label, local_cpus=len(gpu["cpu_affinity"]), nics=nics)
         if nics and not known:
             judge.unreadable(
                 "gpu_nic_pcie_distance", f"PCIe relation to its HCAs unreadable ({nics})", node=node, gpu=label
@@ -220,7 +210,7 @@ def judge_affinity(data: dict[str, Any], judge: JudgeLike, node: str) -> None:
             node=node,
             gpu=label,
             nic=nearest,
-            relation=known.get(nearest or ""),
+            relation=known[nearest] if nearest else None,
         )
 
 

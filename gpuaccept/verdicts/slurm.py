@@ -14,11 +14,11 @@ checks on the test's judge and returns.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike
-from gpuaccept.contracts.records import RankRecord
+from gpuaccept.contracts.node import VisibilityPayload
 
 __all__ = [
     "GRANTED",
@@ -89,45 +89,38 @@ def judge_node_state(node: str, usable: bool, state: str, reason: str | None, ju
     judge.expect("slurm_node_state", observed, "usable", node=node, state=state)
 
 
-def judge_step(record: RankRecord, judge: JudgeLike, node: str) -> None:
-    """The step's task ran on ``node`` and may run on every CPU the allocation granted it."""
-    judge.expect("slurm_step_node", record.node, node, node=node)
-    data = record.data
-    if data.get("granted_cpus") is not None:  # under Slurm: the mask against the grant, with the binding
+def judge_step(ran_on: str, data: VisibilityPayload, judge: JudgeLike, node: str) -> None:
+    """The step's task ran on ``node`` (``ran_on``: where its record came from) and may run on every CPU the
+    allocation granted it."""
+    judge.expect("slurm_step_node", ran_on, node, node=node)
+    if data["granted_cpus"] is not None:  # under Slurm: the mask against the grant, with the binding
         judge_cpus_granted(
-            judge, node, len(data["cpus"]), data["granted_cpus"], data.get("host_cpus"), cpu_bind=data["slurm_cpu_bind"]
+            judge, node, len(data["cpus"]), data["granted_cpus"], data["host_cpus"], cpu_bind=data["slurm_cpu_bind"]
         )
 
 
-def judge_gpu_isolation(records: Sequence[RankRecord], node_uuids: Iterable[str], judge: JudgeLike, node: str) -> None:
-    """One ``visibility`` task per declared GPU (``records``) against the GPUs the node's fingerprint
-    lists (``node_uuids``). A task that could not list the device files it opens has that check unreadable
-    (nothing judged on a reading not taken)."""
+def judge_gpu_isolation(
+    tasks: Mapping[int, VisibilityPayload], node_uuids: Iterable[str], judge: JudgeLike, node: str
+) -> None:
+    """One ``visibility`` task per declared GPU (``tasks``, by rank) against the GPUs the node's fingerprint
+    lists (``node_uuids``)."""
     node_uuids = set(node_uuids)
     holders: dict[str, list[int]] = {}
-    for record in records:
-        for uuid in record.data["visible_uuids"]:
-            holders.setdefault(uuid, []).append(record.rank)
-    for record in records:
-        where: dict[str, Any] = {"node": node, "rank": record.rank}
-        uuids = record.data["visible_uuids"]
-        judge.expect(
-            "gpu_task_visible_gpus", len(uuids), 1, **where, cuda_visible_devices=record.data["cuda_visible_devices"]
-        )
-        others = sorted({r for uuid in uuids for r in holders[uuid] if r != record.rank})
+    for rank, task in tasks.items():
+        for uuid in task["visible_uuids"]:
+            holders.setdefault(uuid, []).append(rank)
+    for rank, task in tasks.items():
+        where: dict[str, Any] = {"node": node, "rank": rank}
+        uuids = task["visible_uuids"]
+        judge.expect("gpu_task_visible_gpus", len(uuids), 1, **where, cuda_visible_devices=task["cuda_visible_devices"])
+        others = sorted({r for uuid in uuids for r in holders[uuid] if r != rank})
         judge.expect("gpu_task_shares_gpu", ", ".join(f"rank {r}" for r in others) or "none", "none", **where)
-        openable = record.data.get("devices_openable")
-        if openable is None:
-            judge.unreadable(
-                "gpu_foreign_devices_openable", "the probe could not list the device files it can open", **where
-            )
-            return
-        foreign = sorted(set(openable) - set(record.data.get("own_minors") or []))
+        foreign = sorted(set(task["devices_openable"]) - set(task["own_minors"]))
         judge.check("gpu_foreign_devices_openable", len(foreign), **where, foreign=[f"/dev/nvidia{m}" for m in foreign])
     judge.expect(
         "gpu_unassigned", len(node_uuids - set(holders)), 0, node=node, missing=sorted(node_uuids - set(holders))
     )
-    cpus = {r.rank: set(r.data["cpus"]) for r in records}
+    cpus = {rank: set(task["cpus"]) for rank, task in tasks.items()}
     overlapping = [(a, b) for a, b in itertools.combinations(sorted(cpus), 2) if cpus[a] & cpus[b]]
     judge.check(
         "task_cpu_overlap_pairs",
@@ -135,5 +128,5 @@ def judge_gpu_isolation(records: Sequence[RankRecord], node_uuids: Iterable[str]
         node=node,
         pairs=[f"ranks {a}+{b}" for a, b in overlapping],
         binding={rank: f"{min(c)}-{max(c)} ({len(c)} cpus)" if c else "none" for rank, c in cpus.items()},
-        cpu_bind=records[0].data["slurm_cpu_bind"],
+        cpu_bind=next(iter(tasks.values()))["slurm_cpu_bind"] if tasks else None,
     )

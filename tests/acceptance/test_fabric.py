@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.contracts.fabric import InfinibandPayload
 from gpuaccept.contracts.nccl_sweep import GroupTable, group_tables
 from gpuaccept.errors import MeasurementError
 from gpuaccept.fabric import schedule
@@ -63,41 +64,52 @@ from gpuaccept.verdicts.infiniband import (
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect]
 
-_STATE: dict[str, Any] = {}
+#: the first InfiniBand readings of every node (``ib_first``): the HCAs each test plans on and the counter
+#: window's first end, or why they could not be taken (None: a dry run takes none)
+FirstReadings = dict[str, InfinibandPayload] | MeasurementError | None
 
 
 # ---- helpers ---------------------------------------------------------------------------------------
 
 
-def _ib(cluster, nodes, counters_only=False) -> dict[str, dict]:
+def _ib(cluster, nodes) -> dict[str, InfinibandPayload]:
     """The ``infiniband`` probe on every node at once; a node that did not answer is an error, one lost
     during the step is left out (the tests go on without it)."""
-    args = ["--counters-only"] if counters_only else []
     out = {}
-    for node, result in cluster.run_each(INFINIBAND, nodes, args=args).items():
+    for node, result in cluster.run_each(INFINIBAND, nodes).items():
         if isinstance(result, MeasurementError):
             if node in cluster.lost:
                 continue
             raise result
-        out[node] = result.one().data
+        out[node] = INFINIBAND.read(result.one())
     return out
 
 
-def _ib_on(cluster, nodes) -> dict[str, dict]:
-    """The ``infiniband`` readings of ``nodes`` (the session's first, else taken now); a node lost since
-    has none, which raises naming it, so ``cluster.across_nodes`` plans again on the nodes left."""
-    ib = _STATE.get("ib") or _ib(cluster, nodes)
+@pytest.fixture(scope="module", autouse=True)
+def ib_first(cluster) -> FirstReadings:
+    """Every node's InfiniBand reading before any fabric traffic of this file: what the tests plan on (which
+    HCAs each node has) and the first end of the counter window the last test judges."""
+    try:
+        return _ib(cluster, cluster.nodes)
+    except MeasurementError as exc:
+        return exc
+    except pytest.skip.Exception:  # dry run
+        return None
+
+
+def _ib_on(cluster, nodes, first: FirstReadings) -> dict[str, InfinibandPayload]:
+    """The ``infiniband`` readings of ``nodes`` (the first ones, else taken now); a node lost since has none,
+    which raises naming it, so ``cluster.across_nodes`` plans again on the nodes left."""
+    ib = first if isinstance(first, dict) else _ib(cluster, nodes)
     gone = [n for n in nodes if n not in ib]
     if gone:
         raise MeasurementError(f"no InfiniBand reading of {', '.join(gone)}", nodes=tuple(gone))
     return ib
 
 
-def _fabric(cluster, judge) -> dict[str, dict[str, float]]:
+def _fabric(cluster, judge, first: FirstReadings) -> dict[str, dict[str, float]]:
     """``{node: {hca: Gb/s}}`` of the compute HCAs; skips when no node expects or shows InfiniBand."""
-    if "ib" not in _STATE:
-        _STATE["ib"] = _ib(cluster, cluster.nodes)
-    ib = _STATE["ib"]
+    ib = first if isinstance(first, dict) else _ib(cluster, cluster.nodes)
     nodes = [n for n in cluster.nodes if n in ib]  # a node lost since is out
     if why := fabric_absent(judge, ib, nodes):
         pytest.skip(why)
@@ -107,33 +119,21 @@ def _fabric(cluster, judge) -> dict[str, dict[str, float]]:
 def _affinity(cluster, node) -> dict[str, list[str]]:
     """GPU bus -> PCIe-affine HCAs, from the same NVML read test_interconnect uses (one run per node)."""
     gpus = cluster.gpus_on(node)
-    data = cluster.run_shared(NVLINK, nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
-    return affine_hcas(data)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _counter_window_start(cluster):
-    """First IB counter reading, before any fabric traffic of this file (judged by the last test)."""
-    try:
-        _STATE["ib_before"] = _ib(cluster, cluster.nodes, counters_only=True)
-    except MeasurementError as exc:
-        _STATE["ib_before"] = exc
-    except pytest.skip.Exception:  # dry run
-        pass
-    yield
+    record = cluster.run_shared(NVLINK, nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one()
+    return affine_hcas(NVLINK.read(record))
 
 
 # ---- GPUDirect ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.judges(*GDR_METRICS, gpus="gpu", absent="ib")
-def test_gdr_enablement(node, cluster, judge):
+def test_gdr_enablement(node, cluster, judge, ib_first):
     """nvidia_peermem or DMA-BUF; ACS Control 0 on the bridges between each GPU and its HCA; IOMMU not translating."""
     gpus = cluster.require_gpus(node)
-    if why := gdr_absent(judge, node, _fabric(cluster, judge)[node]):
+    if why := gdr_absent(judge, node, _fabric(cluster, judge, ib_first)[node]):
         pytest.skip(why)
-    data = cluster.run(GDR, nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
-    judge_gdr(data, judge, node)
+    record = cluster.run(GDR, nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one()
+    judge_gdr(GDR.read(record), judge, node)
 
 
 # ---- NCCL transport ----------------------------------------------------------------------------------
@@ -142,7 +142,7 @@ def test_gdr_enablement(node, cluster, judge):
 @pytest.mark.judges(*TRANSPORT_METRICS, gpus="gpu", nodes=2, absent="nccl_net")
 @pytest.mark.multinode
 @pytest.mark.nccl
-def test_nccl_transport(cluster, judge):
+def test_nccl_transport(cluster, judge, ib_first):
     """Inter-node NCCL channels use the declared plugin, GDRDMA where expected, each GPU's affine HCA, every HCA."""
     if why := transport_absent(judge, cluster.nodes[0]):
         pytest.skip(why)
@@ -150,14 +150,14 @@ def test_nccl_transport(cluster, judge):
 
     def measure(nodes: list[str]) -> tuple[dict, dict, Any]:
         """Compute HCAs and GPU -> HCA affinity of the live nodes, and one NCCL job over all their GPUs."""
-        ib = _ib_on(cluster, nodes)
+        ib = _ib_on(cluster, nodes, ib_first)
         rates = compute_rates(judge, ib, nodes)
         affinity = {n: _affinity(cluster, n) if rates[n] else {} for n in nodes}
         result = cluster.run(NCCL, nodes=nodes, tasks_per_node=gpus, gpus_per_task=1, args=list(TRANSPORT_ARGS))
         return rates, affinity, result
 
     rates, affinity, result = cluster.across_nodes(measure, what="an inter-node NCCL channel")
-    judge_transport(result.records, rates, affinity, judge)
+    judge_transport([(r, NCCL.read(r)) for r in result.records], rates, affinity, judge)
 
 
 # ---- rails -------------------------------------------------------------------------------------------
@@ -198,11 +198,11 @@ def _rail_pairs(cluster, settings, judge, rail: int, label: str, rates, affinity
 @pytest.mark.judges(*RAIL_METRICS, nodes=2)
 @pytest.mark.multinode
 @pytest.mark.nccl
-def test_nccl_rails(cluster, judge, settings):
+def test_nccl_rails(cluster, judge, settings, ib_first):
     """Every rail (one GPU per node, split by local rank) at once: busbw per rail, then bad rail ends in pairs."""
 
     def measure(nodes: list[str]) -> tuple[dict, dict, list]:
-        ib = _ib_on(cluster, nodes)
+        ib = _ib_on(cluster, nodes, ib_first)
         rates = compute_rates(judge, ib, nodes)
         affinity = {n: _affinity(cluster, n) if rates[n] and cluster.gpus_on(n) else {} for n in nodes}
         return rates, affinity, _run_rails(cluster, settings, nodes)
@@ -241,11 +241,11 @@ def _perftest_round(cluster, batch, gpu_memory: bool):
 
 @pytest.mark.judges(*RDMA_METRICS, nodes=2, absent="ib")
 @pytest.mark.multinode
-def test_rdma_perftest(cluster, judge, settings):
+def test_rdma_perftest(cluster, judge, settings, ib_first):
     """ib_write_bw / ib_write_lat for every HCA of every node against a partner HCA, concurrent rounds, second pass."""
 
     def measure(live: list[str]) -> tuple[dict, schedule.PerftestPlan, bool, dict]:
-        rates = _fabric(cluster, judge)
+        rates = _fabric(cluster, judge, ib_first)
         nodes = ib_nodes(judge, live, rates)
         if len(nodes) < 2:
             pytest.skip("fewer than two nodes with InfiniBand: no pair to test")
@@ -275,16 +275,16 @@ def test_rdma_perftest(cluster, judge, settings):
 
 @pytest.mark.judges(*COUNTER_WINDOW_METRICS, nodes=2, absent="ib")
 @pytest.mark.multinode
-def test_ib_counter_window(cluster, judge):
+def test_ib_counter_window(cluster, judge, ib_first):
     """No link went down or retrained while the fabric tests ran; symbol/receive errors per bit within 1e-12."""
-    rates = _fabric(cluster, judge)
-    before = _STATE.get("ib_before")
-    if isinstance(before, MeasurementError) or before is None:
+    rates = _fabric(cluster, judge, ib_first)
+    before = ib_first
+    if not isinstance(before, dict):
         raise MeasurementError(f"no first IB counter reading to open the window: {before}")
     nodes = [n for n in ib_nodes(judge, cluster.nodes, rates) if n in before]
-    bare = [n for n in nodes if not rates.get(n)]
+    bare = [n for n in nodes if not (rates.get(n))]
     if nodes and bare == nodes:
         pytest.skip("; ".join(no_compute_hca(judge, n, "no counter window to judge") for n in bare))
-    after = _ib(cluster, nodes, counters_only=True)  # a node lost during it is left out
+    after = _ib(cluster, nodes)  # a node lost during it is left out
     for node in (n for n in nodes if n in after):
         judge_counter_window(before[node], after[node], judge, node)

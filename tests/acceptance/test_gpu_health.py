@@ -19,13 +19,13 @@ def test_gpu_health(node, cluster, judge):
     """Every declared GPU present; ECC on and clean; no pending/failed row remaps; no hardware clock events;
     PCIe link capable of the SKU's generation and width; cool; power limit not capped."""
     gpus = cluster.require_gpus(node)
-    data = cluster.run(GPU_HEALTH, nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
-    judge_health(data, judge, node, declared_gpus=gpus)
+    record = cluster.run(GPU_HEALTH, nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one()
+    judge_health(GPU_HEALTH.read(record), judge, node, declared_gpus=gpus)
 
 
 @pytest.mark.judges(*XID_METRICS, gpus="gpu")
 def test_xid(node, cluster, judge):
     """No hardware Xid (codes listed in thresholds.yaml) in the kernel log since boot; unreadable log = error."""
     gpus = cluster.require_gpus(node)
-    data = cluster.run(XID, nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
-    judge_xid(data, judge, node)
+    record = cluster.run(XID, nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one()
+    judge_xid(XID.read(record), judge, node)

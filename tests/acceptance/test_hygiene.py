@@ -13,4 +13,4 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.hygiene]
 @pytest.mark.judges(*HYGIENE_METRICS)
 def test_node_limits(node, cluster, judge):
     """/dev/shm size and the open-file limit everywhere; locked memory where the SKU needs RDMA pinning."""
-    judge_hygiene(cluster.run(HYGIENE, nodes=[node]).one().data, judge, node)
+    judge_hygiene(HYGIENE.read(cluster.run(HYGIENE, nodes=[node]).one()), judge, node)

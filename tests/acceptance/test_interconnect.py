@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuaccept.contracts.fabric import NvlinkPayload
 from gpuaccept.probes.specs import INFINIBAND, NVLINK
 from gpuaccept.verdicts.infiniband import PORT_METRICS, ib_absent, judge_ib
 from gpuaccept.verdicts.nvlink import (
@@ -31,9 +32,9 @@ from gpuaccept.verdicts.nvlink import (
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect]
 
 
-def _nvlink(cluster, node: str, gpus: int) -> dict:
+def _nvlink(cluster, node: str, gpus: int) -> NvlinkPayload:
     """One NVML read of the node's links and pairs, judged by the three tests below."""
-    return cluster.run_shared(NVLINK, nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one().data
+    return NVLINK.read(cluster.run_shared(NVLINK, nodes=[node], tasks_per_node=1, gpus_per_task=gpus).one())
 
 
 @pytest.mark.judges(*NVLINK_METRICS, gpus="gpu", absent="nvlink")
@@ -88,7 +89,7 @@ def test_gpu_nic_affinity(node, cluster, judge):
 @pytest.mark.judges(*PORT_METRICS, absent="ib")
 def test_infiniband(node, cluster, judge):
     """HCA count per the SKU; every compute port ACTIVE/LinkUp at the SKU's rate and link layer; counters bounded."""
-    data = cluster.run(INFINIBAND, nodes=[node]).one().data
+    data = INFINIBAND.read(cluster.run(INFINIBAND, nodes=[node]).one())
     if why := ib_absent(judge, node, data):
         pytest.skip(why)
     judge_ib(data, judge, node)

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.hygiene]
 @pytest.mark.judges("dev_shm_free_gib")
 def test_dev_shm_free(node, cluster, judge):
     """Free space in /dev/shm inside a job step, not only its size."""
-    judge_dev_shm_free(cluster.run(HYGIENE, nodes=[node]).one().data, judge, node)
+    judge_dev_shm_free(HYGIENE.read(cluster.run(HYGIENE, nodes=[node]).one()), judge, node)
 
 
 @pytest.mark.judges("node_clock_offset_s")
@@ -39,7 +39,7 @@ def test_node_clocks(cluster, judge):
             if node not in cluster.lost:  # lost during the step: named by its own next case, not here
                 errors.append(str(result))
             continue
-        readings[node] = result.one().data["clock_unix_s"]
+        readings[node] = HYGIENE.read(result.one())["clock_unix_s"]
     judge_node_clocks(readings, before, after, judge)
     if errors:
         raise MeasurementError("; ".join(errors))

@@ -43,7 +43,8 @@ def test_node_usable(node, slurm_only, cluster, judge):
 
 def test_step_runs(node, cluster, judge):
     """A step lands on the node it was sent to, and its task may run on every CPU the allocation granted it."""
-    judge_step(cluster.run(VISIBILITY, nodes=[node]).one(), judge, node)
+    record = cluster.run(VISIBILITY, nodes=[node]).one()
+    judge_step(record.node, VISIBILITY.read(record), judge, node)
 
 
 @pytest.mark.judges(*ISOLATION_METRICS, gpus="gpu")
@@ -53,4 +54,4 @@ def test_gpu_isolation(node, cluster, fingerprints, judge):
     gpus = cluster.require_gpus(node)
     result = cluster.run(VISIBILITY, nodes=[node], tasks_per_node=gpus, gpus_per_task=1)
     node_uuids = [d["uuid"] for d in fingerprints.get(node)["gpus"]["devices"]]
-    judge_gpu_isolation(result.records, node_uuids, judge, node)
+    judge_gpu_isolation({r.rank: VISIBILITY.read(r) for r in result.records}, node_uuids, judge, node)

@@ -325,7 +325,7 @@ LOOPBACK_ROWS: tuple[Row, ...] = (
         "node2",
         {
             "gdr_sysfs": {"module/nvidia_peermem": None},
-            "set": {"gdr.cuda_dmabuf": {"devices": {f"0000:{b}:00": 0 for b in GDR_BUSES}}},
+            "set": {"gdr.cuda_dmabuf": {"devices": {f"0000:{b}:00": 0 for b in GDR_BUSES}, "error": None}},
         },
         "node2: `module/nvidia_peermem` gone from its sysfs, CUDA answering DMA-BUF unsupported on every GPU",
         "`test_gdr_enablement[node2]` FAILED `gdr_kernel_support = 0` on each GPU -> HCA path of node2",

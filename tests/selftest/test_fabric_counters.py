@@ -51,9 +51,9 @@ def judge(before: dict, after: dict) -> tuple[list[str], list[str]]:
 
 
 def test_quiet_window_passes_and_skips_the_ethernet_nics(tree: Path) -> None:
-    before = infiniband.collect(tree, counters_only=True)
+    before = infiniband.collect(tree)
     bump(tree, "mlx5_2", "port_rcv_data", 10**9)
-    after = infiniband.collect(tree, counters_only=True)
+    after = infiniband.collect(tree)
     windows = port_windows(before, after, "InfiniBand")
     assert [w.hca for w in windows] == [f"mlx5_{k}" for k in range(8)]  # mlx5_8/9 are Ethernet
     assert windows[2].bits_received == 32 * 10**9 and windows[2].seconds >= 0
@@ -61,10 +61,10 @@ def test_quiet_window_passes_and_skips_the_ethernet_nics(tree: Path) -> None:
 
 
 def test_flap_during_the_window_fails_naming_the_port(tree: Path) -> None:
-    before = infiniband.collect(tree, counters_only=True)
+    before = infiniband.collect(tree)
     bump(tree, "mlx5_5", "link_downed", 1)  # mlx5_5 already carries one from boot: only the delta counts
     bump(tree, "mlx5_6", "link_error_recovery", 2)
-    failures, _ = judge(before, infiniband.collect(tree, counters_only=True))
+    failures, _ = judge(before, infiniband.collect(tree))
     assert failures == [
         "n1 HCA mlx5_5 port 1: ib_window_link_downed = 1",
         "n1 HCA mlx5_6 port 1: ib_window_link_error_recovery = 2",
@@ -72,13 +72,13 @@ def test_flap_during_the_window_fails_naming_the_port(tree: Path) -> None:
 
 
 def test_symbol_errors_judged_per_bit_received(tree: Path) -> None:
-    before = infiniband.collect(tree, counters_only=True)
+    before = infiniband.collect(tree)
     for hca in ("mlx5_0", "mlx5_1"):
         bump(tree, hca, "port_rcv_data", 10**12 // 32)  # 1e12 bits in the window
     bump(tree, "mlx5_0", "symbol_error", 1)  # 1e-12: at the ibdiagnet threshold, passes
     bump(tree, "mlx5_1", "symbol_error", 50)  # 5e-11: fails
     bump(tree, "mlx5_3", "port_rcv_errors", 3)  # errors with no traffic at all: an infinite rate
-    failures, _ = judge(before, infiniband.collect(tree, counters_only=True))
+    failures, _ = judge(before, infiniband.collect(tree))
     assert failures == [
         "n1 HCA mlx5_1 port 1: ib_window_symbol_error_rate = 5e-11",
         "n1 HCA mlx5_3 port 1: ib_window_rcv_error_rate = inf",
@@ -87,11 +87,11 @@ def test_symbol_errors_judged_per_bit_received(tree: Path) -> None:
 
 def test_reset_and_saturated_counters_are_unknown_not_zero(tree: Path) -> None:
     bump(tree, "mlx5_4", "symbol_error", 7)
-    before = infiniband.collect(tree, counters_only=True)
+    before = infiniband.collect(tree)
     (tree / "class/infiniband/mlx5_4/ports/1/counters/symbol_error").write_text("0\n")  # perfquery -R
     (tree / "class/infiniband/mlx5_7/ports/1/counters/link_downed").write_text("255\n")
     time.sleep(0.01)
-    failures, unreadable = judge(before, infiniband.collect(tree, counters_only=True))
+    failures, unreadable = judge(before, infiniband.collect(tree))
     assert "mlx5_4 port 1: symbol_error reset" in unreadable
     assert any(u.startswith("mlx5_7 port 1: counters/link_downed saturated at 255") for u in unreadable)
     assert failures == []

@@ -73,7 +73,7 @@ def test_peermem_missing_needs_dmabuf(tree: Path, monkeypatch: pytest.MonkeyPatc
     data = gdr.collect(tree, PROC, cuda=False)
     _, missing = judged(data)
     assert len(missing) == 8 and "DMA-BUF support unknown" in missing[0]  # never a pass on no data
-    data["cuda_dmabuf"] = {"devices": {"0000:18:00": 1, "0000:2a:00": 0}}
+    data["cuda_dmabuf"] = {"devices": {"0000:18:00": 1, "0000:2a:00": 0}, "error": None}
     failures, missing = judged(data)
     assert "0000:2a:00.0 -> mlx5_1: gdr_kernel_support = 0" in failures
     assert not any(f.startswith("0000:18:00.0") for f in failures)

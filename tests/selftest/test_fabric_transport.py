@@ -79,8 +79,9 @@ def judge(text: str, limits: Judge) -> list[str]:
         net = parse_net_facts(lines)
         gpu = {"pci_bus_id": f"00000000:{GPU_BUSES[net['nvml_dev']]:02X}:00.0"}
         node, rank, label = key.split(":")[0], net["nvml_dev"], str(net["nvml_dev"])
-        records.append(SimpleNamespace(node=node, rank=rank, gpu=gpu, gpu_label=label, data={"nccl": {"net": net}}))
-    nodes = {r.node for r in records}
+        record = SimpleNamespace(node=node, rank=rank, gpu=gpu, gpu_label=label)
+        records.append((record, {"nccl": {"net": net}}))  # the rank and the part of its payload judged
+    nodes = {r.node for r, _ in records}
     rates = {n: dict.fromkeys(HCAS, 400.0) for n in sorted(nodes)}
     judge_transport(records, rates, dict.fromkeys(nodes, affine_hcas(nvlink_like())), limits)
     return [f"{f.where}: {f.metric} = {f.value}" for f in limits.failures()]

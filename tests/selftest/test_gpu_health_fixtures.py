@@ -14,12 +14,14 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.contracts.records import RankRecord
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import gpu_health
+from gpuaccept.probes.specs import GPU_HEALTH
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.loader import load_thresholds as _load
-from gpuaccept.verdicts.gpu_health import decode_reasons, judge_health
+from gpuaccept.verdicts.gpu_health import HEALTH_METRICS, decode_reasons, judge_health
 from gpuaccept.verdicts.nvlink import judge_affinity, judge_nvlink, judge_topology, pair_matrix
 
 from .ending import ends
@@ -58,6 +60,17 @@ def test_recorded_h200_is_healthy(health: dict[str, Any], judge: Judge) -> None:
     assert judged[("gpu_memory_total_gib", GPU1)] == "pass"
     assert judged[("gpu_retired_pages_pending", GPU1)] == "info"  # Hopper: row remapping instead
     assert judged[("gpu_pcie_gen_max", GPU1)] == "pass"
+
+
+def test_every_health_metric_with_a_limit_is_judged_on_the_recorded_h200(health: dict[str, Any], judge: Judge) -> None:
+    """What ``test_gpu_health`` declares it judges (``HEALTH_METRICS``) and the H200 sets a limit for is judged,
+    on every GPU of the recorded node: a metric named there whose judge line is missing fails here, by name."""
+    judge_health(GPU_HEALTH.read(RankRecord("vm", 0, 1, 0, None, health)), judge, "vm", declared_gpus=2)
+    limited = [m for m in HEALTH_METRICS if m in load_thresholds().limits_for("H200")]
+    for gpu in health["gpus"]:
+        label = f"{gpu['index']} ({gpu['pci_bus_id']})"
+        judged = {r.metric for r in judge.results if r.subject == label and r.verdict in ("pass", "fail")}
+        assert not set(limited) - judged, f"declared and limited on the H200, never judged: {set(limited) - judged}"
 
 
 def test_load_replays_the_dump(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,9 +16,15 @@ from typing import Any
 import pynvml
 import pytest
 
+from gpuaccept.contracts.nvml import nvml_fields
+from gpuaccept.contracts.payloads import GpuHealth
+from gpuaccept.contracts.records import RankRecord
 from gpuaccept.probes import _bench, _gpu, _nvml, _protocol, fingerprint, gpu_health, nvlink, xid
+from gpuaccept.probes.specs import GPU_HEALTH, NVLINK, PayloadError
 from gpuaccept.verdicts.gpu_health import judge_health
 from gpuaccept.verdicts.nvlink import judge_nvlink, judge_topology
+
+from .nvml_replay import ReplayNVML
 
 pytestmark = pytest.mark.selftest
 
@@ -250,7 +256,40 @@ def test_gpu_health_collect_reads_every_gpu(fake: FakeNVML) -> None:
     }
     assert gpu["memory_temperature_c"] == 40 and gpu["power_limit_w"] == 700.0
     assert len(gpu["cpu_affinity"]) == 32
-    json.dumps(data)  # what the probe emits must be JSON
+    typed = GPU_HEALTH.read(RankRecord("n1", 0, 1, 0, None, json.loads(json.dumps(data))))  # JSON, its type
+    assert typed["gpus"][3]["errors"] == {"retired_pages_pending": "NVMLError_NotSupported"}
+
+
+def test_a_reading_nvml_refused_is_none_with_its_reason_and_unexplained_none_is_refused(fake: FakeNVML) -> None:
+    """The probe keys a refused getter's error by the field it fills; the type refuses a None nothing explains."""
+    data = json.loads(json.dumps(gpu_health.collect()))
+    assert data["gpus"][0]["retired_pages_pending"] is None
+    del data["gpus"][0]["errors"]["retired_pages_pending"]
+    with pytest.raises(PayloadError, match=r"gpus\.0: .*no errors entry saying why: retired_pages_pending"):
+        GPU_HEALTH.validate(RankRecord("n1", 0, 1, 0, None, data))
+
+
+def test_the_probe_reads_the_recorded_h200_back_through_its_markers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ``GpuHealth`` field that declares its NVML getter is filled by walking the markers: NVML answering
+    as the recorded H200 did (``nvml_replay``), the probe writes the recording's readings and errors again."""
+    recording = json.loads((ROOT / "fixtures" / "nvml" / "h200-2gpu.gpu_health.json").read_text())
+    monkeypatch.setattr(gpu_health, "nvml", lambda: ReplayNVML(recording))
+    data = json.loads(json.dumps(gpu_health.collect()))
+    GPU_HEALTH.validate(RankRecord("n1", 0, 1, 0, None, data))
+    marked = [*nvml_fields(GpuHealth), "remapped_rows", "pcie", "clocks", "cpu_affinity", "errors", "processes"]
+    assert marked[0] == "memory_total_mib" and len(marked) > 25
+    for read, recorded in zip(data["gpus"], recording["gpus"], strict=True):
+        assert {k: read[k] for k in marked} == {k: recorded[k] for k in marked}
+    assert {k: data[k] for k in ("driver", "cuda_driver", "nvml_version")} == {
+        k: recording[k] for k in ("driver", "cuda_driver", "nvml_version")
+    }
+
+
+def test_a_getter_the_library_lacks_is_that_readings_error(fake: FakeNVML, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An older nvidia-ml-py without a getter a field declares: that field is None with its error, the probe runs."""
+    monkeypatch.delattr(FakeNVML, "nvmlDeviceGetVbiosVersion")
+    gpu = gpu_health.collect()["gpus"][0]
+    assert gpu["vbios"] is None and gpu["errors"]["vbios"] == "AttributeError" and gpu["serial"]
 
 
 def test_gpu_health_dump_and_load_round_trip(fake: FakeNVML, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -263,6 +302,7 @@ def test_gpu_health_dump_and_load_round_trip(fake: FakeNVML, tmp_path: Path, cap
 
 def test_nvlink_collect_counts_switch_links_per_pair(fake: FakeNVML, tmp_path: Path) -> None:
     data = nvlink.collect(tmp_path)  # an empty sysfs: no HCAs, NUMA unreadable
+    NVLINK.validate(RankRecord("n1", 0, 1, 0, None, json.loads(json.dumps(data))))  # every key, as it arrives
     assert [g["nvlink"]["active"] for g in data["gpus"]] == [18] * 8
     assert data["gpus"][0]["nvlink"]["errors"]["source"] == "per_link"
     assert len(data["pairs"]) == 28
@@ -320,7 +360,7 @@ def test_a_ranks_identity_is_the_preflights(fake: FakeNVML, monkeypatch: pytest.
     assert _protocol.gpu_identity(0) is None
     monkeypatch.delenv("GPUACCEPT_TEST_INJECT", raising=False)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    devices = fingerprint._gpus()["devices"]  # the fingerprint names its GPUs the same way
+    devices = fingerprint._gpus()[0]["devices"]  # the fingerprint names its GPUs the same way
     assert [{k: d[k] for k in ("index", "uuid", "pci_bus_id", "name")} for d in devices] == _bench.preflight(8).gpus
 
 

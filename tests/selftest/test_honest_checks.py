@@ -51,7 +51,7 @@ def test_sharedfs_writer_reports_what_it_reads_back(
     monkeypatch.setattr(sharedfs, "_drop_cache", corrupt)
     sharedfs.main(["--mode", "write", "--path", str(path), "--size", "4096", "--seed", "7"])
     data = _emitted(capsys)
-    assert data["sha256"] != expected and data["read_back"] is True
+    assert data["sha256"] != expected and data["exists"] is True
 
 
 def test_granted_cpus_from_the_step_environment() -> None:
@@ -78,6 +78,7 @@ def test_unread_nvlink_counter_errors_naming_gpu_and_link() -> None:
     thresholds = load_thresholds()
     judge = Judge(thresholds, lambda node: "H200", lambda result: None, "selftest")
     errors = {"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": None, "unread_links": {"recovery": [5]}}
+    errors["source"] = "per_link"
     gpu = {
         "index": 0,
         "pci_bus_id": "00000000:18:00.0",
