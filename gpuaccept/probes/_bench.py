@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from gpuaccept.contracts.payloads import BusyGpu, GpuIdentity, GpuProcess, Sample
+from gpuaccept.contracts.bench import BusyGpu, GpuProcess
+from gpuaccept.contracts.payloads import GpuIdentity, Sample
 from gpuaccept.probes._gpu import foreign_processes, handle_for_rank, identity, sample
 from gpuaccept.probes._nvml import nvml
 

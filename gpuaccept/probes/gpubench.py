@@ -32,7 +32,7 @@ import argparse  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
-from gpuaccept.contracts.payloads import (  # noqa: E402
+from gpuaccept.contracts.bench import (  # noqa: E402
     BenchPerGpu,
     BenchPhases,
     GpuBenchError,

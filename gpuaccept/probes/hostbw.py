@@ -30,7 +30,8 @@ import os
 from collections.abc import Callable
 from typing import Any, Literal, cast
 
-from gpuaccept.contracts.payloads import HostbwConcurrent, HostLink, NumaBinding, Sample
+from gpuaccept.contracts.bench import HostbwConcurrent, HostLink, NumaBinding
+from gpuaccept.contracts.payloads import Sample
 from gpuaccept.probes._bench import Lane, Preflight, spread, time_lanes
 from gpuaccept.probes._gpu import cpu_affinity, numa_node
 

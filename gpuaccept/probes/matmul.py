@@ -31,7 +31,7 @@ import functools
 import time
 from typing import Any
 
-from gpuaccept.contracts.payloads import (
+from gpuaccept.contracts.bench import (
     BurnIn,
     BurnInInterval,
     MatmulBurnIn,
@@ -40,8 +40,8 @@ from gpuaccept.contracts.payloads import (
     MatmulRan,
     MatmulSize,
     MatmulSizes,
-    Sample,
 )
+from gpuaccept.contracts.payloads import Sample
 from gpuaccept.probes._bench import (
     NO_NVML,
     Lane,

@@ -14,7 +14,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from gpuaccept.contracts.payloads import MembwFigures, MembwSize, Sample
+from gpuaccept.contracts.bench import MembwFigures, MembwSize
+from gpuaccept.contracts.payloads import Sample
 from gpuaccept.probes._bench import Lane, Preflight, spread, time_lanes
 
 __all__ = ["measure", "measure_sizes"]

@@ -25,7 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
-from gpuaccept.contracts.payloads import GpuIdentity, NvlinkDelta, P2pMeasured, P2pPair
+from gpuaccept.contracts.bench import NvlinkDelta, P2pMeasured, P2pPair
+from gpuaccept.contracts.payloads import GpuIdentity
 from gpuaccept.probes._bench import Lane, Preflight, spread, time_lanes
 from gpuaccept.probes._gpu import active_nvlinks, nvlink_error_counters
 

@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from pydantic import TypeAdapter, ValidationError
 
+from gpuaccept.contracts.bench import GpuBench, MatmulRecord
 from gpuaccept.contracts.fabric import GdrPayload, InfinibandPayload, NvlinkPayload, PerftestPayload
 from gpuaccept.contracts.finetune import FinetunePayload
 from gpuaccept.contracts.fsmeta import CoherencyPayload, FsmetaPayload, MountsPayload
@@ -36,7 +37,7 @@ from gpuaccept.contracts.node import (
     VisibilityPayload,
     XidPayload,
 )
-from gpuaccept.contracts.payloads import GpuBench, HealthRecord, MatmulRecord, NcclRecord, NcclTestsRecord
+from gpuaccept.contracts.payloads import HealthRecord, NcclRecord, NcclTestsRecord
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.contracts.storage import CheckpointPayload, FioPayload
 from gpuaccept.contracts.tenant import AgentRecord, ResidueRecord, SoftwareRecord, TrustRecord

@@ -16,8 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Literal, TypeVar
 
-from gpuaccept.contracts.judge import JudgeLike, gpu_label
-from gpuaccept.contracts.payloads import (
+from gpuaccept.contracts.bench import (
     BenchPerGpu,
     BusyGpu,
     GpuBenchError,
@@ -27,6 +26,7 @@ from gpuaccept.contracts.payloads import (
     MatmulSizes,
     P2pMeasured,
 )
+from gpuaccept.contracts.judge import JudgeLike, gpu_label
 
 __all__ = [
     "BenchPart",

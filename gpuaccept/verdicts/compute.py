@@ -14,8 +14,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 
-from gpuaccept.contracts.judge import JudgeLike
-from gpuaccept.contracts.payloads import (
+from gpuaccept.contracts.bench import (
     BurnInInterval,
     GpuBenchError,
     GpuBenchRan,
@@ -25,6 +24,7 @@ from gpuaccept.contracts.payloads import (
     MatmulSizes,
     best_size_figure,
 )
+from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.verdicts.bench import bench_parts, judge_checksums, rank_parts
 from gpuaccept.verdicts.gpu_health import decode_reasons
 

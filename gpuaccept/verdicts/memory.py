@@ -9,8 +9,9 @@ judged (the link's retransmissions while host copies and GPU pairs loaded it).
 
 from __future__ import annotations
 
+from gpuaccept.contracts.bench import GpuBenchError, GpuBenchRan, HostLink, P2pMatrix, best_size_figure
 from gpuaccept.contracts.judge import JudgeLike
-from gpuaccept.contracts.payloads import GpuBenchError, GpuBenchRan, HostLink, P2pMatrix, Sample, best_size_figure
+from gpuaccept.contracts.payloads import Sample
 from gpuaccept.verdicts.bench import Part, bench_parts, p2p_result
 
 __all__ = [

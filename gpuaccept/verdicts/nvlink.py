@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpuaccept.contracts.bench import GpuBenchError, GpuBenchRan, NvlinkDelta
 from gpuaccept.contracts.judge import JudgeLike, gpu_label
-from gpuaccept.contracts.payloads import GpuBenchError, GpuBenchRan, NvlinkDelta
 from gpuaccept.thresholds.coverage import declares_absent
 from gpuaccept.verdicts.bench import p2p_result
 from gpuaccept.verdicts.infiniband import declares_no_ib

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.contracts.payloads import GpuBenchError, GpuBenchRan
+from gpuaccept.contracts.bench import GpuBenchError, GpuBenchRan
 from gpuaccept.fixtures import cluster, fingerprints, judge, settings, thresholds  # noqa: F401  (the tests' names)
 from gpuaccept.probes.specs import GPUBENCH
 

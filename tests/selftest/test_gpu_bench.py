@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 import torch as real_torch
 
-from gpuaccept.contracts.payloads import NumaBinding, Sample
+from gpuaccept.contracts.bench import NumaBinding
+from gpuaccept.contracts.payloads import Sample
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import _bench, _gpu, _nvml, gpubench, hostbw, matmul, membw, p2p

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.contracts.bench import GpuBenchError, GpuBenchRan, MatmulBurnIn, MatmulBusy, MatmulSizes
 from gpuaccept.contracts.judge import gpu_label
-from gpuaccept.contracts.payloads import GpuBenchError, GpuBenchRan, MatmulBurnIn, MatmulBusy, MatmulSizes
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes.specs import GPUBENCH, MATMUL
