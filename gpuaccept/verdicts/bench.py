@@ -69,7 +69,8 @@ def record_busy(
     found = set()
     for entry in busy:
         procs = ", ".join(f"pid {p['pid']} {p['name']} ({p['used_mib']} MiB)" for p in entry["processes"])
-        judge.busy(procs, node=node, gpu=label or (labels or {}).get(entry["gpu"]) or entry["gpu"])
+        named = labels[entry["gpu"]] if labels is not None and entry["gpu"] in labels else None
+        judge.busy(procs, node=node, gpu=label or named or entry["gpu"])
         found.add(entry["gpu"])
     return found
 

@@ -116,7 +116,7 @@ def judge_p2p(bench: GpuBenchRan | GpuBenchError, judge: JudgeLike, node: str) -
     data, labels = found
     pairs = data["pairs"]
     for pair in pairs:
-        where = f"{labels.get(pair['src'], pair['src'])} -> {labels.get(pair['dst'], pair['dst'])}"
+        where = f"{labels[pair['src']]} -> {labels[pair['dst']]}"
         judge.check(
             "p2p_gbps",
             pair["gbps"],
