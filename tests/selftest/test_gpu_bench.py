@@ -26,7 +26,7 @@ from gpuaccept.contracts.payloads import Sample
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.judging.judge import Judge
 from gpuaccept.probes import _bench, _gpu, _nvml, gpubench, hostbw, matmul, membw, p2p
-from gpuaccept.probes.specs import GPUBENCH
+from gpuaccept.probes.specs import GPUBENCH, MATMUL
 from gpuaccept.thresholds.loader import load_thresholds
 from gpuaccept.verdicts import compute, memory
 
@@ -380,3 +380,42 @@ def test_three_disturbed_windows_report_the_best(monkeypatch: pytest.MonkeyPatch
     assert [a[0] for a in out["h2d_attempts"]] == [47.63, 54.95, 54.07]
     assert out["h2d_gbps"] == 54.95
     assert len(calls) == 3 + 3  # every window of the scripted run is disturbed: d2h too takes three
+
+
+@pytest.fixture()
+def matmul_rank(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> Any:
+    """Run ``matmul.main`` as one rank on a fake GPU; returns its payload read through its spec (``MATMUL``)."""
+
+    def run(argv: list[str], busy: dict[int, int] | None = None) -> Any:
+        lib = FakeNVML(1, busy=busy)
+        for module in (_nvml, _bench):
+            monkeypatch.setattr(module, "nvml", lambda: lib)
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+        monkeypatch.setitem(sys.modules, "torch", FakeTorch(1))
+        monkeypatch.setattr(matmul, "CHECK_N", 32)
+        monkeypatch.setattr(matmul, "_batch", lambda size: 1)
+        matmul.main(argv)
+        (record,) = parse_records("matmul", capsys.readouterr().out, 1, (record_node(),))
+        return MATMUL.read(record).root
+
+    return run
+
+
+def test_a_matmul_rank_writes_its_sizes_outcome(matmul_rank: Any) -> None:
+    data = matmul_rank(["--sizes=32,64", "--repeats=3", "--warmup=0"])
+    assert data["outcome"] == "sizes" and set(data["by_size"]) == {"32", "64"}
+    assert data["by_size"][str(data["best_size"])]["tflops"] == data["tflops"]
+    assert data["by_size"]["32"]["during"] is not None and data["tflops_burst"] is not None
+    assert set(data["phases"]) == {"startup_s", "warmup_s", "measure_s", "process_wall_s"}
+
+
+def test_a_matmul_burn_in_writes_its_intervals_and_both_checksums(matmul_rank: Any) -> None:
+    data = matmul_rank(["--sizes=32", "--burn-in=0.3", "--interval=0.1"])
+    assert data["outcome"] == "burn_in" and data["checksum_end"] == data["checksum"]
+    assert data["burn_in"]["intervals"] and all(i["during"] is not None for i in data["burn_in"]["intervals"])
+
+
+def test_a_busy_matmul_rank_writes_the_busy_outcome(matmul_rank: Any) -> None:
+    data = matmul_rank(["--sizes=32"], busy={0: 4242})
+    assert data["outcome"] == "busy" and data["busy"][0]["processes"][0]["pid"] == 4242
+    assert "checksum" not in data and "tflops" not in data
