@@ -124,7 +124,7 @@ class FakeTorch:
 def bench(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> Any:
     """Run ``gpubench.main`` on a fake 4-GPU node; returns (output record data, fake NVML, fake torch)."""
 
-    def run(argv: list[str], count: int = 4, busy: dict[int, int] | None = None) -> tuple[dict, FakeNVML, FakeTorch]:
+    def run(argv: list[str], count: int = 4, busy: dict[int, int] | None = None) -> tuple[Any, FakeNVML, FakeTorch]:
         lib = FakeNVML(count, busy=busy)
         for module in (_nvml, _bench):
             monkeypatch.setattr(module, "nvml", lambda: lib)
@@ -354,7 +354,7 @@ def test_a_disturbed_host_link_window_is_measured_again(monkeypatch: pytest.Monk
     the steady attempt ends it and the best is reported, each attempt on the record."""
     calls = _scripted_windows(monkeypatch, [[27.8, 35.0, 40.4, 54.7, 50.1, 30.2], [55.0, 55.1, 55.0, 55.2, 55.1, 55.0]])
     out = hostbw._link(None, _StubPre(), 0, "cuda:0", (None, None), 1 << 30, 6, 0.0, NUMA)
-    assert out["h2d_gbps"] == 55.05 and out["h2d_spread_pct"] < 1
+    assert out["h2d_gbps"] == 55.05 and (out["h2d_spread_pct"] or 0) < 1
     assert [a[0] for a in out["h2d_attempts"]] == [37.7, 55.05]
     assert len(calls) == 2 + 1  # h2d twice, d2h steady at once
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +151,7 @@ def concurrent(gpus: int) -> dict[str, Any]:
     }
 
 
-def raw_bench(part: str, figures: list[dict[str, Any] | None], p2p: dict[str, Any] | None = None) -> dict[str, Any]:
+def raw_bench(part: str, figures: Sequence[dict[str, Any] | None], p2p: dict[str, Any] | None = None) -> dict[str, Any]:
     """A node's gpubench result (``GpuBenchRan``) with ``figures[i]`` as GPU i's ``part``; None: GPU i was busy
     (named in ``busy``, not in ``per_gpu``)."""
     gpus = GPUS[: len(figures)]
@@ -194,7 +195,7 @@ def raw_bench(part: str, figures: list[dict[str, Any] | None], p2p: dict[str, An
     }
 
 
-def bench(part: str, figures: list[dict[str, Any] | None]) -> GpuBenchRan | GpuBenchError:
+def bench(part: str, figures: Sequence[dict[str, Any] | None]) -> GpuBenchRan | GpuBenchError:
     return typed(raw_bench(part, figures))
 
 
@@ -361,7 +362,7 @@ def test_pcie_replay_counter_judged_by_its_growth(judge: Judge) -> None:
     one whose counter grew faster than DCGM's 8 per minute over the step fails, named with its count."""
     with ends(judge, "passed"):
         judge_hostbw(window((5000, 3), (5000, 11), seconds=60.0), judge, "vm")
-    (ok,) = [r for r in judge.results if r.metric == "pcie_replays_per_min" and r.subject.startswith("1 ")]
+    (ok,) = [r for r in judge.results if r.metric == "pcie_replays_per_min" and (r.subject or "").startswith("1 ")]
     assert ok.value == 8.0 and ok.extra["replays"] == 8
     j = Judge(load_thresholds(), lambda n: "H200", lambda r: None, "t")
     with ends(j, "failed", match=r"GPU 1 \(00000000:00:07\.0\): pcie_replays_per_min = 9\.0"):
@@ -399,7 +400,7 @@ def raw_p2p(gbps: tuple[float, float] = (395.0, 394.0), crc: int = 0, replay: in
         }
         for (src, dst), value in zip(((0, 1), (1, 0)), gbps, strict=True)
     ]
-    errors = [
+    errors: list[dict[str, Any]] = [
         {
             "gpu": g,
             "seconds": 2.0,
