@@ -14,11 +14,13 @@ measures in this order:
    them (the load that ``test_nvlink_errors_under_load`` judges).
 
 Nothing runs on a GPU that another part is measuring, and the parts run one after another. A GPU with
-someone else's processes on it is named and not measured (the others are); the pairs are skipped
-then. The result holds each part per GPU (``per_gpu``, with an ``idle`` sample before the parts and an
+someone else's processes on it is named in ``busy`` and not measured (the others are); the pairs are skipped
+then (their ``busy`` outcome). The result (``contracts.bench.GpuBenchRan``; ``GpuBenchError`` where no GPU is
+visible) holds each measured GPU's parts (``per_gpu``, with an ``idle`` sample before the parts and an
 ``end`` sample after them: the PCIe replay counter's window), the all-at-once host figures, the pairs,
-and ``phases``: start-up (interpreter, imports, NVML, CUDA contexts), warm-up, timed measurement, the rest
-(allocations, checksums, NVML reads) and each part's wall time. Run by hand:
+``errors`` (each reading written None, by its path, and why) and ``phases``: start-up (interpreter, imports,
+NVML, CUDA contexts), warm-up, timed measurement, the rest (allocations, checksums, NVML reads) and each part's
+wall time. Run by hand:
 ``python -m gpuaccept.probes.gpubench`` (every visible GPU).
 """
 
@@ -148,11 +150,7 @@ def main(argv: list[str] | None = None) -> None:
         }
         for i in ordinals
     ]
-    errors = {
-        f"per_gpu.{slot}.torch_bus": "torch's device properties give no PCI bus id"
-        for slot, i in enumerate(ordinals)
-        if buses[i] is None
-    }
+    errors = _errors(per_gpu)
     result: GpuBenchRan = {
         "outcome": "measured",
         "gpus": pre.gpus,
@@ -166,6 +164,22 @@ def main(argv: list[str] | None = None) -> None:
         "errors": errors,
     }
     emit(result, probe="gpubench")
+
+
+def _errors(per_gpu: list[BenchPerGpu]) -> dict[str, str]:
+    """Why each reading of ``per_gpu`` written None is None, by its path."""
+    errors: dict[str, str] = {}
+    for slot, entry in enumerate(per_gpu):
+        if entry["torch_bus"] is None:
+            errors[f"per_gpu.{slot}.torch_bus"] = "torch's device properties give no PCI bus id"
+        link = entry["hostbw"]
+        for key, getter in (
+            ("gen", "nvmlDeviceGetCurrPcieLinkGeneration"),
+            ("width", "nvmlDeviceGetCurrPcieLinkWidth"),
+        ):
+            if link is not None and link[f"pcie_{key}_loaded"] is None:  # type: ignore[literal-required]
+                errors[f"per_gpu.{slot}.hostbw.pcie_{key}_loaded"] = f"NVML's {getter} gave nothing under load"
+    return errors
 
 
 def _phases(walls: dict[str, float]) -> BenchPhases:

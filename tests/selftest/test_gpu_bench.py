@@ -11,6 +11,7 @@ area judges (verdicts.compute, verdicts.memory) read the result as the tests do.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import sys
 import time
@@ -419,3 +420,15 @@ def test_a_busy_matmul_rank_writes_the_busy_outcome(matmul_rank: Any) -> None:
     data = matmul_rank(["--sizes=32"], busy={0: 4242})
     assert data["outcome"] == "busy" and data["busy"][0]["processes"][0]["pid"] == 4242
     assert "checksum" not in data and "tflops" not in data
+
+
+def test_a_reading_written_none_has_its_errors_entry(bench: Any) -> None:
+    """A reading the GPU did not give is None with an ``errors`` entry by its path; one it gave has none."""
+    data, _, _ = bench([*SMALL, "--parts=hostbw"], count=2)
+    assert data["errors"] == {}
+    entry = copy.deepcopy(data["per_gpu"][1])
+    entry["torch_bus"] = None
+    entry["hostbw"]["pcie_width_loaded"] = None
+    errors = gpubench._errors([data["per_gpu"][0], entry])
+    assert set(errors) == {"per_gpu.1.torch_bus", "per_gpu.1.hostbw.pcie_width_loaded"}
+    assert "nvmlDeviceGetCurrPcieLinkWidth" in errors["per_gpu.1.hostbw.pcie_width_loaded"]
