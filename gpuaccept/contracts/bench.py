@@ -49,6 +49,8 @@ __all__ = [
     "P2pMatrix",
     "P2pMeasured",
     "P2pPair",
+    "PartWalls",
+    "PerLinkGrowth",
     "SizeFigure",
     "best_size_figure",
 ]
@@ -76,8 +78,10 @@ class BusyGpu(TypedDict):
 @strict
 class SizeFigure(TypedDict):
     """One matrix or buffer size's timed batches (``spread_pct`` None when the median was 0), and the GPU's NVML
-    sample halfway through them (None: NVML was not loaded, ``errors`` says so)."""
+    sample halfway through them (None: NVML was not loaded, ``errors`` says so). A row of a list, not a value
+    keyed by its size: a size the probe measured and left out of its result cannot pass for one never measured."""
 
+    size: int
     spread_pct: float | None
     batches: int
     calls_per_batch: int
@@ -104,12 +108,12 @@ class MembwSize(SizeFigure):
 
 @strict
 class MatmulFigures(TypedDict):
-    """A GPU's matmul figures: the best size's TFLOP/s and every size's (keyed by the size as text), the burst
+    """A GPU's matmul figures: the best size's TFLOP/s and every size's (in the order measured), the burst
     before any warm-up (None: ``--no-burst``), and the exact integer checksum (``probes/matmul.checksum``)."""
 
     tflops: float
     best_size: int
-    by_size: dict[str, MatmulSize]
+    sizes: list[MatmulSize]
     tflops_burst: float | None
     checksum: int
     data: Literal["normal", "zeros"]
@@ -121,7 +125,7 @@ class MembwFigures(TypedDict):
 
     tbps: float
     best_size: int
-    by_size: dict[str, MembwSize]
+    sizes: list[MembwSize]
 
 
 @strict
@@ -212,6 +216,14 @@ class P2pMatrix(TypedDict):
 
 
 @strict
+class PerLinkGrowth(TypedDict):
+    """Each CRC counter's growth by link number (as text), the links whose counter grew only."""
+
+    crc_flit: dict[str, int]
+    crc_data: dict[str, int]
+
+
+@strict
 class NvlinkDelta(TypedDict):
     """How much one GPU's NVLink error counters grew while the pairs copied (None: a counter unread)."""
 
@@ -221,7 +233,7 @@ class NvlinkDelta(TypedDict):
     crc_data: int | None
     replay: int | None
     recovery: int | None
-    per_link: dict[str, dict[str, int]]
+    per_link: PerLinkGrowth
     links: int
     unread_links: dict[str, list[int]]
 
@@ -247,6 +259,16 @@ class P2pBusy(TypedDict):
 
 
 @strict
+class PartWalls(TypedDict):
+    """Each part's wall seconds (None: not asked for)."""
+
+    matmul: float | None
+    membw: float | None
+    hostbw: float | None
+    p2p: float | None
+
+
+@strict
 class BenchPhases(TypedDict):
     """Where the gpubench process's wall went (``probes._timing``): start-up, warm-up, timed batches, the rest, and
     each part's wall. The step's own wall is the dispatcher's, on the step record."""
@@ -256,7 +278,7 @@ class BenchPhases(TypedDict):
     measure_s: float
     other_s: float
     process_wall_s: float
-    by_part_s: dict[str, float]
+    by_part_s: PartWalls
 
 
 @strict
@@ -372,5 +394,5 @@ class MatmulRecord(RootModel[MatmulOutcome]):
 
 
 def best_size_figure(figures: MatmulFigures | MembwFigures) -> MatmulSize | MembwSize:
-    """The figures of the size a part reported as its best (the probe writes ``best_size`` from ``by_size``)."""
-    return figures["by_size"][str(figures["best_size"])]
+    """The figures of the size a part reported as its best (the probe writes ``best_size`` from ``sizes``)."""
+    return next(figure for figure in figures["sizes"] if figure["size"] == figures["best_size"])

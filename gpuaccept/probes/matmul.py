@@ -125,7 +125,7 @@ def measure(
     devices: list[Any] | None = None,
     ordinals: list[int] | None = None,
     timer: Any = None,
-) -> list[tuple[float, int, dict[str, MatmulSize]]]:
+) -> list[tuple[float, int, list[MatmulSize]]]:
     """Each size in turn, every device at once: the first after ``warmup_s``, the others after a short one.
 
     ``ordinals`` are the devices' positions in ``pre`` (for the NVML sample under load). Returns one
@@ -133,7 +133,7 @@ def measure(
     """
     devices = devices or [torch.device("cuda", 0)]
     ordinals = ordinals if ordinals is not None else list(range(len(devices)))
-    by_size: list[dict[str, MatmulSize]] = [{} for _ in devices]
+    by_size: list[list[MatmulSize]] = [[] for _ in devices]
     for index, n in enumerate(sizes):
         lanes = _lanes(torch, devices, n, data)
         seen, sample = pre.sampler(ordinals)
@@ -150,33 +150,36 @@ def measure(
         for slot, lane_times, during in zip(by_size, times, seen, strict=True):
             samples = [flops / t / 1e12 for t in lane_times]
             figure = spread(samples, 1)
-            slot[str(n)] = {
-                "tflops": figure["median"],
-                "tflops_min": figure["min"],
-                "tflops_max": figure["max"],
-                "spread_pct": figure["spread_pct"],
-                "batches": len(samples),
-                "calls_per_batch": _batch(n),
-                "during": during,
-            }
+            slot.append(
+                {
+                    "size": n,
+                    "tflops": figure["median"],
+                    "tflops_min": figure["min"],
+                    "tflops_max": figure["max"],
+                    "spread_pct": figure["spread_pct"],
+                    "batches": len(samples),
+                    "calls_per_batch": _batch(n),
+                    "during": during,
+                }
+            )
         del lanes
         torch.cuda.empty_cache()
     out = []
     for sizes_seen in by_size:
-        best = max(sizes_seen, key=lambda k: sizes_seen[k]["tflops"])
-        out.append((sizes_seen[best]["tflops"], int(best), sizes_seen))
+        best = max(sizes_seen, key=lambda f: f["tflops"])
+        out.append((best["tflops"], best["size"], sizes_seen))
     return out
 
 
 def figures(
-    best: tuple[float, int, dict[str, MatmulSize]], tflops_burst: float | None, checksum: int, data: str
+    best: tuple[float, int, list[MatmulSize]], tflops_burst: float | None, checksum: int, data: str
 ) -> MatmulFigures:
     """A GPU's matmul figures as ``gpubench`` and ``matmul`` both write them."""
-    tflops, best_size, by_size = best
+    tflops, best_size, sizes = best
     return {
         "tflops": tflops,
         "best_size": best_size,
-        "by_size": by_size,
+        "sizes": sizes,
         "tflops_burst": tflops_burst,
         "checksum": checksum,
         "data": "zeros" if data == "zeros" else "normal",
@@ -270,7 +273,7 @@ def main(argv: list[str] | None = None) -> None:
         best = measure(torch, pre, sizes, args.repeats, args.warmup, args.data)[0]
         phases.mark("measure")
         if pre.lib is None:
-            errors["by_size.during"] = NO_NVML
+            errors["sizes.during"] = NO_NVML
         result = {
             "outcome": "sizes",
             **figures(best, tflops_burst, start, args.data),

@@ -53,6 +53,7 @@ def measure(
         figure = spread([2 * size / t / 1e12 for t in lane_times], 3)
         out.append(
             {
+                "size": size,
                 "tbps": figure["median"],
                 "tbps_min": figure["min"],
                 "tbps_max": figure["max"],
@@ -78,15 +79,15 @@ def measure_sizes(
     """Every size in turn on every device at once; per device the best size's TB/s and each size's figures."""
     devices = devices or [torch.device("cuda", 0)]
     ordinals = ordinals if ordinals is not None else list(range(len(devices)))
-    by_size: list[dict[str, MembwSize]] = [{} for _ in devices]
+    by_size: list[list[MembwSize]] = [[] for _ in devices]
     for size in sizes:
         seen, sample = pre.sampler(ordinals)
         for slot, figure in zip(
             by_size, measure(torch, size, repeats, warmup_s, sample, devices, timer, seen), strict=True
         ):
-            slot[str(size)] = figure
+            slot.append(figure)
     out: list[MembwFigures] = []
     for figures in by_size:
-        best = max(figures, key=lambda k: figures[k]["tbps"])
-        out.append({"tbps": figures[best]["tbps"], "best_size": int(best), "by_size": figures})
+        best = max(figures, key=lambda f: f["tbps"])
+        out.append({"tbps": best["tbps"], "best_size": best["size"], "sizes": figures})
     return out

@@ -163,7 +163,7 @@ def nvlink_deltas(
             a, b = old.get(name), new.get(name)
             entry[name] = None if a is None or b is None else b - a
         links_before, links_after = old.get("per_link") or {}, new.get("per_link") or {}
-        entry["per_link"] = {
+        entry["per_link"] = {  # both counters always, the links whose counter grew
             name: {
                 str(link): count - links_before[name][link]
                 for link, count in (links_after.get(name) or {}).items()

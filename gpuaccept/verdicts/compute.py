@@ -54,7 +54,7 @@ def judge_matmul(bench: GpuBenchRan | GpuBenchError, judge: JudgeLike, node: str
             gpu=label,
             size=data["best_size"],
             checksum=data["checksum"],
-            by_size={k: v["tflops"] for k, v in data["by_size"].items()},
+            by_size={str(f["size"]): f["tflops"] for f in data["sizes"]},
             spread_pct=best["spread_pct"],
             during=best["during"],
         )
@@ -67,7 +67,7 @@ def judge_matmul(bench: GpuBenchRan | GpuBenchError, judge: JudgeLike, node: str
 
 def judge_clock_events_under_load(data: MatmulFigures, judge: JudgeLike, node: str, label: str | None) -> None:
     """``matmul_clock_events_failing``: the failing clock-event reasons in any size's sample under load."""
-    samples = [f["during"] for f in data["by_size"].values()]
+    samples = [f["during"] for f in data["sizes"]]
     masks = [s["clock_event_reasons"] if s is not None else None for s in samples]
     judge_clock_events("matmul_clock_events_failing", masks, judge, node, label, "while the matmul ran")
 

@@ -231,7 +231,7 @@ def judge_affinity(data: dict[str, Any], judge: JudgeLike, node: str) -> None:
 
 def _link_split(entry: NvlinkDelta, kind: str) -> str:
     """Where a GPU's CRC errors sat: one link (a cable/port to reseat) or spread over all of them."""
-    per_link = entry["per_link"].get(f"crc_{kind}") or {}
+    per_link = entry["per_link"]["crc_flit" if kind == "flit" else "crc_data"]
     if not per_link:
         return ""
     worst, count = max(per_link.items(), key=lambda item: item[1])
@@ -277,7 +277,7 @@ def judge_nvlink_under_load(bench: GpuBenchRan | GpuBenchError, judge: JudgeLike
                 gpu=label,
                 count=count,
                 seconds=seconds,
-                links=entry["per_link"].get(f"crc_{kind}"),
+                links=entry["per_link"]["crc_flit" if kind == "flit" else "crc_data"],
                 details=[f"{count} CRC {kind} errors in {seconds:.1f} s {where}"] if count and where else [],
             )
         for kind in ("replay", "recovery"):

@@ -85,8 +85,9 @@ def sample(reasons: int | None = 4, replay: int | None = 0, t: float = 1000.0, g
 def matmul(tflops: float, checksum: int = 1234567, reasons: int | None = 4) -> dict[str, Any]:
     """One GPU's matmul figures (``MatmulFigures``): two sizes, the best one ``tflops``."""
 
-    def size(value: float, mask: int | None) -> dict[str, Any]:
+    def size(n: int, value: float, mask: int | None) -> dict[str, Any]:
         return {
+            "size": n,
             "tflops": value,
             "tflops_min": value - 2,
             "tflops_max": value + 2,
@@ -99,7 +100,7 @@ def matmul(tflops: float, checksum: int = 1234567, reasons: int | None = 4) -> d
     return {
         "tflops": tflops,
         "best_size": 8192,
-        "by_size": {"4096": size(tflops - 20, 4), "8192": size(tflops, reasons)},
+        "sizes": [size(4096, tflops - 20, 4), size(8192, tflops, reasons)],
         "tflops_burst": 760.0,
         "checksum": checksum,
         "data": "normal",
@@ -108,7 +109,7 @@ def matmul(tflops: float, checksum: int = 1234567, reasons: int | None = 4) -> d
 
 def membw(tbps: float) -> dict[str, Any]:
     size = {"tbps": tbps, "tbps_min": tbps, "tbps_max": tbps, "spread_pct": 0.1, "batches": 20, "calls_per_batch": 10}
-    return {"tbps": tbps, "best_size": 2 << 30, "by_size": {str(2 << 30): {**size, "during": sample()}}}
+    return {"tbps": tbps, "best_size": 2 << 30, "sizes": [{**size, "size": 2 << 30, "during": sample()}]}
 
 
 NUMA = {
@@ -189,7 +190,7 @@ def raw_bench(part: str, figures: Sequence[dict[str, Any] | None], p2p: dict[str
             "measure_s": 8.0,
             "other_s": 1.5,
             "process_wall_s": 17.6,
-            "by_part_s": {part: 11.5},
+            "by_part_s": {"matmul": None, "membw": None, "hostbw": None, "p2p": None, part: 11.5},
         },
         "errors": {"per_gpu.0.torch_bus": "torch's device properties give no PCI bus id"},
     }
@@ -218,7 +219,7 @@ def test_a_gpu_that_throttles_under_load_fails_however_fast(judge: Judge) -> Non
 def test_clock_events_not_read_under_load_are_an_error(judge: Judge) -> None:
     """No size's sample read the reasons: could not measure, never a pass."""
     figures = [matmul(670.0), matmul(660.0)]
-    for size in figures[1]["by_size"].values():
+    for size in figures[1]["sizes"]:
         size["during"]["clock_event_reasons"] = None
     with ends(judge, "error", match="matmul_clock_events_failing .*NVML gave no clock-event reasons"):
         judge_matmul(bench("matmul", figures), judge, "vm")
