@@ -6,7 +6,8 @@
 #   bash benchmarks/record_bench.sh OUTDIR        # a bare H100/H200 host: torch + nvidia-ml-py, no Slurm
 #
 #   OUTDIR/<kind>.gpubench.out        gpubench, one task driving every GPU (the suite's step: no arguments)
-#   OUTDIR/<kind>-1gpu.gpubench.out   gpubench on GPU 0 alone (a one-GPU node's step: no pairs, no all-at-once)
+#   OUTDIR/<kind>-1gpu.gpubench.out   gpubench on GPU 0 alone (a one-GPU node's step: no pairs, no all-at-once;
+#                                     on a one-GPU host the first file is that run)
 #   OUTDIR/<kind>.matmul.out          matmul --burn-in, one rank per GPU, all at once (the suite's burn-in step)
 #   OUTDIR/README.md                  where and when they were recorded, the commands, the RECORDED entries
 #
@@ -31,8 +32,10 @@ echo "record_bench: $ngpu x $name ($kind) -> $out" >&2
 # the suite's gpubench step: one task, every GPU of the node visible to it
 CUDA_VISIBLE_DEVICES=$all RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
   python3 -m gpuaccept.probes.gpubench >"$out/$kind.gpubench.out"
-CUDA_VISIBLE_DEVICES=0 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
-  python3 -m gpuaccept.probes.gpubench >"$out/$kind-1gpu.gpubench.out"
+if ((ngpu > 1)); then # a one-GPU host's run above is already the one-GPU recording
+  CUDA_VISIBLE_DEVICES=0 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+    python3 -m gpuaccept.probes.gpubench >"$out/$kind-1gpu.gpubench.out"
+fi
 
 # the suite's burn-in step: one rank per GPU (gpus_per_task=1), every rank at once
 tmp=$(mktemp -d)
@@ -55,6 +58,8 @@ from gpuaccept.probes.specs import GPUBENCH, MATMUL
 out, kind, ngpu = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 for file, spec, ranks in ((f"{kind}.gpubench.out", GPUBENCH, 1), (f"{kind}-1gpu.gpubench.out", GPUBENCH, 1),
                           (f"{kind}.matmul.out", MATMUL, ngpu)):
+    if not (out / file).exists():
+        continue
     try:
         for record in parse_records(spec.name, (out / file).read_text(), ranks, ()):
             spec.validate(record)
@@ -72,7 +77,7 @@ echo "$check" >&2
   echo "torch $(python3 -c 'import torch; print(torch.__version__)'). Raw stdout of each probe, not edited."
   echo
   echo "- \`$kind.gpubench.out\`: \`python3 -m gpuaccept.probes.gpubench\`, CUDA_VISIBLE_DEVICES=$all"
-  echo "- \`$kind-1gpu.gpubench.out\`: the same on CUDA_VISIBLE_DEVICES=0"
+  ((ngpu > 1)) && echo "- \`$kind-1gpu.gpubench.out\`: the same on CUDA_VISIBLE_DEVICES=0"
   echo "- \`$kind.matmul.out\`: \`python3 -m gpuaccept.probes.matmul --burn-in $burn --interval $interval\`, one rank per GPU"
   echo
   echo "Checked against the payload types when recorded:"
@@ -83,7 +88,7 @@ echo "$check" >&2
   echo
   echo '```python'
   echo "    \"gpu/$kind.gpubench.out\": (specs.GPUBENCH, 1),"
-  echo "    \"gpu/$kind-1gpu.gpubench.out\": (specs.GPUBENCH, 1),"
+  ((ngpu > 1)) && echo "    \"gpu/$kind-1gpu.gpubench.out\": (specs.GPUBENCH, 1),"
   echo "    \"gpu/$kind.matmul.out\": (specs.MATMUL, $ngpu),"
   echo '```'
 } >"$out/README.md"
