@@ -36,7 +36,7 @@ def lines(data: dict[str, Any]) -> list[str]:
     for entry in data.get("per_gpu") or []:
         matmul = entry.get("matmul") or {}
         if matmul:
-            sizes = ", ".join(f"{k} {v['tflops']} ({v.get('spread_pct')}%)" for k, v in matmul["by_size"].items())
+            sizes = ", ".join(f"{v['size']} {v['tflops']} ({v['spread_pct']}%)" for v in matmul["sizes"])
             out.append(f"GPU {entry['index']} matmul best {matmul['best_size']}: {matmul['tflops']} TFLOP/s; {sizes}")
         host = entry.get("hostbw") or {}
         if host:

@@ -23,18 +23,14 @@ __all__ = [
     "AllGatherRow",
     "AllReduceRow",
     "AlltoallRow",
-    "BenchPerGpu",
     "BroadcastRow",
     "CappedSizes",
     "Clocks",
     "FirstWrong",
-    "GpuBench",
     "GpuHealth",
     "GpuIdentity",
     "GpuProcess",
     "HealthRecord",
-    "MatmulFigures",
-    "MembwFigures",
     "NcclRecord",
     "NcclRow",
     "NcclTestsRecord",
@@ -44,8 +40,6 @@ __all__ = [
     "ReduceScatterRow",
     "RemappedRows",
     "Sample",
-    "SizeFigure",
-    "best_size_figure",
 ]
 
 
@@ -179,63 +173,6 @@ class HealthRecord(TypedDict):
     nvml_version: str | None
     cuda_visible_devices: str | None
     gpus: list[Annotated[GpuHealth, AfterValidator(_explained)]]
-
-
-class SizeFigure(TypedDict, total=False):
-    """One matrix or buffer size's timed batches, and the GPU's state while they ran."""
-
-    tflops: float
-    tbps: float
-    spread_pct: float | None
-    during: Sample
-
-
-class MatmulFigures(TypedDict, total=False):
-    """A GPU's matmul part: the best size's TFLOP/s and every size's figures (keyed by the size as text)."""
-
-    tflops: float
-    best_size: int
-    by_size: dict[str, SizeFigure]
-    tflops_burst: float | None
-    checksum: int | None  # the exact integer sum of the product (probes/matmul.checksum)
-
-
-class MembwFigures(TypedDict, total=False):
-    """A GPU's HBM copy part, shaped like the matmul part."""
-
-    tbps: float
-    best_size: int
-    by_size: dict[str, SizeFigure]
-
-
-class BenchPerGpu(TypedDict, total=False):
-    """One GPU's parts of a ``gpubench`` result; ``idle`` is sampled before any part, ``end`` after all."""
-
-    index: int
-    idle: Sample
-    end: Sample
-    matmul: MatmulFigures
-    membw: MembwFigures
-    hostbw: dict[str, Any]
-
-
-class GpuBench(TypedDict, total=False):
-    """A node's ``gpubench`` result (``probes.gpubench``)."""
-
-    gpus: list[GpuIdentity]
-    busy: list[dict[str, Any]]
-    per_gpu: list[BenchPerGpu]
-    hostbw_concurrent: dict[str, Any] | None
-    p2p: dict[str, Any]
-    phases: dict[str, Any]
-    error: str
-    step_s: float
-
-
-def best_size_figure(figures: MatmulFigures | MembwFigures | dict[str, Any]) -> SizeFigure:
-    """The figures of the size a part reported as its best (empty if it reported none)."""
-    by_size: dict[str, SizeFigure] = figures.get("by_size") or {}
-    return by_size.get(str(figures.get("best_size"))) or SizeFigure()
 
 
 # ---- NCCL: ``probes.nccl`` (one row per collective and size) and ``probes.nccl_tests`` (a table per collective)

@@ -18,8 +18,10 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from gpuaccept.contracts.bench import BusyGpu
+from gpuaccept.contracts.payloads import GpuIdentity, GpuProcess, Sample
 from gpuaccept.probes._gpu import foreign_processes, handle_for_rank, identity, sample
 from gpuaccept.probes._nvml import nvml
 
@@ -28,6 +30,7 @@ from gpuaccept.probes._nvml import nvml
 os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
 
 __all__ = [
+    "NO_NVML",
     "Lane",
     "Preflight",
     "median",
@@ -50,11 +53,27 @@ class Preflight:
 
     lib: Any
     handles: list[Any]
-    gpus: list[dict[str, Any]]
-    busy: list[dict[str, Any]] = field(default_factory=list)
+    gpus: list[GpuIdentity]
+    busy: list[BusyGpu] = field(default_factory=list)
 
-    def sample(self, ordinal: int = 0) -> dict[str, Any]:
-        return sample(self.lib, self.handles[ordinal]) if self.lib is not None else {}
+    def sample(self, ordinal: int = 0) -> Sample | None:
+        """What GPU ``ordinal`` is doing now; None where NVML is not loaded (``NO_NVML`` says why)."""
+        return cast(Sample, sample(self.lib, self.handles[ordinal])) if self.lib is not None else None
+
+    def sampler(self, ordinals: list[int]) -> tuple[list[Sample | None], Callable[[], None]]:
+        """One slot per ordinal and the ``during`` callback of ``time_lanes`` that fills them: a slot stays None
+        where NVML is not loaded."""
+        seen: list[Sample | None] = [None] * len(ordinals)
+
+        def during() -> None:
+            for slot, ordinal in enumerate(ordinals):
+                seen[slot] = self.sample(ordinal)
+
+        return seen, during
+
+
+#: the ``errors`` entry of an NVML sample written None
+NO_NVML = "NVML not loaded (nvidia-ml-py missing or the driver refused nvmlInit): no sample"
 
 
 def preflight(count: int = 1) -> Preflight:
@@ -63,10 +82,10 @@ def preflight(count: int = 1) -> Preflight:
     if lib is None:
         return Preflight(None, [], [])
     handles = [handle_for_rank(lib, ordinal) for ordinal in range(count)]
-    gpus = [identity(lib, h) for h in handles]
-    busy = []
+    gpus = [cast(GpuIdentity, identity(lib, h)) for h in handles]
+    busy: list[BusyGpu] = []
     for gpu, handle in zip(gpus, handles, strict=True):
-        procs = foreign_processes(lib, handle)
+        procs = cast(list[GpuProcess], foreign_processes(lib, handle))
         if procs:
             busy.append({"gpu": gpu["index"], "pci_bus_id": gpu["pci_bus_id"], "processes": procs})
     return Preflight(lib, handles, gpus, busy)

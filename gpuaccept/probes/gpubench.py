@@ -14,11 +14,13 @@ measures in this order:
    them (the load that ``test_nvlink_errors_under_load`` judges).
 
 Nothing runs on a GPU that another part is measuring, and the parts run one after another. A GPU with
-someone else's processes on it is named and not measured (the others are); the pairs are skipped
-then. The result holds each part per GPU (``per_gpu``, with an ``idle`` sample before the parts and an
+someone else's processes on it is named in ``busy`` and not measured (the others are); the pairs are skipped
+then (their ``busy`` outcome). The result (``contracts.bench.GpuBenchRan``; ``GpuBenchError`` where no GPU is
+visible) holds each measured GPU's parts (``per_gpu``, with an ``idle`` sample before the parts and an
 ``end`` sample after them: the PCIe replay counter's window), the all-at-once host figures, the pairs,
-and ``phases``: start-up (interpreter, imports, NVML, CUDA contexts), warm-up, timed measurement, the rest
-(allocations, checksums, NVML reads) and each part's wall time. Run by hand:
+``errors`` (each reading written None, by its path, and why) and ``phases``: start-up (interpreter, imports,
+NVML, CUDA contexts), warm-up, timed measurement, the rest (allocations, checksums, NVML reads) and each part's
+wall time. Run by hand:
 ``python -m gpuaccept.probes.gpubench`` (every visible GPU).
 """
 
@@ -32,6 +34,16 @@ import argparse  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
+from gpuaccept.contracts.bench import (  # noqa: E402
+    BenchPerGpu,
+    BenchPhases,
+    GpuBenchError,
+    GpuBenchRan,
+    HostbwConcurrent,
+    MatmulFigures,
+    P2pBusy,
+    P2pMeasured,
+)
 from gpuaccept.probes import hostbw, matmul, membw, p2p  # noqa: E402
 from gpuaccept.probes._bench import preflight, torch_device_bus, visible_count  # noqa: E402
 from gpuaccept.probes._protocol import emit  # noqa: E402
@@ -75,37 +87,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     pre = preflight(visible_count())
+    if not pre.gpus:
+        error: GpuBenchError = {
+            "outcome": "error",
+            "error": "no GPU visible (NVML found none, or CUDA_VISIBLE_DEVICES is empty)",
+        }
+        emit(error, probe="gpubench")
+        return
     busy_gpus = {entry["gpu"] for entry in pre.busy} if not args.measure_busy else set()
     ordinals = [i for i, gpu in enumerate(pre.gpus) if gpu["index"] not in busy_gpus]
-    data: dict[str, Any] = {"gpus": pre.gpus, "busy": pre.busy, "parts": args.parts, "idle": {}}
-    per_gpu: list[dict[str, Any]] = [{"index": gpu["index"]} for gpu in pre.gpus]
-    data["per_gpu"] = per_gpu
-    for i in ordinals:
-        per_gpu[i]["idle"] = pre.sample(i)
-    if not pre.gpus:
-        data["error"] = "no GPU visible (NVML found none, or CUDA_VISIBLE_DEVICES is empty)"
+    idle = {i: pre.sample(i) for i in ordinals}
     import torch
 
     devices = [torch.device("cuda", i) for i in ordinals]
     for device in devices:  # every CUDA context now, so it counts as start-up and not as the first part
         torch.zeros(1, device=device)
-    for i in ordinals:
-        per_gpu[i]["torch_bus"] = torch_device_bus(torch, i)
-    data["torch"] = torch.__version__
+    buses = {i: torch_device_bus(torch, i) for i in ordinals}
     PHASES.mark("startup")
     walls: dict[str, float] = {}
+    parts: dict[str, dict[int, Any]] = {"matmul": {}, "membw": {}, "hostbw": {}}
+    concurrent: HostbwConcurrent | None = None
+    pairs: P2pMeasured | P2pBusy | None = None
     for part in args.parts:
         started = time.monotonic()
         if part == "matmul" and devices:
-            _matmul(torch, pre, args, ordinals, devices, per_gpu)
+            parts["matmul"] = dict(zip(ordinals, _matmul(torch, pre, args, ordinals, devices), strict=True))
         elif part == "membw" and devices:
             figures = membw.measure_sizes(
                 torch, pre, [args.membw_size], args.membw_repeats, args.membw_warmup, devices, ordinals, timer=PHASES
             )
-            for i, figure in zip(ordinals, figures, strict=True):
-                per_gpu[i]["membw"] = figure
+            parts["membw"] = dict(zip(ordinals, figures, strict=True))
         elif part == "hostbw" and devices:
-            result = hostbw.measure_node(
+            links, concurrent = hostbw.measure_node(
                 torch,
                 pre,
                 ordinals,
@@ -115,56 +128,108 @@ def main(argv: list[str] | None = None) -> None:
                 bind=not args.no_bind,
                 timer=PHASES,
             )
-            for i, figure in zip(ordinals, result["per_gpu"], strict=True):
-                per_gpu[i]["hostbw"] = figure
-            data["hostbw_concurrent"] = result.get("concurrent")
+            parts["hostbw"] = dict(zip(ordinals, links, strict=True))
         elif part == "p2p":
-            data["p2p"] = _p2p(torch, pre, args, busy_gpus)
+            pairs = _p2p(torch, pre, args, busy_gpus)
         walls[part] = round(time.monotonic() - started, 3)
     for device in devices:
         torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
-    for i in ordinals:  # the window's second reading (the first is ``idle``): counters that grew under load
-        per_gpu[i]["end"] = pre.sample(i)
+    # the window's second reading (the first is ``idle``): counters that grew under load
+    end = {i: pre.sample(i) for i in ordinals}
     PHASES.mark("parts")
-    phases = PHASES.as_dict()
-    # the parts' wall beyond their warm-up and timed batches: allocations, checksums, NVML reads
-    phases["other_s"] = round(
-        phases.pop("parts_s", 0.0) - phases.get("warmup_s", 0.0) - phases.get("measure_s", 0.0), 3
-    )
-    phases["by_part_s"] = walls  # type: ignore[assignment]
-    data["phases"] = phases
-    emit(data, probe="gpubench")
+    per_gpu: list[BenchPerGpu] = [
+        {
+            "index": pre.gpus[i]["index"],
+            "torch_bus": buses[i],
+            "idle": idle[i],
+            "end": end[i],
+            "matmul": parts["matmul"].get(i),
+            "membw": parts["membw"].get(i),
+            "hostbw": parts["hostbw"].get(i),
+        }
+        for i in ordinals
+    ]
+    errors = _errors(per_gpu)
+    result: GpuBenchRan = {
+        "outcome": "measured",
+        "gpus": pre.gpus,
+        "busy": pre.busy,
+        "parts": args.parts,
+        "torch": torch.__version__,
+        "per_gpu": per_gpu,
+        "hostbw_concurrent": concurrent,
+        "p2p": pairs,
+        "phases": _phases(walls),
+        "errors": errors,
+    }
+    emit(result, probe="gpubench")
+
+
+def _errors(per_gpu: list[BenchPerGpu]) -> dict[str, str]:
+    """Why each reading of ``per_gpu`` written None is None, by its path."""
+    errors: dict[str, str] = {}
+    for slot, entry in enumerate(per_gpu):
+        if entry["torch_bus"] is None:
+            errors[f"per_gpu.{slot}.torch_bus"] = "torch's device properties give no PCI bus id"
+        link = entry["hostbw"]
+        for key, getter in (
+            ("gen", "nvmlDeviceGetCurrPcieLinkGeneration"),
+            ("width", "nvmlDeviceGetCurrPcieLinkWidth"),
+        ):
+            if link is not None and link[f"pcie_{key}_loaded"] is None:  # type: ignore[literal-required]
+                errors[f"per_gpu.{slot}.hostbw.pcie_{key}_loaded"] = f"NVML's {getter} gave nothing under load"
+    return errors
+
+
+def _phases(walls: dict[str, float]) -> BenchPhases:
+    """The process's phases, each written (a part that timed nothing adds 0 s of warm-up and timed batches)."""
+    seconds = PHASES.as_dict()
+    warmup, measure = seconds.get("warmup_s", 0.0), seconds.get("measure_s", 0.0)
+    return {
+        "startup_s": seconds["startup_s"],
+        "warmup_s": warmup,
+        "measure_s": measure,
+        # the parts' wall beyond their warm-up and timed batches: allocations, checksums, NVML reads
+        "other_s": round(seconds["parts_s"] - warmup - measure, 3),
+        "process_wall_s": seconds["process_wall_s"],
+        "by_part_s": {
+            "matmul": walls.get("matmul"),
+            "membw": walls.get("membw"),
+            "hostbw": walls.get("hostbw"),
+            "p2p": walls.get("p2p"),
+        },
+    }
 
 
 def _matmul(
-    torch: Any, pre: Any, args: argparse.Namespace, ordinals: list[int], devices: list[Any], per_gpu: list[dict]
-) -> None:
+    torch: Any, pre: Any, args: argparse.Namespace, ordinals: list[int], devices: list[Any]
+) -> list[MatmulFigures]:
     """Burst (before any warm-up), checksums, then every size: one lane per GPU, all at once."""
-    bursts = [None] * len(devices) if args.no_burst else matmul.burst(torch, args.sizes[0], "normal", devices)
+    bursts: list[float | None] = (
+        [None] * len(devices) if args.no_burst else list(matmul.burst(torch, args.sizes[0], "normal", devices))
+    )
     sums = matmul.checksums(torch, devices)
-    figures = matmul.measure(
+    best = matmul.measure(
         torch, pre, args.sizes, args.matmul_repeats, args.matmul_warmup, "normal", devices, ordinals, timer=PHASES
     )
-    for i, tflops_burst, checksum, figure in zip(ordinals, bursts, sums, figures, strict=True):
-        per_gpu[i]["matmul"] = {**figure, "tflops_burst": tflops_burst, "checksum": checksum, "data": "normal"}
+    return [
+        matmul.figures(figure, tflops_burst, checksum, "normal")
+        for tflops_burst, checksum, figure in zip(bursts, sums, best, strict=True)
+    ]
 
 
-def _p2p(torch: Any, pre: Any, args: argparse.Namespace, busy_gpus: set[int]) -> dict[str, Any]:
+def _p2p(torch: Any, pre: Any, args: argparse.Namespace, busy_gpus: set[int]) -> P2pMeasured | P2pBusy:
     """Every ordered pair (rounds of disjoint pairs) with the NVLink counters around them; all or none."""
-    out: dict[str, Any] = {"gpus": pre.gpus, "busy": pre.busy, "size": args.p2p_size}
     if busy_gpus:
-        out["skipped"] = "GPU busy: other processes were running on some GPUs before the benchmark"
-        return out
-    if len(pre.gpus) < 2:
-        out.update(pairs=[], matrix={"gpus": [g["index"] for g in pre.gpus], "gbps": []})
-        return out
-    out.update(
-        p2p.measure_with_errors(
-            torch, pre, args.p2p_size, args.p2p_repeats, args.p2p_warmup, serial=args.p2p_serial, timer=PHASES
-        )
+        return {
+            "outcome": "busy",
+            "size": args.p2p_size,
+            "skipped": "GPU busy: other processes were running on some GPUs before the benchmark",
+        }
+    return p2p.measure_with_errors(
+        torch, pre, args.p2p_size, args.p2p_repeats, args.p2p_warmup, serial=args.p2p_serial, timer=PHASES
     )
-    return out
 
 
 if __name__ == "__main__":

@@ -28,32 +28,38 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, cast
 
+from gpuaccept.contracts.bench import HostbwConcurrent, HostLink, NumaBinding
+from gpuaccept.contracts.payloads import Sample
 from gpuaccept.probes._bench import Lane, Preflight, spread, time_lanes
 from gpuaccept.probes._gpu import cpu_affinity, numa_node
 
 __all__ = ["bind_local", "measure_node"]
 
-DIRECTIONS = ("h2d", "d2h")
+DIRECTIONS: tuple[Literal["h2d"], Literal["d2h"]] = ("h2d", "d2h")
 
 
-def bind_local(pre: Preflight, ordinal: int = 0, allowed: set[int] | None = None) -> dict[str, Any]:
-    """Pin the calling thread to GPU ``ordinal``'s local CPUs that the step allows; say what was done."""
+def bind_local(pre: Preflight, ordinal: int = 0, allowed: set[int] | None = None, bind: bool = True) -> NumaBinding:
+    """Pin the calling thread to GPU ``ordinal``'s local CPUs that the step allows (``bind``: gpubench's
+    ``--no-bind`` leaves it where it is); say what was done."""
     allowed = allowed if allowed is not None else set(os.sched_getaffinity(0))
     local = set(cpu_affinity(pre.lib, pre.handles[ordinal])) if pre.lib is not None else set()
     usable = sorted(local & allowed)
-    info: dict[str, Any] = {
+    why = None if bind else "--no-bind"
+    if bind and not usable:
+        why = "no CPU is both local to the GPU and allowed to this step"
+    if why is None:
+        os.sched_setaffinity(0, usable)
+    return {
+        "bound": why is None,
+        "why": why,
         "gpu_numa_node": numa_node(pre.gpus[ordinal]["pci_bus_id"]) if pre.gpus else None,
         "local_cpus": len(local),
         "allowed_cpus": len(allowed),
+        "bound_cpus": len(usable) if why is None else 0,
+        "all_local": bool(local) and local <= allowed,
     }
-    if not usable:
-        info.update(bound=False, why="no CPU is both local to the GPU and allowed to this step")
-        return info
-    os.sched_setaffinity(0, usable)
-    info.update(bound=True, bound_cpus=len(usable), all_local=local <= allowed)
-    return info
 
 
 def _copy(direction: str, host: Any, dev: Any) -> Callable[[], Any]:
@@ -78,14 +84,10 @@ def _batch(size: int) -> int:
     return max(1, round((1 << 30) / size))
 
 
-def _figures(size: int, times: list[float], prefix: str) -> dict[str, Any]:
+def _figures(size: int, times: list[float]) -> dict[str, Any]:
+    """One direction's median, min, max and spread (GB/s) of its timed batches."""
     figure = spread([size / t / 1e9 for t in times], 2)
-    return {
-        f"{prefix}_gbps": figure["median"],
-        f"{prefix}_gbps_min": figure["min"],
-        f"{prefix}_gbps_max": figure["max"],
-        f"{prefix}_spread_pct": figure["spread_pct"],
-    }
+    return {"gbps": figure["median"], "gbps_min": figure["min"], "gbps_max": figure["max"], "spread": figure}
 
 
 def _link(
@@ -97,17 +99,15 @@ def _link(
     size: int,
     repeats: int,
     warmup_s: float,
+    numa: NumaBinding,
     timer: Any = None,
-) -> dict[str, Any]:
+) -> HostLink:
     """One GPU's H2D then D2H, nothing else running: its link alone, with NVML's PCIe reading under load."""
     host, dev = buffers
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"numa": numa}
+    loaded: dict[str, list[int]] = {"gen": [], "width": []}
     for name in DIRECTIONS:
-        seen: dict[str, Any] = {}
-
-        def sample(seen: dict[str, Any] = seen) -> None:
-            seen.update(pre.sample(ordinal))
-
+        seen, sample = pre.sampler([ordinal])
         attempts: list[dict[str, Any]] = []
         for _ in range(ATTEMPTS):
             (times,) = time_lanes(
@@ -119,17 +119,25 @@ def _link(
                 during=sample,
                 timer=timer,
             )
-            attempts.append(_figures(size, times, name))
-            if (attempts[-1][f"{name}_spread_pct"] or 0) <= DISTURBED_SPREAD_PCT:
+            attempts.append(_figures(size, times))
+            if (attempts[-1]["spread"]["spread_pct"] or 0) <= DISTURBED_SPREAD_PCT:
                 break
-        best = max(attempts, key=lambda a: a[f"{name}_gbps"])  # interference only ever slows a copy down
-        out.update(best)
-        out[f"{name}_attempts"] = [[a[f"{name}_gbps"], a[f"{name}_spread_pct"]] for a in attempts]
-        out[f"{name}_during"] = seen
-    for key in ("gen", "width"):
-        values = [out[f"{d}_during"].get(f"pcie_{key}") for d in DIRECTIONS]
-        out[f"pcie_{key}_loaded"] = min((v for v in values if v is not None), default=None)
-    return out
+        best = max(attempts, key=lambda a: a["gbps"])  # interference only ever slows a copy down
+        out[f"{name}_gbps"] = best["gbps"]
+        out[f"{name}_gbps_min"] = best["gbps_min"]
+        out[f"{name}_gbps_max"] = best["gbps_max"]
+        out[f"{name}_spread_pct"] = best["spread"]["spread_pct"]
+        out[f"{name}_attempts"] = [(a["gbps"], a["spread"]["spread_pct"]) for a in attempts]
+        during: Sample | None = seen[0]
+        out[f"{name}_during"] = during
+        if during is not None:
+            for key in ("gen", "width"):
+                value = during["pcie_gen" if key == "gen" else "pcie_width"]
+                if value is not None:
+                    loaded[key].append(value)
+    out["pcie_gen_loaded"] = min(loaded["gen"], default=None)
+    out["pcie_width_loaded"] = min(loaded["width"], default=None)
+    return cast(HostLink, out)
 
 
 def _concurrent(
@@ -140,17 +148,17 @@ def _concurrent(
     repeats: int,
     warmup_s: float,
     timer: Any = None,
-) -> dict[str, Any]:
+) -> HostbwConcurrent:
     """Every GPU copying at once, H2D then D2H: per GPU and the node's sum (median batches)."""
     out: dict[str, Any] = {"gpus": len(devices)}
     for name in DIRECTIONS:
         lanes = [Lane(device, _copy(name, host, dev)) for device, (host, dev) in zip(devices, buffers, strict=True)]
         times = time_lanes(torch, lanes, batch=_batch(size), repeats=repeats, warmup_s=warmup_s, timer=timer)
-        per_gpu = [_figures(size, lane_times, name) for lane_times in times]
-        out[f"{name}_gbps_per_gpu"] = [figure[f"{name}_gbps"] for figure in per_gpu]
+        per_gpu = [_figures(size, lane_times) for lane_times in times]
+        out[f"{name}_gbps_per_gpu"] = [figure["gbps"] for figure in per_gpu]
         out[f"{name}_gbps_total"] = round(sum(out[f"{name}_gbps_per_gpu"]), 2)
-        out[f"{name}_spread_pct_per_gpu"] = [figure[f"{name}_spread_pct"] for figure in per_gpu]
-    return out
+        out[f"{name}_spread_pct_per_gpu"] = [figure["spread"]["spread_pct"] for figure in per_gpu]
+    return cast(HostbwConcurrent, out)
 
 
 def measure_node(
@@ -163,31 +171,27 @@ def measure_node(
     warmup_s: float,
     bind: bool = True,
     timer: Any = None,
-) -> dict[str, Any]:
+) -> tuple[list[HostLink], HostbwConcurrent | None]:
     """Each GPU's link alone (NUMA-local buffer, the others idle), then every GPU at once.
 
-    Returns ``per_gpu`` (one entry per ordinal: GB/s each way with min/max/spread, PCIe gen/width under
-    load, the NUMA binding) and ``concurrent`` (per GPU and summed, when there are two GPUs or more).
+    Returns one link per ordinal (GB/s each way with min/max/spread, PCIe gen/width under load, the NUMA
+    binding) and every GPU at once (per GPU and summed; None with fewer than two GPUs).
     The thread's CPU affinity is restored afterwards.
     """
     allowed = set(os.sched_getaffinity(0))
     devices = [torch.device("cuda", ordinal) for ordinal in ordinals]
     buffers: list[tuple[Any, Any]] = []
-    per_gpu: list[dict[str, Any]] = []
+    links: list[HostLink] = []
     try:
         for ordinal, device in zip(ordinals, devices, strict=True):
-            numa = bind_local(pre, ordinal, allowed) if bind else {"bound": False, "why": "--no-bind"}
+            numa = bind_local(pre, ordinal, allowed, bind)
             # allocated (and first touched) while bound: the pinned pages land on the GPU's NUMA node;
             # every GPU keeps its own buffer, since torch's host allocator would hand a freed one back
             host = torch.empty(size, dtype=torch.uint8, pin_memory=True)
             dev = torch.empty(size, dtype=torch.uint8, device=device)
             buffers.append((host, dev))
-            per_gpu.append(
-                {"numa": numa, **_link(torch, pre, ordinal, device, (host, dev), size, repeats, warmup_s, timer)}
-            )
+            links.append(_link(torch, pre, ordinal, device, (host, dev), size, repeats, warmup_s, numa, timer))
     finally:
         os.sched_setaffinity(0, allowed)
-    out: dict[str, Any] = {"size": size, "per_gpu": per_gpu}
-    if len(devices) > 1:
-        out["concurrent"] = _concurrent(torch, devices, buffers, size, repeats, warmup_s, timer)
-    return out
+    concurrent = _concurrent(torch, devices, buffers, size, repeats, warmup_s, timer) if len(devices) > 1 else None
+    return links, concurrent

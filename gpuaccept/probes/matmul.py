@@ -31,11 +31,31 @@ import functools
 import time
 from typing import Any
 
-from gpuaccept.probes._bench import Lane, Preflight, median, preflight, spread, time_lanes, torch_device_bus
+from gpuaccept.contracts.bench import (
+    BurnIn,
+    BurnInInterval,
+    MatmulBurnIn,
+    MatmulBusy,
+    MatmulFigures,
+    MatmulRan,
+    MatmulSize,
+    MatmulSizes,
+)
+from gpuaccept.contracts.payloads import Sample
+from gpuaccept.probes._bench import (
+    NO_NVML,
+    Lane,
+    Preflight,
+    median,
+    preflight,
+    spread,
+    time_lanes,
+    torch_device_bus,
+)
 from gpuaccept.probes._protocol import emit
 from gpuaccept.probes._timing import Phases
 
-__all__ = ["burst", "checksums", "main", "measure"]
+__all__ = ["burst", "checksums", "figures", "main", "measure"]
 
 SWEEP = (4096, 6144, 8192, 10240, 12288, 14336, 16384)
 DEFAULT_SIZES = [8192, 4096, 12288, 16384]
@@ -105,23 +125,18 @@ def measure(
     devices: list[Any] | None = None,
     ordinals: list[int] | None = None,
     timer: Any = None,
-) -> list[dict[str, Any]]:
+) -> list[tuple[float, int, list[MatmulSize]]]:
     """Each size in turn, every device at once: the first after ``warmup_s``, the others after a short one.
 
     ``ordinals`` are the devices' positions in ``pre`` (for the NVML sample under load). Returns one
-    result per device: its best size's TFLOP/s and every size's median, min, max and spread.
+    result per device: its best size's TFLOP/s, that size, and every size's median, min, max and spread.
     """
     devices = devices or [torch.device("cuda", 0)]
     ordinals = ordinals if ordinals is not None else list(range(len(devices)))
-    by_size: list[dict[str, Any]] = [{} for _ in devices]
+    by_size: list[list[MatmulSize]] = [[] for _ in devices]
     for index, n in enumerate(sizes):
         lanes = _lanes(torch, devices, n, data)
-        seen: list[dict[str, Any]] = [{} for _ in devices]
-
-        def sample(seen: list[dict[str, Any]] = seen) -> None:
-            for slot, ordinal in zip(seen, ordinals, strict=True):
-                slot.update(pre.sample(ordinal))
-
+        seen, sample = pre.sampler(ordinals)
         times = time_lanes(
             torch,
             lanes,
@@ -135,48 +150,68 @@ def measure(
         for slot, lane_times, during in zip(by_size, times, seen, strict=True):
             samples = [flops / t / 1e12 for t in lane_times]
             figure = spread(samples, 1)
-            slot[str(n)] = {
-                "tflops": figure["median"],
-                "tflops_min": figure["min"],
-                "tflops_max": figure["max"],
-                "spread_pct": figure["spread_pct"],
-                "batches": len(samples),
-                "calls_per_batch": _batch(n),
-                "during": during,
-            }
+            slot.append(
+                {
+                    "size": n,
+                    "tflops": figure["median"],
+                    "tflops_min": figure["min"],
+                    "tflops_max": figure["max"],
+                    "spread_pct": figure["spread_pct"],
+                    "batches": len(samples),
+                    "calls_per_batch": _batch(n),
+                    "during": during,
+                }
+            )
         del lanes
         torch.cuda.empty_cache()
     out = []
     for sizes_seen in by_size:
-        best = max(sizes_seen, key=lambda k: sizes_seen[k]["tflops"])
-        out.append({"tflops": sizes_seen[best]["tflops"], "best_size": int(best), "by_size": sizes_seen})
+        best = max(sizes_seen, key=lambda f: f["tflops"])
+        out.append((best["tflops"], best["size"], sizes_seen))
     return out
 
 
-def burn_in(torch: Any, pre: Preflight, n: int, duration_s: float, interval_s: float) -> dict[str, Any]:
+def figures(
+    best: tuple[float, int, list[MatmulSize]], tflops_burst: float | None, checksum: int, data: str
+) -> MatmulFigures:
+    """A GPU's matmul figures as ``gpubench`` and ``matmul`` both write them."""
+    tflops, best_size, sizes = best
+    return {
+        "tflops": tflops,
+        "best_size": best_size,
+        "sizes": sizes,
+        "tflops_burst": tflops_burst,
+        "checksum": checksum,
+        "data": "zeros" if data == "zeros" else "normal",
+    }
+
+
+def burn_in(torch: Any, pre: Preflight, n: int, duration_s: float, interval_s: float) -> BurnIn:
     """Sustained matmul with one TFLOP/s figure and one NVML sample per interval."""
     a, b, c = _operands(torch, n)
     batch = _batch(n)
     flops = 2.0 * n**3
-    intervals: list[dict[str, Any]] = []
+    intervals: list[BurnInInterval] = []
     start = time.monotonic()
     while time.monotonic() - start < duration_s:
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         begin.record()
         calls, t0 = 0, time.monotonic()
-        seen: dict[str, Any] = {}
+        seen: Sample | None = None
+        sampled = False
         while time.monotonic() - t0 < interval_s:
             for _ in range(batch):
                 torch.matmul(a, b, out=c)
             calls += batch
-            if not seen and time.monotonic() - t0 > interval_s / 2:
-                seen = pre.sample()
+            if not sampled and time.monotonic() - t0 > interval_s / 2:
+                seen, sampled = pre.sample(), True
             torch.cuda.synchronize()
         end.record()
         torch.cuda.synchronize()
         elapsed = begin.elapsed_time(end) / 1000
         tflops = round(calls * flops / elapsed / 1e12, 1)
-        intervals.append({"t_s": round(time.monotonic() - start, 1), "tflops": tflops, **(seen or pre.sample())})
+        during = seen if sampled else pre.sample()
+        intervals.append({"t_s": round(time.monotonic() - start, 1), "tflops": tflops, "during": during})
     duration = round(time.monotonic() - start, 1)
     return {"size": n, "duration_s": duration, "interval_s": interval_s, "intervals": intervals}
 
@@ -196,31 +231,82 @@ def main(argv: list[str] | None = None) -> None:
     phases = Phases()
 
     pre = preflight(1)
-    data: dict[str, Any] = {"busy": pre.busy, "idle": pre.sample()}
     gpu = pre.gpus[0] if pre.gpus else None
+    idle = pre.sample()
+    errors: dict[str, str] = {} if pre.lib is not None else {"idle": NO_NVML}
     if pre.busy and not args.measure_busy:
-        data["skipped"] = "GPU busy: other processes were running on it before the benchmark"
-        emit(data, gpu=gpu, probe="matmul")
+        skipped: MatmulBusy = {
+            "outcome": "busy",
+            "busy": pre.busy,
+            "idle": idle,
+            "skipped": "GPU busy: other processes were running on it before the benchmark",
+            "errors": errors,
+        }
+        emit(skipped, gpu=gpu, probe="matmul")
         return
     import torch
 
-    data["torch_bus"] = torch_device_bus(torch)
-    data["torch"] = torch.__version__
+    torch_bus = torch_device_bus(torch)
+    if torch_bus is None:
+        errors["torch_bus"] = "torch's device properties give no PCI bus id"
     phases.mark("startup")
+    tflops_burst = None
     if not args.no_burst and args.burn_in <= 0:
-        data["tflops_burst"] = burst(torch, args.sizes[0], args.data)[0]
-    data["checksum"] = checksum(torch)
+        tflops_burst = burst(torch, args.sizes[0], args.data)[0]
+    start = checksum(torch)
     phases.mark("warmup")
+    result: MatmulSizes | MatmulBurnIn
     if args.burn_in > 0:
-        data["burn_in"] = burn_in(torch, pre, args.sizes[0], args.burn_in, args.interval)
-        data["checksum_end"] = checksum(torch)
+        run = burn_in(torch, pre, args.sizes[0], args.burn_in, args.interval)
+        end = checksum(torch)
+        phases.mark("measure")
+        if pre.lib is None:
+            errors["burn_in.intervals.during"] = NO_NVML
+        result = {
+            "outcome": "burn_in",
+            "burn_in": run,
+            "checksum_end": end,
+            **_ran(pre, idle, torch_bus, torch.__version__, start, phases, errors),
+        }
     else:
         sizes = list(SWEEP) if args.sweep else args.sizes
-        data.update(measure(torch, pre, sizes, args.repeats, args.warmup, args.data)[0])
-        data["data"] = args.data
-    phases.mark("measure")
-    data["phases"] = phases.as_dict()
-    emit(data, gpu=gpu, probe="matmul")
+        best = measure(torch, pre, sizes, args.repeats, args.warmup, args.data)[0]
+        phases.mark("measure")
+        if pre.lib is None:
+            errors["sizes.during"] = NO_NVML
+        result = {
+            "outcome": "sizes",
+            **figures(best, tflops_burst, start, args.data),
+            **_ran(pre, idle, torch_bus, torch.__version__, start, phases, errors),
+        }
+    emit(result, gpu=gpu, probe="matmul")
+
+
+def _ran(
+    pre: Preflight,
+    idle: Sample | None,
+    torch_bus: str | None,
+    version: str,
+    start: int,
+    phases: Phases,
+    errors: dict[str, str],
+) -> MatmulRan:
+    """What every measured rank writes beside its figures."""
+    seconds = phases.as_dict()
+    return {
+        "busy": pre.busy,
+        "idle": idle,
+        "torch_bus": torch_bus,
+        "torch": version,
+        "checksum": start,
+        "phases": {
+            "startup_s": seconds["startup_s"],
+            "warmup_s": seconds["warmup_s"],
+            "measure_s": seconds["measure_s"],
+            "process_wall_s": seconds["process_wall_s"],
+        },
+        "errors": errors,
+    }
 
 
 if __name__ == "__main__":

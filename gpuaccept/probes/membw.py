@@ -11,9 +11,12 @@ The measurement runs inside ``python -m gpuaccept.probes.gpubench`` (``--membw-s
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
-from gpuaccept.probes._bench import Lane, spread, time_lanes
+from gpuaccept.contracts.bench import MembwFigures, MembwSize
+from gpuaccept.contracts.payloads import Sample
+from gpuaccept.probes._bench import Lane, Preflight, spread, time_lanes
 
 __all__ = ["measure", "measure_sizes"]
 
@@ -28,11 +31,13 @@ def measure(
     size: int,
     repeats: int,
     warmup_s: float,
-    during: Any,
+    during: Callable[[], None] | None,
     devices: list[Any] | None = None,
     timer: Any = None,
-) -> list[dict[str, Any]]:
-    """One device copy of ``size`` bytes per lane, every device at once; per device its median TB/s."""
+    seen: list[Sample | None] | None = None,
+) -> list[MembwSize]:
+    """One device copy of ``size`` bytes per lane, every device at once; per device its median TB/s, with the
+    NVML sample ``during`` took into ``seen`` (None per device when none was given)."""
     devices = devices or [torch.device("cuda", 0)]
     lanes = []
     for device in devices:
@@ -43,17 +48,19 @@ def measure(
     times = time_lanes(torch, lanes, batch=batch, repeats=repeats, warmup_s=warmup_s, during=during, timer=timer)
     del lanes
     torch.cuda.empty_cache()
-    out = []
-    for lane_times in times:
+    out: list[MembwSize] = []
+    for index, lane_times in enumerate(times):
         figure = spread([2 * size / t / 1e12 for t in lane_times], 3)
         out.append(
             {
+                "size": size,
                 "tbps": figure["median"],
                 "tbps_min": figure["min"],
                 "tbps_max": figure["max"],
                 "spread_pct": figure["spread_pct"],
                 "batches": figure["batches"],
                 "calls_per_batch": batch,
+                "during": seen[index] if seen is not None else None,
             }
         )
     return out
@@ -61,31 +68,26 @@ def measure(
 
 def measure_sizes(
     torch: Any,
-    pre: Any,
+    pre: Preflight,
     sizes: list[int],
     repeats: int,
     warmup_s: float,
     devices: list[Any] | None = None,
     ordinals: list[int] | None = None,
     timer: Any = None,
-) -> list[dict[str, Any]]:
+) -> list[MembwFigures]:
     """Every size in turn on every device at once; per device the best size's TB/s and each size's figures."""
     devices = devices or [torch.device("cuda", 0)]
     ordinals = ordinals if ordinals is not None else list(range(len(devices)))
-    by_size: list[dict[str, Any]] = [{} for _ in devices]
+    by_size: list[list[MembwSize]] = [[] for _ in devices]
     for size in sizes:
-        seen: list[dict[str, Any]] = [{} for _ in devices]
-
-        def sample(seen: list[dict[str, Any]] = seen) -> None:
-            for slot, ordinal in zip(seen, ordinals, strict=True):
-                slot.update(pre.sample(ordinal))
-
-        for slot, figure, during in zip(
-            by_size, measure(torch, size, repeats, warmup_s, sample, devices, timer), seen, strict=True
+        seen, sample = pre.sampler(ordinals)
+        for slot, figure in zip(
+            by_size, measure(torch, size, repeats, warmup_s, sample, devices, timer, seen), strict=True
         ):
-            slot[str(size)] = {**figure, "during": during}
-    out = []
+            slot.append(figure)
+    out: list[MembwFigures] = []
     for figures in by_size:
-        best = max(figures, key=lambda k: figures[k]["tbps"])
-        out.append({"tbps": figures[best]["tbps"], "best_size": int(best), "by_size": figures})
+        best = max(figures, key=lambda f: f["tbps"])
+        out.append({"tbps": best["tbps"], "best_size": best["size"], "sizes": figures})
     return out

@@ -49,7 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,7 +206,9 @@ def child(half: str, folder: Path, seconds: float) -> None:
     own = _own_pids(pre, before)
     measure = functools.partial(_measure, torch, devices, seconds)
     phases = run_half(half, folder, seconds, measure, functools.partial(_busy, pre, own))
-    gpus = pre.gpus or [{"index": int(t) if t.isdigit() else i} for i, t in enumerate(visible_devices())]
+    gpus: list[Mapping[str, object]] = [*pre.gpus] or [
+        {"index": int(t) if t.isdigit() else i} for i, t in enumerate(visible_devices())
+    ]
     (folder / f"{half}.json").write_text(json.dumps({"gpus": gpus, "phases": phases}))
 
 

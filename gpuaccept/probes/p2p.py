@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
+from gpuaccept.contracts.bench import NvlinkDelta, P2pMeasured, P2pPair
+from gpuaccept.contracts.payloads import GpuIdentity
 from gpuaccept.probes._bench import Lane, Preflight, spread, time_lanes
 from gpuaccept.probes._gpu import active_nvlinks, nvlink_error_counters
 
@@ -65,14 +67,14 @@ def _copier(dst: Any, src: Any) -> Callable[[], Any]:
 
 def measure(
     torch: Any,
-    gpus: list[dict[str, Any]],
+    gpus: list[GpuIdentity],
     size: int,
     repeats: int,
     warmup_s: float,
     later_warmup_s: float = 0.05,
     serial: bool = False,
     timer: Any = None,
-) -> dict[str, Any]:
+) -> tuple[list[P2pPair], list[list[float | None]]]:
     """Every ordered pair's copy GB/s, round by round (``pair_rounds``; ``serial``: one pair at a time);
     each pair's batches on its source GPU. The first round warms up for ``warmup_s``, the others for
     ``later_warmup_s`` (the links and clocks are awake by then)."""
@@ -81,7 +83,7 @@ def measure(
     src = [torch.empty(size, dtype=torch.uint8, device=d).random_(0, 255) for d in devices]
     dst = [torch.empty(size, dtype=torch.uint8, device=d) for d in devices]
     batch = _batch(size)
-    pairs: list[dict[str, Any]] = []
+    pairs: list[P2pPair] = []
     matrix: list[list[float | None]] = [[None] * count for _ in range(count)]
     rounds = pair_rounds(count)
     if serial:
@@ -116,17 +118,32 @@ def measure(
     src.clear()
     dst.clear()
     torch.cuda.empty_cache()
-    return {"pairs": pairs, "matrix": {"gpus": [g["index"] for g in gpus], "gbps": matrix}}
+    return pairs, matrix
 
 
 def measure_with_errors(
     torch: Any, pre: Preflight, size: int, repeats: int, warmup_s: float, serial: bool = False, timer: Any = None
-) -> dict[str, Any]:
-    """The pairs' copies with each GPU's NVLink error counters read before and after (the load test)."""
+) -> P2pMeasured:
+    """The pairs' copies with each GPU's NVLink error counters read before and after (the load test); on a node
+    of one GPU there is no pair, and no load to read the counters around."""
+    matrix_gpus = [g["index"] for g in pre.gpus]
+    if len(pre.gpus) < 2:
+        return {
+            "outcome": "measured",
+            "size": size,
+            "pairs": [],
+            "matrix": {"gpus": matrix_gpus, "gbps": []},
+            "nvlink_errors": [],
+        }
     before, started = _counters(pre), time.monotonic()
-    out = measure(torch, pre.gpus, size, repeats, warmup_s, serial=serial, timer=timer)
-    out["nvlink_errors"] = nvlink_deltas(before, _counters(pre), pre.gpus, time.monotonic() - started)
-    return out
+    pairs, matrix = measure(torch, pre.gpus, size, repeats, warmup_s, serial=serial, timer=timer)
+    return {
+        "outcome": "measured",
+        "size": size,
+        "pairs": pairs,
+        "matrix": {"gpus": matrix_gpus, "gbps": matrix},
+        "nvlink_errors": nvlink_deltas(before, _counters(pre), pre.gpus, time.monotonic() - started),
+    }
 
 
 def _counters(pre: Preflight) -> list[dict[str, Any]]:
@@ -136,17 +153,17 @@ def _counters(pre: Preflight) -> list[dict[str, Any]]:
 
 
 def nvlink_deltas(
-    before: list[dict[str, Any]], after: list[dict[str, Any]], gpus: list[dict[str, Any]], seconds: float
-) -> list[dict[str, Any]]:
+    before: list[dict[str, Any]], after: list[dict[str, Any]], gpus: list[GpuIdentity], seconds: float
+) -> list[NvlinkDelta]:
     """Per GPU: how much each NVLink error counter grew while the copies ran (None where unreadable)."""
-    out = []
+    out: list[NvlinkDelta] = []
     for gpu, old, new in zip(gpus, before, after, strict=True):
         entry: dict[str, Any] = {"gpu": gpu["index"], "seconds": round(seconds, 3)}
         for name in ("crc_flit", "crc_data", "replay", "recovery"):
             a, b = old.get(name), new.get(name)
             entry[name] = None if a is None or b is None else b - a
         links_before, links_after = old.get("per_link") or {}, new.get("per_link") or {}
-        entry["per_link"] = {
+        entry["per_link"] = {  # both counters always, the links whose counter grew
             name: {
                 str(link): count - links_before[name][link]
                 for link, count in (links_after.get(name) or {}).items()
@@ -160,5 +177,5 @@ def nvlink_deltas(
             for name, links in (reading.get("unread_links") or {}).items():
                 unread[name] = sorted(set(unread.get(name, [])) | set(links))
         entry["unread_links"] = unread
-        out.append(entry)
+        out.append(cast(NvlinkDelta, entry))
     return out

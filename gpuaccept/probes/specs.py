@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from pydantic import TypeAdapter, ValidationError
 
+from gpuaccept.contracts.bench import GpuBench, MatmulRecord
 from gpuaccept.contracts.fabric import GdrPayload, InfinibandPayload, NvlinkPayload, PerftestPayload
 from gpuaccept.contracts.finetune import FinetunePayload
 from gpuaccept.contracts.fsmeta import CoherencyPayload, FsmetaPayload, MountsPayload
@@ -37,7 +38,7 @@ from gpuaccept.contracts.node import (
     VisibilityPayload,
     XidPayload,
 )
-from gpuaccept.contracts.payloads import GpuBench, HealthRecord, MatmulFigures, NcclRecord, NcclTestsRecord
+from gpuaccept.contracts.payloads import HealthRecord, NcclRecord, NcclTestsRecord
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.contracts.storage import CheckpointPayload, FioPayload
 from gpuaccept.contracts.tenant import AgentRecord, ResidueRecord, SoftwareRecord, TrustRecord
@@ -198,7 +199,7 @@ GDR: ProbeSpec[GdrPayload] = ProbeSpec(f"{PACKAGE}.gdr", GdrPayload, _fixed(120,
 GPU_HEALTH: ProbeSpec[HealthRecord] = ProbeSpec(f"{PACKAGE}.gpu_health", HealthRecord, _fixed(120, _HOST_SECONDS))
 XID: ProbeSpec[XidPayload] = ProbeSpec(f"{PACKAGE}.xid", XidPayload, _fixed(120, "the kernel log read for the window"))
 GPUBENCH: ProbeSpec[GpuBench] = ProbeSpec(f"{PACKAGE}.gpubench", GpuBench, _gpubench)
-MATMUL: ProbeSpec[MatmulFigures] = ProbeSpec(f"{PACKAGE}.matmul", MatmulFigures, _matmul)
+MATMUL: ProbeSpec[MatmulRecord] = ProbeSpec(f"{PACKAGE}.matmul", MatmulRecord, _matmul)
 NCCL: ProbeSpec[NcclRecord] = ProbeSpec(
     f"{PACKAGE}.nccl",
     NcclRecord,

@@ -13,10 +13,18 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
-from typing import Any
 
+from gpuaccept.contracts.bench import (
+    BurnInInterval,
+    GpuBenchError,
+    GpuBenchRan,
+    MatmulBurnIn,
+    MatmulBusy,
+    MatmulFigures,
+    MatmulSizes,
+    best_size_figure,
+)
 from gpuaccept.contracts.judge import JudgeLike
-from gpuaccept.contracts.payloads import best_size_figure
 from gpuaccept.verdicts.bench import bench_parts, judge_checksums, rank_parts
 from gpuaccept.verdicts.gpu_health import decode_reasons
 
@@ -33,37 +41,39 @@ BURN_IN_METRICS = (
 )
 
 
-def judge_matmul(bench: dict[str, Any], judge: JudgeLike, node: str) -> None:
+def judge_matmul(bench: GpuBenchRan | GpuBenchError, judge: JudgeLike, node: str) -> None:
     """BF16 TFLOP/s per GPU of the node's gpubench result against the floor and the node median;
     checksums agree."""
-    parts = bench_parts(bench, "matmul", judge, node)
+    parts = bench_parts(bench, "matmul", lambda entry: entry["matmul"], judge, node)
     for label, data in parts:
+        best = best_size_figure(data)
         judge.check(
             "matmul_bf16_tflops",
-            data.get("tflops"),
+            data["tflops"],
             node=node,
             gpu=label,
-            size=data.get("best_size"),
-            checksum=data.get("checksum"),
-            by_size={k: v["tflops"] for k, v in data.get("by_size", {}).items()},
-            spread_pct=best_size_figure(data).get("spread_pct"),
-            during=best_size_figure(data).get("during"),
+            size=data["best_size"],
+            checksum=data["checksum"],
+            by_size={str(f["size"]): f["tflops"] for f in data["sizes"]},
+            spread_pct=best["spread_pct"],
+            during=best["during"],
         )
-        if data.get("tflops_burst") is not None:
+        if data["tflops_burst"] is not None:
             judge.info("matmul_bf16_burst_tflops", data["tflops_burst"], node=node, gpu=label)
         judge_clock_events_under_load(data, judge, node, label)
-    judge_checksums(parts, judge, node, "matmul_checksum", "checksum")
+    judge_checksums([(label, data["checksum"]) for label, data in parts], judge, node, "matmul_checksum")
     judge.stragglers("matmul_bf16_tflops")
 
 
-def judge_clock_events_under_load(data: dict[str, Any], judge: JudgeLike, node: str, label: str | None) -> None:
+def judge_clock_events_under_load(data: MatmulFigures, judge: JudgeLike, node: str, label: str | None) -> None:
     """``matmul_clock_events_failing``: the failing clock-event reasons in any size's sample under load."""
-    masks = [f["during"].get("clock_event_reasons") for f in (data.get("by_size") or {}).values() if f.get("during")]
+    samples = [f["during"] for f in data["sizes"]]
+    masks = [s["clock_event_reasons"] if s is not None else None for s in samples]
     judge_clock_events("matmul_clock_events_failing", masks, judge, node, label, "while the matmul ran")
 
 
 def judge_clock_events(
-    metric: str, masks: list[Any], judge: JudgeLike, node: str, label: str | None, when: str
+    metric: str, masks: list[int | None], judge: JudgeLike, node: str, label: str | None, when: str
 ) -> None:
     """The failing clock-event reasons in the samples taken under load (the reported ones, such as the power cap
     a loaded board sits at, ride along). Samples NVML gave no mask for are left out; none read at all is
@@ -78,9 +88,9 @@ def judge_clock_events(
     judge.check(metric, "+".join(failing) or "none", node=node, gpu=label, **extra)
 
 
-def tflops_drop_pct(intervals: list[dict[str, Any]]) -> float | None:
+def tflops_drop_pct(intervals: list[BurnInInterval]) -> float | None:
     """How far the last third of the run fell below the first third (median TFLOP/s), in percent."""
-    values = [i["tflops"] for i in intervals if isinstance(i.get("tflops"), (int, float))]
+    values = [i["tflops"] for i in intervals]
     if len(values) < 2:
         return None
     third = max(1, len(values) // 3)
@@ -88,14 +98,17 @@ def tflops_drop_pct(intervals: list[dict[str, Any]]) -> float | None:
     return round(max(0.0, (first - last) / first * 100), 2) if first > 0 else None
 
 
-def judge_burn_in(records: Iterable[Any], judge: JudgeLike, node: str) -> None:
-    """Sustained matmul (one rank per GPU): no drop over time, no failing clock events, checksums
-    stable and agreeing."""
-    parts = rank_parts(records, judge, node)
+def judge_burn_in(
+    ranks: Iterable[tuple[str | None, MatmulBusy | MatmulSizes | MatmulBurnIn]], judge: JudgeLike, node: str
+) -> None:
+    """Sustained matmul (one rank per GPU: its GPU's label and its payload): no drop over time, no failing clock
+    events, checksums stable and agreeing."""
+    parts = rank_parts(ranks, judge, node, "burnin_tflops")
     for label, data in parts:
-        intervals = (data.get("burn_in") or {}).get("intervals") or []
+        intervals = data["burn_in"]["intervals"]
         judge.check("burnin_tflops_drop_pct", tflops_drop_pct(intervals), node=node, gpu=label, intervals=intervals)
-        masks = [i.get("clock_event_reasons") for i in intervals]
+        samples = [i["during"] for i in intervals]
+        masks = [s["clock_event_reasons"] if s is not None else None for s in samples]
         judge_clock_events("burnin_clock_events_failing", masks, judge, node, label, "during the burn-in")
         values = [i["tflops"] for i in intervals]
         judge.check(
@@ -106,20 +119,21 @@ def judge_burn_in(records: Iterable[Any], judge: JudgeLike, node: str) -> None:
             min=min(values, default=None),
             max=max(values, default=None),
         )
-        temps = [i["temperature_c"] for i in intervals if i.get("temperature_c") is not None]
-        powers = [i["power_w"] for i in intervals if i.get("power_w") is not None]
-        clocks = [i["sm_clock_mhz"] for i in intervals if i.get("sm_clock_mhz") is not None]
+        read = [s for s in samples if s is not None]
+        temps = [s["temperature_c"] for s in read if s["temperature_c"] is not None]
+        powers = [s["power_w"] for s in read if s["power_w"] is not None]
+        clocks = [s["sm_clock_mhz"] for s in read if s["sm_clock_mhz"] is not None]
         judge.info("burnin_max_temperature_c", max(temps, default=None), node=node, gpu=label)
         judge.info("burnin_max_power_w", max(powers, default=None), node=node, gpu=label)
         judge.info("burnin_min_sm_clock_mhz", min(clocks, default=None), node=node, gpu=label)
-        stable = data.get("checksum") == data.get("checksum_end")
+        stable = data["checksum"] == data["checksum_end"]
         judge.check(
             "burnin_checksum_stable",
             "match" if stable else "changed during the burn-in",
             node=node,
             gpu=label,
-            start=data.get("checksum"),
-            end=data.get("checksum_end"),
+            start=data["checksum"],
+            end=data["checksum_end"],
         )
-    judge_checksums(parts, judge, node, "burnin_checksum", "checksum_end")
+    judge_checksums([(label, data["checksum_end"]) for label, data in parts], judge, node, "burnin_checksum")
     judge.stragglers("burnin_tflops")

@@ -14,13 +14,14 @@ declaration (``nvlink_absent``), and whether it has HCAs to be near (``affinity_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from gpuaccept.contracts.bench import GpuBenchError, GpuBenchRan, NvlinkDelta
 from gpuaccept.contracts.fabric import NvlinkErrors, NvlinkGpu, NvlinkPayload
 from gpuaccept.contracts.judge import JudgeLike, gpu_label
 from gpuaccept.thresholds.coverage import declares_absent
-from gpuaccept.verdicts.bench import p2p_result, record_busy
+from gpuaccept.verdicts.bench import p2p_result
 from gpuaccept.verdicts.infiniband import declares_no_ib
 
 __all__ = [
@@ -145,7 +146,11 @@ def link_errors(errors: NvlinkErrors) -> dict[str, int | None]:
 def unread_text(errors: NvlinkErrors) -> str:
     """Which NVLink counters NVML did not read, and on which links: what an operator checks by hand
     with ``nvidia-smi nvlink -e -i <gpu>``."""
-    unread = errors["unread_links"] if "unread_links" in errors else {}
+    return links_text(errors["unread_links"] if "unread_links" in errors else {})
+
+
+def links_text(unread: Mapping[str, list[int]]) -> str:
+    """``unread_text`` of the counters NVML did not read, by counter name: the links of each."""
     if not unread:
         return "NVML gave no counter"
     return "could not read " + "; ".join(
@@ -214,38 +219,42 @@ def judge_affinity(data: NvlinkPayload, judge: JudgeLike, node: str) -> None:
         )
 
 
-def _link_split(entry: dict[str, Any], kind: str) -> str:
+def _link_split(entry: NvlinkDelta, kind: str) -> str:
     """Where a GPU's CRC errors sat: one link (a cable/port to reseat) or spread over all of them."""
-    per_link = (entry.get("per_link") or {}).get(f"crc_{kind}") or {}
+    per_link = entry["per_link"]["crc_flit" if kind == "flit" else "crc_data"]
     if not per_link:
         return ""
     worst, count = max(per_link.items(), key=lambda item: item[1])
-    return f"on {len(per_link)} of {entry.get('links') or '?'} links, most on link {worst} ({count})"
+    return f"on {len(per_link)} of {entry['links'] or '?'} links, most on link {worst} ({count})"
 
 
-def judge_nvlink_under_load(bench: dict[str, Any], judge: JudgeLike, node: str) -> None:
+def judge_nvlink_under_load(bench: GpuBenchRan | GpuBenchError, judge: JudgeLike, node: str) -> None:
     """NVLink errors that appeared while the P2P copies ran: CRC as a rate, replay/recovery as counts.
 
     DCGM judges the flit and data CRC counters each as a rate, FAIL at >= 100/s (health watch
     ``MonitorNVLink`` and the diag pcie plugin's per-second check, Hopper included); replay and
     recovery are failures at any count. The failure names the links the errors sat on.
     """
-    data = p2p_result(bench, judge, node, UNDER_LOAD_METRICS[0])
-    if data is None:
+    found = p2p_result(bench, judge, node, UNDER_LOAD_METRICS[0])
+    if found is None:
         return
-    labels = {g["index"]: gpu_label(g) for g in data.get("gpus") or []}
-    record_busy(judge, node, data.get("busy") or [], labels)
-    for entry in data.get("nvlink_errors") or []:
-        label = labels.get(entry["gpu"], str(entry["gpu"]))
-        counts = {k: entry.get(k) for k in ("crc_flit", "crc_data", "replay", "recovery")}
-        seconds = max(float(entry.get("seconds") or 0), 1e-3)
+    data, labels = found
+    for entry in data["nvlink_errors"]:
+        label = labels.get(entry["gpu"]) or str(entry["gpu"])
+        counts = {
+            "crc_flit": entry["crc_flit"],
+            "crc_data": entry["crc_data"],
+            "replay": entry["replay"],
+            "recovery": entry["recovery"],
+        }
+        seconds = max(entry["seconds"], 1e-3)
         for kind in ("flit", "data"):
             count = counts[f"crc_{kind}"]
             metric = f"p2p_nvlink_crc_{kind}_per_s"
             if count is None:  # the SKU has NVLink (else the test skips): unreadable is not clean
                 judge.unreadable(
                     metric,
-                    f"CRC {kind} counter unread while the copies ran ({unread_text(entry)})",
+                    f"CRC {kind} counter unread while the copies ran ({links_text(entry['unread_links'])})",
                     node=node,
                     gpu=label,
                 )
@@ -258,14 +267,17 @@ def judge_nvlink_under_load(bench: dict[str, Any], judge: JudgeLike, node: str) 
                 gpu=label,
                 count=count,
                 seconds=seconds,
-                links=(entry.get("per_link") or {}).get(f"crc_{kind}"),
+                links=entry["per_link"]["crc_flit" if kind == "flit" else "crc_data"],
                 details=[f"{count} CRC {kind} errors in {seconds:.1f} s {where}"] if count and where else [],
             )
         for kind in ("replay", "recovery"):
             metric = f"p2p_nvlink_{kind}_errors"
             if counts[kind] is None:
                 judge.unreadable(
-                    metric, f"{kind} counter unread while the copies ran ({unread_text(entry)})", node=node, gpu=label
+                    metric,
+                    f"{kind} counter unread while the copies ran ({links_text(entry['unread_links'])})",
+                    node=node,
+                    gpu=label,
                 )
             else:
                 judge.check(metric, counts[kind], node=node, gpu=label, seconds=seconds)

@@ -13,17 +13,19 @@ from typing import Any
 
 import pytest
 
+from gpuaccept.contracts.bench import GpuBenchError, GpuBenchRan
 from gpuaccept.fixtures import cluster, fingerprints, judge, settings, thresholds  # noqa: F401  (the tests' names)
 from gpuaccept.probes.specs import GPUBENCH
 
 
 @pytest.fixture
-def gpubench(gpuaccept_cluster: Any) -> Callable[[str], dict[str, Any]]:
-    """``gpubench(node)``: the node's shared gpubench result (skips a node that declares no GPU)."""
+def gpubench(gpuaccept_cluster: Any) -> Callable[[str], GpuBenchRan | GpuBenchError]:
+    """``gpubench(node)``: the node's shared gpubench result, as its type (skips a node that declares no GPU). The
+    step's wall is the dispatcher's, on the step's record."""
 
-    def run(node: str) -> dict[str, Any]:
+    def run(node: str) -> GpuBenchRan | GpuBenchError:
         gpus = gpuaccept_cluster.require_gpus(node)
         result = gpuaccept_cluster.run_shared(GPUBENCH, nodes=[node], tasks_per_node=1, gpus_per_task=gpus)
-        return {**result.one().data, "step_s": round(result.duration_s, 3)}
+        return GPUBENCH.read(result.one()).root
 
     return run

@@ -40,4 +40,4 @@ def test_burn_in(node, cluster, judge, settings):
         gpus_per_task=1,
         args=["--burn-in", settings.burn_in, "--interval", interval],
     )
-    judge_burn_in(result.records, judge, node)
+    judge_burn_in([(record.gpu_label, MATMUL.read(record).root) for record in result.records], judge, node)

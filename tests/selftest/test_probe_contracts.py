@@ -190,8 +190,6 @@ def test_perftest_endpoint_on_recorded_output_is_its_payload_type(bw: str, monke
 OPEN: set[str] = {
     "agent",
     "finetune",
-    "gpubench",
-    "matmul",
     "nccl",
     "nccl_tests",
     "software",
