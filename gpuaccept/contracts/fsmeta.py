@@ -48,6 +48,8 @@ class StallRecord(_Frozen):
     path: str
     limit_s: float
     waited_s: float  # how long it had been running when the probe gave up on it
+    #: what a kill could not end (a thread or process in state D, named with its pid), None when nothing
+    stuck: str | None
 
 
 class WaitTimeout(_Frozen):

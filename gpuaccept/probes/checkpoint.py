@@ -24,14 +24,13 @@ import functools
 import hashlib
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Literal
 
 from gpuaccept.contracts.storage import CheckpointFile, CheckpointPayload, PathProblem
 from gpuaccept.probes._protocol import emit, node_name
-from gpuaccept.probes._stall import Stalled, call, leave
+from gpuaccept.probes._stall import Stalled, call, leave, remove
 from gpuaccept.timelimits import STALL_S
 
 __all__ = ["main", "restore", "save"]
@@ -246,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
         elif args.mode == "restore":
             payload = restore(args.path, args.token, args.stall_limit)
         else:
-            shutil.rmtree(args.path / f"gpuaccept-{args.token}", ignore_errors=True)
+            remove(args.path / f"gpuaccept-{args.token}", args.stall_limit)
             payload = _nothing(args.mode, args.path, None)
     except Stalled as stalled:
         payload = _nothing(args.mode, args.path, PathProblem(kind="stalled", detail=str(stalled)))

@@ -52,7 +52,9 @@ def _usable_text(found: PathMount, need_gib: float) -> str:
     """``usable``, else what is wrong with the path on this node (the first thing a job would trip on)."""
     if found.stalled is not None:
         s = found.stalled
-        return f"stalled: {s.operation} {s.path} did not return in {s.limit_s:g} s"
+        return f"stalled: {s.operation} {s.path} did not return in {s.limit_s:g} s" + (
+            f"; {s.stuck}" if s.stuck else ""
+        )
     if found.error:
         return f"unreadable: {found.error}"
     if not found.exists:
@@ -141,7 +143,8 @@ def _stopped(payload: FsmetaPayload | CoherencyPayload) -> str | None:
     """What stopped a storage probe on this rank by its own filesystem (a stalled call, a failed one), or None."""
     if payload.stalled is not None:
         s = payload.stalled
-        return f"stalled: {s.step}: {s.operation} {s.path} did not return in {s.limit_s:g} s"
+        left = f"; {s.stuck}" if s.stuck else ""
+        return f"stalled: {s.step}: {s.operation} {s.path} did not return in {s.limit_s:g} s{left}"
     if payload.error:
         return f"failed: {payload.error}"
     return None
