@@ -21,6 +21,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpuaccept.contracts.fsmeta import CoherencyPayload, FsmetaPayload, PathMount
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.contracts.storage import CheckpointPayload, FioPayload, FioRun
 from gpuaccept.errors import MeasurementError
@@ -36,7 +37,9 @@ __all__ = [
     "aggregate_limit",
     "described",
     "filesystems_absent",
+    "judge_answered_again",
     "judge_checkpoint",
+    "judge_not_run",
     "judge_path",
     "judge_shared_reads",
     "judge_speed",
@@ -45,6 +48,7 @@ __all__ = [
     "metric_for",
     "per_node_figure",
     "per_node_limit",
+    "stall_in",
 ]
 
 #: one read of the shared file: the node, which read it was, what the ``sharedfs`` probe read, and the
@@ -115,6 +119,30 @@ def judge_path(payload: FioPayload | CheckpointPayload, name: str, judge: JudgeL
     observed = USABLE if problem is None else f"{problem.kind}: {problem.detail}"
     judge.expect("storage_path_usable", observed, USABLE, node=node, fspath=payload.path, filesystem=name)
     return problem is None
+
+
+def stall_in(payload: FioPayload | CheckpointPayload | FsmetaPayload | CoherencyPayload | PathMount) -> str | None:
+    """What stalled on the node's declared path in ``payload`` (the probe's words), None when nothing did: what
+    the test notes so that nothing later is sent to that path on that node (``gpuaccept/stalls.py``)."""
+    if isinstance(payload, FioPayload | CheckpointPayload):
+        problem = payload.problem
+        return problem.detail if problem is not None and problem.kind == "stalled" else None
+    s = payload.stalled
+    return None if s is None else f"{s.step}: {s.operation} {s.path} did not return in {s.limit_s:g} s"
+
+
+def judge_not_run(held: Mapping[str, str], metric: str, name: str, fs: Filesystem, judge: JudgeLike) -> None:
+    """The nodes whose path stalled earlier in the run, not sent there again: ``metric`` could not be measured
+    on each ("not run: <path> on <node> stalled at <time> in <test>"), never a pass; the stall itself was
+    FAILED where it happened."""
+    for node, why in held.items():
+        judge.unreadable(metric, why, node=node, fspath=fs.path, filesystem=name)
+
+
+def judge_answered_again(said: str, node: str, name: str, fs: Filesystem, judge: JudgeLike) -> None:
+    """A path that answered after it had stalled on ``node``: its figures now are not trusted, and the run says
+    so (an unmeasured ``storage_path_usable``), never silently a healthy path again."""
+    judge.unreadable("storage_path_usable", said, node=node, fspath=fs.path, filesystem=name)
 
 
 def per_node_figure(fs: Filesystem, rw: str) -> float:

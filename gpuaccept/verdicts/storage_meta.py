@@ -9,7 +9,7 @@ stalled past the stall limit) is named with the path, and every other node is st
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from gpuaccept.contracts.fsmeta import CoherencyPayload, FsmetaPayload, MountsPayload, PathMount
@@ -97,9 +97,14 @@ def _declared_mount(fs: Filesystem, found: PathMount, modules: list[str] | None)
 
 
 def judge_mounts(
-    payloads: Mapping[str, MountsPayload | MeasurementError], storage: StorageSection, judge: JudgeLike
+    payloads: Mapping[str, MountsPayload | MeasurementError],
+    storage: StorageSection,
+    judge: JudgeLike,
+    held: Collection[tuple[str, str]] = (),
 ) -> None:
-    """Every declared path on every node: usable, with its room; its mount as declared; the same on every node."""
+    """Every declared path on every node: usable, with its room; its mount as declared; the same on every node.
+    ``held``: the (node, path) pairs not looked at because the path stalled there earlier in the run (their
+    "not run" is the test's, ``verdicts.storage.judge_not_run``)."""
     views: dict[str, dict[str, str]] = {}
     for node, payload in payloads.items():
         if isinstance(payload, MeasurementError):
@@ -108,6 +113,8 @@ def judge_mounts(
         found_by_path = {p.path: p for p in payload.paths}
         for name, fs in storage.filesystems.items():
             found = found_by_path.get(fs.path)
+            if found is None and (node, fs.path) in held:
+                continue
             if found is None:
                 judge.unreadable("storage_free_gib", f"the mounts probe did not look at {fs.path}", node=node)
                 continue
