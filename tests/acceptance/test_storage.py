@@ -243,8 +243,8 @@ def test_storage_coherency(cluster, thresholds, judge, held):
                 continue
             on = held.free(nodes, name, fs, "storage_visibility_s")
             if len(on) < 2:
-                stalled = ", ".join(sorted(set(nodes) - set(on)))
-                alone = f"not run: two nodes whose {fs.path} answers are needed; it stalled on {stalled}"
+                stalls = "; ".join(str(held.stalls.of(node, fs.path)) for node in nodes if node not in on)
+                alone = f"not run: two nodes whose {fs.path} answers are needed; {stalls}"
                 judge_not_run(dict.fromkeys(on, alone), "storage_visibility_s", name, fs, judge)
                 continue
             args = ["--path", fs.path, "--token", uuid.uuid4().hex[:12], "--stall-limit", storage.stall_s]
