@@ -14,7 +14,7 @@ held. Alone, or on node-local storage, a node reads its own files, dropped from 
 Files live under ``<path>/gpuaccept-<token>/<node>/``; ``--rw clean`` removes the token's folder. fio missing on
 the node: the payload says so (``fio: null``) and the test records "not run", never a pass. A path that is
 missing, not a directory, read-only or full is named as such, and fio itself runs under the stall limit
-(``--stall-limit``): fio's bytes, from the report it prints each second, that stop growing for the stall limit
+(``--stall-limit``): fio's bytes, from the report it prints each quarter second, that stop growing for the stall limit
 end it there, naming the node, the folder and what fio was doing (a job stuck in the kernel is named and left);
 the clean-up runs under the limit too.
 """
@@ -45,6 +45,9 @@ __all__ = ["BLOCK_KIB", "FIO_NAME", "fio_binary", "main", "run_dir"]
 #: job into one file of that name (seen with a ``gpuaccept`` folder in the working folder)
 FIO_NAME = "gpuaccept-fio"
 BLOCK_KIB = 1024
+#: fio prints its running totals this often (``--status-interval``): the watch sees its bytes grow, and names how far
+#: a stalled phase got, within a quarter of a second of the stall
+REPORT_MS = 250
 
 
 class FioStalled(Exception):
@@ -124,8 +127,8 @@ def _fio_command(fio: str, folder: Path, rw: str, jobs: int, file_bytes: int, di
 
 
 class _Progress:
-    """fio's running totals, from the report it prints every second (``--status-interval=1``): when its bytes
-    last grew, and the last whole report (the final one is fio's result)."""
+    """fio's running totals, from the report it prints every ``REPORT_MS`` (``--status-interval``): when its
+    bytes last grew, and the last whole report (the final one is fio's result)."""
 
     def __init__(self, rw: str, expected: int) -> None:
         self.rw, self.expected = rw, expected
@@ -149,12 +152,9 @@ class _Progress:
                     self.moved, self.when = moved, time.monotonic()
 
     def now(self) -> tuple[float, str]:
-        if self.last is None:
-            doing = "start-up (laying out the files)"
-        elif self.rw == "write" and self.moved >= self.expected:
-            doing = "fsync (end_fsync)"
-        else:
-            doing = self.rw
+        if self.last is None:  # its start-up, or its first quarter second of I/O
+            return self.when, f"{self.rw}, before fio's first report (its start-up or first {REPORT_MS} ms)"
+        doing = "fsync (end_fsync)" if self.rw == "write" and self.moved >= self.expected else self.rw
         return self.when, f"{doing}, {self.moved / 2**20:.0f} of {self.expected / 2**20:.0f} MiB moved"
 
 
@@ -165,7 +165,7 @@ def _run_fio(
     growing for ``stall_s`` (its status reports, not its runtime: a stall is named at the stall limit)."""
     started = time.monotonic()
     proc = subprocess.Popen(
-        [*command, "--status-interval=1"],
+        [*command, f"--status-interval={REPORT_MS}ms"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -16,8 +16,8 @@ from gpuaccept.contracts.fsmeta import CoherencyPayload, FsmetaPayload, MountsPa
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.errors import MeasurementError
 from gpuaccept.thresholds.schema import Limit
-from gpuaccept.thresholds.storage_site import Contract, Filesystem, StorageSection
-from gpuaccept.verdicts.storage import USABLE
+from gpuaccept.thresholds.storage_site import Filesystem, StorageSection
+from gpuaccept.verdicts.storage import USABLE, contract_of, contract_source
 
 __all__ = [
     "COHERENCY_METRICS",
@@ -35,17 +35,6 @@ COHERENCY_METRICS = ("storage_visibility_s",)
 #: mount options that name this client or this mount instance, not the filesystem: left out of the comparison
 #: between nodes (nfs(5): clientaddr, addr; the kernel's own mount id)
 _PER_CLIENT = ("clientaddr=", "addr=", "mountaddr=", "mountport=")
-
-
-def _contract(fs: Filesystem) -> Contract:
-    if not isinstance(fs.contract, Contract):
-        raise TypeError(f"filesystem {fs.path}: contract {fs.contract!r} was not resolved to its figures")
-    return fs.contract
-
-
-def _source(fs: Filesystem, what: str) -> str:
-    named = f"preset {fs.preset}" if fs.preset else "site contract"
-    return f"{named}: {what}; {_contract(fs).source}"
 
 
 def _usable_text(found: PathMount, need_gib: float) -> str:
@@ -188,8 +177,10 @@ def judge_metadata(
 ) -> None:
     """Each node's create, stat and delete rates in a folder of its own (mdtest easy) and all nodes in one
     (mdtest hard), against the contract's ``metadata_ops`` where it gives one; the large folder listed whole."""
-    figure = _contract(fs).metadata_ops
-    limit = Limit(min=figure, source=_source(fs, f"{figure:g} metadata operations/s per node")) if figure else None
+    figure = contract_of(fs).metadata_ops
+    limit = (
+        Limit(min=figure, source=contract_source(fs, f"{figure:g} metadata operations/s per node")) if figure else None
+    )
     for node, payload in payloads.items():
         if isinstance(payload, MeasurementError):
             judge.unreadable("storage_metadata_ops", str(payload), node=node, fspath=fs.path)
@@ -243,9 +234,9 @@ def judge_metadata(
 def judge_coherency(payloads: list[CoherencyPayload], name: str, fs: Filesystem, judge: JudgeLike) -> None:
     """The two ranks' views: each round's round trip (a bound on each one-way visibility, on one clock) within
     the contract's window, the attributes the other node set, and both lock kinds honoured across the nodes."""
-    window = _contract(fs).coherency_s
+    window = contract_of(fs).coherency_s
     limit = (
-        Limit(max=window, source=_source(fs, f"a change on one node seen on another within {window:g} s"))
+        Limit(max=window, source=contract_source(fs, f"a change on one node seen on another within {window:g} s"))
         if window
         else None
     )

@@ -1,5 +1,5 @@
 """A storage step ends at the stall, not at its limit (issue 57 item 1): fio is watched by the bytes its
-once-a-second reports say it moved, the clean-ups run under the stall limit, and what a kill cannot end is named.
+quarter-second reports say it moved, the clean-ups run under the stall limit, and what a kill cannot end is named.
 
 fio here is a stand-in (``$GPUACCEPT_FIO``) that prints fio's JSON reports the way ``--status-interval=1`` does,
 so the watch is timed without a filesystem to break; the real fault (a FUSE mount stopped mid-write) is in
