@@ -169,7 +169,6 @@ def test_perftest_endpoint_on_recorded_output_is_its_payload_type(bw: str, monke
 #: specs whose payload type still accepts ``{}``, or reaches a type that drops a key it does not declare (issue
 #: 55): each name leaves this set when its type is made to bite; the set only shrinks
 OPEN: set[str] = {
-    "agent",
     "finetune",
     "fingerprint",
     "gdr",
@@ -183,7 +182,6 @@ OPEN: set[str] = {
     "nvlink",
     "perftest",
     "sharedfs",
-    "software",
     "visibility",
     "xid",
 }

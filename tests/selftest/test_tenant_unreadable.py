@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuaccept.contracts.tenant import AgentRecord, AgentState, SoftwareRecord, TrustRecord
+from gpuaccept.contracts.tenant import AgentRecord, SoftwareRecord, TrustRecord
+from gpuaccept.probes.agent import one_agent
 from gpuaccept.thresholds.bulletins import UnreadableVersion, findings, load_catalogue
 from gpuaccept.thresholds.tenant_site import AgentDeclaration, RootOfTrust, TenantSite
 from gpuaccept.verdicts.tenant import judge_agents, judge_approved, judge_bulletins, judge_trust
@@ -55,7 +56,10 @@ def test_a_firmware_string_the_approved_list_cannot_compare_is_could_not_measure
 def test_secure_boot_and_tpm_not_read_where_required_are_could_not_measure() -> None:
     site = TenantSite(source="baseline", root_of_trust=RootOfTrust(uefi=True, secure_boot=True, tpm=True))
     judge = RecordingJudge()
-    judge_trust(TrustRecord(uefi=True, secure_boot=None, tpm_present=True, tpm_version=None), site, judge, "node2")
+    read = TrustRecord(
+        uefi=True, secure_boot=None, setup_mode=None, tpm_present=True, tpm_version=None, tpm_devices=["tpm0"], notes=[]
+    )
+    judge_trust(read, site, judge, "node2")
     kinds = {c.metric: c.kind for c in judge.calls}
     assert kinds == {"uefi_boot": "expect", "secure_boot": "unreadable", "tpm_version": "unreadable"}
     assert "node2" in judge.of("tpm_version")[0].value
@@ -64,8 +68,91 @@ def test_secure_boot_and_tpm_not_read_where_required_are_could_not_measure() -> 
 def test_an_exporter_with_nvml_unread_is_could_not_measure() -> None:
     decl = AgentDeclaration(name="dcgm-exporter", kind="dcgm-exporter")
     site = TenantSite(source="baseline", agents=[decl])
-    record = AgentRecord(agents=[AgentState(name="dcgm-exporter", exporter_gpus=["0", "1"])], nvml_gpus=None)
+    exporter = one_agent({"name": "dcgm-exporter", "kind": "dcgm-exporter"}).model_copy(
+        update={"exporter_gpus": ["0", "1"]}
+    )
+    record = AgentRecord(agents=[exporter], nvml_gpus=None, nvml_uuids=[], dcgm_version=None)
     judge = RecordingJudge()
     judge_agents(record, site, judge, "node2")
     (gpus,) = judge.of("health_agent_gpus")
     assert gpus.kind == "unreadable" and "NVML" in gpus.value and "node2" in gpus.value
+
+
+# ---- end to end: a node whose NVML answers a driver version that is no version --------------------------------------
+
+#: node2's NVML (pynvml, bound over the installed one in its mount namespace) answers this for the driver version,
+#: node1's a real version: the probe and the judge run for real through srun on both
+FAKE_NVML = '''"""pynvml as a node whose driver reports {driver!r}: every other call is the installed pynvml's."""
+import importlib.util as _util
+
+_spec = _util.spec_from_file_location("_installed_pynvml", {real!r})
+_real = _util.module_from_spec(_spec)
+_spec.loader.exec_module(_real)
+
+
+def nvmlInit():
+    return None
+
+
+def nvmlSystemGetDriverVersion():
+    return {driver!r}
+
+
+def nvmlSystemGetCudaDriverVersion():
+    return 13000
+
+
+def nvmlDeviceGetCount():
+    return 0
+
+
+def __getattr__(name):
+    return getattr(_real, name)
+'''
+
+
+@pytest.mark.loopback
+def test_an_unreadable_driver_version_on_one_node_is_could_not_measure_end_to_end(tmp_path: Path) -> None:
+    import os
+    import shutil
+    import subprocess
+
+    import pynvml  # type: ignore[import-untyped]
+
+    from .conftest import REPO, run_inner, start_cluster, stop_cluster
+
+    if os.geteuid() != 0 or shutil.which("nsenter") is None:
+        pytest.skip("root and nsenter are needed to bind a module in one node's namespace")
+    real = tmp_path / "installed_pynvml.py"
+    shutil.copy(pynvml.__file__, real)
+    fakes = {}
+    for node, driver in (("node1", "580.159.04"), ("node2", "garbage")):
+        fakes[node] = tmp_path / f"pynvml-{node}.py"
+        fakes[node].write_text(FAKE_NVML.format(driver=driver, real=str(real)))
+    (tmp_path / "gpus").mkdir()
+    cluster = start_cluster(2, gpus_per_node=1, gpu_files=tmp_path / "gpus", own_mounts=True)
+    try:
+        for node, fake in fakes.items():
+            exec_on = [str(REPO / "slurm" / "dev-cluster" / "node-exec.sh"), node, str(cluster.directory), "--"]
+            subprocess.run([*exec_on, "mount", "--bind", str(fake), pynvml.__file__], check=True, timeout=60)
+        run = run_inner(
+            tmp_path,
+            *("-m", "acceptance", "--launcher", "slurm", "--nodes", "2", "--rootdir", str(REPO)),
+            *("-k", "known_vulnerable", str(REPO / "tests" / "acceptance" / "test_tenant.py")),
+            env=cluster.env,
+            timeout=300,
+        )
+    finally:
+        stop_cluster(cluster)
+    verdicts = run.verdicts()
+    print("unreadable driver:", verdicts, run.messages())
+    assert verdicts == {
+        "test_known_vulnerable_software[node1]": "passed",
+        "test_known_vulnerable_software[node2]": "error",
+    }, run.output[-3000:]
+    (driver,) = [
+        m
+        for m in run.record["metrics"]
+        if m["metric"] == "software_bulletin" and m["node"] == "node2" and "gpu_driver" in m["reason"]
+    ]
+    assert driver["verdict"] == "unmeasured" and "'garbage'" in driver["reason"], driver
