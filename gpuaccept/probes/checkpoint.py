@@ -143,6 +143,11 @@ def save(path: Path, token: str, mib: int, seed: int, stall_s: float) -> Checkpo
         seconds=round(seconds, 4),
         gbps=round(total / seconds / 1e9, 4),
         files=files,
+        mismatched={},
+        cache=None,
+        device=None,
+        load_s=None,
+        problem=None,
     )
 
 
@@ -222,12 +227,25 @@ def restore(path: Path, token: str, stall_s: float) -> CheckpointPayload:
         cache=cache,
         device=device,
         load_s=round(load_s, 4) if weights else None,
+        problem=None,
     )
 
 
 def _nothing(mode: Literal["save", "restore", "clean"], path: Path, problem: PathProblem | None) -> CheckpointPayload:
     """A phase that moved nothing: the clean-up, or one the path's problem stopped."""
-    return CheckpointPayload(mode=mode, path=str(path), bytes=0, seconds=0, gbps=0, files=[], problem=problem)
+    return CheckpointPayload(
+        mode=mode,
+        path=str(path),
+        bytes=0,
+        seconds=0,
+        gbps=0,
+        files=[],
+        mismatched={},
+        cache=None,
+        device=None,
+        load_s=None,
+        problem=problem,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

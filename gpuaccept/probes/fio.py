@@ -224,20 +224,22 @@ def measure(args: argparse.Namespace) -> FioPayload:
     path = Path(args.path)
     fio = fio_binary()
     if fio is None:
-        return FioPayload(path=str(path), fio=None)
+        return FioPayload(path=str(path), fio=None, run=None, problem=None)
     version = _version(fio)
     me = node_name()
     if args.rw == "clean":
         try:
             remove(path / f"gpuaccept-{args.token}", args.stall_limit)
         except Stalled as stalled:
-            return FioPayload(path=str(path), fio=version, problem=PathProblem(kind="stalled", detail=str(stalled)))
-        return FioPayload(path=str(path), fio=version)
+            return FioPayload(
+                path=str(path), fio=version, run=None, problem=PathProblem(kind="stalled", detail=str(stalled))
+            )
+        return FioPayload(path=str(path), fio=version, run=None, problem=None)
     file_bytes = args.file_mib << 20
     need = file_bytes * args.jobs if args.rw == "write" else 0
     problem = _check_path(path, need, args.stall_limit)
     if problem is not None:
-        return FioPayload(path=str(path), fio=version, problem=problem)
+        return FioPayload(path=str(path), fio=version, run=None, problem=problem)
     writer = _next(args.peers.split(",") if args.peers else [], me)
     folder = run_dir(path, args.token, writer if args.rw == "read" else me)
     if args.rw == "write":
@@ -248,7 +250,8 @@ def measure(args: argparse.Namespace) -> FioPayload:
         sizes = _file_sizes(folder, args.jobs)
         if min(sizes) == 0:
             detail = f"{folder}: {sizes.count(0)} of the {args.jobs} files {writer} wrote are missing or empty here"
-            return FioPayload(path=str(path), fio=version, problem=PathProblem(kind="files missing", detail=detail))
+            missing = PathProblem(kind="files missing", detail=detail)
+            return FioPayload(path=str(path), fio=version, run=None, problem=missing)
         file_bytes = min(sizes)
     direct = args.direct
     expected, cap = file_bytes * args.jobs, args.max_s + args.stall_limit
@@ -260,7 +263,9 @@ def measure(args: argparse.Namespace) -> FioPayload:
             command = _fio_command(fio, folder, args.rw, args.jobs, file_bytes, direct, args.max_s)
             report, said, wall = _run_fio(command, folder, args.rw, expected, args.stall_limit, cap)
     except FioStalled as stalled:
-        return FioPayload(path=str(path), fio=version, problem=PathProblem(kind="stalled", detail=str(stalled)))
+        return FioPayload(
+            path=str(path), fio=version, run=None, problem=PathProblem(kind="stalled", detail=str(stalled))
+        )
     if report is None:
         raise SystemExit(f"fio failed in {folder}: {said[-600:]}")
     moved, runtime = _figures(report, args.rw)
@@ -283,7 +288,7 @@ def measure(args: argparse.Namespace) -> FioPayload:
         written_by=f"written by {writer}" if writer != me else "written by this node",
         command=command,
     )
-    return FioPayload(path=str(path), fio=version, run=run)
+    return FioPayload(path=str(path), fio=version, run=run, problem=None)
 
 
 def main(argv: list[str] | None = None) -> None:

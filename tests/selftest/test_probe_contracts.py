@@ -40,6 +40,13 @@ RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
     "tenant/software-535.288.01.json": (specs.SOFTWARE, 1),
     "tenant/software-580.95.05.json": (specs.SOFTWARE, 1),
     "tenant/software-580.159.04.json": (specs.SOFTWARE, 1),
+    "tenant/loopback-cpu.trust.out": (specs.TRUST, 1),
+    "tenant/loopback-cpu.software.out": (specs.SOFTWARE, 1),
+    "tenant/loopback-cpu.agent.out": (specs.AGENT, 1),
+    "storage/loopback-cpu.fio-write.out": (specs.FIO, 1),
+    "storage/loopback-cpu.fio-read.out": (specs.FIO, 1),
+    "storage/loopback-cpu.checkpoint-save.out": (specs.CHECKPOINT, 1),
+    "storage/loopback-cpu.checkpoint-restore.out": (specs.CHECKPOINT, 1),
 }
 #: a result line as a probe prints it (``probes/_protocol.py``)
 RESULT_LINE = re.compile(rb"^GPUACCEPT_(RESULT|PART|STAGE) ", re.MULTILINE)
@@ -75,7 +82,7 @@ def test_a_mistyped_field_is_an_error_naming_probe_node_rank_and_field() -> None
 def test_a_missing_field_of_a_model_payload_is_named() -> None:
     with pytest.raises(PayloadError, match=r"probe fio: node3 rank 5: .*field path: Field required"):
         specs.FIO.validate(_record({"fio": "fio-3.33"}))
-    typed = specs.FIO.read(_record({"path": "/mnt/x", "fio": None}))
+    typed = specs.FIO.read(_record({"path": "/mnt/x", "fio": None, "run": None, "problem": None}))
     assert isinstance(typed, FioPayload) and typed.fio is None
 
 
@@ -187,11 +194,8 @@ OPEN: set[str] = {
 }
 #: specs with no recorded output in fixtures/ yet (each gets one from the GPU machine or the loopback cluster)
 UNRECORDED: set[str] = {
-    "agent",
-    "checkpoint",
     "coherency",
     "fingerprint",
-    "fio",
     "fsmeta",
     "gdr",
     "gpubench",
@@ -204,7 +208,6 @@ UNRECORDED: set[str] = {
     "perftest",
     "residue",
     "sharedfs",
-    "trust",
     "visibility",
     "xid",
 }

@@ -51,9 +51,13 @@ def test_each_held_node_is_could_not_measure_naming_the_stall() -> None:
 
 
 def test_the_stall_is_read_from_every_storage_payload() -> None:
-    stalled = FioPayload(path="/p", fio="fio-3.33", problem=PathProblem(kind="stalled", detail="node2: fio write"))
+    stalled = FioPayload(
+        path="/p", fio="fio-3.33", run=None, problem=PathProblem(kind="stalled", detail="node2: fio write")
+    )
     assert stall_in(stalled) == "node2: fio write"
-    assert stall_in(FioPayload(path="/p", fio="fio-3.33", problem=PathProblem(kind="full", detail="x"))) is None
+    assert (
+        stall_in(FioPayload(path="/p", fio="fio-3.33", run=None, problem=PathProblem(kind="full", detail="x"))) is None
+    )
     record = StallRecord(step="easy create", operation="open", path="/p/f.1", limit_s=5, waited_s=5.1, stuck=None)
     meta = FsmetaPayload.model_construct(stalled=record)
     assert stall_in(meta) == "easy create: open /p/f.1 did not return in 5 s"
