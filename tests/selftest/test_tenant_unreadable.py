@@ -84,9 +84,11 @@ def test_an_exporter_with_nvml_unread_is_could_not_measure() -> None:
 #: node1's a real version: the probe and the judge run for real through srun on both
 FAKE_NVML = '''"""pynvml as a node whose driver reports {driver!r}: every other call is the installed pynvml's."""
 import importlib.util as _util
+import sys as _sys
 
 _spec = _util.spec_from_file_location("_installed_pynvml", {real!r})
 _real = _util.module_from_spec(_spec)
+_sys.modules["_installed_pynvml"] = _real
 _spec.loader.exec_module(_real)
 
 
