@@ -47,6 +47,9 @@ RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
     "storage/loopback-cpu.fio-read.out": (specs.FIO, 1),
     "storage/loopback-cpu.checkpoint-save.out": (specs.CHECKPOINT, 1),
     "storage/loopback-cpu.checkpoint-restore.out": (specs.CHECKPOINT, 1),
+    "storage/loopback-cpu.fsmeta.out": (specs.FSMETA, 2),
+    "storage/loopback-cpu.coherency.out": (specs.COHERENCY, 2),
+    "storage/loopback-cpu.mounts.out": (specs.MOUNTS, 1),
 }
 #: a result line as a probe prints it (``probes/_protocol.py``)
 RESULT_LINE = re.compile(rb"^GPUACCEPT_(RESULT|PART|STAGE) ", re.MULTILINE)
@@ -194,15 +197,12 @@ OPEN: set[str] = {
 }
 #: specs with no recorded output in fixtures/ yet (each gets one from the GPU machine or the loopback cluster)
 UNRECORDED: set[str] = {
-    "coherency",
     "fingerprint",
-    "fsmeta",
     "gdr",
     "gpubench",
     "hygiene",
     "infiniband",
     "matmul",
-    "mounts",
     "nccl_tests",
     "neighbours",
     "perftest",
