@@ -356,6 +356,4 @@ def judge_agents(record: AgentRecord, site: TenantSite, judge: JudgeLike, node: 
             if listed is None:
                 judge.unreadable("health_agent_gpus", f"{node}: {expected}", node=node, field=decl.name)
                 continue
-            judge.expect(
-                "health_agent_gpus", listed, expected, node=node, field=decl.name, listed=agent.exporter_gpus
-            )
+            judge.expect("health_agent_gpus", listed, expected, node=node, field=decl.name, listed=agent.exporter_gpus)

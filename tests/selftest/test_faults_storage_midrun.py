@@ -98,7 +98,7 @@ class Hangs:
         self.ns = os.readlink(f"/proc/{node2}/ns/mnt")
 
     def mount(self) -> None:
-        exec2 = [NODE_EXEC, "node2", str(self.cluster.directory), "--"]
+        exec2: list[str | Path] = [NODE_EXEC, "node2", str(self.cluster.directory), "--"]
         for name in NAMES:
             _sh(*exec2, "mount", "--bind", self.root / name, self.root / f"{name}-raw")
             _sh(*exec2, "bindfs", self.root / f"{name}-raw", self.root / name)
