@@ -34,6 +34,7 @@ from gpuaccept.results.suite import suite_identity
 from gpuaccept.settings import Settings, reports_root
 from gpuaccept.signing.files import drop_signature, sign_file
 from gpuaccept.signing.keys import SigningKey
+from gpuaccept.stalls import Stalls
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
 from gpuaccept.thresholds.loosened import loosened
 
@@ -84,6 +85,8 @@ class SessionState:
         #: test function -> the nodes of its cases this process runs (set once collection is final)
         self.peers: dict[tuple[str, ...], tuple[str, ...]] = {}
         self._groups: dict[tuple[tuple[str, ...], int], tuple[str, ...]] = {}
+        #: the (node, path) pairs that stalled: later storage work there is not run (``stalls.py``)
+        self.stalls = Stalls()
 
     @property
     def reports_dir(self) -> Path:

@@ -48,6 +48,8 @@ class StallRecord(_Frozen):
     path: str
     limit_s: float
     waited_s: float  # how long it had been running when the probe gave up on it
+    #: what a kill could not end (a thread or process in state D, named with its pid), None when nothing
+    stuck: str | None
 
 
 class WaitTimeout(_Frozen):
@@ -58,7 +60,7 @@ class WaitTimeout(_Frozen):
     path: str
     limit_s: float
     waited_s: float
-    last_seen: str | None = None  # what the last look found ("missing", "size 0 of 64", "mtime differs")
+    last_seen: str | None  # what the last look found ("missing", "size 0 of 64", "mtime differs")
 
 
 # ---------------------------------------------------------------------------------------------- fsmeta
@@ -107,9 +109,9 @@ class FsmetaPayload(_Frozen):
     large: LargeDir | None
     cleaned: bool  # every file and directory this rank created is gone (the shared ones by the last rank out)
     stall_limit_s: float
-    stalled: StallRecord | None = None
-    timed_out: WaitTimeout | None = None  # a barrier the other ranks did not reach in time
-    error: str | None = None  # a call that failed ("hard create: open /x/f.3.17: [Errno 28] No space left ...")
+    stalled: StallRecord | None
+    timed_out: WaitTimeout | None  # a barrier the other ranks did not reach in time
+    error: str | None  # a call that failed ("hard create: open /x/f.3.17: [Errno 28] No space left ...")
 
 
 # ---------------------------------------------------------------------------------------------- coherency
@@ -135,8 +137,8 @@ class VisibilityRound(_Frozen):
     mtime_ns_seen: int | None
     looks: int
     clock_one_way_s: float | None
-    round_trip_s: float | None = None
-    one_way_bound_s: float | None = None
+    round_trip_s: float | None
+    one_way_bound_s: float | None
 
 
 class LockTrial(_Frozen):
@@ -147,12 +149,12 @@ class LockTrial(_Frozen):
 
     kind: Literal["flock", "lockf"]
     role: Literal["holder", "contender"]
-    held: bool | None = None  # holder: it got the lock
-    refused_while_held: bool | None = None  # contender
-    granted_after_release: bool | None = None  # contender
-    grant_s: float | None = None  # contender: from the release seen to the lock granted
-    honoured: bool | None = None  # contender: refused while held and granted after
-    error: str | None = None  # a lock call that failed other than by conflict (ENOLCK: no lock service)
+    held: bool | None  # holder: it got the lock
+    refused_while_held: bool | None  # contender
+    granted_after_release: bool | None  # contender
+    grant_s: float | None  # contender: from the release seen to the lock granted
+    honoured: bool | None  # contender: refused while held and granted after
+    error: str | None  # a lock call that failed other than by conflict (ENOLCK: no lock service)
 
 
 class CoherencyPayload(_Frozen):
@@ -168,11 +170,11 @@ class CoherencyPayload(_Frozen):
     rounds: list[VisibilityRound]
     locks: list[LockTrial]
     stall_limit_s: float
-    reason: str | None = None  # why nothing cross-node was measured
-    stalled: StallRecord | None = None
-    timed_out: WaitTimeout | None = None
-    error: str | None = None
-    cleaned: bool | None = None  # initiator: the shared directory removed
+    reason: str | None  # why nothing cross-node was measured
+    stalled: StallRecord | None
+    timed_out: WaitTimeout | None
+    error: str | None
+    cleaned: bool | None  # initiator: the shared directory removed
 
 
 # ---------------------------------------------------------------------------------------------- mounts
@@ -224,8 +226,8 @@ class PathMount(_Frozen):
     free_inodes: int | None
     nfs: NfsOptions | None
     read_ahead_kb: int | None  # /sys/class/bdi/<major:minor>/read_ahead_kb
-    stalled: StallRecord | None = None
-    error: str | None = None
+    stalled: StallRecord | None
+    error: str | None
 
 
 class MountsPayload(_Frozen):
@@ -234,4 +236,4 @@ class MountsPayload(_Frozen):
     paths: list[PathMount]
     modules: list[str] | None  # None: /proc/modules unreadable
     stall_limit_s: float
-    mountinfo_error: str | None = None
+    mountinfo_error: str | None

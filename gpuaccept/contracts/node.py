@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 # pydantic validates these where a result arrives (probes/specs.py): before Python 3.12 it needs this TypedDict
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
 from gpuaccept.contracts.fabric_state import FabricState
 from gpuaccept.contracts.payloads import GpuIdentity, GpuProcess

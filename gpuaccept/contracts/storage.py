@@ -1,7 +1,8 @@
 """What the storage throughput and checkpoint probes hand back (``probes/fio.py``, ``probes/checkpoint.py``).
 
 pydantic models, validated where a step's result arrives (``probes/specs.py``): a probe that leaves a field
-out or mistypes it is an ERROR naming the probe, node, rank and field, before any judge reads it.
+out or mistypes it is an ERROR naming the probe, node, rank and field, before any judge reads it. No field has a
+default (issue 55): one a phase does not fill is written null.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ class FioPayload(_Payload):
 
     path: str
     fio: str | None
-    run: FioRun | None = None
-    problem: PathProblem | None = None
+    run: FioRun | None  # None: the path's problem, or fio not installed (``fio`` None), or the clean-up
+    problem: PathProblem | None
 
 
 class CheckpointFile(_Payload):
@@ -82,11 +83,12 @@ class CheckpointPayload(_Payload):
     gbps: float = Field(ge=0)
     files: list[CheckpointFile]
     #: restore: the files whose bytes differ from the manifest (name: what differs)
-    mismatched: dict[str, str] = Field(default_factory=dict)
+    mismatched: dict[str, str]
     #: restore: how this node's page cache was kept out: "written by node2", "page cache dropped (fadvise)"
-    cache: str = ""
+    #: (None: not a restore)
+    cache: str | None
     #: restore: where the weights were loaded ("cuda:0", "cpu") and how long from the first byte read to
     #: the last tensor in that memory: the cold start of a job that loads this checkpoint
-    device: str = ""
-    load_s: float | None = None
-    problem: PathProblem | None = None
+    device: str | None
+    load_s: float | None
+    problem: PathProblem | None

@@ -4,7 +4,8 @@ the site's health agents, and the software versions held to NVIDIA's security bu
 Pydantic models, frozen and closed (``extra="forbid"``): a probe dumps one with ``model_dump(mode="json")``,
 and ``ProbeSpec.read`` hands the judge the same model back, so a renamed or missing field is a
 ``PayloadError`` naming the probe and field where the result arrives, never a ``KeyError`` in a judge.
-A reading the probe could not take is None (with a ``why`` where one helps), never a made-up value.
+A reading the probe could not take is None (with a ``why`` where one helps), never a made-up value. Every field of
+the trust, agent and software payloads is required (issue 55): a probe that leaves one out is refused naming it.
 """
 
 from __future__ import annotations
@@ -84,12 +85,12 @@ class TrustRecord(_Payload):
     UEFI or the efivar is unreadable; ``tpm_version`` is the major version (1 or 2) or None."""
 
     uefi: bool
-    secure_boot: bool | None = None
-    setup_mode: bool | None = None
+    secure_boot: bool | None
+    setup_mode: bool | None
     tpm_present: bool
-    tpm_version: int | None = None
-    tpm_devices: list[str] = []
-    notes: list[str] = []  # what could not be read, and why
+    tpm_version: int | None
+    tpm_devices: list[str]
+    notes: list[str]  # what could not be read, and why
 
 
 # ---- BFX04: health agents (probes/agent.py) ----------------------------------------------------------------
@@ -100,25 +101,25 @@ class AgentState(_Payload):
     page lists (indices and UUIDs from the ``gpu=``/``UUID=`` labels of ``DCGM_FI_DEV_*`` series)."""
 
     name: str
-    kind: str = "generic"
-    process: str | None = None
-    running: bool | None = None  # None: no process name declared
-    pids: list[int] = []
-    url: str | None = None
-    answered: bool | None = None  # None: no URL declared
-    http_status: int | None = None
-    error: str | None = None
-    exporter_gpus: list[str] | None = None  # None: not an exporter, or its page was not read
-    exporter_uuids: list[str] | None = None
+    kind: str
+    process: str | None
+    running: bool | None  # None: no process name declared
+    pids: list[int]
+    url: str | None
+    answered: bool | None  # None: no URL declared
+    http_status: int | None
+    error: str | None
+    exporter_gpus: list[str] | None  # None: not an exporter, or its page was not read
+    exporter_uuids: list[str] | None
 
 
 class AgentRecord(_Payload):
     """The node's agents, the GPUs NVML sees (what an exporter must list), and DCGM's versions."""
 
-    agents: list[AgentState] = []
-    nvml_gpus: int | None = None
-    nvml_uuids: list[str] = []
-    dcgm_version: str | None = None
+    agents: list[AgentState]
+    nvml_gpus: int | None
+    nvml_uuids: list[str]
+    dcgm_version: str | None
 
 
 # ---- VMAAS07 / CNP09 / ATTEST01: software versions (probes/software.py) ------------------------------------
@@ -128,19 +129,19 @@ class GpuSoftware(_Payload):
     """One GPU's firmware as NVML reports it."""
 
     index: int
-    uuid: str | None = None
-    pci_bus_id: str | None = None
-    vbios: str | None = None
+    uuid: str | None
+    pci_bus_id: str | None
+    vbios: str | None
 
 
 class SoftwareRecord(_Payload):
     """What a node runs, each field as read or None where it is not there (no DCGM, no NVML)."""
 
-    driver: str | None = None
-    cuda_driver: str | None = None
-    kernel: str | None = None
-    os_id: str | None = None
-    os_version_id: str | None = None
-    dcgm: str | None = None
-    dcgm_exporter: str | None = None
-    gpus: list[GpuSoftware] = []
+    driver: str | None
+    cuda_driver: str | None
+    kernel: str | None
+    os_id: str | None
+    os_version_id: str | None
+    dcgm: str | None
+    dcgm_exporter: str | None
+    gpus: list[GpuSoftware]

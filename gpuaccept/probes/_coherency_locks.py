@@ -22,6 +22,14 @@ __all__ = ["contend", "hold"]
 _REFUSALS = (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK)
 
 
+def trial(kind: str, role: str, **found: object) -> LockTrial:
+    """One lock trial with what it found; every reading it did not take written None (the payload has no defaults)."""
+    unread = dict.fromkeys(
+        ("held", "refused_while_held", "granted_after_release", "grant_s", "honoured", "error"), None
+    )
+    return LockTrial.model_validate({"kind": kind, "role": role, **unread, **found})
+
+
 def _try_lock(fd: int, kind: str) -> bool:
     """A non-blocking exclusive lock: True granted, False refused (another holds it); other errors raise."""
     try:
@@ -59,7 +67,7 @@ def hold(pair: Pair, kind: str) -> LockTrial:
         pair.progress.idle()
         pair.signal(f"held.{kind}", OK if held else REFUSED)
         if not held:
-            return LockTrial(kind=kind, role="holder", held=False, error=error)  # type: ignore[arg-type]
+            return trial(kind, "holder", held=False, error=error)
         pair.step(f"{kind}: rank 0 waits for rank 1's try")
         pair.await_signal(f"tried.{kind}")
         pair.step(f"{kind}: rank 0 releases")
@@ -72,7 +80,7 @@ def hold(pair: Pair, kind: str) -> LockTrial:
     pair.signal(f"released.{kind}")
     pair.step(f"{kind}: rank 0 waits for rank 1's second try")
     pair.await_signal(f"done.{kind}")
-    return LockTrial(kind=kind, role="holder", held=True)  # type: ignore[arg-type]
+    return trial(kind, "holder", held=True)
 
 
 def contend(pair: Pair, kind: str) -> LockTrial:
@@ -81,7 +89,7 @@ def contend(pair: Pair, kind: str) -> LockTrial:
     path = pair.directory / f"lock.{kind}"
     pair.step(f"{kind}: rank 1 waits for rank 0's lock")
     if pair.await_signal(f"held.{kind}") != OK:
-        return LockTrial(kind=kind, role="contender", error="rank 0 could not take the lock")  # type: ignore[arg-type]
+        return trial(kind, "contender", error="rank 0 could not take the lock")
     pair.step(f"{kind}: rank 1 tries while held")
     pair.progress.at("open", path)
     fd = os.open(path, os.O_RDWR)
@@ -124,9 +132,9 @@ def contend(pair: Pair, kind: str) -> LockTrial:
         os.close(fd)
         pair.progress.idle()
     pair.signal(f"done.{kind}")
-    return LockTrial(
-        kind=kind,  # type: ignore[arg-type]
-        role="contender",
+    return trial(
+        kind,
+        "contender",
         refused_while_held=refused,
         granted_after_release=granted,
         grant_s=None if grant_s is None else round(grant_s, 6),

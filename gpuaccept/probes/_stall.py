@@ -15,18 +15,27 @@ loop and says before each call what it is about to do (``Progress.at``, an attri
 read), and the watching thread times that call. A single call has ``call``.
 
 On Linux an NFS call blocked in the kernel still dies with the process (its waits are killable); a
-filesystem whose waits are not would keep the process until the call returns, but the result line is out
-by then.
+filesystem whose waits are not (a FUSE request its daemon had already taken when it stopped) keeps the
+thread in uninterruptible sleep (state D) until the call returns: ``stuck`` names it in the record, and the
+result line is out before the probe leaves.
+
+A tool the probe runs as a process of its own (fio) is watched by what it reports (``watch``): the process
+is killed, with its process group, once its progress stops for the limit, and what survives SIGKILL in
+state D is named, not waited on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Generic, TypeVar
 
 from gpuaccept.contracts.fsmeta import StallRecord, WaitTimeout
@@ -40,8 +49,11 @@ __all__ = [
     "TimedOut",
     "call",
     "leave",
+    "remove",
     "run",
     "step_token",
+    "stuck",
+    "watch",
 ]
 
 T = TypeVar("T")
@@ -56,7 +68,10 @@ class Stalled(Exception):
     """A filesystem call that did not return within the limit; ``record`` is what the probe emits."""
 
     def __init__(self, record: StallRecord) -> None:
-        super().__init__(f"{record.step}: {record.operation} {record.path} did not return within {record.limit_s:g} s")
+        left = f"; {record.stuck}" if record.stuck else ""
+        super().__init__(
+            f"{record.step}: {record.operation} {record.path} did not return within {record.limit_s:g} s{left}"
+        )
         self.record = record
 
 
@@ -126,7 +141,8 @@ def run(work: Callable[[Progress], T], *, step: str, limit_s: float = STALL_LIMI
         finally:
             outcome.done.set()
 
-    threading.Thread(target=target, name=f"fs:{step}", daemon=True).start()
+    worker = threading.Thread(target=target, name=f"fs:{step}", daemon=True)
+    worker.start()
     while not outcome.done.is_set():
         now = progress.now
         if now is None:
@@ -143,6 +159,7 @@ def run(work: Callable[[Progress], T], *, step: str, limit_s: float = STALL_LIMI
                     path=now.path,
                     limit_s=limit_s,
                     waited_s=round(waited, 3),
+                    stuck=stuck([(worker.native_id, "this probe's worker thread")] if worker.native_id else []),
                 )
             )
         outcome.done.wait(limit_s - waited)
@@ -161,6 +178,107 @@ def call(
         return fn()
 
     return run(work, step=step, limit_s=limit_s)
+
+
+def _stat(task: int) -> list[str] | None:
+    """A process's or thread's ``/proc/<id>/stat`` fields after its name (state, parent, ...), None when gone."""
+    try:
+        return Path(f"/proc/{task}/stat").read_text().rsplit(")", 1)[1].split()  # the name may hold spaces
+    except OSError:
+        return None
+
+
+def stuck(tasks: list[tuple[int, str]], *, killed: bool = False) -> str | None:
+    """Which of ``tasks`` (id, what it is) a kill cannot end: asleep uninterruptibly in the kernel (state D), or
+    (``killed``: SIGKILL already sent) alive at all. They are named and left; None when there is none."""
+    found = []
+    for task, what in tasks:
+        state = (_stat(task) or ["gone"])[0]
+        if state == "D" or (killed and state not in ("gone", "Z", "X")):
+            found.append(f"{what} (pid {task}) in state {state}")
+    return "; ".join(found) + ": in the kernel, a kill does not end it, left" if found else None
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid``'s children and theirs (fio's job processes), from /proc: each one's parent is field 4 of its stat."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:
+            parents[int(entry.name)] = int(stat[1])
+    found, frontier = [], [pid]
+    while frontier:
+        kids = [child for child, parent in parents.items() if parent in frontier]
+        found += kids
+        frontier = kids
+    return found
+
+
+def watch(
+    proc: subprocess.Popen[str],
+    progress: Callable[[], tuple[float, str]],
+    *,
+    step: str,
+    path: str,
+    limit_s: float,
+    cap_s: float,
+) -> StallRecord | None:
+    """Wait for ``proc``; ``progress()`` says when it last moved (``time.monotonic()``) and what it was doing.
+
+    When it has not moved for ``limit_s`` (or has run ``cap_s`` in all), its process group (``proc`` must be
+    started with ``start_new_session``) is killed and the stall returned, naming what did not die; None when
+    ``proc`` ended by itself."""
+    started = time.monotonic()
+    while proc.poll() is None:
+        moved, doing = progress()
+        now = time.monotonic()
+        idle = now - max(moved, started)
+        if idle >= limit_s or now - started >= cap_s:
+            # fio's job processes each call setsid(): killed one by one, not only by the group
+            family = [(proc.pid, "fio"), *((child, "a fio job") for child in _descendants(proc.pid))]
+            for pid, _ in reversed(family):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 2.0  # their exits; one in the kernel is named below, never waited on again
+            while time.monotonic() < deadline and (
+                proc.poll() is None or any((_stat(pid) or ["Z"])[0] not in "ZX" for pid, _ in family[1:])
+            ):
+                time.sleep(0.1)
+            return StallRecord(
+                step=step,
+                operation=doing,
+                path=path,
+                limit_s=limit_s,
+                waited_s=round(idle if idle >= limit_s else now - started, 3),
+                stuck=stuck(family, killed=True),
+            )
+        time.sleep(min(0.5, max(0.05, limit_s - idle)))
+    return None
+
+
+def remove(folder: Path, stall_s: float) -> None:
+    """``folder`` and what it holds removed, each call under the stall limit: a clean-up on a mount that stopped
+    answering is named at the stall limit, not left to hang its step (missing is nothing to remove)."""
+
+    def work(progress: Progress) -> None:
+        progress.at("stat", folder)
+        if not folder.exists():
+            return
+        for root, dirs, files in os.walk(folder, topdown=False):
+            for name in files:
+                progress.at("unlink", os.path.join(root, name))
+                with contextlib.suppress(OSError):  # gone already, or not ours to remove: left
+                    os.unlink(os.path.join(root, name))
+            for name in dirs:
+                progress.at("rmdir", os.path.join(root, name))
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.join(root, name))
+            progress.at("scandir", root)
+        progress.at("rmdir", folder)
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
+        progress.idle()
+
+    run(work, step="clean-up", limit_s=stall_s)
 
 
 def leave(code: int = 0) -> None:

@@ -99,6 +99,11 @@ def one_agent(decl: Mapping[str, Any], proc: str | Path = "/proc") -> AgentState
         "running": bool(pids) if process else None,
         "pids": pids,
         "url": url,
+        "answered": None,  # no URL declared
+        "http_status": None,
+        "error": None,
+        "exporter_gpus": None,  # not an exporter, or its page was not read
+        "exporter_uuids": None,
     }
     if url:
         status, body, error = _fetch(url)

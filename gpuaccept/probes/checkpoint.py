@@ -24,14 +24,13 @@ import functools
 import hashlib
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Literal
 
 from gpuaccept.contracts.storage import CheckpointFile, CheckpointPayload, PathProblem
 from gpuaccept.probes._protocol import emit, node_name
-from gpuaccept.probes._stall import Stalled, call, leave
+from gpuaccept.probes._stall import Stalled, call, leave, remove
 from gpuaccept.timelimits import STALL_S
 
 __all__ = ["main", "restore", "save"]
@@ -144,6 +143,11 @@ def save(path: Path, token: str, mib: int, seed: int, stall_s: float) -> Checkpo
         seconds=round(seconds, 4),
         gbps=round(total / seconds / 1e9, 4),
         files=files,
+        mismatched={},
+        cache=None,
+        device=None,
+        load_s=None,
+        problem=None,
     )
 
 
@@ -223,12 +227,25 @@ def restore(path: Path, token: str, stall_s: float) -> CheckpointPayload:
         cache=cache,
         device=device,
         load_s=round(load_s, 4) if weights else None,
+        problem=None,
     )
 
 
 def _nothing(mode: Literal["save", "restore", "clean"], path: Path, problem: PathProblem | None) -> CheckpointPayload:
     """A phase that moved nothing: the clean-up, or one the path's problem stopped."""
-    return CheckpointPayload(mode=mode, path=str(path), bytes=0, seconds=0, gbps=0, files=[], problem=problem)
+    return CheckpointPayload(
+        mode=mode,
+        path=str(path),
+        bytes=0,
+        seconds=0,
+        gbps=0,
+        files=[],
+        mismatched={},
+        cache=None,
+        device=None,
+        load_s=None,
+        problem=problem,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -246,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
         elif args.mode == "restore":
             payload = restore(args.path, args.token, args.stall_limit)
         else:
-            shutil.rmtree(args.path / f"gpuaccept-{args.token}", ignore_errors=True)
+            remove(args.path / f"gpuaccept-{args.token}", args.stall_limit)
             payload = _nothing(args.mode, args.path, None)
     except Stalled as stalled:
         payload = _nothing(args.mode, args.path, PathProblem(kind="stalled", detail=str(stalled)))

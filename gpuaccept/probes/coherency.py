@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuaccept.contracts.fsmeta import CoherencyPayload, LockTrial, StallRecord, VisibilityRound, WaitTimeout
-from gpuaccept.probes._coherency_locks import contend, hold
+from gpuaccept.probes._coherency_locks import contend, hold, trial
 from gpuaccept.probes._coherency_pair import Late, Look, Pair
 from gpuaccept.probes._protocol import emit, node_name, rank_info
 from gpuaccept.probes._stall import STALL_LIMIT_S, Progress, Stalled, TimedOut, leave, run
@@ -133,16 +133,12 @@ def _rounds(pair: Pair, state: _State, count: int) -> None:
 def _locks(pair: Pair, state: _State) -> None:
     for kind in ("flock", "lockf"):
         try:
-            trial = hold(pair, kind) if pair.rank == 0 else contend(pair, kind)
+            found = hold(pair, kind) if pair.rank == 0 else contend(pair, kind)
         except OSError as exc:  # the lock file or a signal could not be made: the pair is out of step, stop
-            trial = LockTrial(
-                kind=kind,  # type: ignore[arg-type]
-                role="holder" if pair.rank == 0 else "contender",
-                error=f"{pair.progress.step}: {exc}",
-            )
-            state.locks.append(trial)
+            role = "holder" if pair.rank == 0 else "contender"
+            state.locks.append(trial(kind, role, error=f"{pair.progress.step}: {exc}"))
             raise
-        state.locks.append(trial)
+        state.locks.append(found)
 
 
 def _protocol(pair: Pair, state: _State, node: str, rounds: int) -> None:
@@ -215,6 +211,10 @@ def measure(
             else f"rank {info.rank}: only ranks 0 and 1 take part",
             rounds=[],
             locks=[],
+            stalled=None,
+            timed_out=None,
+            error=None,
+            cleaned=None,
         )
     stalled: StallRecord | None = None
 

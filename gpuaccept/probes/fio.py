@@ -14,7 +14,9 @@ held. Alone, or on node-local storage, a node reads its own files, dropped from 
 Files live under ``<path>/gpuaccept-<token>/<node>/``; ``--rw clean`` removes the token's folder. fio missing on
 the node: the payload says so (``fio: null``) and the test records "not run", never a pass. A path that is
 missing, not a directory, read-only or full is named as such, and fio itself runs under the stall limit
-(``--stall-limit`` past ``--max-s``): a mount that stops answering is named, never waited on without end.
+(``--stall-limit``): fio's bytes, from the report it prints each quarter second, that stop growing for the stall limit
+end it there, naming the node, the folder and what fio was doing (a job stuck in the kernel is named and left);
+the clean-up runs under the limit too.
 """
 
 from __future__ import annotations
@@ -25,12 +27,15 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
+from gpuaccept.contracts.fsmeta import StallRecord
 from gpuaccept.contracts.storage import FioPayload, FioRun, PathProblem
 from gpuaccept.probes._protocol import emit, node_name
-from gpuaccept.probes._stall import Stalled, call, leave
+from gpuaccept.probes._stall import Stalled, call, leave, remove, watch
 from gpuaccept.timelimits import STALL_S
 
 __all__ = ["BLOCK_KIB", "FIO_NAME", "fio_binary", "main", "run_dir"]
@@ -40,10 +45,21 @@ __all__ = ["BLOCK_KIB", "FIO_NAME", "fio_binary", "main", "run_dir"]
 #: job into one file of that name (seen with a ``gpuaccept`` folder in the working folder)
 FIO_NAME = "gpuaccept-fio"
 BLOCK_KIB = 1024
+#: fio prints its running totals this often (``--status-interval``): the watch sees its bytes grow, and names how far
+#: a stalled phase got, within a quarter of a second of the stall
+REPORT_MS = 250
 
 
 class FioStalled(Exception):
-    """fio ran past its runtime cap and the stall limit: an I/O of it stopped answering."""
+    """fio's bytes stopped growing for the stall limit: an I/O of it stopped answering (``record`` says which)."""
+
+    def __init__(self, record: StallRecord) -> None:
+        left = f"; {record.stuck}" if record.stuck else ""
+        super().__init__(
+            f"{node_name()}: {record.step} in {record.path} made no progress for {record.waited_s:.0f} s "
+            f"(stall limit {record.limit_s:g} s) at {record.operation}{left}"
+        )
+        self.record = record
 
 
 def fio_binary() -> str | None:
@@ -110,20 +126,71 @@ def _fio_command(fio: str, folder: Path, rw: str, jobs: int, file_bytes: int, di
     return command
 
 
-def _run_fio(command: list[str], folder: Path, timeout_s: float) -> tuple[dict[str, object] | None, str, float]:
-    """fio's JSON (None when it failed), its stderr, its wall time; ``FioStalled`` past ``timeout_s``."""
+class _Progress:
+    """fio's running totals, from the report it prints every ``REPORT_MS`` (``--status-interval``): when its
+    bytes last grew, and the last whole report (the final one is fio's result)."""
+
+    def __init__(self, rw: str, expected: int) -> None:
+        self.rw, self.expected = rw, expected
+        self.moved, self.when = 0, time.monotonic()
+        self.last: dict[str, object] | None = None
+
+    def read(self, stream: IO[str]) -> None:
+        """Every report on ``stream`` as it comes (a reader thread: the watch must not block on fio's pipe)."""
+        decoder, text = json.JSONDecoder(), ""
+        for line in stream:
+            text += line
+            while (start := text.find("{")) >= 0:
+                try:
+                    report, end = decoder.raw_decode(text, start)
+                except json.JSONDecodeError:
+                    break  # not whole yet
+                text = text[end:]
+                self.last = report
+                moved = sum(int(job[self.rw]["io_bytes"]) for job in report.get("jobs", []))
+                if moved > self.moved:
+                    self.moved, self.when = moved, time.monotonic()
+
+    def now(self) -> tuple[float, str]:
+        if self.last is None:  # its start-up, or its first quarter second of I/O
+            return self.when, f"{self.rw}, before fio's first report (its start-up or first {REPORT_MS} ms)"
+        doing = "fsync (end_fsync)" if self.rw == "write" and self.moved >= self.expected else self.rw
+        return self.when, f"{doing}, {self.moved / 2**20:.0f} of {self.expected / 2**20:.0f} MiB moved"
+
+
+def _run_fio(
+    command: list[str], folder: Path, rw: str, expected: int, stall_s: float, cap_s: float
+) -> tuple[dict[str, object] | None, str, float]:
+    """fio's JSON (None when it failed), its stderr, its wall time; ``FioStalled`` when its bytes stopped
+    growing for ``stall_s`` (its status reports, not its runtime: a stall is named at the stall limit)."""
     started = time.monotonic()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=folder)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()  # a process in uninterruptible I/O outlives this: it is not waited on again
-        raise FioStalled(f"fio in {folder} ran {timeout_s:g} s, past its runtime cap and the stall limit") from None
+    proc = subprocess.Popen(
+        [*command, f"--status-interval={REPORT_MS}ms"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=folder,
+        start_new_session=True,  # its job processes killed with it
+    )
+    assert proc.stdout is not None and proc.stderr is not None  # PIPE
+    progress = _Progress(rw, expected)
+    errors: list[str] = []
+    threads = [
+        threading.Thread(target=progress.read, args=(proc.stdout,), daemon=True),
+        threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True),  # type: ignore[arg-type]
+    ]
+    for thread in threads:
+        thread.start()
+    stalled = watch(proc, progress.now, step=f"fio {rw}", path=str(folder), limit_s=stall_s, cap_s=cap_s)
+    if stalled is not None:
+        raise FioStalled(stalled)
+    for thread in threads:
+        thread.join(timeout=stall_s)
     wall = time.monotonic() - started
+    said = "".join(errors).strip()
     if proc.returncode != 0:
-        return None, err.strip() or out.strip(), wall
-    start = out.find("{")
-    return (json.loads(out[start:]) if start >= 0 else None), err.strip(), wall
+        return None, said, wall
+    return progress.last, said, wall
 
 
 def _figures(report: dict[str, object], rw: str) -> tuple[int, float]:
@@ -157,17 +224,22 @@ def measure(args: argparse.Namespace) -> FioPayload:
     path = Path(args.path)
     fio = fio_binary()
     if fio is None:
-        return FioPayload(path=str(path), fio=None)
+        return FioPayload(path=str(path), fio=None, run=None, problem=None)
     version = _version(fio)
     me = node_name()
     if args.rw == "clean":
-        shutil.rmtree(path / f"gpuaccept-{args.token}", ignore_errors=True)
-        return FioPayload(path=str(path), fio=version)
+        try:
+            remove(path / f"gpuaccept-{args.token}", args.stall_limit)
+        except Stalled as stalled:
+            return FioPayload(
+                path=str(path), fio=version, run=None, problem=PathProblem(kind="stalled", detail=str(stalled))
+            )
+        return FioPayload(path=str(path), fio=version, run=None, problem=None)
     file_bytes = args.file_mib << 20
     need = file_bytes * args.jobs if args.rw == "write" else 0
     problem = _check_path(path, need, args.stall_limit)
     if problem is not None:
-        return FioPayload(path=str(path), fio=version, problem=problem)
+        return FioPayload(path=str(path), fio=version, run=None, problem=problem)
     writer = _next(args.peers.split(",") if args.peers else [], me)
     folder = run_dir(path, args.token, writer if args.rw == "read" else me)
     if args.rw == "write":
@@ -178,18 +250,22 @@ def measure(args: argparse.Namespace) -> FioPayload:
         sizes = _file_sizes(folder, args.jobs)
         if min(sizes) == 0:
             detail = f"{folder}: {sizes.count(0)} of the {args.jobs} files {writer} wrote are missing or empty here"
-            return FioPayload(path=str(path), fio=version, problem=PathProblem(kind="files missing", detail=detail))
+            missing = PathProblem(kind="files missing", detail=detail)
+            return FioPayload(path=str(path), fio=version, run=None, problem=missing)
         file_bytes = min(sizes)
     direct = args.direct
+    expected, cap = file_bytes * args.jobs, args.max_s + args.stall_limit
     try:
         command = _fio_command(fio, folder, args.rw, args.jobs, file_bytes, direct, args.max_s)
-        report, said, wall = _run_fio(command, folder, args.max_s + args.stall_limit)
+        report, said, wall = _run_fio(command, folder, args.rw, expected, args.stall_limit, cap)
         if report is None and direct and "Invalid argument" in said:  # no O_DIRECT here (tmpfs, some FUSE)
             direct = False
             command = _fio_command(fio, folder, args.rw, args.jobs, file_bytes, direct, args.max_s)
-            report, said, wall = _run_fio(command, folder, args.max_s + args.stall_limit)
+            report, said, wall = _run_fio(command, folder, args.rw, expected, args.stall_limit, cap)
     except FioStalled as stalled:
-        return FioPayload(path=str(path), fio=version, problem=PathProblem(kind="stalled", detail=str(stalled)))
+        return FioPayload(
+            path=str(path), fio=version, run=None, problem=PathProblem(kind="stalled", detail=str(stalled))
+        )
     if report is None:
         raise SystemExit(f"fio failed in {folder}: {said[-600:]}")
     moved, runtime = _figures(report, args.rw)
@@ -212,7 +288,7 @@ def measure(args: argparse.Namespace) -> FioPayload:
         written_by=f"written by {writer}" if writer != me else "written by this node",
         command=command,
     )
-    return FioPayload(path=str(path), fio=version, run=run)
+    return FioPayload(path=str(path), fio=version, run=run, problem=None)
 
 
 def main(argv: list[str] | None = None) -> None:

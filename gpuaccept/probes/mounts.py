@@ -219,6 +219,8 @@ def _path(path: str, entries: list[MountEntry] | None, root: Path, write: bool, 
         free_inodes=None if fs is None else fs.f_favail,
         nfs=None if mount is None else nfs_options(mount),
         read_ahead_kb=None if mount is None else _read_ahead(root, mount.major_minor),
+        stalled=None,
+        error=None,
     )
 
 

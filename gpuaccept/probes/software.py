@@ -6,7 +6,8 @@ Every field is what was read, or None where the thing is not there (no NVML, no 
 guessed value, so a judge can tell "not installed" from "below a fix". The DCGM tools print their version
 on a line of their own (``dcgmi --version``: "dcgmi  version: 4.2.3"; ``dcgm-exporter --version``:
 "dcgm-exporter version 4.2.3-4.1.3", DCGM's version, then the exporter's); the first dotted version on the
-output is taken, whatever words surround it.
+output is taken, whatever words surround it; a tool that prints none gives the text it printed, for the judge
+to call unreadable.
 """
 
 from __future__ import annotations
@@ -30,15 +31,21 @@ VERSION = re.compile(r"\b(\d+(?:\.\d+)+(?:-\d+(?:\.\d+)+)?)\b")
 
 
 def tool_version(*command: str, timeout: float = 10.0) -> str | None:
-    """The first dotted version ``command`` prints, None where the tool is missing, fails or prints none."""
+    """The first dotted version ``command`` prints; None where the tool is missing. A tool that is there but
+    fails or prints no version gives what it said (its first line, or why it did not run): the judge calls that
+    "could not measure", never "not installed" (nothing of it to be vulnerable)."""
     if shutil.which(command[0]) is None:
         return None
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    match = VERSION.search(done.stdout + "\n" + done.stderr)
-    return match.group(1) if match else None
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{command[0]} did not run: {exc}"[:200]
+    said = done.stdout + "\n" + done.stderr
+    match = VERSION.search(said)
+    if match:
+        return match.group(1)
+    first = next((line.strip() for line in said.splitlines() if line.strip()), "")
+    return (first or f"{' '.join(command)} printed nothing (exit {done.returncode})")[:200]
 
 
 def dcgm_version() -> str | None:

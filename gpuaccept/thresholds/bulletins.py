@@ -32,6 +32,7 @@ __all__ = [
     "Catalogue",
     "Finding",
     "Line",
+    "UnreadableVersion",
     "findings",
     "line_of",
     "load_catalogue",
@@ -42,6 +43,13 @@ __all__ = [
 COMPONENTS = ("gpu_driver", "dcgm", "dcgm_exporter")
 
 _NUMBERS = re.compile(r"\d+")
+#: a version the fixes can be compared with: dotted numbers first (580.95.05, 4.5.2, 3.3.5-3.4.0, v4.1.1-4.0.4)
+_VERSION = re.compile(r"v?\d+(\.\d+)+([-+~_ ].*)?")
+
+
+class UnreadableVersion(ValueError):
+    """A version reading the bulletins' fixes cannot be compared with ("garbage", "N/A", "[Unknown Error]",
+    a bare "580"): could not measure, never "no known-vulnerable version"."""
 
 
 class _Model(BaseModel):
@@ -142,9 +150,14 @@ def _below(component: str, version: str, bulletin: Bulletin) -> Finding | None:
 
 def findings(component: str, version: str | None, catalogue: Catalogue) -> list[Finding]:
     """Every bulletin of the catalogue ``version`` of ``component`` is below the fix of; none for a
-    component not installed (``version`` None)."""
-    if not version or not version_key(version):
+    component not installed (``version`` None). ``UnreadableVersion`` for a text that is not dotted numbers:
+    its line and its place against a fix cannot be known, so nothing found would be a guess."""
+    if version is None:
         return []
+    if not _VERSION.fullmatch(version.strip()):
+        raise UnreadableVersion(
+            f"{component} version {version!r} is not a version (dotted numbers) a bulletin's fix can be compared with"
+        )
     found = (_below(component, version, b) for b in catalogue.bulletins)
     return [f for f in found if f is not None]
 

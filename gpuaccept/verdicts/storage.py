@@ -21,6 +21,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpuaccept.contracts.fsmeta import CoherencyPayload, FsmetaPayload, PathMount
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.contracts.storage import CheckpointPayload, FioPayload, FioRun
 from gpuaccept.errors import MeasurementError
@@ -34,9 +35,13 @@ __all__ = [
     "USABLE",
     "SharedRead",
     "aggregate_limit",
+    "contract_of",
+    "contract_source",
     "described",
     "filesystems_absent",
+    "judge_answered_again",
     "judge_checkpoint",
+    "judge_not_run",
     "judge_path",
     "judge_shared_reads",
     "judge_speed",
@@ -45,6 +50,7 @@ __all__ = [
     "metric_for",
     "per_node_figure",
     "per_node_limit",
+    "stall_in",
 ]
 
 #: one read of the shared file: the node, which read it was, what the ``sharedfs`` probe read, and the
@@ -92,15 +98,17 @@ def filesystems_absent(storage: StorageSection, *, scope: str | None = None) -> 
     return None
 
 
-def _contract(fs: Filesystem) -> Contract:
-    if not isinstance(fs.contract, Contract):  # the loader resolves every preset's name
+def contract_of(fs: Filesystem) -> Contract:
+    """The filesystem's contract figures (the loader resolves every preset's name: a name left is a bug)."""
+    if not isinstance(fs.contract, Contract):
         raise TypeError(f"filesystem {fs.path}: contract {fs.contract!r} was not resolved to its figures")
     return fs.contract
 
 
-def _source(fs: Filesystem, what: str) -> str:
-    named = f"preset {fs.preset}: " if fs.preset else "site contract: "
-    return f"{named}{what}; {_contract(fs).source}"
+def contract_source(fs: Filesystem, what: str) -> str:
+    """A check's source: the preset or the site's own contract, the figure (``what``), and where it comes from."""
+    named = f"preset {fs.preset}" if fs.preset else "site contract"
+    return f"{named}: {what}; {contract_of(fs).source}"
 
 
 def metric_for(fs: Filesystem, rw: str) -> str:
@@ -117,16 +125,40 @@ def judge_path(payload: FioPayload | CheckpointPayload, name: str, judge: JudgeL
     return problem is None
 
 
+def stall_in(payload: FioPayload | CheckpointPayload | FsmetaPayload | CoherencyPayload | PathMount) -> str | None:
+    """What stalled on the node's declared path in ``payload`` (the probe's words), None when nothing did: what
+    the test notes so that nothing later is sent to that path on that node (``gpuaccept/stalls.py``)."""
+    if isinstance(payload, FioPayload | CheckpointPayload):
+        problem = payload.problem
+        return problem.detail if problem is not None and problem.kind == "stalled" else None
+    s = payload.stalled
+    return None if s is None else f"{s.step}: {s.operation} {s.path} did not return in {s.limit_s:g} s"
+
+
+def judge_not_run(held: Mapping[str, str], metric: str, name: str, fs: Filesystem, judge: JudgeLike) -> None:
+    """The nodes whose path stalled earlier in the run, not sent there again: ``metric`` could not be measured
+    on each ("not run: <path> on <node> stalled at <time> in <test>"), never a pass; the stall itself was
+    FAILED where it happened."""
+    for node, why in held.items():
+        judge.unreadable(metric, why, node=node, fspath=fs.path, filesystem=name)
+
+
+def judge_answered_again(said: str, node: str, name: str, fs: Filesystem, judge: JudgeLike) -> None:
+    """A path that answered after it had stalled on ``node``: its figures now are not trusted, and the run says
+    so (an unmeasured ``storage_path_usable``), never silently a healthy path again."""
+    judge.unreadable("storage_path_usable", said, node=node, fspath=fs.path, filesystem=name)
+
+
 def per_node_figure(fs: Filesystem, rw: str) -> float:
     """The contract's per-node GB/s for ``rw`` (read or write): every contract gives both."""
-    figure: float = getattr(_contract(fs), f"{rw}_gbps")
+    figure: float = getattr(contract_of(fs), f"{rw}_gbps")
     return figure
 
 
 def per_node_limit(fs: Filesystem, rw: str) -> Limit:
     """The contract's per-node figure for ``rw`` (read or write) as the limit of one node's check."""
     figure = per_node_figure(fs, rw)
-    return Limit(min=figure, source=_source(fs, f"one node {rw}s at {figure:g} GB/s or more"))
+    return Limit(min=figure, source=contract_source(fs, f"one node {rw}s at {figure:g} GB/s or more"))
 
 
 def judge_speed(
@@ -163,7 +195,7 @@ def described(mismatched: Mapping[str, str]) -> str:
 def aggregate_limit(fs: Filesystem, rw: str, nodes: int) -> Limit | None:
     """The contract's aggregate for ``nodes`` nodes: its per-unit figure pro rata, never above what the nodes
     would move at the per-node figure each; None where the contract gives no aggregate."""
-    contract = _contract(fs)
+    contract = contract_of(fs)
     unit = contract.aggregate
     figure = getattr(unit, f"{rw}_gbps") if unit is not None else None
     if unit is None or figure is None:
@@ -171,7 +203,7 @@ def aggregate_limit(fs: Filesystem, rw: str, nodes: int) -> Limit | None:
     share = figure * nodes / unit.nodes
     floor = min(share, nodes * getattr(contract, f"{rw}_gbps"))
     what = f"{figure:g} GB/s per {unit.nodes} nodes, {nodes} of them: {floor:.4g} GB/s"
-    return Limit(min=round(floor, 4), source=_source(fs, what))
+    return Limit(min=round(floor, 4), source=contract_source(fs, what))
 
 
 def _run_extra(run: FioRun, name: str) -> dict[str, Any]:
@@ -210,7 +242,7 @@ def _usable(payloads: Measured, name: str, fs: Filesystem, rw: str, judge: Judge
 def judge_throughput_alone(payloads: Measured, name: str, fs: Filesystem, rw: str, judge: JudgeLike) -> None:
     """Each node measured alone: its GB/s against the contract's per-node figure, and against the run's median."""
     runs = _usable(payloads, name, fs, rw, judge)
-    straggler_pct = _contract(fs).straggler_pct or judge.setting("straggler_pct")
+    straggler_pct = contract_of(fs).straggler_pct or judge.setting("straggler_pct")
     limit = per_node_limit(fs, rw)
     metric = metric_for(fs, rw)
     for node, run in runs.items():
@@ -218,7 +250,7 @@ def judge_throughput_alone(payloads: Measured, name: str, fs: Filesystem, rw: st
     if len(runs) < 2:
         return
     median = statistics.median(run.gbps for run in runs.values())
-    whence = _source(fs, "its straggler_pct") if _contract(fs).straggler_pct else "thresholds.yaml settings"
+    whence = contract_source(fs, "its straggler_pct") if contract_of(fs).straggler_pct else "thresholds.yaml settings"
     source = (
         f"straggler_pct {straggler_pct:g} ({whence}): a node this far below the median of the nodes measured alone "
         "is a slow client, as a GPU below its node's median is a slow GPU (elbencho's first vs last finished thread)"

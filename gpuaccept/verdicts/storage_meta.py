@@ -9,15 +9,15 @@ stalled past the stall limit) is named with the path, and every other node is st
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from gpuaccept.contracts.fsmeta import CoherencyPayload, FsmetaPayload, MountsPayload, PathMount
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.errors import MeasurementError
 from gpuaccept.thresholds.schema import Limit
-from gpuaccept.thresholds.storage_site import Contract, Filesystem, StorageSection
-from gpuaccept.verdicts.storage import USABLE
+from gpuaccept.thresholds.storage_site import Filesystem, StorageSection
+from gpuaccept.verdicts.storage import USABLE, contract_of, contract_source
 
 __all__ = [
     "COHERENCY_METRICS",
@@ -37,22 +37,13 @@ COHERENCY_METRICS = ("storage_visibility_s",)
 _PER_CLIENT = ("clientaddr=", "addr=", "mountaddr=", "mountport=")
 
 
-def _contract(fs: Filesystem) -> Contract:
-    if not isinstance(fs.contract, Contract):
-        raise TypeError(f"filesystem {fs.path}: contract {fs.contract!r} was not resolved to its figures")
-    return fs.contract
-
-
-def _source(fs: Filesystem, what: str) -> str:
-    named = f"preset {fs.preset}" if fs.preset else "site contract"
-    return f"{named}: {what}; {_contract(fs).source}"
-
-
 def _usable_text(found: PathMount, need_gib: float) -> str:
     """``usable``, else what is wrong with the path on this node (the first thing a job would trip on)."""
     if found.stalled is not None:
         s = found.stalled
-        return f"stalled: {s.operation} {s.path} did not return in {s.limit_s:g} s"
+        return f"stalled: {s.operation} {s.path} did not return in {s.limit_s:g} s" + (
+            f"; {s.stuck}" if s.stuck else ""
+        )
     if found.error:
         return f"unreadable: {found.error}"
     if not found.exists:
@@ -95,9 +86,14 @@ def _declared_mount(fs: Filesystem, found: PathMount, modules: list[str] | None)
 
 
 def judge_mounts(
-    payloads: Mapping[str, MountsPayload | MeasurementError], storage: StorageSection, judge: JudgeLike
+    payloads: Mapping[str, MountsPayload | MeasurementError],
+    storage: StorageSection,
+    judge: JudgeLike,
+    held: Collection[tuple[str, str]] = (),
 ) -> None:
-    """Every declared path on every node: usable, with its room; its mount as declared; the same on every node."""
+    """Every declared path on every node: usable, with its room; its mount as declared; the same on every node.
+    ``held``: the (node, path) pairs not looked at because the path stalled there earlier in the run (their
+    "not run" is the test's, ``verdicts.storage.judge_not_run``)."""
     views: dict[str, dict[str, str]] = {}
     for node, payload in payloads.items():
         if isinstance(payload, MeasurementError):
@@ -106,6 +102,8 @@ def judge_mounts(
         found_by_path = {p.path: p for p in payload.paths}
         for name, fs in storage.filesystems.items():
             found = found_by_path.get(fs.path)
+            if found is None and (node, fs.path) in held:
+                continue
             if found is None:
                 judge.unreadable("storage_free_gib", f"the mounts probe did not look at {fs.path}", node=node)
                 continue
@@ -141,7 +139,8 @@ def _stopped(payload: FsmetaPayload | CoherencyPayload) -> str | None:
     """What stopped a storage probe on this rank by its own filesystem (a stalled call, a failed one), or None."""
     if payload.stalled is not None:
         s = payload.stalled
-        return f"stalled: {s.step}: {s.operation} {s.path} did not return in {s.limit_s:g} s"
+        left = f"; {s.stuck}" if s.stuck else ""
+        return f"stalled: {s.step}: {s.operation} {s.path} did not return in {s.limit_s:g} s{left}"
     if payload.error:
         return f"failed: {payload.error}"
     return None
@@ -178,8 +177,10 @@ def judge_metadata(
 ) -> None:
     """Each node's create, stat and delete rates in a folder of its own (mdtest easy) and all nodes in one
     (mdtest hard), against the contract's ``metadata_ops`` where it gives one; the large folder listed whole."""
-    figure = _contract(fs).metadata_ops
-    limit = Limit(min=figure, source=_source(fs, f"{figure:g} metadata operations/s per node")) if figure else None
+    figure = contract_of(fs).metadata_ops
+    limit = (
+        Limit(min=figure, source=contract_source(fs, f"{figure:g} metadata operations/s per node")) if figure else None
+    )
     for node, payload in payloads.items():
         if isinstance(payload, MeasurementError):
             judge.unreadable("storage_metadata_ops", str(payload), node=node, fspath=fs.path)
@@ -233,9 +234,9 @@ def judge_metadata(
 def judge_coherency(payloads: list[CoherencyPayload], name: str, fs: Filesystem, judge: JudgeLike) -> None:
     """The two ranks' views: each round's round trip (a bound on each one-way visibility, on one clock) within
     the contract's window, the attributes the other node set, and both lock kinds honoured across the nodes."""
-    window = _contract(fs).coherency_s
+    window = contract_of(fs).coherency_s
     limit = (
-        Limit(max=window, source=_source(fs, f"a change on one node seen on another within {window:g} s"))
+        Limit(max=window, source=contract_source(fs, f"a change on one node seen on another within {window:g} s"))
         if window
         else None
     )

@@ -28,7 +28,7 @@ from gpuaccept.contracts.tenant import (
     TopValue,
     TrustRecord,
 )
-from gpuaccept.thresholds.bulletins import Catalogue, findings
+from gpuaccept.thresholds.bulletins import Catalogue, UnreadableVersion, findings
 from gpuaccept.thresholds.tenant_site import RootOfTrust, TenantSite
 
 __all__ = [
@@ -180,7 +180,11 @@ def judge_bulletins(sw: SoftwareRecord, catalogue: Catalogue, judge: JudgeLike, 
         version = versions[component]
         if version is None:
             continue  # not installed: nothing of it to be vulnerable (the agent test judges a declared agent)
-        found = findings(component, version, catalogue)
+        try:
+            found = findings(component, version, catalogue)
+        except UnreadableVersion as unreadable:
+            judge.unreadable("software_bulletin", f"{node}: {unreadable}", node=node, field=component, seen=version)
+            continue
         for f in found:
             fix = f"fixed in {f.fixed}" if f.fixed else f"no fix for {f.line}"
             observed = f"{component} {version} ({fix}: bulletin {f.bulletin} {f.title})"
@@ -215,6 +219,13 @@ def judge_approved(sw: SoftwareRecord, site: TenantSite | None, judge: JudgeLike
     versions = software_versions(sw)
     for component, patterns in site.approved.items():
         version = versions.get(component)
+        if version is not None and not any(c.isdigit() for c in version):
+            why = (
+                f"{node}: {component} reads {version!r}, no version in it: it cannot be compared with the site's "
+                f"approved {', '.join(patterns)}"
+            )
+            judge.unreadable("software_approved", why, node=node, field=component, seen=version, source=site.source)
+            continue
         ok = version is not None and any(fnmatchcase(version, p) for p in patterns)
         expected = version if ok else f"one of {', '.join(patterns)}"
         judge.expect(
@@ -275,8 +286,15 @@ def judge_trust(trust: TrustRecord, site: TenantSite, judge: JudgeLike, node: st
         ("secure_boot", rot.secure_boot, secure, "enabled"),
         ("tpm_version", rot.tpm, tpm, want_tpm),
     )
+    unread = {
+        "secure_boot": trust.uefi and trust.secure_boot is None,  # UEFI, yet its SecureBoot variable not read
+        "tpm_version": trust.tpm_present and trust.tpm_version is None,  # a TPM whose version was not read
+    }
     for metric, required, observed, expected in rows:
-        if required is True:
+        if required is True and unread.get(metric):
+            why = f"{node}: {metric} reads {observed!r}: could not be compared with {expected!r}"
+            judge.unreadable(metric, why, node=node, source=site.source, notes=trust.notes)
+        elif required is True:
             judge.expect(metric, observed, expected, node=node, source=site.source, notes=trust.notes)
         elif required is False or required is None:
             judge.info("root_of_trust", observed, node=node, field=metric, required=required)
@@ -296,8 +314,9 @@ def agents_absent(site: TenantSite | None, node: str) -> str | None:
     return None
 
 
-def _exporter_gpus(agent: AgentState, record: AgentRecord) -> tuple[str, str]:
-    """(observed, expected) of a DCGM exporter's GPUs against NVML's: by UUID where both have them."""
+def _exporter_gpus(agent: AgentState, record: AgentRecord) -> tuple[str | None, str]:
+    """(observed, expected) of a DCGM exporter's GPUs against NVML's: by UUID where both have them; (None, why)
+    when NVML's count could not be read, so the exporter's list has nothing to be held to."""
     want = record.nvml_gpus
     expected = f"all {want} GPUs" if want is not None else "every GPU NVML sees"
     if agent.exporter_gpus is None:
@@ -309,7 +328,7 @@ def _exporter_gpus(agent: AgentState, record: AgentRecord) -> tuple[str, str]:
         return expected, expected
     listed = len(agent.exporter_gpus)
     if want is None:
-        return f"{listed} GPUs listed (NVML unreadable)", expected
+        return None, f"{listed} GPUs listed, NVML's own count unreadable: nothing to compare them with"
     if listed < want:
         gone = sorted(set(map(str, range(want))) - set(agent.exporter_gpus), key=int)
         return f"{listed} of {want} listed (missing gpu {', '.join(gone)})", expected
@@ -333,7 +352,8 @@ def judge_agents(record: AgentRecord, site: TenantSite, judge: JudgeLike, node: 
             expected = answered if agent.answered else "answering"
             judge.expect("health_agent_answering", answered, expected, node=node, field=decl.name, url=decl.url)
         if decl.kind == "dcgm-exporter":
-            observed, expected = _exporter_gpus(agent, record)
-            judge.expect(
-                "health_agent_gpus", observed, expected, node=node, field=decl.name, listed=agent.exporter_gpus
-            )
+            listed, expected = _exporter_gpus(agent, record)
+            if listed is None:
+                judge.unreadable("health_agent_gpus", f"{node}: {expected}", node=node, field=decl.name)
+                continue
+            judge.expect("health_agent_gpus", listed, expected, node=node, field=decl.name, listed=agent.exporter_gpus)

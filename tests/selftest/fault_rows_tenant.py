@@ -4,14 +4,15 @@ not running) and a neighbour that slows the other half of a node. Declared here,
 faults_page.py beside the other rows; each row's proof is in ``test_tenant_faults.py`` (the real probe code where
 it runs without a GPU, the real judges, the real ``Judge`` with the packaged catalogue).
 
-None of these is end to end yet: the loopback nodes are slurmds of one CI VM (one /proc, no GPU, no UEFI), so one
-node cannot lack an agent another has, and no GPU memory or neighbour can be measured there. The neighbour row is
+Only the unreadable driver version is end to end (node2's NVML module replaced in its mount namespace): the loopback
+nodes are slurmds of one CI VM (one /proc, no GPU, no UEFI), so one node cannot lack an agent another has, and no
+GPU memory or neighbour can be measured there. The neighbour row is
 proven on GPUs (docs/measurements.md 'GPU VMs, 2026-11-28: storage and tenant safety') and in CI by its judge.
 """
 
 from __future__ import annotations
 
-from .fault_rows import GPU_RUN, LOGIC, Row
+from .fault_rows import END_TO_END, GPU_RUN, LOGIC, Row
 
 __all__ = ["TENANT", "TENANT_ROWS"]
 
@@ -100,5 +101,21 @@ TENANT_ROWS: tuple[Row, ...] = (
         "figures beside it; a catalogue without limits shows the ratios and the test ERRORs `nothing was judged`",
         GPU_RUN,
         (P + "test_a_slowed_half_fails_naming_both_gpu_sets", P + "test_a_site_without_limits_judges_nothing_and_errs"),
+    ),
+    Row(
+        TENANT,
+        "driver-version-unreadable",
+        "a GPU driver version that is no version",
+        "node2's NVML answers `garbage` for the driver version (pynvml bound over the installed one in node2's mount "
+        "namespace, `up.sh --own-mounts`), node1's `580.159.04`; the software probe and the judge run for real "
+        "through srun on the loopback cluster",
+        "`test_known_vulnerable_software[node2]` ERROR (could not measure) `software_bulletin` on node2 field "
+        "gpu_driver: `node2: gpu_driver version 'garbage' is not a version (dotted numbers) a bulletin's fix can be "
+        "compared with` (it read `no known-vulnerable version` before: a pass); node1 passes",
+        END_TO_END,
+        (
+            "tests/selftest/test_tenant_unreadable.py::"
+            "test_an_unreadable_driver_version_on_one_node_is_could_not_measure_end_to_end",
+        ),
     ),
 )

@@ -278,7 +278,18 @@ LAYERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ),
     (
         "session",
-        ("state", "record_keeper", "fixtures", "startup", "fleet", "calibrate", "report", "nodecheck", "plugin"),
+        (
+            "state",
+            "stalls",
+            "record_keeper",
+            "fixtures",
+            "startup",
+            "fleet",
+            "calibrate",
+            "report",
+            "nodecheck",
+            "plugin",
+        ),
         ("leaves", "contracts", "area code", "probes", "results", "judging core", "judges", "options", "launch"),
     ),
 )

@@ -52,6 +52,16 @@ RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
     "tenant/software-580.159.04.json": (specs.SOFTWARE, 1),
     "node/loopback-cpu.fingerprint.json": (specs.FINGERPRINT, 1),
     "imex/loopback-26.05-b1.imex.out": (specs.IMEX, 2),
+    "tenant/loopback-cpu.trust.out": (specs.TRUST, 1),
+    "tenant/loopback-cpu.software.out": (specs.SOFTWARE, 1),
+    "tenant/loopback-cpu.agent.out": (specs.AGENT, 1),
+    "storage/loopback-cpu.fio-write.out": (specs.FIO, 1),
+    "storage/loopback-cpu.fio-read.out": (specs.FIO, 1),
+    "storage/loopback-cpu.checkpoint-save.out": (specs.CHECKPOINT, 1),
+    "storage/loopback-cpu.checkpoint-restore.out": (specs.CHECKPOINT, 1),
+    "storage/loopback-cpu.fsmeta.out": (specs.FSMETA, 2),
+    "storage/loopback-cpu.coherency.out": (specs.COHERENCY, 2),
+    "storage/loopback-cpu.mounts.out": (specs.MOUNTS, 1),
 }
 #: a result line as a probe prints it (``probes/_protocol.py``)
 RESULT_LINE = re.compile(rb"^GPUACCEPT_(RESULT|PART|STAGE) ", re.MULTILINE)
@@ -87,7 +97,7 @@ def test_a_mistyped_field_is_an_error_naming_probe_node_rank_and_field() -> None
 def test_a_missing_field_of_a_model_payload_is_named() -> None:
     with pytest.raises(PayloadError, match=r"probe fio: node3 rank 5: .*field path: Field required"):
         specs.FIO.validate(_record({"fio": "fio-3.33"}))
-    typed = specs.FIO.read(_record({"path": "/mnt/x", "fio": None}))
+    typed = specs.FIO.read(_record({"path": "/mnt/x", "fio": None, "run": None, "problem": None}))
     assert isinstance(typed, FioPayload) and typed.fio is None
 
 
@@ -188,26 +198,17 @@ def test_perftest_endpoint_on_recorded_output_is_its_payload_type(bw: str, monke
 #: specs whose payload type still accepts ``{}``, or reaches a type that drops a key it does not declare (issue
 #: 55): each name leaves this set when its type is made to bite; the set only shrinks
 OPEN: set[str] = {
-    "agent",
     "finetune",
     "nccl",
     "nccl_tests",
-    "software",
 }
 #: specs with no recorded output in fixtures/ yet (each gets one from the GPU machine or the loopback cluster)
 UNRECORDED: set[str] = {
-    "agent",
-    "checkpoint",
-    "coherency",
-    "fio",
-    "fsmeta",
     "gpubench",
     "matmul",
-    "mounts",
     "nccl_tests",
     "neighbours",
     "residue",
-    "trust",
 }
 
 

@@ -22,7 +22,19 @@ FS = Filesystem.model_validate(
 
 def _pair(nbytes: int) -> tuple[CheckpointPayload, CheckpointPayload]:
     files = [CheckpointFile(name="model-00001.safetensors", bytes=nbytes, sha256="ab" * 32)]
-    saved = CheckpointPayload(mode="save", path="/mnt/chkpt/x", bytes=nbytes, seconds=1.0, gbps=1.0, files=files)
+    saved = CheckpointPayload(
+        mode="save",
+        path="/mnt/chkpt/x",
+        bytes=nbytes,
+        seconds=1.0,
+        gbps=1.0,
+        files=files,
+        mismatched={},
+        cache=None,
+        device=None,
+        load_s=None,
+        problem=None,
+    )
     return saved, saved.model_copy(update={"mode": "restore", "cache": "written by node1"})
 
 

@@ -81,7 +81,7 @@ def test_declared_exporter_running_answering_and_listing_every_gpu(server: str) 
     comm = Path(f"/proc/{os.getpid()}/comm").read_text().strip()
     site = _site(f"{server}/dcgm-exporter-8gpu.txt", comm)
     state = agent.one_agent({"name": "dcgm-exporter", "kind": "dcgm-exporter", "process": comm, "url": _decl(site).url})  # type: ignore[union-attr]
-    record = AgentRecord(agents=[state], nvml_gpus=8, nvml_uuids=UUIDS)
+    record = AgentRecord(agents=[state], nvml_gpus=8, nvml_uuids=UUIDS, dcgm_version=None)
     assert _judge(record, site) == {
         "health_agent_running": (True, "running"),
         "health_agent_answering": (True, "answering (HTTP 200)"),
@@ -92,7 +92,7 @@ def test_declared_exporter_running_answering_and_listing_every_gpu(server: str) 
 def test_missing_gpu_dead_process_and_silent_url_fail(server: str) -> None:
     site = _site(f"{server}/dcgm-exporter-missing-gpu3.txt", "no-such-agent-xyz")
     state = agent.one_agent(_decl(site).model_dump())
-    verdicts = _judge(AgentRecord(agents=[state], nvml_gpus=8, nvml_uuids=UUIDS), site)
+    verdicts = _judge(AgentRecord(agents=[state], nvml_gpus=8, nvml_uuids=UUIDS, dcgm_version=None), site)
     assert verdicts["health_agent_running"] == (False, "no process named no-such-agent-xyz")
     assert verdicts["health_agent_gpus"] == (False, f"missing {UUIDS[3]} (7 of 8 listed)")
     gone = agent.one_agent({"name": "gpud", "url": f"{server}/nothing-here"})
@@ -101,8 +101,10 @@ def test_missing_gpu_dead_process_and_silent_url_fail(server: str) -> None:
 
 def test_without_uuids_the_index_is_named() -> None:
     site = _site("http://127.0.0.1:9/metrics", "x")
-    state = agent.AgentState(name="dcgm-exporter", kind="dcgm-exporter", exporter_gpus=["0", "1", "2", "4"])
-    verdicts = _judge(AgentRecord(agents=[state], nvml_gpus=5), site)
+    state = agent.one_agent({"name": "dcgm-exporter", "kind": "dcgm-exporter"}).model_copy(
+        update={"exporter_gpus": ["0", "1", "2", "4"]}
+    )
+    verdicts = _judge(AgentRecord(agents=[state], nvml_gpus=5, nvml_uuids=[], dcgm_version=None), site)
     assert verdicts["health_agent_gpus"] == (False, "4 of 5 listed (missing gpu 3)")
 
 
