@@ -53,3 +53,13 @@ class DomainSite(_Strict):
     imex_domain: Literal["job", "block"] = "job"
     imex_settle_s: float = Field(default=IMEX_SETTLE_S, ge=0, le=600)
     blocks: dict[str, BlockExpect] = Field(default_factory=dict)
+
+
+#: what a run without a ``domain:`` section judges by: the SKU's domain, IMEX over the job's nodes, the default
+#: settle window, no block's trays declared
+DEFAULT = DomainSite(source="no domain: section in a site file: the catalogue's defaults")
+
+
+def declared_or_default(domain: DomainSite | None) -> DomainSite:
+    """The site's ``domain:`` declaration, or ``DEFAULT`` where no site file makes one."""
+    return domain if domain is not None else DEFAULT

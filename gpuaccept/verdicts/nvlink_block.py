@@ -186,8 +186,9 @@ def _names(hostlists: Iterable[str], expand: Callable[[str], list[str]]) -> set[
 
 
 def judge_domain_busbw(tables: Sequence[GroupTable], judge: JudgeLike, *, block: str, node: str) -> None:
-    """busbw of all_reduce and all_gather at the largest size across the block: against
+    """busbw of all_reduce and all_gather at the largest size across the block: all_reduce against
     ``nvlink_domain_busbw_gbps@<GPUs>`` where the SKU declares a floor at that scale (72 GPUs: a cited figure),
+    all_gather shown (no figure for it is published),
     else shown with the floor ``DERIVED_MODEL`` derives from the 72-GPU one (marked derived, judged nothing)."""
     for table in tables:
         gpus = len(table.ranks)
@@ -200,4 +201,7 @@ def judge_domain_busbw(tables: Sequence[GroupTable], judge: JudgeLike, *, block:
             cited = judge.declared("nvlink_domain_busbw_gbps", node, CITED_GPUS)
             if gpus != CITED_GPUS and judge.declared("nvlink_domain_busbw_gbps", node, gpus) is None:
                 subject.update(model=DERIVED_MODEL, derived_floor=getattr(cited, "min", None))
+            if collective == "all_gather":  # no all_gather figure across a domain is published at any scale
+                judge.info("nvlink_domain_busbw_gbps", row.busbw, node=node, scale=gpus, **subject)
+                continue
             judge.check("nvlink_domain_busbw_gbps", row.busbw, node=node, scale=gpus, **subject)

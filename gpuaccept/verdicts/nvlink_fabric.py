@@ -42,6 +42,7 @@ __all__ = [
     "domain_not_judged",
     "health_fields",
     "judge_fabric",
+    "node_cliques",
     "problems",
 ]
 
@@ -49,6 +50,8 @@ DomainKind = Literal["nvl72", "none"]
 #: the datasheet field of a SKU saying how many GPUs share its NVLink domain (thresholds.yaml skus.<SKU>.datasheet)
 DOMAIN_GPUS = "nvlink_domain_gpus"
 READY = "in the fabric"
+#: NVML_GPU_FABRIC_STATE_COMPLETED
+COMPLETED = 3
 STATES = {0: "Not Supported", 1: "Not Started", 2: "In Progress", 3: "Completed"}
 SUMMARIES = {0: "Not Supported", 1: "Healthy", 2: "Unhealthy", 3: "Limited Capacity"}
 STATUS_NAMES = {0: "Success", 3: "Not Supported", 23: "Insufficient Resources"}
@@ -57,9 +60,12 @@ MASK_FIELDS = (("degraded_bandwidth", 0), ("route_recovery", 2), ("route_unhealt
 MASK_VALUES = {0: "not supported", 1: "true", 2: "false", 3: "invalid"}
 
 
-def domain_for(judge: JudgeLike, node: str) -> DomainKind:
-    """The domain ``node`` must be in by default: ``nvl72`` where its SKU's datasheet puts 72 GPUs in one NVLink
-    domain (GB200, GB300), else ``none``. A site's ``nvlink_domain`` overrides it (thresholds/domain_site)."""
+def domain_for(judge: JudgeLike, node: str, site: DomainKind | None = None) -> DomainKind:
+    """The domain ``node`` must be in: the site's ``domain.nvlink_domain`` (``site``, thresholds/domain_site) where
+    it says one, else its SKU's: ``nvl72`` where the datasheet puts 72 GPUs in one NVLink domain (GB200, GB300),
+    else ``none``."""
+    if site is not None:
+        return site
     gpus = judge.datasheet(judge.sku(node), DOMAIN_GPUS)
     return "nvl72" if gpus is not None and gpus >= 72 else "none"
 
@@ -178,6 +184,15 @@ def judge_fabric(
         else "; ".join(f"{u}/{c}: GPUs {', '.join(map(str, g))}" for (u, c), g in cliques.items())
     )
     judge.expect("nvlink_fabric_clique", observed, "one clique", node=node, cliques=len(cliques))
+
+
+def node_cliques(fabric: FabricState) -> set[tuple[str, int]] | None:
+    """The cliques (cluster UUID, clique ID) of the node's GPUs whose fabric state is Completed, what the block
+    checks compare across nodes (verdicts/nvlink_block.py); None when no GPU of the node is Completed (clique and
+    UUID mean nothing before: unread)."""
+    done = [g for g in fabric["gpus"] if g["state"] == COMPLETED]
+    found = {(g["cluster_uuid"], g["clique_id"]) for g in done if _a_clique(g["cluster_uuid"], g["clique_id"])}
+    return {(u, c) for u, c in found if u is not None and c is not None} if done else None
 
 
 def _a_clique(uuid: str | None, clique: int | None) -> bool:

@@ -14,7 +14,8 @@ collectives across it ride NVLink (MNNVL/NVLS), proven by NCCL's own init lines.
   inside a block, passed only on NET transport lines.
 
 Domain tests run on one block's nodes (``--nodelist`` from the topology: the steps name them). Which nodes form
-an NVLink domain at all is the site's ``domain.nvlink_domain`` (helper nvlgpu's SKU default is wired at merge).
+an NVLink domain at all is the site's ``domain.nvlink_domain``, else the SKU's (``nvlink_domain_gpus``:
+``verdicts/nvlink_fabric.domain_for``).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from gpuaccept.contracts.nccl_sweep import group_tables
 from gpuaccept.dispatch.slurm_cli import expand_hostlist
 from gpuaccept.dispatch.topology import Topology, read_topology
 from gpuaccept.probes.specs import IMEX, NCCL
+from gpuaccept.thresholds.domain_site import declared_or_default
 from gpuaccept.verdicts.imex import imex_absent, judge_imex_channel, judge_imex_domain
 from gpuaccept.verdicts.nvlink_block import blocks_absent, judge_block_cliques, judge_block_trays, judge_domain_busbw
+from gpuaccept.verdicts.nvlink_fabric import domain_for, node_cliques
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect, pytest.mark.multinode]
 
@@ -41,45 +44,34 @@ NETWORK_ENV = {"NCCL_MNNVL_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
 #: the sizes of the domain sweep: up to 8 GiB, the size of the one published full-rack figure (coreweave/nccl-tests
 #: PR #43: GB200 NVL72 all_reduce 846.8 GB/s busbw at 8 GiB)
 DOMAIN_MAX_BYTES = 8 << 30
-_TOPOLOGY: dict[str, Topology] = {}
 
 
-def _topology(cluster: Any) -> Topology:
-    """``scontrol show topology``, once per session (on the record of the first test that asks)."""
-    if "t" not in _TOPOLOGY:
-        _TOPOLOGY["t"] = cluster.scheduler(read_topology)
-    return _TOPOLOGY["t"]
+@pytest.fixture(scope="module")
+def topology(cluster: Any) -> Topology:
+    """``scontrol show topology``, once for the module (on the record of the first test that asks)."""
+    return cluster.scheduler(read_topology)
 
 
-def _allocated_blocks(cluster: Any) -> dict[str, list[str]]:
+def _allocated_blocks(cluster: Any, topology: Topology) -> dict[str, list[str]]:
     """Each block's nodes in this allocation (those still live), blocks with none left out."""
     live = set(cluster.nodes)
-    return {b.name: [n for n in b.nodes if n in live] for b in _topology(cluster).blocks if live & set(b.nodes)}
+    return {b.name: [n for n in b.nodes if n in live] for b in topology.blocks if live & set(b.nodes)}
 
 
-def _require_domain(thresholds: Any) -> None:
-    """Skip unless the nodes are declared to form an NVLink domain (``domain.nvlink_domain: nvl72``)."""
-    site = thresholds.domain
-    if site is None or site.nvlink_domain != "nvl72":
+def _require_domain(cluster: Any, judge: Any, thresholds: Any) -> None:
+    """Skip unless some allocated node must be in an NVLink domain: the site's ``domain.nvlink_domain``, else its
+    SKU's default (GB200, GB300: nvl72; HGX boards: none)."""
+    site = declared_or_default(thresholds.domain).nvlink_domain
+    if not any(domain_for(judge, node, site) == "nvl72" for node in cluster.nodes):
         pytest.skip(
-            "not applicable: no NVLink domain declared (domain.nvlink_domain: nvl72 in a site file; the SKU's "
-            "default is wired at merge)"
+            "not applicable: no allocated node must be in an NVLink domain (its SKU's nvlink_domain_gpus, or "
+            "domain.nvlink_domain: nvl72 in a site file)"
         )
 
 
-def _cliques(fingerprints: Any, nodes: list[str]) -> dict[str, set[tuple[str, int]] | None]:
-    """Each node's GPUs' (ClusterUUID, CliqueId) once their fabric state is Completed, None where unread: helper
-    nvlgpu's fingerprint reading, wired here at merge (its function name is not on this branch)."""
-    read = getattr(fingerprints, "nvlink_cliques", None)
-    if read is None:
-        pytest.skip("the fingerprint carries no fabric cliques yet (helper nvlgpu's reading, wired at merge)")
-    return {node: read(node) for node in nodes}
-
-
-def _blocks(cluster: Any, thresholds: Any) -> dict[str, tuple[str, ...]]:
+def _blocks(cluster: Any, judge: Any, thresholds: Any, topo: Topology) -> dict[str, tuple[str, ...]]:
     """Slurm's blocks, whole (every node of each, allocated or not); skip naming why where there are none."""
-    _require_domain(thresholds)
-    topo = _topology(cluster)
+    _require_domain(cluster, judge, thresholds)
     blocks = {b.name: b.nodes for b in topo.blocks}
     if why := blocks_absent(blocks, topo.why_no_blocks):
         pytest.skip(why)
@@ -87,33 +79,34 @@ def _blocks(cluster: Any, thresholds: Any) -> dict[str, tuple[str, ...]]:
 
 
 @pytest.mark.judges(nodes=2)
-def test_nvlink_block_trays(cluster, judge, thresholds):
+def test_nvlink_block_trays(cluster, judge, thresholds, topology):
     """Each block the site declares (domain.blocks) holds its trays, less those listed out, and no other."""
-    blocks = _blocks(cluster, thresholds)
-    if not thresholds.domain.blocks:
+    blocks = _blocks(cluster, judge, thresholds, topology)
+    if not declared_or_default(thresholds.domain).blocks:
         pytest.skip("not applicable: the site declares no block's trays (domain.blocks.<name>.trays)")
     judge_block_trays(blocks, thresholds.domain, judge, lambda h: cluster.scheduler(expand_hostlist, h))
 
 
 @pytest.mark.judges(nodes=2)
-def test_nvlink_block_cliques(cluster, judge, thresholds, fingerprints):
-    """One fabric clique a block, one block a clique, over the allocated nodes' GPUs."""
-    blocks = _blocks(cluster, thresholds)
-    judge_block_cliques(blocks, _cliques(fingerprints, cluster.nodes), judge)
+def test_nvlink_block_cliques(cluster, judge, thresholds, topology, fingerprints):
+    """One fabric clique a block, one block a clique, over the allocated nodes' GPUs (the session-start
+    fingerprint's fabric readings: Completed GPUs' cluster UUID and clique ID)."""
+    blocks = _blocks(cluster, judge, thresholds, topology)
+    cliques = {node: node_cliques(fingerprints.get(node)["fabric"]) for node in cluster.nodes}
+    judge_block_cliques(blocks, cliques, judge)
 
 
 def _imex_records(cluster: Any, thresholds: Any, nodes: list[str]) -> dict[str, ImexRecord]:
     """The IMEX probe on a block's allocated nodes, one step for the domain and the channel tests."""
-    settle = thresholds.domain.imex_settle_s
+    settle = declared_or_default(thresholds.domain).imex_settle_s
     result = cluster.run_shared(IMEX, nodes=nodes, args=["--settle-s", settle])
     return {r.node: IMEX.read(r) for r in result.records}
 
 
-def _imex_blocks(cluster: Any, thresholds: Any) -> dict[str, list[str]]:
+def _imex_blocks(cluster: Any, judge: Any, thresholds: Any, topo: Topology) -> dict[str, list[str]]:
     """The blocks IMEX is judged in: two or more allocated nodes each; skip naming why when there are none."""
-    _require_domain(thresholds)
-    topo = _topology(cluster)
-    blocks = _allocated_blocks(cluster) if topo.blocks else {"(no blocks: the allocation)": list(cluster.nodes)}
+    _require_domain(cluster, judge, thresholds)
+    blocks = _allocated_blocks(cluster, topo) if topo.blocks else {"(no blocks: the allocation)": list(cluster.nodes)}
     judged = {name: nodes for name, nodes in blocks.items() if imex_absent(name, nodes) is None}
     if not judged:
         pytest.skip("; ".join(why for name, nodes in blocks.items() if (why := imex_absent(name, nodes))))
@@ -121,21 +114,21 @@ def _imex_blocks(cluster: Any, thresholds: Any) -> dict[str, list[str]]:
 
 
 @pytest.mark.judges(nodes=2)
-def test_imex_domain(cluster, judge, thresholds):
+def test_imex_domain(cluster, judge, thresholds, topology):
     """Every allocated node of a block: the daemon answers, all members READY, all C, UP, and the members are
     the block's allocated nodes (``imex_domain: job``) or the whole block (``block``), no others."""
-    site = thresholds.domain
-    for name, nodes in _imex_blocks(cluster, thresholds).items():
-        block = _topology(cluster).block_of(nodes[0])
+    site = declared_or_default(thresholds.domain)
+    for name, nodes in _imex_blocks(cluster, judge, thresholds, topology).items():
+        block = topology.block_of(nodes[0])
         expected = list(block.nodes) if site.imex_domain == "block" and block is not None else nodes
         scope = f"the {'whole block' if site.imex_domain == 'block' else 'allocated nodes'} of {name}"
         judge_imex_domain(_imex_records(cluster, thresholds, nodes), expected, scope, judge, block=name)
 
 
 @pytest.mark.judges(nodes=2)
-def test_imex_channel(cluster, judge, thresholds):
+def test_imex_channel(cluster, judge, thresholds, topology):
     """The step's IMEX channel: one character device, which opens (unmeasured where no IMEX driver exists)."""
-    for _, nodes in _imex_blocks(cluster, thresholds).items():
+    for _, nodes in _imex_blocks(cluster, judge, thresholds, topology).items():
         judge_imex_channel(_imex_records(cluster, thresholds, nodes), judge)
 
 
@@ -146,9 +139,9 @@ def _block_sweep(cluster: Any, nodes: list[str], env: dict[str, str]) -> Any:
     return cluster.run(NCCL, nodes=nodes, tasks_per_node=gpus, gpus_per_task=1, args=args, env=env)
 
 
-def _one_block(cluster: Any) -> tuple[str, list[str]]:
+def _one_block(cluster: Any, topology: Topology) -> tuple[str, list[str]]:
     """The largest block of the allocation (two nodes at least): its nodes are the step's node list."""
-    blocks = _allocated_blocks(cluster)
+    blocks = _allocated_blocks(cluster, topology)
     if not blocks:
         pytest.skip("not applicable: Slurm lists no topology/block blocks: no NVLink domain to measure across")
     name, nodes = max(blocks.items(), key=lambda item: (len(item[1]), item[0]))
@@ -158,10 +151,10 @@ def _one_block(cluster: Any) -> tuple[str, list[str]]:
 
 
 @pytest.mark.judges("nvlink_domain_busbw_gbps", gpus="gpu", nodes=2, scaled=True)
-def test_domain_bandwidth(cluster, judge, thresholds):
+def test_domain_bandwidth(cluster, judge, thresholds, topology):
     """all_reduce and all_gather across one block's GPUs over MNNVL: passed only with the transport proven."""
-    _require_domain(thresholds)
-    name, nodes = _one_block(cluster)
+    _require_domain(cluster, judge, thresholds)
+    name, nodes = _one_block(cluster, topology)
     result = _block_sweep(cluster, nodes, MNNVL_ENV)
     from gpuaccept.verdicts.nccl_transport import judge_domain_transport  # helper nccl's (another branch)
 
@@ -170,10 +163,10 @@ def test_domain_bandwidth(cluster, judge, thresholds):
 
 
 @pytest.mark.judges(nodes=2)
-def test_domain_network(cluster, judge, thresholds):
+def test_domain_network(cluster, judge, thresholds, topology):
     """The same block with MNNVL and NVLS off: NCCL must carry the traffic between trays over the network."""
-    _require_domain(thresholds)
-    _, nodes = _one_block(cluster)
+    _require_domain(cluster, judge, thresholds)
+    _, nodes = _one_block(cluster, topology)
     result = _block_sweep(cluster, nodes, NETWORK_ENV)
     from gpuaccept.verdicts.nccl_transport import judge_domain_transport  # helper nccl's (another branch)
 

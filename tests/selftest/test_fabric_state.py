@@ -31,6 +31,7 @@ from gpuaccept.verdicts.nvlink_fabric import (
     domain_not_judged,
     health_fields,
     judge_fabric,
+    node_cliques,
 )
 
 from .conftest import repository_view, run_inner
@@ -185,6 +186,19 @@ def test_h200_reading_is_shown_on_hgx_and_never_passes_a_domain(tmp_path, monkey
     assert "state Not Supported" in str(shown[0].value) and "cliqueId" in str(shown[0].value)
     as_domain = judged(fabric, "GB200")
     assert _failed(as_domain)["0"] == "state Not Supported" and READY not in _failed(as_domain)["0"]
+
+
+def test_a_nodes_cliques_for_the_block_checks_come_from_completed_gpus_only(tmp_path, monkeypatch) -> None:
+    """What test_nvlink_domain hands verdicts/nvlink_block.judge_block_cliques: a healthy tray's one clique, nothing
+    from a GPU that is not Completed (the H200's reading, whose clique ID NVML never wrote: unread)."""
+    gb200 = served(tmp_path, monkeypatch, "gb200-gpud-1106.json")
+    assert node_cliques(gb200) == {(gb200["gpus"][0]["cluster_uuid"], 4026)}
+    assert node_cliques(served(tmp_path, monkeypatch, "h200-580.159.04.json")) is None
+
+
+def test_the_site_overrides_the_skus_domain() -> None:
+    judge = Judge(THRESHOLDS, lambda node: node, lambda r: None, "selftest")
+    assert domain_for(judge, "GB200", "none") == "none" and domain_for(judge, "H200", "nvl72") == "nvl72"
 
 
 def test_the_domain_defaults_by_sku() -> None:
