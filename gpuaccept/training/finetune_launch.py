@@ -183,7 +183,7 @@ def hang_s(rule: TimeoutRule, planned: TimeLimit | None) -> float:
 
 def not_applicable(records: Iterable[RankRecord]) -> str | None:
     """What the GPUs themselves declared not applicable (memory too small for a 7B-class model), or None."""
-    absent = sorted({str(r.data["not_applicable"]) for r in records if r.data.get("not_applicable")})
+    absent = sorted({str(r.data["not_applicable"]) for r in records if r.data.get("outcome") == "not_applicable"})
     return f"not applicable: {'; '.join(absent)}" if absent else None
 
 
@@ -192,7 +192,9 @@ def strategy_records(records: Iterable[RankRecord], strategy: str) -> list[RankR
     ``strategies`` (a launch of one strategy at the top level); a rank without that run could not be measured."""
     out = []
     for record in records:
-        runs = record.data.get("strategies") or {record.data.get("strategy"): record.data}
+        several = record.data.get("outcome") == "strategies"
+        launched = record.data["strategies"] if several else {record.data.get("strategy"): record.data}
+        runs = {name: run for name, run in launched.items() if run is not None}
         if strategy not in runs:
             raise MeasurementError(
                 f"{record.node} rank {record.rank}: the finetune result holds no {strategy} run "

@@ -7,7 +7,7 @@ import typing
 from collections.abc import Iterator
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, RootModel
 from typing_extensions import is_typeddict
 
 
@@ -32,6 +32,8 @@ def loose_types(payload: Any) -> list[str]:
     """The names of the types ``payload`` reaches that do not refuse an undeclared key."""
     loose = []
     for tp in _reached(payload, set()):
+        if isinstance(tp, type) and issubclass(tp, RootModel):
+            continue  # a root model holds no keys of its own (pydantic refuses extra= on one): its members are walked
         config = getattr(tp, "model_config", None) if isinstance(tp, type) and issubclass(tp, BaseModel) else None
         config = config if config is not None else getattr(tp, "__pydantic_config__", None) or {}
         if config.get("extra") != "forbid":
