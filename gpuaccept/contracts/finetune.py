@@ -12,6 +12,7 @@ and ``training.resume`` (the resumable checkpoint), ``training.served_weights`` 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import Field, RootModel
@@ -19,11 +20,14 @@ from pydantic import Field, RootModel
 # pydantic validates these where a result arrives (probes/specs.py): before Python 3.12 it needs this TypedDict
 from typing_extensions import TypedDict
 
+from gpuaccept.contracts.records import RankRecord
 from gpuaccept.contracts.strict import strict
+from gpuaccept.errors import MeasurementError
 
 __all__ = [
     "Checkpoint",
     "ColdStart",
+    "DecodeFigures",
     "FinetuneLaunch",
     "FinetuneNotApplicable",
     "FinetuneNotRun",
@@ -33,7 +37,11 @@ __all__ = [
     "Lifecycle",
     "LifecycleCompared",
     "LifecycleStopped",
+    "RankRun",
+    "RunOrNot",
+    "ServedOwn",
     "ServedWeights",
+    "ServedWeightsOutcome",
     "ServingFigures",
 ]
 
@@ -517,9 +525,34 @@ class FinetuneNotApplicable(TypedDict):
 
 
 class FinetunePayload(
-    RootModel[
-        Annotated[FinetuneSingle | FinetuneLaunch | FinetuneNotApplicable, Field(discriminator="outcome")]
-    ]
+    RootModel[Annotated[FinetuneSingle | FinetuneLaunch | FinetuneNotApplicable, Field(discriminator="outcome")]]
 ):
     """A launch's result line. A root model because the line is one of three shapes: ``root`` is the shape it is
     (a root model holds no keys of its own, so there is nothing to forbid here; every shape it holds is strict)."""
+
+
+@dataclass(frozen=True)
+class RankRun:
+    """One rank's run of one strategy as the judges read it: where it ran (the rank's record) and what it wrote
+    (``training.finetune_launch.strategy_records`` picks it out of the launch's typed payload)."""
+
+    record: RankRecord
+    run: FinetuneRun | FinetuneNotRun
+
+    @property
+    def node(self) -> str:
+        return self.record.node
+
+    @property
+    def rank(self) -> int:
+        return self.record.rank
+
+    @property
+    def trained(self) -> FinetuneRun:
+        """The run's figures. A strategy skipped below the solo floor has none: its judge
+        (``verdicts.training.judge_not_trained``) names why before any other reads this; a judge that reads it
+        anyway is an ERROR naming the rank, never a figure."""
+        if self.run["outcome"] == "not_run":
+            why = f"{self.node} rank {self.rank}: {self.run['strategy']} was not trained: {self.run['not_run']}"
+            raise MeasurementError(why, nodes=(self.node,))
+        return self.run

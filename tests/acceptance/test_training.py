@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.dispatch.result import ProbeResult, RankRecord, stage_records
+from gpuaccept.contracts.finetune import RankRun
+from gpuaccept.dispatch.result import ProbeResult, stage_records
 from gpuaccept.errors import MeasurementError, ProbeTimeout
 from gpuaccept.judging.trajectory import Trajectory
 from gpuaccept.probes.specs import FINETUNE
@@ -44,6 +45,7 @@ from gpuaccept.training.finetune_launch import (
     launch_absent,
     not_applicable,
     plan_launch,
+    stage_runs,
     strategy_records,
 )
 from gpuaccept.training.report import TARGET_LOSS, print_summary
@@ -169,6 +171,7 @@ class Part:
     stopped before it ended, where each other rank stood and why it was stopped."""
 
     result: ProbeResult
+    runs: list[RankRun]
     unfinished: dict[tuple[str, int], RankStand]
     why: str = ""
 
@@ -187,10 +190,10 @@ def _finetune(ctx: Ctx, strategy: str, launch: FinetuneLaunch) -> Part:
         done = {(r.node, r.rank) for r in records}
         everyone = stands(stopped.stdout, stopped.ended_at, hang_s(ctx.cluster.timeout_rule, _limit(ctx, launch)))
         left = {key: stand for key, stand in everyone.items() if key not in done}
-        return Part(replace(stopped, records=records), left, str(exc))
+        return Part(replace(stopped, records=records), stage_runs(records), left, str(exc))
     if why := not_applicable(result.records):  # declared by the GPUs themselves (memory too small for a 7B)
         pytest.skip(why)
-    return Part(replace(result, records=strategy_records(result.records, strategy)), {})
+    return Part(result, strategy_records(result.records, strategy), {})
 
 
 def _unfinished(ctx: Ctx, part: Part, strategy: str, launch: FinetuneLaunch) -> None:
@@ -208,20 +211,15 @@ def _launch_figures(strategy: str, launch: FinetuneLaunch, ctx: Ctx) -> None:
         result = _launch(ctx, launch)
     except MeasurementError:  # a launch that did not end: its step's limit, wall and ratio are on the record
         return
-    phases = result.records[0].data.get("phases") or {}
-    print(
-        f"{launch.folder()}: step {result.duration_s:.1f} s; rank 0 phases "
-        + ", ".join(f"{k}={v}" for k, v in phases.items())
-    )
     record_launch(ctx.judge, result.records, result.duration_s, launch.strategies)
 
 
-def _report(records: list[RankRecord], run: str, step_s: float) -> None:
+def _report(runs: list[RankRun], run: str, step_s: float) -> None:
     """The run's lines in the captured output, and its loss curve and comparison in the report."""
-    print_summary(run, step_s, records, label)
-    data0 = records[0].data
-    if data0.get("history_json"):
-        paths = artifacts(Path(data0["history_json"]).parent, title=run, target=TARGET_LOSS)
+    print_summary(run, step_s, runs, label)
+    lifecycle = runs[0].trained["lifecycle"]
+    if lifecycle is not None:
+        paths = artifacts(Path(lifecycle["history_json"]).parent, title=run, target=TARGET_LOSS)
         _attach(paths, run)
         print(f"{run}: report files " + ", ".join(str(p) for p in paths))
 
@@ -233,19 +231,20 @@ def _check_solo(launch: FinetuneLaunch, ctx: Ctx) -> None:
     result = part.result
     _launch_figures("solo", launch, ctx)
     _unfinished(ctx, part, "solo", launch)
-    if not result.records:
+    if not part.runs:
         return
-    judge_each_gpu(ctx.judge, _shape(launch), result.records, part.why)
+    judge_each_gpu(ctx.judge, _shape(launch), part.runs, part.why)
     if part.why:
         return
-    first = min(result.records, key=lambda r: r.rank)  # rank 0 saved its own run's checkpoint and resumed it
-    judge_resume(first.data.get("checkpoint"), checkpoint_filesystem(ctx.storage), ctx.judge, first.node)
+    first = min(part.runs, key=lambda r: r.rank).trained  # rank 0 saved its own run's checkpoint and resumed it
+    node = min(part.runs, key=lambda r: r.rank).node
+    judge_resume(first["checkpoint"], checkpoint_filesystem(ctx.storage), ctx.judge, node)
     models, scratch = models_filesystem(ctx.storage), scratch_filesystem(ctx.storage)
-    judge_served_weights(first.data.get("served_weights"), models, scratch, ctx.judge, first.node)
+    judge_served_weights(first["served_weights"], models, scratch, ctx.judge, node)
     if launch.ranks == 1:  # a one-GPU node: its own run is the run with the lifecycle (DDP/FSDP do not apply)
-        _report(result.records, launch.folder("solo"), result.duration_s)
+        _report(part.runs, launch.folder("solo"), result.duration_s)
     else:
-        print_summary(launch.folder("solo"), result.duration_s, result.records, label)
+        print_summary(launch.folder("solo"), result.duration_s, part.runs, label)
 
 
 def _attach(paths: list[Path], run: str) -> None:
@@ -265,16 +264,16 @@ def _check_run(strategy: str, launch: FinetuneLaunch, ctx: Ctx) -> None:
     result = part.result
     _launch_figures(strategy, launch, ctx)
     _unfinished(ctx, part, strategy, launch)
-    if part.unfinished or not result.records:  # a run across ranks is judged whole or not at all
+    if part.unfinished or not part.runs:  # a run across ranks is judged whole or not at all
         return
-    if judge_not_trained(ctx.judge, _shape(launch), strategy, result.records):
+    if judge_not_trained(ctx.judge, _shape(launch), strategy, part.runs):
         return  # a GPU's own run was below its floor: this strategy was not trained, and why
-    ddp: list[RankRecord] | MeasurementError | None = None
+    ddp: list[RankRun] | MeasurementError | None = None
     if launch.holds_fsdp_to_ddp(strategy):
         earlier = _finetune(ctx, "ddp", launch)
-        ddp = earlier.result.records if not earlier.unfinished else MeasurementError(f"DDP did not finish: {part.why}")
-    _report(result.records, f"{launch.folder(strategy)} ({launch.scope})", result.duration_s)
-    judge_run(ctx.judge, _shape(launch), strategy, result.records, result.duration_s, ddp, part.why)
+        ddp = earlier.runs if not earlier.unfinished else MeasurementError(f"DDP did not finish: {part.why}")
+    _report(part.runs, f"{launch.folder(strategy)} ({launch.scope})", result.duration_s)
+    judge_run(ctx.judge, _shape(launch), strategy, part.runs, result.duration_s, ddp, part.why)
 
 
 @dataclass
@@ -304,15 +303,14 @@ def _solo_runs(ctx: Ctx, profile: Profile) -> SoloRuns:
             continue
         if part.unfinished:  # the GPUs that finished still agree or not; the others are named by their test
             out.failed.append(node)
-        for record in part.result.records:
-            losses = tuple(float(v) for v in record.data["losses"])
-            out.runs.append(
-                Trajectory(record.node, label(record), losses, record.data.get("checksum"), launch.judged_as)
-            )
-            if "decode_1" in (record.data.get("serving") or {}):  # 7B-class on GPUs: each GPU served its adapter
-                out.served.append(Served.of(record, label(record) or str(record.rank)))
-            if record.data.get("test_hook"):
-                print(f"TEST HOOK on {record.node} {label(record)}: {record.data['test_hook']}")
+        for run in part.runs:
+            data = run.trained
+            out.runs.append(Trajectory(run.node, label(run), tuple(data["losses"]), data["checksum"], launch.judged_as))
+            serving = data["serving"]
+            if serving is not None and serving["outcome"] == "served":  # 7B-class on GPUs: each GPU served its own
+                out.served.append(Served.of(serving, run.node, label(run)))
+            if data["test_hook"]:
+                print(f"TEST HOOK on {run.node} {label(run)}: {data['test_hook']}")
     return out
 
 
