@@ -9,25 +9,26 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from gpuaccept.contracts.finetune import LifecycleCompared, RankRun
 from gpuaccept.dispatch.result import RankRecord, parse_records
-from gpuaccept.judging.judge import Judge
-from gpuaccept.thresholds.loader import load_thresholds
-from gpuaccept.contracts.finetune import LifecycleCompared
 from gpuaccept.inference.kernels import SERVING_KERNELS
+from gpuaccept.judging.judge import Judge
 from gpuaccept.probes.specs import FINETUNE
+from gpuaccept.thresholds.loader import load_thresholds
 from gpuaccept.training.config import FIXTURES
+from gpuaccept.training.finetune_launch import strategy_records
 
 __all__ = ["h100_judge", "h100_run", "h100_serving", "with_serving"]
 
 
-def h100_run(fixture: str) -> list[RankRecord]:
+def h100_run(fixture: str) -> list[RankRun]:
     """A fine-tune's result line as the probe printed it on one H100 80GB HBM3 (2026-11-25; docs/measurements.md
     '1 x H100 80GB HBM3 and 1 x H200, 2026-11-25: training at real scale'): ``finetune-scale-h100-precontract.out``
     (``benchmarks/train_scale_device.sh det``, run a), ``finetune-pretrained-6.5b-h100-precontract.out`` (the 6.53 B
     checkpoint's ``--model-path`` probe by hand), with the serving figures the probe has added since
     (``with_serving``), moved into the contract's places (``to_contract``) and validated as it."""
     records = parse_records("finetune", (FIXTURES / fixture.replace(".out", "-precontract.out")).read_text(), 1, ())
-    return [FINETUNE.validate(record) for record in with_serving(records)]
+    return strategy_records([FINETUNE.validate(record) for record in with_serving(records)], "solo")
 
 
 #: what the pre-contract lines wrote that the contract no longer holds (figures since measured by ``serving``)
