@@ -28,8 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaccept.contracts.finetune import DecodeFigures, LifecycleCompared, RankRun, ServedOwn
+from gpuaccept.contracts.finetune import LifecycleCompared, RankRun
 from gpuaccept.contracts.judge import JudgeLike
+from gpuaccept.contracts.serving import DecodeFigures, ServedOwn
 from gpuaccept.judging.trajectory import key_text, stack_key
 
 __all__ = ["AGREEMENT", "LIFECYCLE", "SERVING", "Served", "judge_agreement", "judge_lifecycle_serving", "judge_serving"]
@@ -61,8 +62,15 @@ def _mbu(judge: JudgeLike, node: str, figures: DecodeFigures, metric: str) -> fl
 
 
 def _decode_extra(figures: DecodeFigures) -> dict[str, Any]:
-    keys = ("streams", "tokens_per_s", "step_ms", "step_ms_spread", "bytes_per_step", "read_tb_per_s", "repeats")
-    return {k: figures[k] for k in keys}  # type: ignore[literal-required]
+    return {
+        "streams": figures["streams"],
+        "tokens_per_s": figures["tokens_per_s"],
+        "step_ms": figures["step_ms"],
+        "step_ms_spread": figures["step_ms_spread"],
+        "bytes_per_step": figures["bytes_per_step"],
+        "read_tb_per_s": figures["read_tb_per_s"],
+        "repeats": figures["repeats"],
+    }
 
 
 def judge_serving(judge: JudgeLike, run: RankRun, gpu: str | None) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuaccept.contracts.finetune import Checkpoint
+from gpuaccept.contracts.finetune_storage import Checkpoint
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.thresholds.storage_site import Filesystem, StorageSection
 from gpuaccept.verdicts.storage import described, judge_speed

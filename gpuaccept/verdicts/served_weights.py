@@ -15,17 +15,16 @@ weights without one (``--models-dir``).
 
 from __future__ import annotations
 
-from gpuaccept.contracts.finetune import ColdStart, ServedWeightsOutcome
+from gpuaccept.contracts.finetune_storage import ColdStart, ServedWeightsOutcome
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.thresholds.storage_site import Filesystem, StorageSection
 from gpuaccept.verdicts.resume import checkpoint_filesystem
-from gpuaccept.verdicts.storage import described, judge_speed, per_node_figure
+from gpuaccept.verdicts.storage import described, judge_speed
 
 __all__ = [
     "SERVED_METRICS",
     "judge_served_weights",
     "models_filesystem",
-    "planned_seconds",
     "scratch_filesystem",
 ]
 
@@ -52,24 +51,6 @@ def scratch_filesystem(storage: StorageSection) -> Declared:
         if fs.role == "scratch" and fs.scope == "local":
             return name, fs
     return None
-
-
-def planned_seconds(weights: int | None, models: Declared, scratch: Declared) -> tuple[tuple[str, float], ...]:
-    """What the merged weights' save and cold starts take at the contracted rates (a launch's time limit plans
-    them beside its training): saved and read at the models filesystem's per-node figures, then written to and
-    read from scratch where declared. Nothing where no models filesystem is declared: nothing is saved."""
-    if not weights or models is None:
-        return ()
-    gb = weights / 1e9
-    terms = [("merged weights saved and cold-started", _there_and_back(gb, models))]
-    if scratch is not None:
-        terms.append(("copied to scratch and cold-started", _there_and_back(gb, scratch)))
-    return tuple((name, round(seconds, 1)) for name, seconds in terms)
-
-
-def _there_and_back(gb: float, declared: tuple[str, Filesystem]) -> float:
-    """Seconds to write ``gb`` to the declared filesystem and read it back, at its contract's per-node figures."""
-    return gb / per_node_figure(declared[1], "write") + gb / per_node_figure(declared[1], "read")
 
 
 def _cold(judge: JudgeLike, cold: ColdStart, declared: Declared, node: str) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from gpuaccept.contracts.finetune import FinetuneRun, Lifecycle, RankRun
@@ -28,6 +27,7 @@ from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.judge import Judge
 from gpuaccept.judging.trajectory import Trajectory
 from gpuaccept.training.finetune_launch import launch_payload
+from gpuaccept.training.plan import LaunchShape
 from gpuaccept.training.report import TARGET_LOSS, curve_points, loss_rebound, steps_to_target
 from gpuaccept.verdicts.inference import LIFECYCLE as SERVING_LIFECYCLE
 from gpuaccept.verdicts.inference import Served, judge_agreement, judge_lifecycle_serving, judge_serving
@@ -86,36 +86,6 @@ def scale_collective(scope: str) -> tuple[str, ...]:
     """What DDP and FSDP of the 7B-class model are judged on beside ``collective_figures``."""
     mfu = tuple(f"train_{p}mfu_pct_{s}_{scope}" for p in ("", "pretrained_") for s in ("ddp", "fsdp"))
     return (*mfu, *SCALE_LOSS, *SCALE_LIFECYCLE)
-
-
-@dataclass(frozen=True)
-class LaunchShape:
-    """What the judging needs to know of a launch."""
-
-    #: small (built-in small model), scale (built-in 7B-class), pretrained (a --model-path checkpoint)
-    profile: str
-    #: node (every GPU of one node) or multinode (every GPU of every node)
-    scope: str
-    ranks: int
-    gpu_run: bool
-
-    def metric(self, name: str) -> str:
-        """The profile's own limit for ``name``: each profile's limits were measured on (or, for
-        ``--model-path``, contracted for) that model."""
-        return name if self.profile == "small" else name.replace("train_", f"train_{self.profile}_", 1)
-
-    @property
-    def serves(self) -> bool:
-        """Whether each GPU then serves the adapter it trained (the 7B-class and checkpoint runs on GPUs; the
-        small model's decode times kernel launches, not HBM)."""
-        return self.gpu_run and self.profile != "small"
-
-    def speed_metric(self, strategy: str) -> str:
-        """Tokens/s for the small model (its limits were measured on it), MFU for the 7B-class runs."""
-        if self.profile == "small":
-            return f"train_tokens_per_s_per_gpu_{strategy}" + ("" if strategy == "solo" else f"_{self.scope}")
-        suffix = "" if strategy == "solo" else f"_{strategy}_{self.scope}"
-        return ("train_pretrained_mfu_pct" if self.profile == "pretrained" else "train_mfu_pct") + suffix
 
 
 def label(run: RankRun) -> str:

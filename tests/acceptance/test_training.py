@@ -34,7 +34,6 @@ from gpuaccept.judging.trajectory import Trajectory
 from gpuaccept.probes.specs import FINETUNE
 from gpuaccept.report.charts.loss import artifacts
 from gpuaccept.thresholds.storage_site import Filesystem
-from gpuaccept.timelimits import TimeLimit
 from gpuaccept.training.finetune_launch import (
     PROFILES,
     STRATEGIES,
@@ -48,30 +47,23 @@ from gpuaccept.training.finetune_launch import (
     stage_runs,
     strategy_records,
 )
+from gpuaccept.training.plan import FinetunePlan, LaunchShape, Store
 from gpuaccept.training.report import TARGET_LOSS, print_summary
 from gpuaccept.verdicts.inference import AGREEMENT, SERVING, Served
-from gpuaccept.verdicts.launch_time import (
-    RankStand,
-    judge_unfinished_ranks,
-    planned_limit,
-    solo_floor,
-    stands,
-    weight_bytes,
-)
+from gpuaccept.verdicts.launch_time import RankStand, judge_unfinished_ranks, stands
 from gpuaccept.verdicts.resume import RESUME_METRICS, checkpoint_filesystem, judge_resume
 from gpuaccept.verdicts.served_weights import (
     SERVED_METRICS,
     judge_served_weights,
     models_filesystem,
-    planned_seconds,
     scratch_filesystem,
 )
+from gpuaccept.verdicts.storage import per_node_figure
 from gpuaccept.verdicts.training import (
     LIFECYCLE,
     LOSS_FIGURES,
     SCALE_LIFECYCLE,
     SCALE_SOLO,
-    LaunchShape,
     collective_figures,
     judge_each_gpu,
     judge_fleet_agreement,
@@ -114,19 +106,31 @@ def _shape(launch: FinetuneLaunch) -> LaunchShape:
     return LaunchShape(launch.judged_as, launch.scope, launch.ranks, launch.gpu_run)
 
 
+def _plan(ctx: Ctx, launch: FinetuneLaunch) -> FinetunePlan:
+    """The launch planned at the floors of its first node's SKU, its merged weights at the declared filesystems'
+    contracted rates (``gpuaccept.training.plan``)."""
+    return FinetunePlan.of(
+        ctx.judge,
+        launch,
+        ctx.settings.model_path,
+        _store(models_filesystem(ctx.storage)),
+        _store(scratch_filesystem(ctx.storage)),
+    )
+
+
+def _store(declared: tuple[str, Filesystem] | None) -> Store | None:
+    return Store(declared[0], *(per_node_figure(declared[1], rw) for rw in ("write", "read"))) if declared else None
+
+
 def _launch(ctx: Ctx, launch: FinetuneLaunch) -> ProbeResult:
     """One launch per shape trains every strategy of the shape in one process group (start-up paid once);
-    every case of the shape reads it (``cluster.run_shared``). Its time limit follows from its plan at the
-    floors of the first node's SKU (``gpuaccept.verdicts.launch_time.planned_limit``)."""
-    settings = ctx.settings
-    floor = (
-        solo_floor(ctx.judge, _shape(launch), launch.nodes[0], settings.model_path) if launch.wants_solo_floor else None
-    )
+    every case of the shape reads it (``cluster.run_shared``), under its plan's limit."""
+    plan = _plan(ctx, launch)
     args = launch.args(
         ctx.rootdir / "reports",
-        model_path=settings.model_path,
-        dataset=settings.dataset,
-        solo_floor=floor,
+        model_path=ctx.settings.model_path,
+        dataset=ctx.settings.dataset,
+        solo_floor=plan.solo_floor,
         # the site's checkpoint, models and scratch filesystems, each where declared (else the run folder)
         checkpoints=_run_folder(checkpoint_filesystem(ctx.storage)),
         models=_run_folder(models_filesystem(ctx.storage)),
@@ -139,30 +143,13 @@ def _launch(ctx: Ctx, launch: FinetuneLaunch) -> ProbeResult:
         gpus_per_task=launch.gpus_per_task,
         args=args,
         exclusive=True,
-        limit=_limit(ctx, launch),
+        limit=plan.limit,
     )
 
 
 def _run_folder(declared: tuple[str, Filesystem] | None) -> str | None:
     """This run's folder on a declared filesystem (None: not declared)."""
     return f"{declared[1].path}/gpuaccept-finetune-{RUN_TOKEN}" if declared else None
-
-
-def _limit(ctx: Ctx, launch: FinetuneLaunch) -> TimeLimit | None:
-    """The launch's time limit from its plan at the floors of its first node's SKU (None: no floor to plan
-    with, the probe's declared limit applies)."""
-    shape = _shape(launch)
-    weights = weight_bytes(shape, ctx.settings.model_path) if "solo" in launch.strategies else None
-    return planned_limit(
-        ctx.judge,
-        shape,
-        launch.nodes[0],
-        launch.strategies,
-        model_path=ctx.settings.model_path,
-        lifecycle=launch.lifecycle,
-        serving=shape.serves,
-        storage=planned_seconds(weights, models_filesystem(ctx.storage), scratch_filesystem(ctx.storage)),
-    )
 
 
 @dataclass(frozen=True)
@@ -188,7 +175,7 @@ def _finetune(ctx: Ctx, strategy: str, launch: FinetuneLaunch) -> Part:
             raise
         records = stage_records("finetune", stopped.stdout, strategy)
         done = {(r.node, r.rank) for r in records}
-        everyone = stands(stopped.stdout, stopped.ended_at, hang_s(ctx.cluster.timeout_rule, _limit(ctx, launch)))
+        everyone = stands(stopped.stdout, stopped.ended_at, hang_s(ctx.cluster.timeout_rule, _plan(ctx, launch).limit))
         left = {key: stand for key, stand in everyone.items() if key not in done}
         return Part(replace(stopped, records=records), stage_runs(records), left, str(exc))
     if why := not_applicable(result.records):  # declared by the GPUs themselves (memory too small for a 7B)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter
 
-from gpuaccept.contracts.finetune import ServedWeights
+from gpuaccept.contracts.finetune_storage import ServedWeights
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.probes._protocol import node_name
 from gpuaccept.probes.specs import FINETUNE

@@ -24,6 +24,8 @@ from gpuaccept.training.finetune_launch import (
     stage_runs,
     strategy_records,
 )
+from gpuaccept.training.plan import FinetunePlan, Store
+from tests.selftest.h100_lines import h100_judge
 
 pytestmark = pytest.mark.selftest
 
@@ -176,3 +178,27 @@ def test_what_the_gpus_declare_not_applicable_is_named_once_each() -> None:
     records = [_record("n1", 0, too_small), _record("n1", 1, too_small), _record("n1", 2, _recorded_launch())]
     assert not_applicable(records) == "not applicable: 24 GiB is too little for the 7B-class model"
     assert not_applicable([_record("n1", 0, _recorded_launch())]) is None
+
+
+def test_the_plan_holds_the_floors_the_weights_storage_work_and_the_limit() -> None:
+    """The 7B-class launch of an 8-GPU H100 node, planned: a GPU's own floor is train_mfu_pct's 30% of 989 TFLOPS
+    at the model's FLOPs a token (31,716,278,272 in the H100 recording's model_flops), the merged weights are its
+    frozen matmul weights (7,070,285,824 there) and input embedding (3,584 x 152,064) in bf16, moved at the
+    declared filesystems' rates; the limit adds that storage work to the steps at the floors."""
+    plan = FinetunePlan.of(
+        h100_judge(), plan_launch("node", ["n1"], 8, "scale", None), None, Store("m", 2, 4), Store("s", 5, 10)
+    )
+    assert plan.solo_floor == pytest.approx(0.30 * 989e12 / 31716278272, abs=0.1)
+    assert plan.weight_bytes == (7070285824 + 3584 * 152064) * 2
+    gb = (7070285824 + 3584 * 152064) * 2 / 1e9
+    assert plan.storage == (
+        ("merged weights saved and cold-started", round(gb / 2 + gb / 4, 1)),
+        ("copied to scratch and cold-started", round(gb / 5 + gb / 10, 1)),
+    )
+    limit = plan.limit
+    assert limit is not None and "merged weights saved and cold-started 11.4 s" in limit.basis
+    unsaved = FinetunePlan.of(h100_judge(), plan.launch, None).limit
+    assert unsaved is not None and limit.seconds == pytest.approx(unsaved.seconds + 1.25 * (11.4 + 4.6), abs=0.2)
+    # a checkpoint on CPU ranks: its speed is reported, not judged; no floor, no planned limit, no solo floor
+    cpu = FinetunePlan.of(h100_judge(), plan_launch("node", ["n1"], 0, "default", CKPT), CKPT)
+    assert cpu.limit is None and cpu.solo_floor is None
