@@ -32,6 +32,7 @@ from gpuaccept.dispatch.result import ProbeResult, stage_records
 from gpuaccept.errors import MeasurementError, ProbeTimeout
 from gpuaccept.judging.trajectory import Trajectory
 from gpuaccept.probes.specs import FINETUNE
+from gpuaccept.report import attach
 from gpuaccept.report.charts.loss import artifacts
 from gpuaccept.thresholds.storage_site import Filesystem
 from gpuaccept.training.finetune_launch import (
@@ -207,7 +208,11 @@ def _report(runs: list[RankRun], run: str, step_s: float) -> None:
     lifecycle = runs[0].trained["lifecycle"]
     if lifecycle is not None:
         paths = artifacts(Path(lifecycle["history_json"]).parent, title=run, target=TARGET_LOSS)
-        _attach(paths, run)
+        for path in paths:  # the loss curve, comparison and history, through the report's attachments
+            if path.suffix == ".png":
+                attach.png(path.read_bytes(), f"{run}: {path.name}")
+            else:
+                attach.text(path.read_text(), f"{run}: {path.name}")
         print(f"{run}: report files " + ", ".join(str(p) for p in paths))
 
 
@@ -232,17 +237,6 @@ def _check_solo(launch: FinetuneLaunch, ctx: Ctx) -> None:
         _report(part.runs, launch.folder("solo"), result.duration_s)
     else:
         print_summary(launch.folder("solo"), result.duration_s, part.runs, label)
-
-
-def _attach(paths: list[Path], run: str) -> None:
-    """Loss curve, comparison and history into the Allure report when allure-pytest is there."""
-    try:
-        import allure
-    except ImportError:
-        return
-    kinds = {".png": allure.attachment_type.PNG, ".json": allure.attachment_type.JSON}
-    for path in paths:
-        allure.attach.file(str(path), name=f"{run}: {path.name}", attachment_type=kinds.get(path.suffix))
 
 
 def _check_run(strategy: str, launch: FinetuneLaunch, ctx: Ctx) -> None:
