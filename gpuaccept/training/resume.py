@@ -73,7 +73,12 @@ def resume(
         batch, _tokens = next(batches)
         losses.append(float(optimizer_step(model, batch, params, opt, sched, rt.device).detach().float()))
         opt.zero_grad(set_to_none=True)
-    out.update(outcome="resumed", losses=losses, max_abs_delta=departure(losses, expected), seconds=round(time.monotonic() - started, 3))
+    out.update(
+        outcome="resumed",
+        losses=losses,
+        max_abs_delta=departure(losses, expected),
+        seconds=round(time.monotonic() - started, 3),
+    )
     return out
 
 
