@@ -228,11 +228,10 @@ def _check_solo(launch: FinetuneLaunch, ctx: Ctx) -> None:
     judge_each_gpu(ctx.judge, _shape(launch), part.runs, part.why)
     if part.why:
         return
-    first = min(part.runs, key=lambda r: r.rank).trained  # rank 0 saved its own run's checkpoint and resumed it
-    node = min(part.runs, key=lambda r: r.rank).node
-    judge_resume(first["checkpoint"], checkpoint_filesystem(ctx.storage), ctx.judge, node)
+    rank0 = min(part.runs, key=lambda r: r.rank)  # rank 0 saved its own run's checkpoint and resumed it
+    judge_resume(rank0.trained["checkpoint"], checkpoint_filesystem(ctx.storage), ctx.judge, rank0.node)
     models, scratch = models_filesystem(ctx.storage), scratch_filesystem(ctx.storage)
-    judge_served_weights(first["served_weights"], models, scratch, ctx.judge, node)
+    judge_served_weights(rank0.trained["served_weights"], models, scratch, ctx.judge, rank0.node)
     if launch.ranks == 1:  # a one-GPU node: its own run is the run with the lifecycle (DDP/FSDP do not apply)
         _report(part.runs, launch.folder("solo"), result.duration_s)
     else:
