@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> None:
         r = results[which]
         mfu = 100 * r["prefill"]["tflops_per_s"] / args.bf16_tflops
         batch = r["decode_batch"]
-        one, many = r["decode_1"], r[f"decode_{batch}"]
+        one, many = r["decode_1"], r["decode_batched"]
         print(
             f"{which:7s} TTFT {r['prefill']['ttft_ms']:.1f} ms ({mfu:.1f}% MFU)  b1 {one['tokens_per_s']:.1f} "
             f"tok/s ({100 * one['read_tb_per_s'] / hbm:.1f}% MBU)  b{batch} {many['tokens_per_s']:.0f} tok/s "

@@ -6,8 +6,8 @@ For one model (the base, or the fine-tuned one with its adapter merged, as it wo
   the median of ``repeats`` after two warm-ups, and the FLOPs it executed (``roofline.prefill_flops``);
 - **single-stream decode**: the first test prompt decoded greedily for ``new_tokens``, the median step time of
   ``repeats`` runs, and the bytes a step reads (weights once, the stream's KV cache);
-- **batched decode**: the first ``batch`` test prompts decoded at once (left padding); out of memory halves
-  the batch and says so;
+- **batched decode** (``decode_batched``): the first ``batch`` test prompts decoded at once (left padding); out of
+  memory halves the batch and says so (``batch_halved_from``);
 - **answers**: every test prompt decoded in batches of that size, cut at EOS, scored against the references
   (``quality.score``);
 - **graph against eager** (``check_eager``): the single stream decoded again eagerly on the same static cache;
@@ -113,7 +113,14 @@ def measure(
     matmul_params = weights["weight_bytes"] // element
     new_tokens = max(new_tokens, 1 + max(len(r) for r in references))
     started = time.monotonic()
-    out: dict[str, Any] = {"mode": mode, "dtype": str(next(model.parameters()).dtype), **weights}
+    out: dict[str, Any] = {
+        "mode": mode,
+        "dtype": str(next(model.parameters()).dtype),
+        **weights,
+        "fallback": None,
+        "eager_1": None,
+        "batch_halved_from": None,
+    }
 
     def step_bytes(run: DecodeRun) -> float:
         return weights["weight_bytes"] + kv_bytes(dims, element, [round(statistics.fmean(run.contexts))])
@@ -162,10 +169,10 @@ def measure(
             if streams == 1:
                 raise
             log(f"inference: out of memory at {streams} streams: halved to {streams // 2}")
-            out["batch_halved_from"] = out.get("batch_halved_from", streams)
+            out["batch_halved_from"] = out["batch_halved_from"] or streams
             streams //= 2
             torch.cuda.empty_cache()
-    out[f"decode_{streams}"] = _decode_figures(runs, streams, step_bytes)
+    out["decode_batched"] = _decode_figures(runs, streams, step_bytes)
     out["decode_batch"] = streams
     produced: list[list[int]] = []
     for start in range(0, len(prompts), streams):

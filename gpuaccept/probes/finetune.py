@@ -239,13 +239,14 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     kind = "gpu" if use_cuda else "cpu"
     if args.profile == "scale" and args.model_path is None:
         if not use_cuda:
-            emit({"not_applicable": "the scale fine-tune trains a 7B-class model on GPUs only"}, probe="finetune")
+            why = "the scale fine-tune trains a 7B-class model on GPUs only"
+            emit({"outcome": "not_applicable", "not_applicable": why}, probe="finetune")
             return
         total_gib = torch.cuda.get_device_properties(device).total_memory / 2**30
         plan = scale_plan(total_gib)
         if plan is None:
             why = f"a 7B-class model does not fit one GPU of {total_gib:.0f} GiB (needs {CKPT_MIN_GIB:.0f} GiB)"
-            emit({"not_applicable": why}, gpu=gpu_identity(0), probe="finetune")
+            emit({"outcome": "not_applicable", "not_applicable": why}, gpu=gpu_identity(0), probe="finetune")
             return
         overrides = {**plan, **{k: v for k, v in overrides.items() if v is not None}}
     base_cfg = profile_for(kind, args.profile, **{**overrides, "strategy": strategies[0]})
@@ -321,7 +322,7 @@ def _run(args: argparse.Namespace, info: Any) -> None:
         slow = below_floor(dist, runs["solo"], gpu, node, info.rank, args.solo_floor) if strategy == "solo" else ""
         if slow:  # every rank knows the same: the rest are skipped together, with the reason on the record
             for rest in strategies[strategies.index("solo") + 1 :]:
-                runs[rest] = {"strategy": rest, "not_run": slow, **shared}
+                runs[rest] = {"outcome": "not_run", "strategy": rest, "not_run": slow, **shared}
             break
     first = next((s for s in strategies if s in pending), None)
     if args.models_dir is not None and "solo" in runs and first is not None:  # rank 0's node: the merged weights
@@ -339,20 +340,27 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     progress.phase("lifecycle")
     for strategy, extra in lifecycles(dist, rt, pending, tokenizer, test_ex, train_ex).items():
         if strategy == RESUME:  # rank 0's own run saved the checkpoint this resumed from
-            runs["solo"].setdefault("checkpoint", {})["resumed"] = extra
+            runs["solo"]["checkpoint"]["resumed"] = extra
             continue
         if strategy == SERVED:  # the launch's first adapter, merged, from the models filesystem to a first token
             runs["solo"]["served_weights"] = extra
             continue
-        runs[strategy].update(extra)
-        runs[strategy]["wall_s"] = round(runs[strategy]["wall_s"] + extra.get("lifecycle_s", 0.0), 3)
+        own = extra.pop("serving", None)  # a one-rank launch's own serving: the lifecycle's merged model
+        if own is not None:
+            runs[strategy]["serving"] = own
+        runs[strategy]["lifecycle"] = extra
+        runs[strategy]["wall_s"] = round(runs[strategy]["wall_s"] + extra["lifecycle_s"], 3)
     PHASES.mark("lifecycle")
     progress.phase("serving")
     own = serve_own(tokenizer, test_ex, device)  # every GPU's solo adapter, served by all GPUs at once
     if own is not None:
         runs["solo"]["serving"] = own
     PHASES.mark("serving")
-    payload = {"strategies": runs, **shared} if several else runs[strategies[0]]
+    if several:
+        every = {name: runs.get(name) for name in ("solo", "ddp", "fsdp")}  # one not asked for is None
+        payload = {"outcome": "strategies", "strategies": every, **shared}
+    else:
+        payload = runs[strategies[0]]
     sys.stdout.flush()
     dist.destroy_process_group()
     PHASES.mark("teardown")

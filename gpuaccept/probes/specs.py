@@ -214,7 +214,7 @@ PERFTEST: ProbeSpec[PerftestPayload] = ProbeSpec(
 FINETUNE: ProbeSpec[FinetunePayload] = ProbeSpec(
     f"{PACKAGE}.finetune",
     FinetunePayload,
-    _fixed(600, "no plan given: a launch's limit follows from its plan (gpuaccept.training.budget)"),
+    _fixed(600, "no plan given: a launch's limit is its plan's (gpuaccept.training.plan.FinetunePlan.limit)"),
 )
 
 

@@ -7,6 +7,7 @@ the launch's training figures go out whatever one job does.
 
 from __future__ import annotations
 
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -44,15 +45,23 @@ def _resumed(job: dict[str, Any], rt: Any, train_ex: list[Any]) -> dict[str, Any
     clean = job.pop("clean", False)
     release(torch, rt.device.type == "cuda")
     out: dict[str, Any] = {}
+    started = time.monotonic()
     try:
         out = resume(**job, rt=rt, train_ex=train_ex)
         return out
     except Exception as exc:  # the launch's figures still go out; the resume's check names this
         traceback.print_exc()
-        return {"resume_error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+        return {
+            "outcome": "stopped",
+            "restore": None,
+            "step": job["step"],
+            "expected_losses": job["expected"],
+            "resume_error": f"{type(exc).__name__}: {str(exc)[:500]}",
+            "seconds": round(time.monotonic() - started, 3),
+        }
     finally:
         release(torch, rt.device.type == "cuda")
-        if clean and not out.get("restore", {}).get("mismatched"):  # files that changed are the evidence: kept
+        if clean and not (out.get("restore") or {}).get("mismatched"):  # files that changed are the evidence: kept
             remove(Path(job["folder"]))
 
 
@@ -67,6 +76,6 @@ def _served(job: dict[str, Any], rt: Any) -> dict[str, Any]:
         return serve_from_storage(**job, device=rt.device)
     except Exception as exc:  # the launch's figures still go out; the served weights' check names this
         traceback.print_exc()
-        return {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+        return {"outcome": "error", "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
     finally:
         release(torch, rt.device.type == "cuda")

@@ -132,6 +132,7 @@ def save(folder: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer, 
     (folder / MANIFEST).write_text(json.dumps({"step": step, "files": described}, indent=2) + "\n")
     total = sum(len(data) for data in files.values())
     return {
+        "outcome": "saved",
         "path": str(folder),
         "step": step,
         "bytes": total,

@@ -13,7 +13,7 @@ probe's command line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +80,6 @@ class TrainConfig:
     gen_tokens: int = 32
     threads: int = 0
     device: str = "auto"
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

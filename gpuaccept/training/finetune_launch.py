@@ -16,10 +16,13 @@ judge reads it. The judging side (``gpuaccept.verdicts.training.LaunchShape``, t
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from pydantic import TypeAdapter, ValidationError
+
+from gpuaccept.contracts.finetune import FinetuneNotRun, FinetunePayload, FinetuneRun, RankRun, RunOrNot
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.errors import MeasurementError
 from gpuaccept.timelimits import TimeLimit, TimeoutRule
@@ -32,8 +35,10 @@ __all__ = [
     "FinetuneLaunch",
     "hang_s",
     "launch_absent",
+    "launch_payload",
     "not_applicable",
     "plan_launch",
+    "stage_runs",
     "strategy_records",
 ]
 
@@ -181,23 +186,59 @@ def hang_s(rule: TimeoutRule, planned: TimeLimit | None) -> float:
     return rule.apply(planned).hang_s if planned else TimeLimit(0, "").hang_s
 
 
+def launch_payload(record: RankRecord) -> FinetunePayload:
+    """The rank's result as the fine-tune's contract types it: as it arrived (``Cluster`` validated it against the
+    spec), or validated here (a record made by hand)."""
+    if isinstance(record.payload, FinetunePayload):
+        return record.payload
+    return FinetunePayload.model_validate(record.data)
+
+
 def not_applicable(records: Iterable[RankRecord]) -> str | None:
     """What the GPUs themselves declared not applicable (memory too small for a 7B-class model), or None."""
-    absent = sorted({str(r.data["not_applicable"]) for r in records if r.data.get("not_applicable")})
-    return f"not applicable: {'; '.join(absent)}" if absent else None
+    absent = set()
+    for record in records:
+        payload = launch_payload(record).root
+        if payload["outcome"] == "not_applicable":
+            absent.add(payload["not_applicable"])
+    return f"not applicable: {'; '.join(sorted(absent))}" if absent else None
 
 
-def strategy_records(records: Iterable[RankRecord], strategy: str) -> list[RankRecord]:
-    """Each rank's record as ``strategy`` saw it: the launch's records hold every strategy's figures under
-    ``strategies`` (a launch of one strategy at the top level); a rank without that run could not be measured."""
+def strategy_records(records: Iterable[RankRecord], strategy: str) -> list[RankRun]:
+    """Each rank's run of ``strategy``: the launch's records hold every strategy's under ``strategies`` (a launch of
+    one strategy at the top level); a rank without that run could not be measured."""
     out = []
     for record in records:
-        runs = record.data.get("strategies") or {record.data.get("strategy"): record.data}
+        payload = launch_payload(record).root
+        runs: dict[str, FinetuneRun | FinetuneNotRun] = {}
+        if payload["outcome"] == "strategies":
+            launched = payload["strategies"]
+            runs = {name: run for name in ("solo", "ddp", "fsdp") if (run := launched[name]) is not None}  # type: ignore[literal-required]
+        elif payload["outcome"] == "run":
+            runs = {payload["strategy"]: payload}
         if strategy not in runs:
             raise MeasurementError(
                 f"{record.node} rank {record.rank}: the finetune result holds no {strategy} run "
                 f"(has {sorted(runs) or 'none'})",
                 nodes=(record.node,),
             )
-        out.append(replace(record, data=runs[strategy]))
+        out.append(RankRun(record, runs[strategy]))
+    return out
+
+
+_RUN: TypeAdapter[FinetuneRun | FinetuneNotRun] = TypeAdapter(RunOrNot)
+
+
+def stage_runs(records: Iterable[RankRecord]) -> list[RankRun]:
+    """The runs a stopped launch sent as each strategy finished (``dispatch.result.stage_records``), each held to
+    the contract of one strategy's run: a stage that is not one is an ERROR naming the field, like a result."""
+    out = []
+    for record in records:
+        try:
+            out.append(RankRun(record, _RUN.validate_python(record.data)))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or "(stage)"
+            why = f"probe finetune: {record.node} rank {record.rank}: stage is not a run: field {field}: {first['msg']}"
+            raise MeasurementError(why, nodes=(record.node,)) from None
     return out

@@ -332,7 +332,12 @@ def train(
             try:
                 result.resumable = save_resumable(resume_to, step, model, opt, sched)
             except OSError as exc:  # the site's filesystem refused it: its check names this; training goes on
-                result.resumable = {"path": str(resume_to), "step": step, "error": f"{type(exc).__name__}: {exc}"}
+                result.resumable = {
+                    "outcome": "error",
+                    "path": str(resume_to),
+                    "step": step,
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
             clock.resume()
         if boundary:
             clock.pause()

@@ -79,7 +79,13 @@ class UtilSampler:
     def summary(self) -> dict[str, Any]:
         self.stop()
         if not self.samples:
-            return {"util_pct": None, "util_min_pct": None, "util_samples": 0, "util_error": self.error}
+            return {
+                "power_w": None,
+                "util_pct": None,
+                "util_min_pct": None,
+                "util_samples": 0,
+                "util_error": self.error,
+            }
         return {
             "power_w": round(statistics.fmean(self.watts), 1) if self.watts else None,
             "util_pct": round(statistics.fmean(self.samples), 1),

@@ -11,6 +11,8 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gpuaccept.contracts.finetune import RankRun
+
 __all__ = [
     "TARGET_LOSS",
     "WINDOW",
@@ -68,14 +70,19 @@ def curve_points(losses: Sequence[float], points: int = 400) -> list[float]:
     return [round(v, 5) for v in losses[::step]]
 
 
-def print_summary(run: str, duration_s: float, records: Sequence[Any], label: Callable[[Any], str]) -> None:
+def print_summary(run: str, duration_s: float, runs: Sequence[RankRun], label: Callable[[RankRun], str]) -> None:
     """One line per rank in the test's captured output: what an operator compares between runs."""
-    first = ("train_loss_final", "eval_loss_final", "steps_done", "reload_eval_delta", "perplexity_reduction_pct")
-    print(f"{run}: step {duration_s:.1f} s, " + ", ".join(f"{k}={records[0].data.get(k)}" for k in first))
+    data0 = runs[0].trained
+    lifecycle = data0["lifecycle"]
+    figures: dict[str, Any] = {k: data0[k] for k in ("train_loss_final", "eval_loss_final", "steps_done")}
+    if lifecycle is not None and lifecycle["outcome"] == "compared":
+        figures |= {k: lifecycle[k] for k in ("reload_eval_delta", "perplexity_reduction_pct")}
+    print(f"{run}: step {duration_s:.1f} s, " + ", ".join(f"{k}={v}" for k, v in figures.items()))
     keys = ("tokens_per_s", "util_pct", "peak_mem_gib", "startup_s", "train_s", "wall_s", "param_bytes_local")
-    for record in records:
-        values = ", ".join(f"{k}={_short(record.data.get(k))}" for k in keys)
-        print(f"  rank {record.rank} {record.node} {label(record)}: {values}")
+    for one in runs:
+        data = one.trained
+        values = ", ".join(f"{k}={_short(data[k])}" for k in keys)  # type: ignore[literal-required]
+        print(f"  rank {one.rank} {one.node} {label(one)}: {values}")
 
 
 def _short(value: Any) -> Any:

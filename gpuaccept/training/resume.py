@@ -42,7 +42,7 @@ def resume(
 
     started = time.monotonic()
     data, restored = restore(folder)
-    out: dict[str, Any] = {"restore": restored, "step": step, "expected_losses": expected}
+    out: dict[str, Any] = {"outcome": "stopped", "restore": restored, "step": step, "expected_losses": expected}
     if restored["mismatched"]:
         out["resume_error"] = "the checkpoint read back differs from what was saved: not resumed"
         out["seconds"] = round(time.monotonic() - started, 3)
@@ -73,7 +73,12 @@ def resume(
         batch, _tokens = next(batches)
         losses.append(float(optimizer_step(model, batch, params, opt, sched, rt.device).detach().float()))
         opt.zero_grad(set_to_none=True)
-    out.update(losses=losses, max_abs_delta=departure(losses, expected), seconds=round(time.monotonic() - started, 3))
+    out.update(
+        outcome="resumed",
+        losses=losses,
+        max_abs_delta=departure(losses, expected),
+        seconds=round(time.monotonic() - started, 3),
+    )
     return out
 
 

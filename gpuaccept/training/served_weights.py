@@ -138,6 +138,7 @@ def save_shards(groups: list[dict[str, torch.Tensor]], folder: Path) -> dict[str
     (folder / MANIFEST).write_text(json.dumps({"files": files}, indent=2) + "\n")
     total = sum(sizes)
     return {
+        "outcome": "written",
         "path": str(folder),
         "bytes": total,
         "seconds": round(seconds, 4),
@@ -223,16 +224,15 @@ def cold_start(
         "files": len(manifest),
         "mismatched": mismatched,
         "device": str(device),
+        "error": f"{len(unfilled)} tensor(s) of the model not in the files, e.g. {unfilled[0]}" if unfilled else None,
     }
-    if unfilled:
-        figures["error"] = f"{len(unfilled)} tensor(s) of the model not in the files, e.g. {unfilled[0]}"
     return figures, logits
 
 
 def same_answer(cold: torch.Tensor | None, reference: torch.Tensor) -> dict[str, Any]:
     """The cold model's first token against the one served before the save: equal tokens, equal logits."""
     if cold is None:
-        return {"first_token": "not reached"}
+        return {"first_token": "not reached", "tokens": None, "logits_equal": None, "max_abs_logit_delta": None}
     return {
         "first_token": "same" if int(cold.argmax()) == int(reference.argmax()) else "different",
         "tokens": [int(reference.argmax()), int(cold.argmax())],
@@ -263,11 +263,21 @@ def serve_from_storage(
     cuda = device.type == "cuda"
 
     final = cfg.out / "final"
-    out: dict[str, Any] = {"adapter": f"{cfg.strategy}'s final adapter, merged", "prompt_tokens": len(prompt)}
+    out: dict[str, Any] = {
+        "outcome": "served",
+        "adapter": f"{cfg.strategy}'s final adapter, merged",
+        "prompt_tokens": len(prompt),
+        "error": None,
+        "phases_s": None,
+        "saved": None,
+        "cold": None,
+        "scratch_copy": None,
+        "scratch_cold": None,
+    }
     if not final.is_dir():
         return {**out, "error": f"no final adapter in {final}: training stopped early"}
     dtype = DTYPES[cfg.base_dtype]
-    phases: dict[str, float] = {}
+    phases: dict[str, float | None] = dict.fromkeys(("merged", "to_host", "save", "cold_start", "scratch", "clean"))
     out["phases_s"] = phases  # where the job's wall time went: the launch's lifecycle phase holds it
     clock = time.monotonic()
 
@@ -291,7 +301,7 @@ def serve_from_storage(
         try:
             out["saved"] = save_shards(groups, to)
         except OSError as exc:  # the filesystem refused it (read-only, full, gone): its check names this
-            out["saved"] = {"path": str(to), "error": f"{type(exc).__name__}: {exc}"}
+            out["saved"] = {"outcome": "error", "path": str(to), "error": f"{type(exc).__name__}: {exc}"}
             return out
         del groups
         lap("save")

@@ -99,10 +99,11 @@ def serve_own(tokenizer: Any, test_ex: list[Any], device: Any) -> dict[str, Any]
             raise KeyError(f"the rebuilt model lacks {len(missing)} adapter weight(s), e.g. {sorted(missing)[0]}")
         model.load_state_dict(weights, strict=False)
         merged = model.merge_and_unload()  # type: ignore[operator]
-        return {"adapter": "this GPU's own solo fine-tune, merged", **serving(merged, tokenizer, test_ex, device)}
+        figures = serving(merged, tokenizer, test_ex, device)
+        return {"outcome": "served", "adapter": "this GPU's own solo fine-tune, merged", **figures}
     except Exception as exc:  # the fine-tune's own figures still go out, judged; the serving check names this
         traceback.print_exc()
-        return {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+        return {"outcome": "error", "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
 
 
 def train_one(
@@ -211,10 +212,15 @@ def train_one(
         resume_to=resume_to if solo and rank == 0 else None,
     )
     memory = peak_memory_gib(device)
-    util = sampler.summary() if sampler else {"util_pct": None, "util_samples": 0, "util_error": "CPU run"}
+    util = (
+        sampler.summary()
+        if sampler
+        else {"power_w": None, "util_pct": None, "util_min_pct": None, "util_samples": 0, "util_error": "CPU run"}
+    )
     losses = result.losses
     tokens_per_s = result.timed_tokens / result.timed_s if result.timed_s else None
     data: dict[str, Any] = {
+        "outcome": "run",
         "strategy": cfg.strategy,
         "profile": cfg.profile,
         "device": device.type,
@@ -245,16 +251,19 @@ def train_one(
         "grad_ckpt": cfg.grad_ckpt,
         "compiled_layers": compiled,
         "torch": torch.__version__,
-        **({"test_hook": result.perturbed} if result.perturbed else {}),
+        "test_hook": result.perturbed,
         **memory,
         **util,
+        # what runs after training fills these in where this rank does it (``probes.finetune``)
+        "checkpoint": None if result.resumable is None else {"saved": result.resumable, "resumed": None},
+        "lifecycle": None,
+        "serving": None,
+        "served_weights": None,
     }
     if solo and not saves and use_cuda and cfg.profile in SERVED_PROFILES:
         _keep_for_serving(cfg, peft_model)
     resume_job = None
-    if result.resumable is not None:
-        data["checkpoint"] = {"saved": result.resumable}
-    if result.resumable is not None and "error" not in result.resumable:
+    if result.resumable is not None and result.resumable["outcome"] == "saved":
         step = result.resumable["step"]
         resume_job = {
             "cfg": cfg,
@@ -302,7 +311,12 @@ def lifecycle(
     from gpuaccept.training.model import build_base, load_base
 
     started = time.monotonic()
-    out: dict[str, Any] = {"checkpoints": result.checkpoints, "dataset": data_desc, "config": cfg.to_json()}
+    out: dict[str, Any] = {
+        "outcome": "stopped",
+        "checkpoints": result.checkpoints,
+        "dataset": data_desc,
+        "config": cfg.to_json(),
+    }
     history = {"losses": result.losses, "evals": result.evals, "strategy": cfg.strategy, "world_size": rt.world}
     out["history_json"] = str(write_json(cfg.out / "history.json", history))
     final = cfg.out / "final"
@@ -342,8 +356,10 @@ def lifecycle(
     tuned, base = report["finetuned_model"], report["base_model"]
     if cfg.strategy == "solo" and rt.device.type == "cuda" and cfg.profile in SERVED_PROFILES:
         # a launch of one rank: its GPU's own serving is the lifecycle's merged model (``serve_own``)
-        out["serving"] = {"adapter": "this GPU's own fine-tune, reloaded and merged", **tuned["serving"]}
+        own = {"outcome": "served", "adapter": "this GPU's own fine-tune, reloaded and merged", **tuned["serving"]}
+        out["serving"] = own  # lifted onto the run by the probe: a one-rank launch's own serving
     out.update(
+        outcome="compared",
         original_kept=bool(before) and before == after,
         reload_eval_loss=tuned["eval_loss"],
         reload_eval_delta=abs(tuned["eval_loss"] - data["eval_loss_final"]),

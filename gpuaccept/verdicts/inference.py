@@ -28,8 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuaccept.contracts.finetune import LifecycleCompared, RankRun
 from gpuaccept.contracts.judge import JudgeLike
-from gpuaccept.contracts.records import RankRecord
+from gpuaccept.contracts.serving import DecodeFigures, ServedOwn
 from gpuaccept.judging.trajectory import key_text, stack_key
 
 __all__ = ["AGREEMENT", "LIFECYCLE", "SERVING", "Served", "judge_agreement", "judge_lifecycle_serving", "judge_serving"]
@@ -55,21 +56,28 @@ def _peak(judge: JudgeLike, node: str, name: str, metric: str) -> float | None:
     return peak
 
 
-def _mbu(judge: JudgeLike, node: str, figures: Mapping[str, Any], metric: str) -> float | None:
+def _mbu(judge: JudgeLike, node: str, figures: DecodeFigures, metric: str) -> float | None:
     peak = _peak(judge, node, "hbm_tbps", metric)
     return None if peak is None else round(100 * float(figures["read_tb_per_s"]) / peak, 2)
 
 
-def _decode_extra(figures: Mapping[str, Any]) -> dict[str, Any]:
-    keys = ("streams", "tokens_per_s", "step_ms", "step_ms_spread", "bytes_per_step", "read_tb_per_s", "repeats")
-    return {k: figures.get(k) for k in keys}
+def _decode_extra(figures: DecodeFigures) -> dict[str, Any]:
+    return {
+        "streams": figures["streams"],
+        "tokens_per_s": figures["tokens_per_s"],
+        "step_ms": figures["step_ms"],
+        "step_ms_spread": figures["step_ms_spread"],
+        "bytes_per_step": figures["bytes_per_step"],
+        "read_tb_per_s": figures["read_tb_per_s"],
+        "repeats": figures["repeats"],
+    }
 
 
-def judge_serving(judge: JudgeLike, record: RankRecord, gpu: str | None) -> None:
+def judge_serving(judge: JudgeLike, run: RankRun, gpu: str | None) -> None:
     """One GPU serving its own merged adapter: decode MBU at batch 1 and batched, prefill MFU."""
-    node, data = record.node, record.data.get("serving")
+    node, data = run.node, run.trained["serving"]
     where: dict[str, Any] = {"node": node, "gpu": gpu}
-    if not data or "error" in data:
+    if data is None or data["outcome"] == "error":
         why = f"serving failed: {data['error']}" if data else "the fine-tune's result holds no serving figures"
         judge.unreadable("infer_decode_mbu_pct", why, **where)
         return
@@ -84,19 +92,18 @@ def judge_serving(judge: JudgeLike, record: RankRecord, gpu: str | None) -> None
         **where,
         **_decode_extra(data["decode_1"]),
         mode=data["mode"],
-        fallback=data.get("fallback"),
+        fallback=data["fallback"],
     )
-    batch = data["decode_batch"]
     if not dynamic:
-        mbu = _mbu(judge, node, data[f"decode_{batch}"], "infer_decode_mbu_pct_batch")
+        mbu = _mbu(judge, node, data["decode_batched"], "infer_decode_mbu_pct_batch")
         if mbu is None:
             return
         judge.check(
             "infer_decode_mbu_pct_batch",
             mbu,
             **where,
-            **_decode_extra(data[f"decode_{batch}"]),
-            batch_halved_from=data.get("batch_halved_from"),
+            **_decode_extra(data["decode_batched"]),
+            batch_halved_from=data["batch_halved_from"],
         )
     prefill = data["prefill"]
     peak = _peak(judge, node, "bf16_dense_tflops", "infer_prefill_mfu_pct")
@@ -116,11 +123,9 @@ class Served:
     checksums: tuple[str, ...]
 
     @classmethod
-    def of(cls, record: RankRecord, gpu: str) -> Served:
-        data = record.data["serving"]
-        batch = data["decode_batch"]
-        sums = (str(data["decode_1"]["checksum"]), str(data[f"decode_{batch}"]["checksum"]))
-        return cls(record.node, gpu, tuple(data["decode_1"]["tokens"]), sums)
+    def of(cls, serving: ServedOwn, node: str, gpu: str) -> Served:
+        sums = (serving["decode_1"]["checksum"], serving["decode_batched"]["checksum"])
+        return cls(node, gpu, tuple(serving["decode_1"]["tokens"]), sums)
 
     @property
     def outcome(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
@@ -166,7 +171,7 @@ def judge_agreement(judge: JudgeLike, served: Sequence[Served], prints: Mapping[
     return judged
 
 
-def judge_lifecycle_serving(judge: JudgeLike, gpu_run: bool, data0: Mapping[str, Any], node0: str) -> None:
+def judge_lifecycle_serving(judge: JudgeLike, gpu_run: bool, data0: LifecycleCompared, node0: str) -> None:
     """Base against tuned on the lifecycle's rank, at serving speed."""
     base, merged = data0["serving_base"], data0["serving_merged"]
     judge.check(
@@ -194,7 +199,7 @@ def judge_lifecycle_serving(judge: JudgeLike, gpu_run: bool, data0: Mapping[str,
         base_spread_ms=base["decode_1"]["step_ms_spread"],
         merged_spread_ms=merged["decode_1"]["step_ms_spread"],
     )
-    eager = merged.get("eager_1")
+    eager = merged["eager_1"]
     if eager is None:
         judge.unreadable("infer_graph_eager_mismatch", f"no eager run beside the {merged['mode']} decode", node=node0)
         return

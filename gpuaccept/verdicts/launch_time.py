@@ -1,11 +1,8 @@
-"""A fine-tune launch's time: its limit from the floors it is held to, and what its ranks' progress proves
-when it did not finish.
+"""What a fine-tune launch's ranks' progress proves when it did not finish.
 
-The limit (``planned_limit``): every strategy's steps at the slowest rate a healthy GPU of the SKU may train
-(the floor of the metric that judges its speed: tokens/s for the small model and CPU ranks; MFU for the
-7B-class and ``--model-path`` runs, as FLOPs per second over the SKU's dense BF16 peak), plus the measured
-fixed costs, with a margin (``gpuaccept.training.budget``). The launcher stops the launch as soon as a rank
-is proven behind (``gpuaccept.training.watch``).
+The launch's limit is its plan's (``gpuaccept.training.plan.FinetunePlan``: every strategy's steps at the floor
+rate, the fixed costs, the storage work, with a margin); the launcher stops the launch as soon as a rank is proven
+behind (``gpuaccept.training.watch``).
 
 When a launch did not finish (``judge_unfinished``), its ranks are read from their progress lines: a rank
 still in a strategy's steps at the stop trained at most (its steps + 1) x tokens a step over the time since
@@ -17,120 +14,21 @@ The strategies every rank finished before the stop were sent as they finished an
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.contracts.progress_line import Progress, read_progress
-from gpuaccept.timelimits import TimeLimit
-from gpuaccept.training.budget import LaunchPlan, StrategyWork, launch_limit
-from gpuaccept.training.config import FIXTURES, LINEAR_MODULES, ROWS_MAX, TrainConfig, profile_for
-from gpuaccept.training.flops import flops_from_config
+from gpuaccept.training.plan import LaunchShape, flops_per_token, run_config, tokens_per_step
 from gpuaccept.training.watch import latest, phase_start
-from gpuaccept.verdicts.training import LaunchShape
 
 __all__ = [
     "RankStand",
     "judge_unfinished",
     "judge_unfinished_ranks",
-    "planned_limit",
-    "solo_floor",
     "stands",
-    "weight_bytes",
 ]
-
-
-def _config(shape: LaunchShape, strategy: str, model_path: Path | None) -> TrainConfig:
-    """What the probe will run for ``strategy`` of a launch of ``shape`` (the same defaults it starts from)."""
-    profile = "scale" if shape.profile == "scale" else "small"
-    return profile_for("gpu" if shape.gpu_run else "cpu", profile, strategy=strategy, model_path=model_path)
-
-
-def _tokens_per_step(cfg: TrainConfig) -> int:
-    """Tokens a rank trains a step, at most: a checkpoint's rows are chosen on the GPU, up to ROWS_MAX."""
-    return (ROWS_MAX if cfg.auto_rows else cfg.batch_size) * cfg.seq_len
-
-
-def _flops_per_token(cfg: TrainConfig, model_path: Path | None) -> float | None:
-    """FLOPs per trained token from the model's config.json (the built-in 7B's, or the checkpoint's)."""
-    path = (model_path / "config.json") if model_path else (FIXTURES / "qwen2-7b.json")
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    targets = tuple(cfg.lora_targets) or LINEAR_MODULES
-    return flops_from_config(config, cfg.lora_r, targets, cfg.seq_len).per_token
-
-
-def _floor_rate(
-    judge: JudgeLike, shape: LaunchShape, strategy: str, node: str, cfg: TrainConfig, model_path: Path | None
-) -> tuple[float, str] | None:
-    """The slowest tokens/s per rank the SKU's floor allows for ``strategy``, and where it comes from."""
-    metric = shape.speed_metric(strategy) if shape.gpu_run or shape.profile == "small" else None
-    if metric is None:
-        return None
-    try:
-        limit = judge.declared(metric, node)
-    except KeyError:
-        return None
-    floor = getattr(limit, "min", None)
-    if floor is None:
-        return None
-    if shape.profile == "small":
-        return float(floor), f"{metric} >= {floor:g}"
-    peak = judge.datasheet(judge.sku(node), "bf16_dense_tflops")
-    flops = _flops_per_token(cfg, model_path)
-    if not peak or not flops:
-        return None
-    rate = floor / 100 * peak * 1e12 / flops
-    return rate, f"{metric} >= {floor:g}% of {peak:g} TFLOPS at {flops:.3g} FLOPs/token"
-
-
-def weight_bytes(shape: LaunchShape, model_path: Path | None) -> int | None:
-    """The base model's bytes (every linear and output layer, and the input embedding), from its config.json in
-    the dtype the launch holds it in: what the merged weights' save and cold start move."""
-    cfg = _config(shape, "solo", model_path)
-    path = (model_path / "config.json") if model_path else cfg.model_config
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    count = flops_from_config(config, cfg.lora_r, LINEAR_MODULES, cfg.seq_len).frozen_matmul_params
-    embedding = 0 if config.get("tie_word_embeddings") else int(config["hidden_size"]) * int(config["vocab_size"])
-    return (count + embedding) * {"bf16": 2, "fp32": 4}[cfg.base_dtype]
-
-
-def planned_limit(
-    judge: JudgeLike,
-    shape: LaunchShape,
-    node: str,
-    strategies: Sequence[str],
-    *,
-    model_path: Path | None,
-    lifecycle: bool,
-    serving: bool,
-    storage: tuple[tuple[str, float], ...] = (),
-) -> TimeLimit | None:
-    """The launch's limit from its plan at the floors of ``node``'s SKU, and ``storage``'s work at its filesystems'
-    contracted rates; None where a strategy has no floor (a checkpoint on CPU ranks: its speed is reported, not
-    judged), so the probe's declared limit applies."""
-    works = []
-    for strategy in strategies:
-        cfg = _config(shape, strategy, model_path)
-        floor = _floor_rate(judge, shape, strategy, node, cfg, model_path)
-        if floor is None:
-            return None
-        works.append(StrategyWork(strategy, cfg.steps, _tokens_per_step(cfg), floor[0], floor[1]))
-    return launch_limit(LaunchPlan(tuple(works), lifecycle, serving, storage))
-
-
-def solo_floor(judge: JudgeLike, shape: LaunchShape, node: str, model_path: Path | None) -> float | None:
-    """The tokens/s a GPU's own run must reach on ``node``'s SKU (its speed metric's floor, as a rate): what the
-    probe holds every rank's solo run to before it trains the node-wide strategies (``--solo-floor``)."""
-    floor = _floor_rate(judge, shape, "solo", node, _config(shape, "solo", model_path), model_path)
-    return None if floor is None else round(floor[0], 1)
 
 
 class RankStand:
@@ -182,8 +80,8 @@ def stands(stdout: str, ended_at: float, hang_s: float) -> dict[tuple[str, int],
 
 def _plan_figures(shape: LaunchShape, strategy: str, model_path: Path | None) -> tuple[int, float | None]:
     """Tokens a step (an upper bound per rank) and FLOPs a token of ``strategy``, as the launch planned them."""
-    cfg = _config(shape, strategy, model_path)
-    return _tokens_per_step(cfg), None if shape.profile == "small" else _flops_per_token(cfg, model_path)
+    cfg = run_config(shape, strategy, model_path)
+    return tokens_per_step(cfg), None if shape.profile == "small" else flops_per_token(cfg, model_path)
 
 
 def judge_unfinished(

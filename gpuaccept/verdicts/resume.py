@@ -14,9 +14,9 @@ trains a few more steps (``gpuaccept.training.resume``). Judged:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
+from gpuaccept.contracts.finetune_storage import Checkpoint
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.thresholds.storage_site import Filesystem, StorageSection
 from gpuaccept.verdicts.storage import described, judge_speed
@@ -39,42 +39,43 @@ def checkpoint_filesystem(storage: StorageSection) -> tuple[str, Filesystem] | N
 
 
 def judge_resume(
-    checkpoint: Mapping[str, Any] | None,
+    checkpoint: Checkpoint | None,
     declared: tuple[str, Filesystem] | None,
     judge: JudgeLike,
     node: str,
 ) -> None:
     """Judge the checkpoint rank 0's own run saved on ``node`` (its ``checkpoint`` payload) and its resume."""
-    if not checkpoint or "saved" not in checkpoint:
+    if checkpoint is None:
         judge.unreadable(
             "train_resume_loss_delta", "the fine-tune saved no resumable checkpoint (rank 0's own run)", node=node
         )
         return
-    saved, resumed = checkpoint["saved"], checkpoint.get("resumed")
+    saved, resumed = checkpoint["saved"], checkpoint["resumed"]
     where: dict[str, Any] = {"fspath": saved["path"], "step": saved["step"]}
     if declared is not None:
         where["filesystem"] = declared[0]
-    if "error" in saved:  # the filesystem refused the save (full, read-only, gone): nothing to restore
+    if saved["outcome"] == "error":  # the filesystem refused the save (full, read-only, gone): nothing to restore
         judge.expect("train_checkpoint_bytes", f"not saved: {saved['error']}", "identical", node=node, **where)
         return
     if declared is not None:
         timed = {"seconds": saved["seconds"], "files": len(saved["files"])}
         judge_speed(judge, "train_checkpoint_save_gbps", saved, declared, "write", node=node, **timed, **where)
-    if not resumed or "restore" not in resumed:
-        why = (resumed or {}).get("resume_error") or "the resume did not run (the launch ended before it)"
-        judge.unreadable("train_resume_loss_delta", why, node=node, **where)
+    if resumed is None or resumed["restore"] is None:
+        why = resumed["resume_error"] if resumed is not None and resumed["outcome"] == "stopped" else None
+        judge.unreadable(
+            "train_resume_loss_delta", why or "the resume did not run (the launch ended before it)", node=node, **where
+        )
         return
     restore = resumed["restore"]
     if declared is not None:
-        timed = {"seconds": restore["seconds"], "cache": restore["cache"]}
-        judge_speed(judge, "train_checkpoint_restore_gbps", restore, declared, "read", node=node, **timed, **where)
-    differs = described(restore.get("mismatched") or {})
+        read: dict[str, Any] = {"seconds": restore["seconds"], "cache": restore["cache"]}
+        judge_speed(judge, "train_checkpoint_restore_gbps", restore, declared, "read", node=node, **read, **where)
+    differs = described(restore["mismatched"])
     judge.expect("train_checkpoint_bytes", differs, "identical", node=node, files=restore["files"], **where)
     if differs != "identical":  # not resumed from bytes that changed: the byte check names the files
         return
-    if "losses" not in resumed:
-        why = resumed.get("resume_error", "no resumed losses")
-        judge.unreadable("train_resume_loss_delta", why, node=node, **where)
+    if resumed["outcome"] == "stopped":
+        judge.unreadable("train_resume_loss_delta", resumed["resume_error"], node=node, **where)
         return
     judge.check(
         "train_resume_loss_delta",

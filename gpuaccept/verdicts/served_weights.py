@@ -15,19 +15,16 @@ weights without one (``--models-dir``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from gpuaccept.contracts.finetune_storage import ColdStart, ServedWeightsOutcome
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.thresholds.storage_site import Filesystem, StorageSection
 from gpuaccept.verdicts.resume import checkpoint_filesystem
-from gpuaccept.verdicts.storage import described, judge_speed, per_node_figure
+from gpuaccept.verdicts.storage import described, judge_speed
 
 __all__ = [
     "SERVED_METRICS",
     "judge_served_weights",
     "models_filesystem",
-    "planned_seconds",
     "scratch_filesystem",
 ]
 
@@ -56,37 +53,14 @@ def scratch_filesystem(storage: StorageSection) -> Declared:
     return None
 
 
-def planned_seconds(weights: int | None, models: Declared, scratch: Declared) -> tuple[tuple[str, float], ...]:
-    """What the merged weights' save and cold starts take at the contracted rates (a launch's time limit plans
-    them beside its training): saved and read at the models filesystem's per-node figures, then written to and
-    read from scratch where declared. Nothing where no models filesystem is declared: nothing is saved."""
-    if not weights or models is None:
-        return ()
-    gb = weights / 1e9
-    terms = [("merged weights saved and cold-started", _there_and_back(gb, models))]
-    if scratch is not None:
-        terms.append(("copied to scratch and cold-started", _there_and_back(gb, scratch)))
-    return tuple((name, round(seconds, 1)) for name, seconds in terms)
-
-
-def _there_and_back(gb: float, declared: tuple[str, Filesystem]) -> float:
-    """Seconds to write ``gb`` to the declared filesystem and read it back, at its contract's per-node figures."""
-    return gb / per_node_figure(declared[1], "write") + gb / per_node_figure(declared[1], "read")
-
-
-def _cold(judge: JudgeLike, cold: Mapping[str, Any], declared: Declared, node: str) -> None:
+def _cold(judge: JudgeLike, cold: ColdStart, declared: Declared, node: str) -> None:
     """One cold start: its bytes, its first token, its GB/s to that token."""
     where = {"fspath": cold["path"], "loaded_from": cold["loaded_from"]}
     judge.expect(
-        "model_weights_bytes",
-        described(cold.get("mismatched") or {}),
-        "identical",
-        node=node,
-        files=cold["files"],
-        **where,
+        "model_weights_bytes", described(cold["mismatched"]), "identical", node=node, files=cold["files"], **where
     )
-    if "error" in cold or cold.get("first_token") == "not reached":
-        judge.unreadable("model_cold_start_gbps", cold.get("error", "no first token"), node=node, **where)
+    if cold["error"] is not None or cold["first_token"] == "not reached":
+        judge.unreadable("model_cold_start_gbps", cold["error"] or "no first token", node=node, **where)
         return
     judge.expect(
         "model_cold_start_token",
@@ -103,40 +77,39 @@ def _cold(judge: JudgeLike, cold: Mapping[str, Any], declared: Declared, node: s
 
 
 def judge_served_weights(
-    served: Mapping[str, Any] | None, models: Declared, scratch: Declared, judge: JudgeLike, node: str
+    served: ServedWeightsOutcome | None, models: Declared, scratch: Declared, judge: JudgeLike, node: str
 ) -> None:
     """Judge the merged weights rank 0's node saved and cold-started (its ``served_weights`` payload). Where the site
     declares no models or checkpoint filesystem nothing was asked of the launch, and nothing is judged: the weights'
     15 GB say nothing about a site's storage when they go to the node's run folder."""
-    if not served and models is None:
+    if served is None and models is None:
         return
-    if not served:
+    if served is None:
         judge.unreadable("model_cold_start_gbps", "the launch saved no merged weights (rank 0's node)", node=node)
         return
-    saved = served.get("saved")
-    if saved is None:
-        why = served.get("error", "the merged weights were not saved")
-        judge.unreadable("model_cold_start_gbps", why, node=node)
+    if served["outcome"] == "error" or served["saved"] is None:
+        judge.unreadable("model_cold_start_gbps", served["error"] or "the merged weights were not saved", node=node)
         return
-    if "error" in saved:  # the filesystem refused the save (full, read-only, gone): nothing to start from
+    saved = served["saved"]
+    if saved["outcome"] == "error":  # the filesystem refused the save (full, read-only, gone): nothing to start from
         judge.expect(
             "model_weights_bytes", f"not saved: {saved['error']}", "identical", node=node, fspath=saved["path"]
         )
         return
     figures = {"seconds": saved["seconds"], "files": saved["files"], "fspath": saved["path"]}
     judge_speed(judge, "model_weights_save_gbps", saved, models, "write", node=node, **figures)
-    cold = served.get("cold")
+    cold = served["cold"]
     if cold is None:
-        judge.unreadable("model_cold_start_gbps", served.get("error", "no cold start"), node=node)
+        judge.unreadable("model_cold_start_gbps", served["error"] or "no cold start", node=node)
         return
     _cold(judge, cold, models, node)
     if scratch is None:
         return
-    if "scratch_cold" not in served:
-        why = served.get("error", "not copied to scratch: the weights read from the models filesystem differed")
+    copy, scratch_cold = served["scratch_copy"], served["scratch_cold"]
+    if copy is None or scratch_cold is None:
+        why = served["error"] or "not copied to scratch: the weights read from the models filesystem differed"
         judge.unreadable("model_cold_start_gbps", why, node=node, loaded_from="scratch")
         return
-    copy = served["scratch_copy"]
     judge.info(
         "model_scratch_copy_gbps",
         copy["gbps"],
@@ -146,4 +119,4 @@ def judge_served_weights(
         fspath=copy["path"],
         filesystem=scratch[0],
     )
-    _cold(judge, served["scratch_cold"], scratch, node)
+    _cold(judge, scratch_cold, scratch, node)

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from gpuaccept.contracts.finetune import FinetuneRun, Lifecycle, RankRun
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.judge import Judge
 from gpuaccept.judging.trajectory import Trajectory
+from gpuaccept.training.finetune_launch import launch_payload
+from gpuaccept.training.plan import LaunchShape
 from gpuaccept.training.report import TARGET_LOSS, curve_points, loss_rebound, steps_to_target
 from gpuaccept.verdicts.inference import LIFECYCLE as SERVING_LIFECYCLE
 from gpuaccept.verdicts.inference import Served, judge_agreement, judge_lifecycle_serving, judge_serving
@@ -86,52 +88,22 @@ def scale_collective(scope: str) -> tuple[str, ...]:
     return (*mfu, *SCALE_LOSS, *SCALE_LIFECYCLE)
 
 
-@dataclass(frozen=True)
-class LaunchShape:
-    """What the judging needs to know of a launch."""
-
-    #: small (built-in small model), scale (built-in 7B-class), pretrained (a --model-path checkpoint)
-    profile: str
-    #: node (every GPU of one node) or multinode (every GPU of every node)
-    scope: str
-    ranks: int
-    gpu_run: bool
-
-    def metric(self, name: str) -> str:
-        """The profile's own limit for ``name``: each profile's limits were measured on (or, for
-        ``--model-path``, contracted for) that model."""
-        return name if self.profile == "small" else name.replace("train_", f"train_{self.profile}_", 1)
-
-    @property
-    def serves(self) -> bool:
-        """Whether each GPU then serves the adapter it trained (the 7B-class and checkpoint runs on GPUs; the
-        small model's decode times kernel launches, not HBM)."""
-        return self.gpu_run and self.profile != "small"
-
-    def speed_metric(self, strategy: str) -> str:
-        """Tokens/s for the small model (its limits were measured on it), MFU for the 7B-class runs."""
-        if self.profile == "small":
-            return f"train_tokens_per_s_per_gpu_{strategy}" + ("" if strategy == "solo" else f"_{self.scope}")
-        suffix = "" if strategy == "solo" else f"_{strategy}_{self.scope}"
-        return ("train_pretrained_mfu_pct" if self.profile == "pretrained" else "train_mfu_pct") + suffix
+def label(run: RankRun) -> str:
+    return run.record.gpu_label or f"cpu rank {run.rank}"
 
 
-def label(record: RankRecord) -> str:
-    return record.gpu_label or f"cpu rank {record.rank}"
-
-
-def _world(judge: JudgeLike, records: list[RankRecord], shape: LaunchShape, metric: str) -> bool:
+def _world(judge: JudgeLike, runs: list[RankRun], shape: LaunchShape, metric: str) -> bool:
     """Whether every rank was launched in the world the shape plans; where one was not, nothing it trained
     is judged: ``metric`` (the launch's speed) is recorded unreadable naming the rank."""
-    for record in records:
-        if record.world_size != shape.ranks:
-            why = f"rank {record.rank}: launched as world size {record.world_size}, not {shape.ranks}"
-            judge.unreadable(metric, why, node=record.node, gpu=label(record))
+    for run in runs:
+        if run.record.world_size != shape.ranks:
+            why = f"rank {run.rank}: launched as world size {run.record.world_size}, not {shape.ranks}"
+            judge.unreadable(metric, why, node=run.node, gpu=label(run))
             return False
     return True
 
 
-def judge_solo(judge: JudgeLike, shape: LaunchShape, records: list[RankRecord]) -> bool:
+def judge_solo(judge: JudgeLike, shape: LaunchShape, records: list[RankRun]) -> bool:
     """Every GPU's own fine-tune: loss to the target, throughput, utilisation, each GPU judged by itself.
 
     The runs are independent (a world of one per GPU, same seed and data order), so each GPU's figures
@@ -142,7 +114,7 @@ def judge_solo(judge: JudgeLike, shape: LaunchShape, records: list[RankRecord]) 
     if not _world(judge, records, shape, shape.speed_metric("solo")):
         return False
     for record in records:
-        data = record.data
+        data = record.trained
         where = {"node": record.node, "gpu": label(record)}
         judge.expect("train_steps_agree", data["steps_done"], data["steps_planned"], **where, task_rank=record.rank)
         if shape.gpu_run:
@@ -153,7 +125,7 @@ def judge_solo(judge: JudgeLike, shape: LaunchShape, records: list[RankRecord]) 
         # a checkpoint's wall time depends on its size: recorded, not judged
         wall = judge.info if shape.profile == "pretrained" else judge.check
         wall(shape.metric("train_wall_s"), data["wall_s"], **where, startup_s=data["startup_s"], run_s=data["run_s"])
-        judge.info("train_peak_mem_gib", data["peak_mem_gib"], **where, grad_ckpt=data.get("grad_ckpt"))
+        judge.info("train_peak_mem_gib", data["peak_mem_gib"], **where, grad_ckpt=data["grad_ckpt"])
     if shape.gpu_run:
         # GPUs against their siblings; gloo ranks of a CPU node share its cores with each other and with
         # whatever else runs there, so their rates say nothing about one another
@@ -161,7 +133,7 @@ def judge_solo(judge: JudgeLike, shape: LaunchShape, records: list[RankRecord]) 
     return True
 
 
-def judge_each_gpu(judge: JudgeLike, shape: LaunchShape, records: list[RankRecord], stopped: str = "") -> None:
+def judge_each_gpu(judge: JudgeLike, shape: LaunchShape, records: list[RankRun], stopped: str = "") -> None:
     """A launch's own runs, one per GPU (``judge_solo``); where the shape serves, every GPU serving the
     adapter it trained; on a one-rank launch (DDP and FSDP do not apply) its run's lifecycle. ``stopped``:
     why the launch was stopped after every rank finished its own run, so nothing was served and no
@@ -175,26 +147,28 @@ def judge_each_gpu(judge: JudgeLike, shape: LaunchShape, records: list[RankRecor
             else:
                 judge_serving(judge, record, label(record))
     if shape.ranks == 1 and not stopped:
-        judge_lifecycle(judge, shape, records[0].data, records[0].node)
+        judge_lifecycle(judge, shape, records[0].trained["lifecycle"], records[0].node)
 
 
-def judge_not_trained(judge: JudgeLike, shape: LaunchShape, strategy: str, records: list[RankRecord]) -> bool:
+def judge_not_trained(judge: JudgeLike, shape: LaunchShape, strategy: str, records: list[RankRun]) -> bool:
     """Whether ``strategy`` was not trained because a GPU's own run was below its floor (the probe's
     ``--solo-floor``): each such rank's speed is then unreadable, naming the GPU and its rate, and the
     strategy is judged no further."""
-    skipped = [r for r in records if r.data.get("not_run")]
-    for record in skipped:
-        judge.unreadable(shape.speed_metric(strategy), record.data["not_run"], node=record.node, gpu=label(record))
-    return bool(skipped)
+    skipped = False
+    for record in records:
+        if record.run["outcome"] == "not_run":
+            judge.unreadable(shape.speed_metric(strategy), record.run["not_run"], node=record.node, gpu=label(record))
+            skipped = True
+    return skipped
 
 
 def judge_run(
     judge: JudgeLike,
     shape: LaunchShape,
     strategy: str,
-    records: list[RankRecord],
+    records: list[RankRun],
     step_s: float,
-    ddp: list[RankRecord] | MeasurementError | None = None,
+    ddp: list[RankRun] | MeasurementError | None = None,
     stopped: str = "",
 ) -> None:
     """DDP or FSDP across ``shape.ranks``: lockstep, per-rank speed and utilisation, the run's losses and
@@ -203,22 +177,20 @@ def judge_run(
     launch was stopped after every rank finished the strategy, so its lifecycle never ran)."""
     if not _world(judge, records, shape, shape.speed_metric(strategy)):
         return
-    data0, node0 = records[0].data, records[0].node
-    if stopped:
-        data0.setdefault("lifecycle_error", f"the lifecycle did not run: {stopped}")
+    data0, node0 = records[0].trained, records[0].node
     for record in records:
         where = {"node": record.node, "gpu": label(record)}
-        judge.expect(
-            "train_steps_agree", record.data["steps_done"], data0["steps_done"], **where, task_rank=record.rank
-        )
+        data = record.trained
+        judge.expect("train_steps_agree", data["steps_done"], data0["steps_done"], **where, task_rank=record.rank)
         if shape.gpu_run:
-            judge.expect("train_device", record.data["device"], "cuda", **where, task_rank=record.rank)
+            judge.expect("train_device", data["device"], "cuda", **where, task_rank=record.rank)
     for record in records:
         where = {"node": record.node, "gpu": label(record)}
+        data = record.trained
         _speed(judge, shape, strategy, record, where)
-        judge.info("train_peak_mem_gib", record.data["peak_mem_gib"], **where, task_rank=record.rank)
+        judge.info("train_peak_mem_gib", data["peak_mem_gib"], **where, task_rank=record.rank)
         if shape.gpu_run:
-            judge.check("train_gpu_util_pct", record.data["util_pct"], **where, samples=record.data["util_samples"])
+            judge.check("train_gpu_util_pct", data["util_pct"], **where, samples=data["util_samples"])
     if shape.gpu_run or shape.profile == "small":
         judge.stragglers(shape.speed_metric(strategy))
     _losses(judge, shape, data0, {"node": node0})
@@ -232,19 +204,20 @@ def judge_run(
         node=node0,
         startup_s=data0["startup_s"],
         run_s=data0["run_s"],
-        lifecycle_s=data0.get("lifecycle_s"),
+        lifecycle_s=data0["lifecycle"]["lifecycle_s"] if data0["lifecycle"] else None,
         step_s=round(step_s, 2),
     )
     if strategy == "ddp":
-        odd = [r.rank for r in records if r.data["checksum"] != data0["checksum"]]
+        odd = [r.rank for r in records if r.trained["checksum"] != data0["checksum"]]
         judge.check("train_replica_mismatch_ranks", len(odd), node=node0, ranks=odd)
     if strategy == "fsdp" and shape.ranks > 1:
         for record in records:
-            share = record.data["param_bytes_local"] / (record.data["param_bytes_total"] / shape.ranks)
+            data = record.trained
+            share = data["param_bytes_local"] / (data["param_bytes_total"] / shape.ranks)
             judge.check("train_fsdp_shard_ratio", round(share, 4), node=record.node, gpu=label(record))
         if shape.gpu_run and isinstance(ddp, list):
             _memory_saving(judge, records, ddp, shape.ranks)
-    judge_lifecycle(judge, shape, data0, node0)
+    judge_lifecycle(judge, shape, data0["lifecycle"], node0, stopped)
     if strategy == "fsdp" and shape.gpu_run and isinstance(ddp, MeasurementError):
         why = f"FSDP memory could not be compared: the DDP run failed: {ddp}"
         judge.unreadable("train_fsdp_mem_saving_ratio", why, node=node0)
@@ -272,10 +245,13 @@ def record_launch(judge: JudgeLike, records: list[RankRecord], step_s: float, st
     """A launch's wall time and where it went (start-up, set-up, warm-up, timed steps, checkpoints,
     lifecycle, teardown), as rank 0 measured it, beside the step's own."""
     first = records[0]
-    phases = first.data.get("phases") or {}
+    payload = launch_payload(first).root
+    if payload["outcome"] == "not_applicable":
+        return
+    phases = payload["phases"]
     judge.info(
         "train_launch_wall_s",
-        phases.get("process_wall_s", first.data.get("process_wall_s")),
+        phases["process_wall_s"],
         node=first.node,
         phases=phases,
         step_s=round(step_s, 3),
@@ -284,10 +260,19 @@ def record_launch(judge: JudgeLike, records: list[RankRecord], step_s: float, st
     )
 
 
-def judge_lifecycle(judge: JudgeLike, shape: LaunchShape, data0: dict[str, Any], node0: str) -> None:
-    """The lifecycle (rank 0): original kept, reload reproduces eval, base vs fine-tuned."""
-    if "lifecycle_error" in data0:  # an ERROR, unless a check failed (a NaN loss that stopped training)
-        judge.unreadable("train_original_kept", data0["lifecycle_error"], node=node0)
+def judge_lifecycle(
+    judge: JudgeLike, shape: LaunchShape, data0: Lifecycle | None, node0: str, stopped: str = ""
+) -> None:
+    """The lifecycle (rank 0): original kept, reload reproduces eval, base vs fine-tuned. ``stopped``: why the
+    launch was stopped before the lifecycle ran."""
+    if stopped or data0 is None or data0["outcome"] == "stopped":
+        # an ERROR, unless a check failed (a NaN loss that stopped training)
+        why = (
+            data0["lifecycle_error"]
+            if data0 is not None and data0["outcome"] == "stopped"
+            else f"the lifecycle did not run: {stopped or 'rank 0 of the launch holds none'}"
+        )
+        judge.unreadable("train_original_kept", why, node=node0)
         return
     judge.check("train_original_kept", int(bool(data0["original_kept"])), node=node0)
     judge.check("train_reload_eval_delta", round(data0["reload_eval_delta"], 6), node=node0)
@@ -302,7 +287,7 @@ def judge_lifecycle(judge: JudgeLike, shape: LaunchShape, data0: dict[str, Any],
     judge_lifecycle_serving(judge, shape.gpu_run and shape.profile in ("scale", "pretrained"), data0, node0)
 
 
-def _losses(judge: JudgeLike, shape: LaunchShape, data: dict[str, Any], where: dict[str, Any]) -> None:
+def _losses(judge: JudgeLike, shape: LaunchShape, data: FinetuneRun, where: dict[str, Any]) -> None:
     """Loss figures of one run: no NaN/inf, final train and eval loss, steps to loss 0.5, no rebound."""
     losses = [float(v) for v in data["losses"]]
     judge.check("train_nonfinite_steps", data["nonfinite_steps"], **where)
@@ -320,9 +305,9 @@ def _losses(judge: JudgeLike, shape: LaunchShape, data: dict[str, Any], where: d
     judge.check("train_loss_rebound", loss_rebound(losses), **where)
 
 
-def _speed(judge: JudgeLike, shape: LaunchShape, strategy: str, record: RankRecord, where: dict[str, Any]) -> None:
+def _speed(judge: JudgeLike, shape: LaunchShape, strategy: str, record: RankRun, where: dict[str, Any]) -> None:
     """One rank's throughput: tokens/s (small model), MFU (7B-class on GPUs), or recorded (CPU ranks)."""
-    data = record.data
+    data = record.trained
     metric = shape.speed_metric(strategy)
     if shape.profile == "small":
         judge.check(metric, data["tokens_per_s"], **where, timed_s=data["timed_s"], task_rank=record.rank)
@@ -334,12 +319,12 @@ def _speed(judge: JudgeLike, shape: LaunchShape, strategy: str, record: RankReco
         judge.info("train_tokens_per_s", data["tokens_per_s"], **where, task_rank=record.rank)
 
 
-def mfu_pct(judge: JudgeLike, record: RankRecord, metric: str) -> float | None:
+def mfu_pct(judge: JudgeLike, record: RankRun, metric: str) -> float | None:
     """Model FLOPs per second over the SKU's dense BF16 peak (its datasheet figure in the catalogue); None,
     with ``metric`` recorded unreadable for the rank's GPU, where either is missing."""
     sku = judge.sku(record.node)
     peak = judge.datasheet(sku, "bf16_dense_tflops")
-    tflops = record.data.get("model_tflops_per_s")
+    tflops = record.trained["model_tflops_per_s"]
     if peak is None or tflops is None:
         sku_text = f"SKU {sku} has no datasheet bf16_dense_tflops (add it under skus.{sku} in a site file)"
         why = sku_text if peak is None else f"rank {record.rank}: no timed steps"
@@ -348,20 +333,19 @@ def mfu_pct(judge: JudgeLike, record: RankRecord, metric: str) -> float | None:
     return round(100 * float(tflops) / peak, 2)
 
 
-def _mfu_extra(data: dict[str, Any]) -> dict[str, Any]:
-    flops = data.get("model_flops") or {}
+def _mfu_extra(data: FinetuneRun) -> dict[str, Any]:
     return {
-        "tokens_per_s": round(float(data["tokens_per_s"]), 1),
-        "model_tflops_per_s": data.get("model_tflops_per_s"),
-        "flops_per_token": flops.get("flops_per_token"),
-        "tokens_per_step": data.get("tokens_per_step"),
-        "precision": data.get("precision"),
-        "grad_ckpt": data.get("grad_ckpt"),
-        "power_w": data.get("power_w"),
+        "tokens_per_s": round(float(data["tokens_per_s"] or 0.0), 1),
+        "model_tflops_per_s": data["model_tflops_per_s"],
+        "flops_per_token": data["model_flops"]["flops_per_token"],
+        "tokens_per_step": data["tokens_per_step"],
+        "precision": data["precision"],
+        "grad_ckpt": data["grad_ckpt"],
+        "power_w": data["power_w"],
     }
 
 
-def _memory_saving(judge: JudgeLike, fsdp: list[RankRecord], ddp: list[RankRecord], world: int) -> None:
+def _memory_saving(judge: JudgeLike, fsdp: list[RankRun], ddp: list[RankRun], world: int) -> None:
     """Per rank: (DDP peak - FSDP peak) / the sharding saving expected from the model state.
 
     Model state per DDP rank = all parameters + grads and two Adam moments of the trainable ones (in the
@@ -371,17 +355,17 @@ def _memory_saving(judge: JudgeLike, fsdp: list[RankRecord], ddp: list[RankRecor
     """
     by_rank = {r.rank: r for r in ddp}
     for record in fsdp:
-        ref = by_rank[record.rank]
-        adapter_bytes = 2 if (ref.data.get("precision") or {}).get("adapters") == "bf16" else 4
-        state = ref.data["param_bytes_total"] + 3 * adapter_bytes * ref.data["trainable_params"]
+        ref, data = by_rank[record.rank].trained, record.trained
+        adapter_bytes = 2 if ref["precision"]["adapters"] == "bf16" else 4
+        state = ref["param_bytes_total"] + 3 * adapter_bytes * ref["trainable_params"]
         expected = (1 - 1 / world) * state / GIB
-        saved = ref.data["peak_mem_gib"] - record.data["peak_mem_gib"]
+        saved = ref["peak_mem_gib"] - data["peak_mem_gib"]
         judge.check(
             "train_fsdp_mem_saving_ratio",
             round(saved / expected, 3),
             node=record.node,
             gpu=label(record),
-            ddp_peak_gib=ref.data["peak_mem_gib"],
-            fsdp_peak_gib=record.data["peak_mem_gib"],
+            ddp_peak_gib=ref["peak_mem_gib"],
+            fsdp_peak_gib=data["peak_mem_gib"],
             expected_saving_gib=round(expected, 3),
         )

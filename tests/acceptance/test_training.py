@@ -27,13 +27,14 @@ from typing import Any
 
 import pytest
 
-from gpuaccept.dispatch.result import ProbeResult, RankRecord, stage_records
+from gpuaccept.contracts.finetune import RankRun
+from gpuaccept.dispatch.result import ProbeResult, stage_records
 from gpuaccept.errors import MeasurementError, ProbeTimeout
 from gpuaccept.judging.trajectory import Trajectory
 from gpuaccept.probes.specs import FINETUNE
+from gpuaccept.report import attach
 from gpuaccept.report.charts.loss import artifacts
 from gpuaccept.thresholds.storage_site import Filesystem
-from gpuaccept.timelimits import TimeLimit
 from gpuaccept.training.finetune_launch import (
     PROFILES,
     STRATEGIES,
@@ -44,32 +45,26 @@ from gpuaccept.training.finetune_launch import (
     launch_absent,
     not_applicable,
     plan_launch,
+    stage_runs,
     strategy_records,
 )
+from gpuaccept.training.plan import FinetunePlan, LaunchShape, Store
 from gpuaccept.training.report import TARGET_LOSS, print_summary
 from gpuaccept.verdicts.inference import AGREEMENT, SERVING, Served
-from gpuaccept.verdicts.launch_time import (
-    RankStand,
-    judge_unfinished_ranks,
-    planned_limit,
-    solo_floor,
-    stands,
-    weight_bytes,
-)
+from gpuaccept.verdicts.launch_time import RankStand, judge_unfinished_ranks, stands
 from gpuaccept.verdicts.resume import RESUME_METRICS, checkpoint_filesystem, judge_resume
 from gpuaccept.verdicts.served_weights import (
     SERVED_METRICS,
     judge_served_weights,
     models_filesystem,
-    planned_seconds,
     scratch_filesystem,
 )
+from gpuaccept.verdicts.storage import per_node_figure
 from gpuaccept.verdicts.training import (
     LIFECYCLE,
     LOSS_FIGURES,
     SCALE_LIFECYCLE,
     SCALE_SOLO,
-    LaunchShape,
     collective_figures,
     judge_each_gpu,
     judge_fleet_agreement,
@@ -112,19 +107,31 @@ def _shape(launch: FinetuneLaunch) -> LaunchShape:
     return LaunchShape(launch.judged_as, launch.scope, launch.ranks, launch.gpu_run)
 
 
+def _plan(ctx: Ctx, launch: FinetuneLaunch) -> FinetunePlan:
+    """The launch planned at the floors of its first node's SKU, its merged weights at the declared filesystems'
+    contracted rates (``gpuaccept.training.plan``)."""
+    return FinetunePlan.of(
+        ctx.judge,
+        launch,
+        ctx.settings.model_path,
+        _store(models_filesystem(ctx.storage)),
+        _store(scratch_filesystem(ctx.storage)),
+    )
+
+
+def _store(declared: tuple[str, Filesystem] | None) -> Store | None:
+    return Store(declared[0], *(per_node_figure(declared[1], rw) for rw in ("write", "read"))) if declared else None
+
+
 def _launch(ctx: Ctx, launch: FinetuneLaunch) -> ProbeResult:
     """One launch per shape trains every strategy of the shape in one process group (start-up paid once);
-    every case of the shape reads it (``cluster.run_shared``). Its time limit follows from its plan at the
-    floors of the first node's SKU (``gpuaccept.verdicts.launch_time.planned_limit``)."""
-    settings = ctx.settings
-    floor = (
-        solo_floor(ctx.judge, _shape(launch), launch.nodes[0], settings.model_path) if launch.wants_solo_floor else None
-    )
+    every case of the shape reads it (``cluster.run_shared``), under its plan's limit."""
+    plan = _plan(ctx, launch)
     args = launch.args(
         ctx.rootdir / "reports",
-        model_path=settings.model_path,
-        dataset=settings.dataset,
-        solo_floor=floor,
+        model_path=ctx.settings.model_path,
+        dataset=ctx.settings.dataset,
+        solo_floor=plan.solo_floor,
         # the site's checkpoint, models and scratch filesystems, each where declared (else the run folder)
         checkpoints=_run_folder(checkpoint_filesystem(ctx.storage)),
         models=_run_folder(models_filesystem(ctx.storage)),
@@ -137,7 +144,7 @@ def _launch(ctx: Ctx, launch: FinetuneLaunch) -> ProbeResult:
         gpus_per_task=launch.gpus_per_task,
         args=args,
         exclusive=True,
-        limit=_limit(ctx, launch),
+        limit=plan.limit,
     )
 
 
@@ -146,29 +153,13 @@ def _run_folder(declared: tuple[str, Filesystem] | None) -> str | None:
     return f"{declared[1].path}/gpuaccept-finetune-{RUN_TOKEN}" if declared else None
 
 
-def _limit(ctx: Ctx, launch: FinetuneLaunch) -> TimeLimit | None:
-    """The launch's time limit from its plan at the floors of its first node's SKU (None: no floor to plan
-    with, the probe's declared limit applies)."""
-    shape = _shape(launch)
-    weights = weight_bytes(shape, ctx.settings.model_path) if "solo" in launch.strategies else None
-    return planned_limit(
-        ctx.judge,
-        shape,
-        launch.nodes[0],
-        launch.strategies,
-        model_path=ctx.settings.model_path,
-        lifecycle=launch.lifecycle,
-        serving=shape.serves,
-        storage=planned_seconds(weights, models_filesystem(ctx.storage), scratch_filesystem(ctx.storage)),
-    )
-
-
 @dataclass(frozen=True)
 class Part:
     """One strategy's share of a launch: the records of the ranks that finished it, and, when the launch was
     stopped before it ended, where each other rank stood and why it was stopped."""
 
     result: ProbeResult
+    runs: list[RankRun]
     unfinished: dict[tuple[str, int], RankStand]
     why: str = ""
 
@@ -185,12 +176,12 @@ def _finetune(ctx: Ctx, strategy: str, launch: FinetuneLaunch) -> Part:
             raise
         records = stage_records("finetune", stopped.stdout, strategy)
         done = {(r.node, r.rank) for r in records}
-        everyone = stands(stopped.stdout, stopped.ended_at, hang_s(ctx.cluster.timeout_rule, _limit(ctx, launch)))
+        everyone = stands(stopped.stdout, stopped.ended_at, hang_s(ctx.cluster.timeout_rule, _plan(ctx, launch).limit))
         left = {key: stand for key, stand in everyone.items() if key not in done}
-        return Part(replace(stopped, records=records), left, str(exc))
+        return Part(replace(stopped, records=records), stage_runs(records), left, str(exc))
     if why := not_applicable(result.records):  # declared by the GPUs themselves (memory too small for a 7B)
         pytest.skip(why)
-    return Part(replace(result, records=strategy_records(result.records, strategy)), {})
+    return Part(result, strategy_records(result.records, strategy), {})
 
 
 def _unfinished(ctx: Ctx, part: Part, strategy: str, launch: FinetuneLaunch) -> None:
@@ -208,21 +199,20 @@ def _launch_figures(strategy: str, launch: FinetuneLaunch, ctx: Ctx) -> None:
         result = _launch(ctx, launch)
     except MeasurementError:  # a launch that did not end: its step's limit, wall and ratio are on the record
         return
-    phases = result.records[0].data.get("phases") or {}
-    print(
-        f"{launch.folder()}: step {result.duration_s:.1f} s; rank 0 phases "
-        + ", ".join(f"{k}={v}" for k, v in phases.items())
-    )
     record_launch(ctx.judge, result.records, result.duration_s, launch.strategies)
 
 
-def _report(records: list[RankRecord], run: str, step_s: float) -> None:
+def _report(runs: list[RankRun], run: str, step_s: float) -> None:
     """The run's lines in the captured output, and its loss curve and comparison in the report."""
-    print_summary(run, step_s, records, label)
-    data0 = records[0].data
-    if data0.get("history_json"):
-        paths = artifacts(Path(data0["history_json"]).parent, title=run, target=TARGET_LOSS)
-        _attach(paths, run)
+    print_summary(run, step_s, runs, label)
+    lifecycle = runs[0].trained["lifecycle"]
+    if lifecycle is not None:
+        paths = artifacts(Path(lifecycle["history_json"]).parent, title=run, target=TARGET_LOSS)
+        for path in paths:  # the loss curve, comparison and history, through the report's attachments
+            if path.suffix == ".png":
+                attach.png(path.read_bytes(), f"{run}: {path.name}")
+            else:
+                attach.text(path.read_text(), f"{run}: {path.name}")
         print(f"{run}: report files " + ", ".join(str(p) for p in paths))
 
 
@@ -233,30 +223,19 @@ def _check_solo(launch: FinetuneLaunch, ctx: Ctx) -> None:
     result = part.result
     _launch_figures("solo", launch, ctx)
     _unfinished(ctx, part, "solo", launch)
-    if not result.records:
+    if not part.runs:
         return
-    judge_each_gpu(ctx.judge, _shape(launch), result.records, part.why)
+    judge_each_gpu(ctx.judge, _shape(launch), part.runs, part.why)
     if part.why:
         return
-    first = min(result.records, key=lambda r: r.rank)  # rank 0 saved its own run's checkpoint and resumed it
-    judge_resume(first.data.get("checkpoint"), checkpoint_filesystem(ctx.storage), ctx.judge, first.node)
+    rank0 = min(part.runs, key=lambda r: r.rank)  # rank 0 saved its own run's checkpoint and resumed it
+    judge_resume(rank0.trained["checkpoint"], checkpoint_filesystem(ctx.storage), ctx.judge, rank0.node)
     models, scratch = models_filesystem(ctx.storage), scratch_filesystem(ctx.storage)
-    judge_served_weights(first.data.get("served_weights"), models, scratch, ctx.judge, first.node)
+    judge_served_weights(rank0.trained["served_weights"], models, scratch, ctx.judge, rank0.node)
     if launch.ranks == 1:  # a one-GPU node: its own run is the run with the lifecycle (DDP/FSDP do not apply)
-        _report(result.records, launch.folder("solo"), result.duration_s)
+        _report(part.runs, launch.folder("solo"), result.duration_s)
     else:
-        print_summary(launch.folder("solo"), result.duration_s, result.records, label)
-
-
-def _attach(paths: list[Path], run: str) -> None:
-    """Loss curve, comparison and history into the Allure report when allure-pytest is there."""
-    try:
-        import allure
-    except ImportError:
-        return
-    kinds = {".png": allure.attachment_type.PNG, ".json": allure.attachment_type.JSON}
-    for path in paths:
-        allure.attach.file(str(path), name=f"{run}: {path.name}", attachment_type=kinds.get(path.suffix))
+        print_summary(launch.folder("solo"), result.duration_s, part.runs, label)
 
 
 def _check_run(strategy: str, launch: FinetuneLaunch, ctx: Ctx) -> None:
@@ -265,16 +244,16 @@ def _check_run(strategy: str, launch: FinetuneLaunch, ctx: Ctx) -> None:
     result = part.result
     _launch_figures(strategy, launch, ctx)
     _unfinished(ctx, part, strategy, launch)
-    if part.unfinished or not result.records:  # a run across ranks is judged whole or not at all
+    if part.unfinished or not part.runs:  # a run across ranks is judged whole or not at all
         return
-    if judge_not_trained(ctx.judge, _shape(launch), strategy, result.records):
+    if judge_not_trained(ctx.judge, _shape(launch), strategy, part.runs):
         return  # a GPU's own run was below its floor: this strategy was not trained, and why
-    ddp: list[RankRecord] | MeasurementError | None = None
+    ddp: list[RankRun] | MeasurementError | None = None
     if launch.holds_fsdp_to_ddp(strategy):
         earlier = _finetune(ctx, "ddp", launch)
-        ddp = earlier.result.records if not earlier.unfinished else MeasurementError(f"DDP did not finish: {part.why}")
-    _report(result.records, f"{launch.folder(strategy)} ({launch.scope})", result.duration_s)
-    judge_run(ctx.judge, _shape(launch), strategy, result.records, result.duration_s, ddp, part.why)
+        ddp = earlier.runs if not earlier.unfinished else MeasurementError(f"DDP did not finish: {part.why}")
+    _report(part.runs, f"{launch.folder(strategy)} ({launch.scope})", result.duration_s)
+    judge_run(ctx.judge, _shape(launch), strategy, part.runs, result.duration_s, ddp, part.why)
 
 
 @dataclass
@@ -304,15 +283,14 @@ def _solo_runs(ctx: Ctx, profile: Profile) -> SoloRuns:
             continue
         if part.unfinished:  # the GPUs that finished still agree or not; the others are named by their test
             out.failed.append(node)
-        for record in part.result.records:
-            losses = tuple(float(v) for v in record.data["losses"])
-            out.runs.append(
-                Trajectory(record.node, label(record), losses, record.data.get("checksum"), launch.judged_as)
-            )
-            if "decode_1" in (record.data.get("serving") or {}):  # 7B-class on GPUs: each GPU served its adapter
-                out.served.append(Served.of(record, label(record) or str(record.rank)))
-            if record.data.get("test_hook"):
-                print(f"TEST HOOK on {record.node} {label(record)}: {record.data['test_hook']}")
+        for run in part.runs:
+            data = run.trained
+            out.runs.append(Trajectory(run.node, label(run), tuple(data["losses"]), data["checksum"], launch.judged_as))
+            serving = data["serving"]
+            if serving is not None and serving["outcome"] == "served":  # 7B-class on GPUs: each GPU served its own
+                out.served.append(Served.of(serving, run.node, label(run)))
+            if data["test_hook"]:
+                print(f"TEST HOOK on {run.node} {label(run)}: {data['test_hook']}")
     return out
 
 

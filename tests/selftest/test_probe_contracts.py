@@ -44,8 +44,6 @@ RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
     "node/cpu-vm.nvlink.out": (specs.NVLINK, 1),
     "node/cpu-vm.perftest.missing.out": (specs.PERFTEST, 1),
     "nvml/h200-2gpu.nvlink.json": (specs.NVLINK, 1),
-    "training/finetune-scale-h100.out": (specs.FINETUNE, 1),
-    "training/finetune-pretrained-6.5b-h100.out": (specs.FINETUNE, 1),
     "training/finetune-small-cpu.out": (specs.FINETUNE, 1),
     "tenant/software-535.288.01.json": (specs.SOFTWARE, 1),
     "tenant/software-580.95.05.json": (specs.SOFTWARE, 1),
@@ -62,6 +60,14 @@ RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
     "storage/loopback-cpu.fsmeta.out": (specs.FSMETA, 2),
     "storage/loopback-cpu.coherency.out": (specs.COHERENCY, 2),
     "storage/loopback-cpu.mounts.out": (specs.MOUNTS, 1),
+}
+#: recordings older than their probe's contract, kept as evidence of the hardware they came from (each file's README
+#: says so) and held to no type: the new recording of that hardware is the lead's GPU run
+PRECONTRACT: dict[str, str] = {
+    "training/finetune-scale-h100-precontract.out": "1 x H100 80GB HBM3, 2026-11-25: the fine-tune's payload before "
+    "its strict contract (flat lifecycle keys, no outcome); re-recorded by benchmarks/record_finetune.sh",
+    "training/finetune-pretrained-6.5b-h100-precontract.out": "1 x H100 80GB HBM3, 2026-11-25: the 6.53 B checkpoint's "
+    "fine-tune before the strict contract; no GPU run re-records it yet (a checkpoint of that size is the site's)",
 }
 #: a result line as a probe prints it (``probes/_protocol.py``)
 RESULT_LINE = re.compile(rb"^GPUACCEPT_(RESULT|PART|STAGE) ", re.MULTILINE)
@@ -137,7 +143,10 @@ def test_every_recorded_result_line_is_held_to_a_type() -> None:
         for path in FIXTURES.rglob("*")
         if path.is_file() and path.suffix != ".md" and RESULT_LINE.search(path.read_bytes())
     }
-    assert lines <= set(RECORDED), f"recorded result lines without a type here: {sorted(lines - set(RECORDED))}"
+    assert lines <= set(RECORDED) | set(PRECONTRACT), (
+        f"recorded result lines without a type here: {sorted(lines - set(RECORDED) - set(PRECONTRACT))}"
+    )
+    assert all((FIXTURES / name).is_file() for name in PRECONTRACT), "a PRECONTRACT entry names no file"
 
 
 # ---- recorded inputs read by the probes themselves: what the probe emits on that node, through JSON as it arrives
@@ -198,7 +207,6 @@ def test_perftest_endpoint_on_recorded_output_is_its_payload_type(bw: str, monke
 #: specs whose payload type still accepts ``{}``, or reaches a type that drops a key it does not declare (issue
 #: 55): each name leaves this set when its type is made to bite; the set only shrinks
 OPEN: set[str] = {
-    "finetune",
     "nccl",
     "nccl_tests",
 }

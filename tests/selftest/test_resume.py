@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 
+from gpuaccept.contracts.finetune_storage import ServedWeights
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.probes._protocol import node_name
+from gpuaccept.probes.specs import FINETUNE
 from gpuaccept.thresholds.storage_site import Filesystem
 from gpuaccept.training.checkpoint import MANIFEST, RESUME_STEPS, restore, resume_step
 from gpuaccept.training.resume import departure
@@ -48,6 +51,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]
     )
     assert done.returncode == 0, done.stderr[-2000:]
     (record,) = parse_records("finetune", done.stdout, 1, (node_name(),))
+    FINETUNE.validate(record)  # the probe's own output is its contract
     return record.data, out / "resume"
 
 
@@ -84,8 +88,9 @@ def test_a_changed_byte_is_named(run: tuple[dict[str, Any], Path], tmp_path: Pat
     _, restored = restore(copy)
     assert restored["mismatched"] == {"adapter.safetensors": "changed", "trainer_state.json": "missing"}
     judge = RecordingJudge()
-    checkpoint = {"saved": {"path": str(copy), "step": 6, "bytes": 1, "seconds": 1.0, "gbps": 1.0, "files": []}}
-    checkpoint["resumed"] = {"restore": restored, "resume_error": "differs"}
+    saved = {"outcome": "saved", "path": str(copy), "step": 6, "bytes": 1, "seconds": 1.0, "gbps": 1.0, "files": []}
+    resumed = {"outcome": "stopped", "restore": restored, "step": 6, "expected_losses": [], "resume_error": "differs"}
+    checkpoint = {"saved": saved, "resumed": {**resumed, "seconds": 0.1}}
     judge_resume(checkpoint, None, judge, "node2")
     assert [(c.kind, c.metric, c.node) for c in judge.calls] == [("expect", "train_checkpoint_bytes", "node2")]
     assert judge.calls[0].value == "adapter.safetensors: changed; trainer_state.json: missing"
@@ -128,7 +133,13 @@ def test_no_checkpoint_is_unmeasured_never_passed() -> None:
 def test_a_save_the_filesystem_refused_fails_naming_why() -> None:
     """A checkpoint filesystem that is full or read-only: the run trains on, and the byte check fails with the
     error, naming the path (nothing was restored, so no loss is compared)."""
-    checkpoint = {"saved": {"path": "/mnt/chkpt/run/1r-node2", "step": 6, "error": "OSError: [Errno 28] No space"}}
+    refused = {
+        "outcome": "error",
+        "path": "/mnt/chkpt/run/1r-node2",
+        "step": 6,
+        "error": "OSError: [Errno 28] No space",
+    }
+    checkpoint = {"saved": refused, "resumed": None}
     judge = RecordingJudge()
     judge_resume(checkpoint, None, judge, "node2")
     assert [(c.kind, c.metric, c.node) for c in judge.calls] == [("expect", "train_checkpoint_bytes", "node2")]
@@ -205,7 +216,7 @@ def test_a_changed_shard_is_named_and_a_tied_model_starts_whole(tmp_path: Path) 
     saved = save_shards(host_shards(model, shards=3), tmp_path / "served")
     assert saved["files"] == 3
     figures, logits = cold_start(tmp_path / "served", config, torch.float32, torch.device("cpu"), prompt)
-    assert figures["mismatched"] == {} and "error" not in figures
+    assert figures["mismatched"] == {} and figures["error"] is None
     assert same_answer(logits, reference)["logits_equal"]
     shard = sorted((tmp_path / "served").glob("*.safetensors"))[-1]
     raw = bytearray(shard.read_bytes())
@@ -215,9 +226,16 @@ def test_a_changed_shard_is_named_and_a_tied_model_starts_whole(tmp_path: Path) 
     assert figures["mismatched"] == {shard.name: "changed"}
     judge = RecordingJudge()
     cold = {**figures, **same_answer(logits, reference), "loaded_from": "models"}
-    judge_served_weights({"saved": saved, "cold": cold}, None, None, judge, "node2")
+    judge_served_weights(_served(saved=saved, cold=cold), None, None, judge, "node2")
     bytes_check = judge.of("model_weights_bytes")[0]
     assert bytes_check.value == f"{shard.name}: changed" and not bytes_check.passed and bytes_check.node == "node2"
+
+
+def _served(**parts: Any) -> Any:
+    """A ``served_weights`` section of the contract: these parts, every other step not reached."""
+    steps = dict.fromkeys(("saved", "cold", "scratch_copy", "scratch_cold"))
+    served = {"outcome": "served", "adapter": "solo's final adapter, merged", "prompt_tokens": 4, "error": None}
+    return TypeAdapter(ServedWeights).validate_python({**served, "phases_s": None, **steps, **parts})
 
 
 def test_no_merged_weights_are_unmeasured_never_passed() -> None:
@@ -232,8 +250,10 @@ def test_no_merged_weights_are_unmeasured_never_passed() -> None:
     judge_served_weights(None, None, None, judge, "node0")
     assert judge.calls == []
     judge_served_weights(None, models, None, judge, "node1")
-    judge_served_weights({"error": "RuntimeError: out of memory"}, models, None, judge, "node2")
-    refused = {"saved": {"path": "/mnt/models/x", "error": "OSError: [Errno 30] Read-only file system"}}
+    judge_served_weights({"outcome": "error", "error": "RuntimeError: out of memory"}, models, None, judge, "node2")
+    refused = _served(
+        saved={"outcome": "error", "path": "/mnt/models/x", "error": "OSError: [Errno 30] Read-only file system"}
+    )
     judge_served_weights(refused, models, None, judge, "node3")
     assert [(c.kind, c.metric, c.node) for c in judge.calls] == [
         ("unreadable", "model_cold_start_gbps", "node1"),

@@ -12,6 +12,7 @@ import pytest
 
 from gpuaccept.dispatch.local import LocalLauncher
 from gpuaccept.dispatch.step import Step
+from gpuaccept.probes.specs import FINETUNE
 
 pytestmark = pytest.mark.selftest
 
@@ -40,21 +41,25 @@ def test_solo_then_ddp_and_fsdp_in_one_launch(tmp_path):
         timeout_s=400,
     )
     result = launcher.run(step)
-    rank0, rank1 = sorted(result.records, key=lambda r: r.rank)
-    for record in (rank0, rank1):
-        solo = record.data["strategies"]["solo"]
+    rank0, rank1 = (FINETUNE.read(r).root for r in sorted(result.records, key=lambda r: r.rank))
+    assert rank0["outcome"] == rank1["outcome"] == "strategies"
+    for launched in (rank0, rank1):
+        solo = launched["strategies"]["solo"]
+        assert solo is not None and solo["outcome"] == "run"
         assert solo["world_size"] == 1 and solo["steps_done"] == 6
-        assert "lifecycle_s" not in solo and "checkpoints" not in solo
-        assert record.data["strategies"]["ddp"]["world_size"] == 2
+        assert solo["lifecycle"] is None, "a solo run of several ranks has no lifecycle"
+        ddp = launched["strategies"]["ddp"]
+        assert ddp is not None and ddp["outcome"] == "run" and ddp["world_size"] == 2
     # every rank's solo run saw the same data in the same order from the same seed: the same losses
-    assert rank0.data["strategies"]["solo"]["losses"] == rank1.data["strategies"]["solo"]["losses"]
+    assert rank0["strategies"]["solo"]["losses"] == rank1["strategies"]["solo"]["losses"]  # type: ignore[index]
     assert not (tmp_path / "solo").exists(), "a solo run writes nothing"
     assert (tmp_path / "original" / "config.json").is_file(), "DDP and FSDP share one saved original"
-    ddp, fsdp = rank0.data["strategies"]["ddp"], rank0.data["strategies"]["fsdp"]
-    assert {ddp["lifecycle_rank"], fsdp["lifecycle_rank"]} == {0, 1}, "the lifecycles ran side by side"
-    for run in (ddp, fsdp):
-        assert run["original_kept"] and run["reload_eval_delta"] < 0.01
-    phases = rank0.data["phases"]
+    lifecycles = [rank0["strategies"][name]["lifecycle"] for name in ("ddp", "fsdp")]  # type: ignore[index]
+    assert all(c is not None and c["outcome"] == "compared" for c in lifecycles), lifecycles
+    assert {c["lifecycle_rank"] for c in lifecycles} == {0, 1}, "the lifecycles ran side by side"
+    for lifecycle in lifecycles:
+        assert lifecycle["original_kept"] and lifecycle["reload_eval_delta"] < 0.01
+    phases = rank0["phases"]
     parts = sum(v for k, v in phases.items() if k != "process_wall_s")
     assert abs(parts - phases["process_wall_s"]) < 0.5, phases
     assert phases["startup_s"] > 0 and phases["measure_s"] > 0 and phases["lifecycle_s"] > 0

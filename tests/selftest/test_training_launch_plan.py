@@ -4,21 +4,28 @@ read per strategy."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpuaccept.contracts.records import RankRecord
+from gpuaccept.dispatch.result import parse_records
 from gpuaccept.errors import MeasurementError
 from gpuaccept.timelimits import TimeLimit, TimeoutRule
+from gpuaccept.training.config import FIXTURES
 from gpuaccept.training.finetune_launch import (
     CPU_RANKS_PER_NODE,
     hang_s,
     launch_absent,
     not_applicable,
     plan_launch,
+    stage_runs,
     strategy_records,
 )
+from gpuaccept.training.plan import FinetunePlan, Store
+from tests.selftest.h100_lines import h100_judge
 
 pytestmark = pytest.mark.selftest
 
@@ -131,20 +138,67 @@ def test_hang_time_follows_the_planned_limit_as_probe_timeout_scales_it() -> Non
     assert hang_s(TimeoutRule.parse("x2"), None) == TimeLimit(0, "").hang_s
 
 
+def _recorded_launch() -> dict[str, Any]:
+    """The CPU recording's launch of solo, DDP and FSDP (``fixtures/training/finetune-small-cpu.out``)."""
+    (record,) = parse_records("finetune", (FIXTURES / "finetune-small-cpu.out").read_text(), 1, ())
+    return copy.deepcopy(record.data)
+
+
 def test_each_strategy_reads_its_own_figures_of_the_launch() -> None:
-    records = [
-        _record("n1", 0, {"strategies": {"solo": {"losses": [1.0]}, "ddp": {"losses": [2.0]}}}),
-        _record("n1", 1, {"strategy": "ddp", "losses": [3.0]}),  # a launch of one strategy: at the top level
-    ]
+    launch = _recorded_launch()
+    launch["strategies"]["fsdp"] = None  # a launch of solo and DDP
+    launch["strategies"]["ddp"]["losses"] = [2.0]
+    single = {**launch["strategies"]["ddp"], "losses": [3.0], "phases": launch["phases"], "process_wall_s": 1.0}
+    records = [_record("n1", 0, launch), _record("n1", 1, single)]  # a launch of one strategy: at the top level
     ddp = strategy_records(records, "ddp")
-    assert [r.data["losses"] for r in ddp] == [[2.0], [3.0]]
+    assert [r.trained["losses"] for r in ddp] == [[2.0], [3.0]]
     assert [(r.node, r.rank) for r in ddp] == [("n1", 0), ("n1", 1)]
     with pytest.raises(MeasurementError, match=r"n1 rank 1: the finetune result holds no solo run \(has \['ddp'\]\)"):
         strategy_records(records, "solo")
+    with pytest.raises(
+        MeasurementError, match=r"n1 rank 0: the finetune result holds no fsdp run \(has \['ddp', 'solo'\]\)"
+    ):
+        strategy_records(records, "fsdp")
+
+
+def test_a_stopped_launchs_stages_are_held_to_a_run_naming_the_field() -> None:
+    """What a launch stopped at its limit had sent, strategy by strategy, is a run of the contract or an ERROR."""
+    solo = _recorded_launch()["strategies"]["solo"]
+    (run,) = stage_runs([_record("n1", 0, solo)])
+    assert run.trained["strategy"] == "solo"
+    del solo["tokens_per_s"]
+    with pytest.raises(
+        MeasurementError, match=r"probe finetune: n1 rank 0: stage is not a run: field run.tokens_per_s"
+    ):
+        stage_runs([_record("n1", 0, solo)])
 
 
 def test_what_the_gpus_declare_not_applicable_is_named_once_each() -> None:
-    too_small = {"not_applicable": "24 GiB is too little for the 7B-class model"}
-    records = [_record("n1", 0, too_small), _record("n1", 1, too_small), _record("n1", 2, {})]
+    too_small = {"outcome": "not_applicable", "not_applicable": "24 GiB is too little for the 7B-class model"}
+    records = [_record("n1", 0, too_small), _record("n1", 1, too_small), _record("n1", 2, _recorded_launch())]
     assert not_applicable(records) == "not applicable: 24 GiB is too little for the 7B-class model"
-    assert not_applicable([_record("n1", 0, {})]) is None
+    assert not_applicable([_record("n1", 0, _recorded_launch())]) is None
+
+
+def test_the_plan_holds_the_floors_the_weights_storage_work_and_the_limit() -> None:
+    """The 7B-class launch of an 8-GPU H100 node, planned: a GPU's own floor is train_mfu_pct's 30% of 989 TFLOPS
+    at the model's FLOPs a token (31,716,278,272 in the H100 recording's model_flops), the merged weights are its
+    frozen matmul weights (7,070,285,824 there) and input embedding (3,584 x 152,064) in bf16, moved at the
+    declared filesystems' rates; the limit adds that storage work to the steps at the floors."""
+    plan = FinetunePlan.of(
+        h100_judge(), plan_launch("node", ["n1"], 8, "scale", None), None, Store("m", 2, 4), Store("s", 5, 10)
+    )
+    assert plan.solo_floor == pytest.approx(0.30 * 989e12 / 31716278272, abs=0.1)
+    assert plan.weight_bytes == (7070285824 + 3584 * 152064) * 2
+    gb = (7070285824 + 3584 * 152064) * 2 / 1e9
+    assert plan.storage == (
+        ("merged weights saved and cold-started", round(gb / 2 + gb / 4, 1)),
+        ("copied to scratch and cold-started", round(gb / 5 + gb / 10, 1)),
+    )
+    limit = plan.limit
+    assert limit is not None and "merged weights saved and cold-started 11.4 s" in limit.basis
+    unsaved = FinetunePlan.of(h100_judge(), plan.launch, None).limit
+    assert unsaved is not None and limit.seconds == pytest.approx(unsaved.seconds + 1.25 * (11.4 + 4.6), abs=0.2)
+    # a checkpoint on CPU ranks: its speed is reported, not judged; no floor, no planned limit, no solo floor
+    cpu = FinetunePlan.of(h100_judge(), plan_launch("node", ["n1"], 0, "default", CKPT), CKPT)
+    assert cpu.limit is None and cpu.solo_floor is None

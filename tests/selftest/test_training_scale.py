@@ -171,7 +171,7 @@ def _accepted(records: list, profile: str) -> dict:
     shape = LaunchShape(profile, "node", 1, True)
     with ends(judge, "passed"):
         judge_solo(judge, shape, records)
-        judge_lifecycle(judge, shape, records[0].data, records[0].node)
+        judge_lifecycle(judge, shape, records[0].trained["lifecycle"], records[0].node)
     return {r.metric: r.value for r in judge.results if r.verdict == "pass"}
 
 
@@ -193,7 +193,7 @@ def test_a_6_5b_checkpoint_on_the_h100_is_judged_by_mfu_and_the_seeds_contract_n
     assert judged["train_pretrained_mfu_pct"] == pytest.approx(37.0, abs=0.1)
     assert judged["train_pretrained_loss_final"] < 0.5 and judged["train_gpu_util_pct"] >= 99
     small = load_thresholds().limits_for("H100-SXM-80GB")["train_tokens_per_s_per_gpu_solo"].min
-    assert records[0].data["tokens_per_s"] < small  # the small model's floor would have failed it
+    assert (records[0].trained["tokens_per_s"] or 0) < small  # the small model's floor would have failed it
     assert not any(m.startswith("train_tokens_per_s") or m.startswith("train_scale_loss") for m in judged)
     assert not any(m in ("train_wall_s", "train_mfu_pct", "train_scale_wall_s") for m in judged)
     # its serving is judged by the GPU's roofline (the lifecycle here), not by a tokens/s floor of another model
@@ -218,9 +218,10 @@ def test_a_gpu_decoding_slowly_fails_by_mbu_naming_it() -> None:
     judge_serving(judge, record, gpu)
     batch_1 = [r for r in judge.results if r.metric == "infer_decode_mbu_pct"]
     assert [(r.subject, r.verdict, r.value) for r in batch_1] == [(gpu, "pass", 49.62)]
-    serving = record.data["serving"]
+    serving = record.trained["serving"]
+    assert serving is not None and serving["outcome"] == "served"
     slow = {**serving["decode_1"], "read_tb_per_s": serving["decode_1"]["read_tb_per_s"] * 0.6}
-    slowed = dataclasses.replace(record, data={**record.data, "serving": {**serving, "decode_1": slow}})
+    slowed = dataclasses.replace(record, run={**record.trained, "serving": {**serving, "decode_1": slow}})
     judge = h100_judge()
     with ends(judge, "failed", match=r"GPU 3 \(00000000:9A:00.0\): infer_decode_mbu_pct = 29.77 %"):
         judge_serving(judge, slowed, gpu)
@@ -232,8 +233,8 @@ def test_a_checkpoint_on_cpu_ranks_reports_its_decode() -> None:
     from gpuaccept.verdicts.training import LaunchShape, judge_lifecycle
 
     judge = h100_judge()
-    data = h100_run("finetune-pretrained-6.5b-h100.out")[0].data
-    judge_lifecycle(judge, LaunchShape("pretrained", "node", 2, False), data, "vm")
+    lifecycle = h100_run("finetune-pretrained-6.5b-h100.out")[0].trained["lifecycle"]
+    judge_lifecycle(judge, LaunchShape("pretrained", "node", 2, False), lifecycle, "vm")
     verdicts = {r.metric: r.verdict for r in judge.results if r.metric.startswith("infer_")}
     assert verdicts == {"infer_tokens_per_s": "info", "infer_f1_gain_pts": "pass"}
 
@@ -247,7 +248,7 @@ def test_a_slow_gpu_fails_by_mfu_naming_it() -> None:
     from .ending import ends
 
     record = h100_run("finetune-scale-h100.out")[0]
-    slow = dataclasses.replace(record, data={**record.data, "model_tflops_per_s": 356.57 * 0.8})
+    slow = dataclasses.replace(record, run={**record.trained, "model_tflops_per_s": 356.57 * 0.8})
     judge = h100_judge()
     with ends(judge, "failed", match=r"vm GPU 0 .*train_mfu_pct = 28\.84 %.*< min 30"):
         judge_solo(judge, LaunchShape("scale", "node", 1, True), [slow])

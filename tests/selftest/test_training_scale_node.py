@@ -14,7 +14,7 @@ import dataclasses
 
 import pytest
 
-from gpuaccept.contracts.records import RankRecord
+from gpuaccept.contracts.finetune import RankRun
 from gpuaccept.verdicts.training import LaunchShape, judge_run
 
 from .ending import ends
@@ -30,26 +30,24 @@ DDP_SPEED, FSDP_SPEED = 0.976, 0.904
 DDP_PEAK_GIB, FSDP_SAVING = 72.68, 0.733
 
 
-def _node(strategy: str, speed: list[float] | None = None) -> list[RankRecord]:
+def _node(strategy: str, speed: list[float] | None = None) -> list[RankRun]:
     """8 ranks of one node for ``strategy``: the real one-GPU line at the measured speed ratio (``speed``: each
     rank's own factor on top of it), the shards and peak memory that strategy gives 8 ranks."""
     solo = h100_run("finetune-scale-h100.out")[0]
     ratio = DDP_SPEED if strategy == "ddp" else FSDP_SPEED
-    data = solo.data
+    data = solo.trained
     total = data["param_bytes_total"]
     state = total + 3 * 2 * data["trainable_params"]  # bf16 weights + the bf16 adapters' grads and Adam moments
     fsdp_peak = DDP_PEAK_GIB - FSDP_SAVING * (1 - 1 / 8) * state / GIB
     records = []
     for rank in range(8):
         factor = ratio * (speed[rank] if speed else 1.0)
+        gpu = {**(solo.record.gpu or {}), "index": rank, "pci_bus_id": f"00000000:{0x18 + rank:02X}:00.0"}
+        record = dataclasses.replace(solo.record, rank=rank, world_size=8, local_rank=rank, gpu=gpu)
         records.append(
-            dataclasses.replace(
-                solo,
-                rank=rank,
-                world_size=8,
-                local_rank=rank,
-                gpu={**(solo.gpu or {}), "index": rank, "pci_bus_id": f"00000000:{0x18 + rank:02X}:00.0"},
-                data={
+            RankRun(
+                record,
+                {
                     **data,
                     "strategy": strategy,
                     "world_size": 8,
@@ -101,8 +99,7 @@ def test_a_rank_holding_the_whole_model_under_fsdp_fails_the_shard_check() -> No
     """One rank of eight that did not shard (it holds every parameter) is named by the shard ratio."""
     judge = h100_judge()
     records = _node("fsdp")
-    records[3] = dataclasses.replace(
-        records[3], data={**records[3].data, "param_bytes_local": records[3].data["param_bytes_total"]}
-    )
+    whole = records[3].trained
+    records[3] = dataclasses.replace(records[3], run={**whole, "param_bytes_local": whole["param_bytes_total"]})
     with ends(judge, "failed", match=r"GPU 3 .*train_fsdp_shard_ratio = 8"):
         judge_run(judge, SHAPE, "fsdp", records, 300.0, _node("ddp"))
