@@ -24,14 +24,19 @@ STATE_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
 
 
 class FabricInfoV3(ctypes.Structure):
-    """nvml.h ``nvmlGpuFabricInfo_v3_t``, field for field (nvidia-ml-py's ``c_nvmlGpuFabricInfo_v3_t``)."""
+    """nvml.h ``nvmlGpuFabricInfo_v3_t``, field for field. ``state`` is nvml.h's ``nvmlGpuFabricState_t``, an
+    ``unsigned char``, followed by three bytes of padding: nvidia-ml-py declares it ``c_uint``, and on an H200
+    (driver 580.159.04, 2026-12-02) NVML wrote only its first byte, so a four-byte sentinel came back 0xDEADBE00
+    (docs/measurements/2026-12-02.md). Read as one byte, as here, the state is what NVML wrote; the layout and size
+    are the same (healthMask stays at offset 32).
+    """
 
     _fields_ = [
         ("version", ctypes.c_uint),
         ("clusterUuid", ctypes.c_ubyte * UUID_LEN),
         ("status", ctypes.c_uint),
         ("cliqueId", ctypes.c_uint),
-        ("state", ctypes.c_uint),
+        ("state", ctypes.c_ubyte),
         ("healthMask", ctypes.c_uint),
         ("healthSummary", ctypes.c_ubyte),
     ]
@@ -43,7 +48,7 @@ VERSION_V3 = ctypes.sizeof(FabricInfoV3) | (3 << 24)
 SENTINELS: dict[str, Any] = {
     "status": 0xDEADBEEF,
     "cliqueId": 0xDEADBEEF,
-    "state": 0xDEADBEEF,
+    "state": 0xA5,  # one byte (nvmlGpuFabricState_t); NVML's states are 0-3
     "healthMask": 0xDEADBEEF,
     "healthSummary": 0xA5,
     "clusterUuid": bytes([0xA5] * UUID_LEN),

@@ -83,6 +83,26 @@ def test_a_call_that_writes_nothing_is_no_reading() -> None:
     assert set(gpu["left_at_sentinel"]) == set(_fabric_state.SENTINELS)
 
 
+def _write_state_byte(state: int) -> Any:
+    """An NVML call that writes what the H200's driver wrote (2026-12-02): success, the state's one byte
+    (nvmlGpuFabricState_t is an unsigned char), nothing else."""
+
+    def call(handle: Any, ref: Any) -> None:
+        offset = _fabric_state.FabricInfoV3.state.offset
+        ctypes.memmove(ctypes.addressof(ref._obj) + offset, bytes([state]), 1)
+
+    return call
+
+
+def test_the_state_is_nvmls_one_byte_not_the_padding_after_it() -> None:
+    """On the H200 a four-byte sentinel in ``state`` came back 0xDEADBE00: NVML wrote one byte. Read as nvidia-ml-py
+    declares it (c_uint) a GB200's Completed would be 0xDEADBE03 and fail a healthy tray; read as one byte it is 3."""
+    h200 = _fabric_state.read_gpu(_write_state_byte(0), None, 0, "GPU-x")
+    assert h200["state"] == 0 and "state" not in h200["left_at_sentinel"]
+    assert set(h200["left_at_sentinel"]) == set(_fabric_state.SENTINELS) - {"state"}
+    assert _fabric_state.read_gpu(_write_state_byte(3), None, 0, "GPU-x")["state"] == 3
+
+
 def test_clique_and_uuid_are_not_read_before_completed(tmp_path, monkeypatch) -> None:
     fabric = served(tmp_path, monkeypatch, "gb200-gpud-1106.json", **{"fabric.gpus.0.state": "In Progress"})
     gpu = fabric["gpus"][0]
