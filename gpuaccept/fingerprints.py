@@ -12,6 +12,7 @@ from typing import Any
 
 from gpuaccept.cluster import Cluster
 from gpuaccept.errors import MeasurementError
+from gpuaccept.probes.specs import FINGERPRINT
 from gpuaccept.thresholds.loader import CPU_SKU, Thresholds
 
 __all__ = ["Fingerprints", "unknown_gpu_message"]
@@ -44,8 +45,8 @@ class Fingerprints:
     def get(self, node: str) -> dict[str, Any]:
         if node not in self._seen:
             try:
-                result = self._cluster.run("fingerprint", nodes=[node])
-                self._seen[node] = self._with_runtime(node, result.one().data)
+                result = self._cluster.run(FINGERPRINT, nodes=[node])
+                self._seen[node] = self._with_runtime(node, dict(FINGERPRINT.read(result.one())))
             except MeasurementError as exc:
                 self._seen[node] = exc
         value = self._seen[node]
@@ -57,12 +58,12 @@ class Fingerprints:
         """Take the fingerprints of ``nodes`` not seen yet, all at once (a cross-node check needs every
         node's; one after another they would cost a step time per node)."""
         missing = [n for n in nodes if n not in self._seen]
-        for node, result in self._cluster.run_each("fingerprint", missing).items():
+        for node, result in self._cluster.run_each(FINGERPRINT, missing).items():
             if isinstance(result, MeasurementError):
                 self._seen[node] = result
                 continue
             try:
-                self._seen[node] = self._with_runtime(node, result.one().data)
+                self._seen[node] = self._with_runtime(node, dict(FINGERPRINT.read(result.one())))
             except MeasurementError as exc:
                 self._seen[node] = exc
 

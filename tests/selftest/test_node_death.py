@@ -11,6 +11,7 @@ import time
 from .conftest import REPO, run_inner, start_cluster, stop_cluster, write_suite
 
 INNER = """
+from gpuaccept.probes import specs
 import os, subprocess, time
 
 import pytest
@@ -21,7 +22,7 @@ def test_a_kill_node3(cluster):
 
 
 def test_b_step(node, cluster, judge):
-    record = cluster.run("visibility", nodes=[node]).one()
+    record = cluster.run(specs.VISIBILITY, nodes=[node]).one()
     judge.expect("slurm_step_node", record.node, node, node=node)
 
 
@@ -37,12 +38,12 @@ def test_c_until_slurm_notices(cluster):
 
 
 def test_d_limits(node, cluster, judge):
-    data = cluster.run("hygiene", nodes=[node]).one().data
+    data = cluster.run(specs.HYGIENE, nodes=[node]).one().data
     judge.check("dev_shm_gib", data["dev_shm_gib"], node=node)
 
 
 def test_e_step_again(node, cluster, judge):
-    record = cluster.run("visibility", nodes=[node]).one()
+    record = cluster.run(specs.VISIBILITY, nodes=[node]).one()
     judge.expect("slurm_step_node", record.node, node, node=node)
 """
 

@@ -40,6 +40,7 @@ RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
     "tenant/software-535.288.01.json": (specs.SOFTWARE, 1),
     "tenant/software-580.95.05.json": (specs.SOFTWARE, 1),
     "tenant/software-580.159.04.json": (specs.SOFTWARE, 1),
+    "node/debian12-docker-cpu.container.out": (specs.CONTAINER, 1),
 }
 #: a result line as a probe prints it (``probes/_protocol.py``)
 RESULT_LINE = re.compile(rb"^GPUACCEPT_(RESULT|PART|STAGE) ", re.MULTILINE)
