@@ -18,7 +18,7 @@ from gpuaccept.contracts.records import RankRecord
 from gpuaccept.errors import ProbeError
 from gpuaccept.timelimits import TimeLimit
 
-__all__ = ["PayloadError", "ProbeSpec", "type_name"]
+__all__ = ["PayloadError", "ProbeSpec", "members", "type_name"]
 
 P = TypeVar("P")
 
@@ -101,11 +101,16 @@ def _adapter(form: Any) -> TypeAdapter[Any]:
     return _ADAPTERS[id(form)][1]
 
 
-def type_name(form: Any) -> str:
-    """A payload type form as an error names it: a class by its name, a union or ``Annotated`` by its members."""
+def members(form: Any) -> list[Any]:
+    """The types a payload type form is made of: itself, or each member of a union (``Annotated`` unwrapped)."""
     origin = get_origin(form)
     if origin is Annotated:
-        return type_name(get_args(form)[0])
+        return members(get_args(form)[0])
     if origin in (Union, UnionType):
-        return " | ".join(type_name(arg) for arg in get_args(form))
-    return str(getattr(form, "__name__", form))
+        return [member for arg in get_args(form) for member in members(arg)]
+    return [form]
+
+
+def type_name(form: Any) -> str:
+    """A payload type form as an error names it: a class by its name, a union by its members'."""
+    return " | ".join(str(getattr(member, "__name__", member)) for member in members(form))

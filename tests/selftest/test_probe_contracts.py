@@ -22,6 +22,7 @@ from gpuaccept.dispatch.result import parse_records
 from gpuaccept.errors import MeasurementError
 from gpuaccept.fabric.schedule import Pairing
 from gpuaccept.probes import gdr, infiniband, perftest, specs, xid
+from gpuaccept.probes.probe_spec import members
 from gpuaccept.probes.specs import SPECS, PayloadError, ProbeSpec
 
 from .payload_walk import deletions, loose_types
@@ -92,8 +93,9 @@ def test_every_spec_declares_its_payload_type(name: str) -> None:
     TypedDict or a pydantic model of ``gpuaccept.contracts``."""
     payload = SPECS[name].payload
     assert payload is not None, f"probe {name}: its spec declares no payload type (gpuaccept/probes/specs.py)"
-    assert is_typeddict(payload) or issubclass(payload, BaseModel), f"probe {name}: {payload!r}"
-    assert payload.__module__.startswith("gpuaccept.contracts."), f"probe {name}: {payload.__module__}"
+    for member in members(payload):  # a tagged union: each of its members
+        assert is_typeddict(member) or issubclass(member, BaseModel), f"probe {name}: {member!r}"
+        assert member.__module__.startswith("gpuaccept.contracts."), f"probe {name}: {member.__module__}"
 
 
 @pytest.mark.parametrize("fixture", sorted(RECORDED))

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.contracts.strict import FORBID
+from gpuaccept.probes.probe_spec import members
 from gpuaccept.probes.specs import PayloadError, ProbeSpec
 from gpuaccept.timelimits import TimeLimit
 
@@ -47,3 +48,7 @@ def test_a_union_member_missing_a_field_is_named_with_the_member() -> None:
     assert "probe example: node3 rank 5: payload is not Measured | Skipped" in text and "measured.gbps" in text
     with pytest.raises(PayloadError, match="outcome"):  # no tag, or one the union does not hold
         UNION.validate(_record({"outcome": "lost"}))
+
+
+def test_a_union_is_made_of_its_members() -> None:
+    assert members(Outcome) == [Measured, Skipped] and members(Measured) == [Measured]
