@@ -41,12 +41,13 @@ UP, DOWN = REPO / "slurm/dev-cluster/up.sh", REPO / "slurm/dev-cluster/down.sh"
 SECTION = "acceptance and not multinode and not training and not nccl"
 
 STANDIN = """
+from gpuaccept.probes import specs
 import pytest
 
 
 @pytest.mark.parametrize("k", range({tests}))
 def test_standin(node, cluster, k):
-    result = cluster.run("_faults", nodes=[node], args=["--fault", "slow", "--seconds", "{seconds}"])
+    result = cluster.run(specs.FAULTS, nodes=[node], args=["--fault", "slow", "--seconds", "{seconds}"])
     assert result.one().node == node
 """
 

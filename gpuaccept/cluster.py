@@ -26,7 +26,7 @@ from gpuaccept.dispatch.slurm_cli import recording
 from gpuaccept.dispatch.step import Launcher, Step, shell_join
 from gpuaccept.errors import MeasurementError
 from gpuaccept.nccl.plan import NodePlan, lost_text
-from gpuaccept.probes.specs import ProbeSpec, declared_limit, spec_of
+from gpuaccept.probes.specs import ProbeSpec
 from gpuaccept.timelimits import TimeLimit, TimeoutRule
 
 if TYPE_CHECKING:  # typing.Unpack for **kwargs is Python 3.12; annotations are not evaluated at run time
@@ -36,19 +36,12 @@ __all__ = ["NO_GPU_REASON", "Cluster", "FanoutGroup", "StepOptions"]
 
 NO_GPU_REASON = "partition declares no GPUs"
 T = TypeVar("T")
-#: what a test names a probe with: its spec (``gpuaccept.probes.specs``); a selftest's own probe by its name
-Probe = ProbeSpec[Any] | str
 
 
-def _name(probe: Probe) -> str:
-    return probe.name if isinstance(probe, ProbeSpec) else probe
-
-
-def _typed(probe: Probe, result: ProbeResult) -> ProbeResult:
+def _typed(spec: ProbeSpec[Any], result: ProbeResult) -> ProbeResult:
     """``result`` with every rank's payload validated against the probe's spec where it arrives: a rank whose
     data is not its payload type raises ``PayloadError`` naming the probe, node, rank and field."""
-    spec = spec_of(probe)
-    if spec is None or spec.payload is None:
+    if spec.payload is None:
         return result
     try:
         result.records = [spec.validate(record) for record in result.records]
@@ -58,7 +51,7 @@ def _typed(probe: Probe, result: ProbeResult) -> ProbeResult:
     return result
 
 
-def _typed_each(probe: Probe, values: dict[str, Any]) -> dict[str, Any]:
+def _typed_each(probe: ProbeSpec[Any], values: dict[str, Any]) -> dict[str, Any]:
     """``_typed`` for each node's slice of a fan-out step: a node whose payload is malformed gets its own error."""
     out: dict[str, Any] = {}
     for node, value in values.items():
@@ -190,7 +183,7 @@ class Cluster:
                     if self._on_command:
                         self._on_command(argv)
 
-    def run(self, probe: Probe, *, nodes: Iterable[str], **options: Unpack[StepOptions]) -> ProbeResult:
+    def run(self, probe: ProbeSpec[Any], *, nodes: Iterable[str], **options: Unpack[StepOptions]) -> ProbeResult:
         """Run the probe's module on ``nodes``; raise ``ProbeError`` if it breaks, ``PayloadError`` if a rank's
         data is not the spec's payload type."""
         nodes = tuple(nodes)
@@ -199,7 +192,7 @@ class Cluster:
             return self._run_fanned(group, probe, nodes[0], options)
         step = self._step(probe, nodes, **options)
         if not step.nodes:
-            raise MeasurementError(f"probe {_name(probe)}: no nodes to run on")
+            raise MeasurementError(f"probe {probe.name}: no nodes to run on")
         command = self.launcher.command(step)
         if self.dry_run:
             print(f"\n[gpuaccept dry run] {shell_join(command)}")
@@ -217,7 +210,7 @@ class Cluster:
             if self._on_step:
                 self._on_step(step, command, result)
 
-    def _run_fanned(self, group: FanoutGroup, probe: Probe, node: str, options: StepOptions) -> ProbeResult:
+    def _run_fanned(self, group: FanoutGroup, probe: ProbeSpec[Any], node: str, options: StepOptions) -> ProbeResult:
         """This node's slice of the step its test function runs on all its nodes (launched on first ask).
 
         Keyed by the test function, the probe and options, and the call's position among the test's
@@ -226,7 +219,7 @@ class Cluster:
         if group.item != self._item:
             self._item = group.item
             self._calls.clear()
-        call = (_name(probe), *sorted((k, repr(v)) for k, v in options.items()))
+        call = (probe.module, *sorted((k, repr(v)) for k, v in options.items()))
         key = (group.key, call, self._calls[call])
         slices = self._slices.setdefault(key, {})
         self._calls[call] += 1
@@ -254,18 +247,18 @@ class Cluster:
         except MeasurementError:
             return False
 
-    def limit(self, probe: Probe, args: Iterable[Any] = (), gpus_per_task: int = 0) -> TimeLimit:
+    def limit(self, probe: ProbeSpec[Any], args: Iterable[Any] = (), gpus_per_task: int = 0) -> TimeLimit:
         """The time limit a step of ``probe`` with these arguments runs under: its declared one
         (``gpuaccept.probes.specs``), as ``--probe-timeout`` scales or caps it."""
-        return self.timeout_rule.apply(declared_limit(probe, tuple(str(a) for a in args), gpus_per_task))
+        return self.timeout_rule.apply(probe.limit(tuple(str(a) for a in args), gpus_per_task))
 
-    def _step(self, probe: Probe, nodes: Iterable[str], **options: Unpack[StepOptions]) -> Step:
+    def _step(self, probe: ProbeSpec[Any], nodes: Iterable[str], **options: Unpack[StepOptions]) -> Step:
         args = tuple(str(a) for a in options.get("args", ()))
         gpus = options.get("gpus_per_task", 0)
         given = options.get("limit")
         limit = self.timeout_rule.apply(given) if given is not None else self.limit(probe, args, gpus)
         return Step(
-            probe=_name(probe),
+            spec=probe,
             nodes=tuple(nodes),
             tasks_per_node=options.get("tasks_per_node", 1),
             gpus_per_task=gpus,
@@ -278,7 +271,7 @@ class Cluster:
             hang_s=limit.hang_s,
         )
 
-    def run_shared(self, probe: Probe, *, nodes: Iterable[str], **options: Unpack[StepOptions]) -> ProbeResult:
+    def run_shared(self, probe: ProbeSpec[Any], *, nodes: Iterable[str], **options: Unpack[StepOptions]) -> ProbeResult:
         """``run``, once per session for identical arguments; later callers get the same result or error.
 
         For one measurement judged by several tests (the P2P copies give the bandwidth test and the
@@ -287,7 +280,7 @@ class Cluster:
         test still gets the command and the raw output in its record.
         """
         nodes = tuple(nodes)
-        key = (_name(probe), nodes, *sorted((k, repr(v)) for k, v in options.items()))
+        key = (probe.module, nodes, *sorted((k, repr(v)) for k, v in options.items()))
         if key not in self._shared:
             try:
                 self._shared[key] = self.run(probe, nodes=nodes, **options)
@@ -305,7 +298,7 @@ class Cluster:
         return value
 
     def run_each(
-        self, probe: Probe, nodes: Iterable[str], **options: Unpack[StepOptions]
+        self, probe: ProbeSpec[Any], nodes: Iterable[str], **options: Unpack[StepOptions]
     ) -> dict[str, ProbeResult | MeasurementError]:
         """The probe on every node at once; per-node errors are returned, not raised.
 

@@ -1,8 +1,11 @@
-"""Per-node fingerprints, gathered lazily once per node, and the SKU each node's limits come from.
+"""Per-node fingerprints, taken for every allocated node in one fan-out step at session start, and the SKU
+each node's limits come from.
 
-A node's fingerprint is collected the first time a test needs it (a node that is never tested is
-never probed), and a failure is remembered so every test of a dead node errors with the same cause
-instead of retrying the launch.
+The session's start (``plugin.pytest_runtestloop``, before any test) takes them all at once (``prefetch``);
+from then on they are looked up. Judging never launches a probe: ``sku_of``, which every ``judge.check``
+asks, only reads what was taken, so a node dead at that step cannot raise out of a judge half-way through a
+test. Its failure is kept: each of that node's tests errors with it (``failure``, read by
+``state._NodeLoss`` before the test runs), never FAILED, and the other nodes' tests run.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any
 
 from gpuaccept.cluster import Cluster
 from gpuaccept.errors import MeasurementError
+from gpuaccept.probes.specs import FINGERPRINT
 from gpuaccept.thresholds.loader import CPU_SKU, Thresholds
 
 __all__ = ["Fingerprints", "unknown_gpu_message"]
@@ -42,27 +46,41 @@ class Fingerprints:
         self._seen: dict[str, dict[str, Any] | MeasurementError] = {}
 
     def get(self, node: str) -> dict[str, Any]:
+        """The node's fingerprint; one not taken at session start (a dry run, a session that did not start
+        its tests) is taken now, by a test that asks for it, never by a judge (``sku_of``)."""
         if node not in self._seen:
-            try:
-                result = self._cluster.run("fingerprint", nodes=[node])
-                self._seen[node] = self._with_runtime(node, result.one().data)
-            except MeasurementError as exc:
-                self._seen[node] = exc
-        value = self._seen[node]
+            self.prefetch([node])
+        return self._taken(node)
+
+    def _taken(self, node: str) -> dict[str, Any]:
+        value = self._seen.get(node)
+        if value is None:
+            raise MeasurementError(
+                f"{node}: no fingerprint was taken at session start: its SKU is unknown", nodes=(node,)
+            )
         if isinstance(value, MeasurementError):
-            raise MeasurementError(f"fingerprint of {node} could not be taken: {value}", nodes=(node,))
+            raise MeasurementError(self.failure(node) or str(value), nodes=(node,))
         return value
 
+    def failure(self, node: str) -> str | None:
+        """Why the node's fingerprint could not be taken (what each of its tests errors with), or None."""
+        value = self._seen.get(node)
+        if not isinstance(value, MeasurementError):
+            return None
+        return f"fingerprint of {node} could not be taken at session start: {value}"
+
     def prefetch(self, nodes: list[str]) -> None:
-        """Take the fingerprints of ``nodes`` not seen yet, all at once (a cross-node check needs every
-        node's; one after another they would cost a step time per node)."""
+        """Take the fingerprints of ``nodes`` not seen yet, in one fan-out step: the session's start does it for
+        every allocated node (one after another they would cost a step time per node)."""
         missing = [n for n in nodes if n not in self._seen]
-        for node, result in self._cluster.run_each("fingerprint", missing).items():
+        if not missing:  # taken at session start: a test that asks for them all launches nothing
+            return
+        for node, result in self._cluster.run_each(FINGERPRINT, missing).items():
             if isinstance(result, MeasurementError):
                 self._seen[node] = result
                 continue
             try:
-                self._seen[node] = self._with_runtime(node, result.one().data)
+                self._seen[node] = self._with_runtime(node, dict(FINGERPRINT.read(result.one())))
             except MeasurementError as exc:
                 self._seen[node] = exc
 
@@ -84,7 +102,7 @@ class Fingerprints:
         their tests, which error naming the cause)."""
         if self._forced:
             return []
-        self.prefetch(nodes)
+        self.prefetch(nodes)  # taken already at session start: nothing is launched again
         problems = []
         for node in nodes:
             value = self._seen.get(node)
@@ -97,10 +115,11 @@ class Fingerprints:
         return problems
 
     def sku_of(self, node: str) -> str:
-        """``--sku`` if forced; ``cpu`` for a node without GPUs; else the SKU matching its GPU name."""
+        """``--sku`` if forced; ``cpu`` for a node without GPUs; else the SKU matching its GPU name. A lookup of
+        what the session's start took: it never launches a probe (every ``judge.check`` asks it)."""
         if self._forced:
             return self._forced
-        gpus = self.get(node)["gpus"]
+        gpus = self._taken(node)["gpus"]
         if not gpus["count"]:
             return CPU_SKU
         names = sorted({d["name"] for d in gpus["devices"]})

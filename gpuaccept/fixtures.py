@@ -52,7 +52,7 @@ def gpuaccept_thresholds(gpuaccept_state: SessionState) -> Thresholds:
 
 @pytest.fixture(scope="session")
 def gpuaccept_cluster(gpuaccept_state: SessionState) -> Cluster:
-    """Run probes on nodes: ``cluster.run("probe", nodes=[node], ...)``."""
+    """Run probes on nodes: ``cluster.run(specs.HYGIENE, nodes=[node], ...)``."""
     return gpuaccept_state.cluster
 
 
@@ -79,7 +79,7 @@ def thresholds(gpuaccept_thresholds: Thresholds) -> Thresholds:
 
 @pytest.fixture(scope="session")
 def cluster(gpuaccept_cluster: Cluster) -> Cluster:
-    """Run probes on nodes: ``cluster.run("probe", nodes=[node], ...)``."""
+    """Run probes on nodes: ``cluster.run(specs.HYGIENE, nodes=[node], ...)``."""
     return gpuaccept_cluster
 
 

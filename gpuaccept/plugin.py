@@ -155,22 +155,24 @@ class UnknownGpu(pytest.UsageError):  # type: ignore[misc]  # final in typing; p
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> None:
-    """Before any test runs: every allocated node's GPU model must be a SKU the thresholds list.
+    """Before any test runs: every allocated node's fingerprint, in one fan-out step, and every GPU model a
+    SKU the thresholds list.
 
-    Judging an unlisted GPU against another product's limits (a GB200 as a B200) or against none (every
-    performance test an ERROR) is worse than not starting; the fingerprints taken here are the ones the
-    tests use. ``--sku`` forces a SKU and skips this; a dry run measures nothing.
+    The fingerprints taken here are the ones the tests and the judges use: no check launches a probe
+    (``Fingerprints.sku_of`` is a lookup), and a node dead at this step has each of its tests ERROR with
+    why (``state._NodeLoss``), while the others run. Each process that runs tests takes them (an xdist
+    worker too: its judges look them up). Judging an unlisted GPU against another product's limits (a
+    GB200 as a B200) or against none (every performance test an ERROR) is worse than not starting:
+    ``--sku`` forces a SKU and skips that check; a dry run measures nothing.
     """
     state = session.config.stash.get(STATE_KEY, None)
-    if (
-        state is None
-        or hasattr(session.config, "workerinput")
-        or not state.started
-        or state.settings.dry_run
-        or session.config.option.collectonly
-    ):
+    if state is None or not state.started or state.settings.dry_run or session.config.option.collectonly:
         return
-    problems = state.fingerprints.unknown_models(list(state.cluster.nodes))
+    nodes = list(state.cluster.nodes)
+    state.fingerprints.prefetch(nodes)
+    if hasattr(session.config, "workerinput"):
+        return
+    problems = state.fingerprints.unknown_models(nodes)
     if problems:
         state.record.errors.extend(problems)
         raise UnknownGpu("\n".join(problems))

@@ -5,7 +5,8 @@ session that never asks for nodes (the selftests' outer pytest) never touches Sl
 
 It also knows which cases of a test function this process will run (``fanout_group``: the nodes a
 fan-out step covers) and which nodes were lost during the run (``_NodeLoss``: a lost node's next test
-errors naming it, its later tests skip giving the reason, the record and the summary name it).
+errors naming it, its later tests skip giving the reason, the record and the summary name it; a node whose
+fingerprint the session's start could not take has each of its tests error with why).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from gpuaccept.dispatch.container import ContainerUnusable
 from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.dispatch.slurm_cli import SlurmError, cluster_name, share_node_reads
 from gpuaccept.dispatch.step import Step, shell_join, step_limits
+from gpuaccept.errors import MeasurementError
 from gpuaccept.fingerprints import Fingerprints
 from gpuaccept.judging.verdict import verdict_line
 from gpuaccept.results.record import RunRecord, record_id
@@ -297,6 +299,10 @@ class _NodeLoss:
         if not self.state.started or key is None:
             return
         node = item.callspec.params["node"]  # type: ignore[attr-defined]
+        taken = self.state._fingerprints
+        why = taken.failure(node) if taken is not None else None
+        if why is not None:  # dead at the session's start: each of its tests errors with why, never FAILED
+            raise MeasurementError(why, nodes=(node,))
         reason = self.state.cluster.lost.get(node)
         if reason is not None and node in self.announced:
             pytest.skip(f"{node} was lost during the run: {reason}")

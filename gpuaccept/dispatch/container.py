@@ -12,8 +12,9 @@ path or the node, with the runtime's own words:
   imports the suite. Under pyxis this step also imports the image, once per node, into a container
   named for the job that every later step reuses (a ``docker://`` URI is pulled once, not per step).
 
-Some probes need the host, not an image (``HOST_SIDE``): they run outside it, with the host's Python,
-and where a node has no suite outside the image they are declared not run, never an error.
+Some probes need the host, not an image (their spec's ``host_side``, ``gpuaccept.probes.specs``): they run
+outside it, with the host's Python, and where a node has no suite outside the image they are declared not
+run, never an error.
 """
 
 from __future__ import annotations
@@ -32,20 +33,12 @@ from gpuaccept.settings import Settings
 
 __all__ = [
     "HOST_QUERY",
-    "HOST_SIDE",
     "Container",
     "ContainerUnusable",
     "from_settings",
     "parse_host_lines",
     "runtime_versions",
 ]
-
-#: probes that read what an image cannot see; each runs on the host side, with the reason the report gives
-HOST_SIDE: dict[str, str] = {
-    "xid": "reads the kernel log (/dev/kmsg), closed to a container's user namespace",
-    "gdr": "reads PCIe extended config space (ACS), which only the host's root can read past 64 bytes",
-    "perftest": "runs scontrol and the host's perftest tools (ib_write_bw) against the HCAs",
-}
 
 #: the pyxis container every step of the job reuses, ``gpuaccept_<job>``: imported once per node by the
 #: start check; named for the job, so a later run never finds an earlier run's (older) image under it

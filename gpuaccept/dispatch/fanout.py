@@ -1,6 +1,6 @@
 """One srun step for every node of a node-parametrized test, cut back into one result per node.
 
-A test written for one node (``cluster.run("hygiene", nodes=[node])``) is run once for all its nodes
+A test written for one node (``cluster.run(specs.HYGIENE, nodes=[node])``) is run once for all its nodes
 (``Cluster.run``): N nodes then cost one step's time and one step's RPCs instead of N of each. The step
 runs with ``--kill-on-bad-exit=0`` (one node's crash must not end its peers' measurements), ``--label``
 (every output line carries its task id) and ``-v`` (srun then says which tasks it launched on which

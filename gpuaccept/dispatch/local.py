@@ -82,12 +82,12 @@ class LocalLauncher:
         return envs
 
     def command(self, step: Step) -> list[str]:
-        argv = probe_argv(step.probe, step.args, self._python)
+        argv = probe_argv(step.spec.module, step.args, self._python)
         return ["env", f"WORLD_SIZE={step.ranks}", f"RANK=<0..{step.ranks - 1}>", *argv]
 
     def run(self, step: Step) -> ProbeResult:
         envs = self._rank_envs(step)
-        argv = probe_argv(step.probe, step.args, self._python)
+        argv = probe_argv(step.spec.module, step.args, self._python)
         started = time.monotonic()
         finished = run_all([argv] * step.ranks, envs, step.timeout_s, watch=watch(step))
         codes = finished.returncodes

@@ -29,10 +29,12 @@ import re
 import signal
 import zlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.errors import ProbeError
 from gpuaccept.probes._protocol import PART_SENTINEL, SENTINEL, STAGE_SENTINEL
+from gpuaccept.probes.specs import ProbeSpec
 
 __all__ = [
     "ProbeResult",
@@ -371,15 +373,13 @@ def timeout_text(result: ProbeResult, where: str, limit_s: float) -> str:
     return f"probe {result.probe} on {where}: no result within {limit_s:g} s"
 
 
-def stage_records(probe: str, stdout: str, stage: str) -> list[RankRecord]:
+def stage_records(spec: ProbeSpec[Any], stdout: str, stage: str) -> list[RankRecord]:
     """The records of the ranks that sent ``stage``'s result (``_protocol.emit(stage=...)``), verified as any
-    result is. A rank whose parts stop half-way (stopped while it sent them) did not finish the stage and is
-    left out; a result that arrived changed or malformed is a ``ProbeError`` naming the rank, never a figure."""
-    marker = STAGE_SENTINEL.strip()
+    result is and typed by the spec (``validate_stage``). A rank whose parts stop half-way did not finish the
+    stage and is left out; a result changed, malformed or not of the stage's type is an error naming the rank."""
+    probe, marker = spec.name, STAGE_SENTINEL.strip()
     lines = []
-    for line in _lines(stdout):
-        if marker not in line:
-            continue
+    for line in (line for line in _lines(stdout) if marker in line):
         named, kind, rest = [*line.split(marker, 1)[1].lstrip(" ").split(" ", 2), "", ""][:3]
         if named == stage and kind in ("R", "P"):
             lines.append((SENTINEL if kind == "R" else PART_SENTINEL) + rest)
@@ -396,5 +396,5 @@ def stage_records(probe: str, stdout: str, stage: str) -> list[RankRecord]:
             record = _record(arrival)
         except (ValueError, KeyError, TypeError) as exc:
             raise ProbeError(f"probe {probe}: malformed {stage} result of {who}: {exc}") from None
-        records[record.rank] = record
+        records[record.rank] = spec.validate_stage(record, stage)
     return [records[rank] for rank in sorted(records)]

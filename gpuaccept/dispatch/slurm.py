@@ -25,7 +25,6 @@ from typing import Any
 from gpuaccept.dispatch.allocation import Allocation
 from gpuaccept.dispatch.container import (
     HOST_QUERY,
-    HOST_SIDE,
     Container,
     ContainerUnusable,
     parse_host_lines,
@@ -35,9 +34,9 @@ from gpuaccept.dispatch.fanout import launched_any, lost_from_stderr, slice_resu
 from gpuaccept.dispatch.proc import run_all
 from gpuaccept.dispatch.result import ProbeResult, check_step, parse_records, reported_ranks, timeout_text
 from gpuaccept.dispatch.slurm_cli import SlurmError, expand_hostlist, gres_gpus, key_values, node_info, slurm_cmd
-from gpuaccept.dispatch.step import STEP_ENV_DEFAULTS, Step, probe_argv, watch
+from gpuaccept.dispatch.step import PERNODE, STEP_ENV_DEFAULTS, TASKS, Step, probe_argv, watch
 from gpuaccept.errors import MeasurementError, ProbeError, ProbeTimeout, ToolMissing
-from gpuaccept.probes.specs import CONTAINER_HOST_QUERY, container_start
+from gpuaccept.probes.specs import CONTAINER, CONTAINER_HOST_QUERY, container_start
 from gpuaccept.timelimits import TimeoutRule
 
 __all__ = ["SlurmLauncher"]
@@ -117,7 +116,7 @@ class SlurmLauncher:
 
     def command(self, step: Step, *, fanout: bool = False) -> list[str]:
         """The srun command; ``fanout``: one independent per-node probe on every node of the step."""
-        in_image = self._in_image(step.probe)
+        in_image = self._in_image(step)
         # one srun task per node that starts the node's ranks itself (probes/_tasks.py): Slurm's OCI
         # support starts one task per node in a container
         spawned = in_image and self.container is not None and self.container.kind == "oci" and step.tasks_per_node > 1
@@ -144,22 +143,22 @@ class SlurmLauncher:
         argv += list(self.srun_args)
         # inside the image its own python3: the login node's interpreter path means nothing there
         python = "python3" if in_image else self._python
-        module, args = ("_pernode", (step.probe, *step.args)) if fanout else (step.probe, step.args)
+        module, args = (PERNODE, (step.spec.module, *step.args)) if fanout else (step.spec.module, step.args)
         if spawned:
-            module, args = "_tasks", (str(step.tasks_per_node), str(step.gpus_per_task), module, *args)
+            module, args = TASKS, (str(step.tasks_per_node), str(step.gpus_per_task), module, *args)
         return argv + probe_argv(module, args, python)
 
-    def _in_image(self, probe: str) -> bool:
-        return self.container is not None and probe not in HOST_SIDE
+    def _in_image(self, step: Step) -> bool:
+        return self.container is not None and step.spec.host_side is None
 
     def _refuse_host_side(self, step: Step) -> None:
-        """A host-side probe (``HOST_SIDE``) on nodes whose host has no suite outside the image: not run,
-        named with the reason, never an error of a healthy node."""
-        if self.container is None or step.probe not in HOST_SIDE:
+        """A host-side probe (its spec's ``host_side``) on nodes whose host has no suite outside the image: not
+        run, named with the reason, never an error of a healthy node."""
+        if self.container is None or step.spec.host_side is None:
             return
         lacking = tuple(n for n in step.nodes if self.container_nodes.get(n, {}).get("host_python") == "no")
         if lacking:
-            detail = f"it {HOST_SIDE[step.probe]}; the suite runs in the image ({self.container.option})"
+            detail = f"it {step.spec.host_side}; the suite runs in the image ({self.container.option})"
             tool = "gpuaccept for the host's Python"
             raise ToolMissing(f"{step.probe} on the host side", tool, detail, nodes=lacking)
 
@@ -202,7 +201,7 @@ class SlurmLauncher:
             + ("" if container.local else " (pyxis imports it once per node; later steps reuse it)")
         )
         image_args = container.srun_args(self.allocation.job_id)
-        inside = [*base, "--label", *image_args, *probe_argv("container", (), "python3")]
+        inside = [*base, "--label", *image_args, *probe_argv(CONTAINER.module, (), "python3")]
         limit = self.timeout_rule.apply(container_start(container.local))
         started = run_all([inside], [{**STEP_ENV_DEFAULTS, **os.environ}], limit.seconds, first_signal=signal.SIGTERM)
         stderr = started.stderr[0].strip()
@@ -210,11 +209,14 @@ class SlurmLauncher:
             raise ContainerUnusable(
                 f"{where}: this cluster's srun has no --container-image (pyxis is not installed): {stderr[-300:]}"
             )
-        try:
-            records = parse_records("container", started.stdout[0], len(nodes), tuple(nodes))
-        except ProbeError:
-            records = []
-        inside_of = {r.node: r.data.get("where") or {} for r in records}
+        try:  # a PayloadError too (the image's probe wrote what its contract does not hold): its words are said
+            records = [
+                CONTAINER.validate(r)
+                for r in parse_records(CONTAINER.name, started.stdout[0], len(nodes), tuple(nodes))
+            ]
+        except ProbeError as exc:
+            records, stderr = [], f"{stderr}\n{exc}"
+        inside_of = {r.node: dict(CONTAINER.read(r)["where"]) for r in records}
         failed = [n for n in nodes if n not in inside_of]
         if started.timed_out or started.returncodes[0] != 0 or failed:
             said = " | ".join(line.strip() for line in stderr[-600:].splitlines() if line.strip())

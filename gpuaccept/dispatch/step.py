@@ -13,29 +13,35 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from gpuaccept.dispatch.result import ProbeResult
-from gpuaccept.probes.specs import declared_limit
+from gpuaccept.probes.specs import ProbeSpec
 from gpuaccept.training.watch import standing
 
-__all__ = ["Launcher", "Step", "probe_argv", "step_limits", "watch"]
+__all__ = ["PERNODE", "TASKS", "Launcher", "Step", "probe_argv", "step_limits", "watch"]
 
 #: Variables every multi-GPU step needs on single-host test machines and on NVLS-less fabrics alike;
 #: a site can override them by exporting its own values before pytest.
 STEP_ENV_DEFAULTS: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
 
 
-def probe_argv(probe: str, args: tuple[str, ...] = (), python: str | None = None) -> list[str]:
-    """``python -m gpuaccept.probes.<probe> args...`` with the interpreter running pytest."""
-    return [python or sys.executable, "-m", f"gpuaccept.probes.{probe}", *args]
+#: the launch wrappers a step's module may run under: a fan-out step's per-node view (``probes/_pernode``), and
+#: a container task that starts its node's ranks itself (``probes/_tasks``); each takes the module it runs
+PERNODE = "gpuaccept.probes._pernode"
+TASKS = "gpuaccept.probes._tasks"
+
+
+def probe_argv(module: str, args: tuple[str, ...] = (), python: str | None = None) -> list[str]:
+    """``python -m <module> args...`` (a spec's module, or a wrapper of it) with the interpreter running pytest."""
+    return [python or sys.executable, "-m", module, *args]
 
 
 @dataclass(frozen=True)
 class Step:
-    """One probe launch on a set of nodes."""
+    """One launch of a probe's spec on a set of nodes: the node runs ``spec.module``."""
 
-    probe: str
+    spec: ProbeSpec[Any]
     nodes: tuple[str, ...]
     tasks_per_node: int = 1
     gpus_per_task: int = 0
@@ -55,9 +61,14 @@ class Step:
 
     def __post_init__(self) -> None:
         if not self.timeout_s:
-            limit = declared_limit(self.probe, self.args, self.gpus_per_task)
+            limit = self.spec.limit(self.args, self.gpus_per_task)
             object.__setattr__(self, "timeout_s", limit.seconds)
             object.__setattr__(self, "limit_basis", self.limit_basis or limit.basis)
+
+    @property
+    def probe(self) -> str:
+        """The probe's name, as records and messages give it."""
+        return self.spec.name
 
     @property
     def ranks(self) -> int:

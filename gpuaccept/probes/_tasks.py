@@ -13,7 +13,8 @@ them all, and rank i gets GPUs i*G .. i*G+G-1 of them. One rank failing ends its
 
     python -m gpuaccept.probes._tasks TASKS GPUS_PER_TASK MODULE [ARGS...]
 
-MODULE is a module of ``gpuaccept.probes`` (a probe, or ``_pernode`` for a fan-out step).
+MODULE is the module to run, whole: a spec's (``gpuaccept.probes.hygiene``), or ``gpuaccept.probes._pernode``
+for a fan-out step.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def main() -> None:
     if len(sys.argv) < 4:
         sys.exit("usage: python -m gpuaccept.probes._tasks TASKS GPUS_PER_TASK MODULE [ARGS...]")
     tasks, gpus_per_task, module, args = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4:]
-    command = [sys.executable, "-m", f"gpuaccept.probes.{module}", *args]
+    command = [sys.executable, "-m", module, *args]
     children = [
         subprocess.Popen(command, env={**os.environ, **rank_env(task, tasks, gpus_per_task)}) for task in range(tasks)
     ]

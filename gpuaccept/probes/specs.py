@@ -20,14 +20,12 @@ the table is read on the login node.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar, cast
-
-from pydantic import TypeAdapter, ValidationError
+from typing import Any
 
 from gpuaccept.contracts.bench import GpuBench, MatmulRecord
+from gpuaccept.contracts.container import ContainerPayload
 from gpuaccept.contracts.fabric import GdrPayload, InfinibandPayload, NvlinkPayload, PerftestPayload
-from gpuaccept.contracts.finetune import FinetunePayload
+from gpuaccept.contracts.finetune import FinetunePayload, FinetuneRun
 from gpuaccept.contracts.fsmeta import CoherencyPayload, FsmetaPayload, MountsPayload
 from gpuaccept.contracts.imex import ImexRecord
 from gpuaccept.contracts.neighbours import NeighboursRecord
@@ -39,17 +37,19 @@ from gpuaccept.contracts.node import (
     XidPayload,
 )
 from gpuaccept.contracts.payloads import HealthRecord, NcclRecord, NcclTestsRecord
-from gpuaccept.contracts.records import RankRecord
 from gpuaccept.contracts.storage import CheckpointPayload, FioPayload
 from gpuaccept.contracts.tenant import AgentRecord, ResidueRecord, SoftwareRecord, TrustRecord
-from gpuaccept.errors import ProbeError
+from gpuaccept.probes.probe_spec import PayloadError, ProbeSpec, type_name
 from gpuaccept.timelimits import STALL_S, TimeLimit
 
 __all__ = [
     "AGENT",
     "CHECKPOINT",
     "COHERENCY",
+    "CONTAINER",
     "CONTAINER_HOST_QUERY",
+    "CPUBENCH",
+    "FAULTS",
     "FINETUNE",
     "FINGERPRINT",
     "FIO",
@@ -68,6 +68,7 @@ __all__ = [
     "NVLINK",
     "PERFTEST",
     "RESIDUE",
+    "SELFTEST_SPECS",
     "SHAREDFS",
     "SOFTWARE",
     "SPECS",
@@ -77,68 +78,11 @@ __all__ = [
     "PayloadError",
     "ProbeSpec",
     "container_start",
-    "declared_limit",
-    "spec_of",
+    "type_name",
 ]
-
-P = TypeVar("P")
 
 #: where every probe module lives: a spec's module is ``gpuaccept.probes.<name>``, its name what records show
 PACKAGE = "gpuaccept.probes"
-
-
-class PayloadError(ProbeError):
-    """A rank's ``data`` is not its probe's payload type: the probe, node, rank and field, and what was wrong."""
-
-
-@dataclass(frozen=True)
-class ProbeSpec(Generic[P]):
-    """One probe: ``python -m <module>``, the type of each rank's ``data`` (a pydantic model or a TypedDict of
-    ``gpuaccept.contracts``; every spec of the table has one, ``tests/selftest/test_probe_contracts.py``), and its
-    time limit from its arguments and the GPUs per task."""
-
-    module: str
-    payload: type[P] | None
-    limit: Callable[[Sequence[str], int], TimeLimit]
-
-    @property
-    def name(self) -> str:
-        """What records, the terminal and the launcher call the probe (the module's last part)."""
-        return self.module.rpartition(".")[2]
-
-    def validate(self, record: RankRecord) -> RankRecord:
-        """``record`` with its payload checked against the spec's type and kept typed in ``record.payload``;
-        ``PayloadError`` naming the probe, node, rank and field when it is not that type."""
-        if self.payload is None:
-            return record
-        try:
-            typed = _adapter(self.payload).validate_python(record.data)
-        except ValidationError as exc:
-            where = f"probe {self.name}: {record.node} rank {record.rank}"
-            problems = "; ".join(
-                f"field {'.'.join(str(p) for p in err['loc']) or '(payload)'}: {err['msg']}" for err in exc.errors()
-            )
-            name = self.payload.__name__
-            raise PayloadError(f"{where}: payload is not {name}: {problems}", nodes=(record.node,)) from None
-        return replace(record, payload=typed)
-
-    def read(self, record: RankRecord) -> P:
-        """The rank's payload as the spec's type (validated when the step's result arrived; again if not)."""
-        if self.payload is None:
-            raise TypeError(f"probe {self.name} declares no payload type: read record.data")
-        if record.payload is None:
-            record = self.validate(record)
-        return cast(P, record.payload)
-
-
-_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
-
-
-def _adapter(payload: type[Any]) -> TypeAdapter[Any]:
-    """One pydantic adapter per payload type (building one walks the type: once per session)."""
-    if payload not in _ADAPTERS:
-        _ADAPTERS[payload] = TypeAdapter(payload)
-    return _ADAPTERS[payload]
 
 
 def _fixed(seconds: float, basis: str) -> Callable[[Sequence[str], int], TimeLimit]:
@@ -195,9 +139,19 @@ INFINIBAND: ProbeSpec[InfinibandPayload] = ProbeSpec(
 NVLINK: ProbeSpec[NvlinkPayload] = ProbeSpec(
     f"{PACKAGE}.nvlink", NvlinkPayload, _fixed(120, "NVML link reads before and after P2P copies")
 )
-GDR: ProbeSpec[GdrPayload] = ProbeSpec(f"{PACKAGE}.gdr", GdrPayload, _fixed(120, _HOST_SECONDS))
+GDR: ProbeSpec[GdrPayload] = ProbeSpec(
+    f"{PACKAGE}.gdr",
+    GdrPayload,
+    _fixed(120, _HOST_SECONDS),
+    host_side="reads PCIe extended config space (ACS), which only the host's root can read past 64 bytes",
+)
 GPU_HEALTH: ProbeSpec[HealthRecord] = ProbeSpec(f"{PACKAGE}.gpu_health", HealthRecord, _fixed(120, _HOST_SECONDS))
-XID: ProbeSpec[XidPayload] = ProbeSpec(f"{PACKAGE}.xid", XidPayload, _fixed(120, "the kernel log read for the window"))
+XID: ProbeSpec[XidPayload] = ProbeSpec(
+    f"{PACKAGE}.xid",
+    XidPayload,
+    _fixed(120, "the kernel log read for the window"),
+    host_side="reads the kernel log (/dev/kmsg), closed to a container's user namespace",
+)
 GPUBENCH: ProbeSpec[GpuBench] = ProbeSpec(f"{PACKAGE}.gpubench", GpuBench, _gpubench)
 MATMUL: ProbeSpec[MatmulRecord] = ProbeSpec(f"{PACKAGE}.matmul", MatmulRecord, _matmul)
 NCCL: ProbeSpec[NcclRecord] = ProbeSpec(
@@ -209,12 +163,16 @@ NCCL_TESTS: ProbeSpec[NcclTestsRecord] = ProbeSpec(
     f"{PACKAGE}.nccl_tests", NcclTestsRecord, _fixed(300, "nccl-tests' binaries over the same sweep")
 )
 PERFTEST: ProbeSpec[PerftestPayload] = ProbeSpec(
-    f"{PACKAGE}.perftest", PerftestPayload, _fixed(150, "one round of ib_write_bw/ib_read_lat pairs, side by side")
+    f"{PACKAGE}.perftest",
+    PerftestPayload,
+    _fixed(150, "one round of ib_write_bw/ib_read_lat pairs, side by side"),
+    host_side="runs scontrol and the host's perftest tools (ib_write_bw) against the HCAs",
 )
 FINETUNE: ProbeSpec[FinetunePayload] = ProbeSpec(
     f"{PACKAGE}.finetune",
     FinetunePayload,
     _fixed(600, "no plan given: a launch's limit is its plan's (gpuaccept.training.plan.FinetunePlan.limit)"),
+    stage=FinetuneRun,
 )
 
 
@@ -326,6 +284,12 @@ SOFTWARE: ProbeSpec[SoftwareRecord] = ProbeSpec(
     _fixed(120, "NVML reads, os-release, three tool --version calls at most 10 s each"),
 )
 
+CONTAINER: ProbeSpec[ContainerPayload] = ProbeSpec(
+    f"{PACKAGE}.container",
+    ContainerPayload,
+    _fixed(300, "an image bundle on a shared path: the runtime's start + python3 importing gpuaccept"),
+)
+
 #: every spec by its name (what a selftest's inner suite or an operator's string names)
 SPECS: dict[str, ProbeSpec[Any]] = {
     spec.name: spec
@@ -356,11 +320,23 @@ SPECS: dict[str, ProbeSpec[Any]] = {
         SOFTWARE,
         NEIGHBOURS,
         IMEX,
+        CONTAINER,
     )
 }
 
-#: a probe with no spec (a selftest's own, ``_faults``, ``_cpubench``): its limit when none is handed over
-UNDECLARED_LIMIT_S = 300.0
+# ---- the selftests' own probes: launched only by tests/selftest (a failure on demand, a CPU figure), never by
+# ---- the product; their ranks' data crosses untyped, as the selftests write it
+
+FAULTS: ProbeSpec[None] = ProbeSpec(
+    f"{PACKAGE}._faults",
+    None,
+    _fixed(300, "a selftest's fault on demand: the slowest (slow, hang) waits for its limit"),
+)
+CPUBENCH: ProbeSpec[None] = ProbeSpec(
+    f"{PACKAGE}._cpubench", None, _fixed(300, "a selftest's CPU memory copy of a few MiB, a few repeats")
+)
+#: the selftests' own probes by name: not in ``SPECS``, which holds what the product launches
+SELFTEST_SPECS: dict[str, ProbeSpec[None]] = {spec.name: spec for spec in (FAULTS, CPUBENCH)}
 
 # ---- the launcher's own steps before the first test (``dispatch/slurm.start_container``): no test asks for them,
 # ---- but their limits live here with every other step's, so ``--probe-timeout`` reaches them too
@@ -373,19 +349,5 @@ def container_start(local: bool) -> TimeLimit:
     """The image's first start on every node, the ``container`` probe inside it: a bundle on a shared path
     starts in seconds; a registry image is pulled and squashed once per node on first use (tens of GB)."""
     if local:
-        return TimeLimit(300, "an image bundle on a shared path: the runtime's start + python3 importing gpuaccept")
+        return CONTAINER.limit((), 0)
     return TimeLimit(1800, "a registry image pulled and squashed once per node on first use: tens of GB take minutes")
-
-
-def spec_of(probe: ProbeSpec[Any] | str) -> ProbeSpec[Any] | None:
-    """The spec of ``probe`` (itself, or the one of that name); None for a probe the table does not hold."""
-    return probe if isinstance(probe, ProbeSpec) else SPECS.get(probe)
-
-
-def declared_limit(probe: ProbeSpec[Any] | str, args: Sequence[str] = (), gpus: int = 0) -> TimeLimit:
-    """The limit ``probe`` declares for these arguments; a probe not in the table (a selftest's own) gets
-    ``UNDECLARED_LIMIT_S``, named so."""
-    spec = spec_of(probe)
-    if spec is None:
-        return TimeLimit(UNDECLARED_LIMIT_S, f"probe {probe!r} declares no limit (not in gpuaccept.probes.specs)")
-    return spec.limit(args, gpus)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpuaccept.judging.baseline import summarize_changes
+from gpuaccept.probes.specs import FINGERPRINT
 from gpuaccept.report.allure_runs import claim_run_folder, point_latest
 from gpuaccept.report.outcomes import allure_outcome, junit_properties, junit_verdict
 from gpuaccept.results.comparison import comparison_of, regressed, side_by_side
@@ -161,7 +162,7 @@ class ReportSession:
     def pytest_gpuaccept_step_finished(
         self, item: pytest.Item | None, step: Step, command: list[str], result: ProbeResult | None
     ) -> None:
-        if result is not None and step.probe == "fingerprint":
+        if result is not None and step.spec is FINGERPRINT:
             for record in result.records:
                 self.fingerprints[record.node] = record.data
         if not self.active or item is None:

@@ -159,7 +159,7 @@ def _run_groups(
         "--groups=" + ";".join(",".join(g) for g in groups),
     ]
     run = cluster.run_shared if shared else cluster.run
-    result = run("nccl", nodes=nodes, tasks_per_node=tasks, gpus_per_task=gpt, args=args)
+    result = run(NCCL, nodes=nodes, tasks_per_node=tasks, gpus_per_task=gpt, args=args)
     tables = group_tables(result.records)
     for table in tables:
         table.info["facts"] = _facts(result)

@@ -174,7 +174,7 @@ def _finetune(ctx: Ctx, strategy: str, launch: FinetuneLaunch) -> Part:
         stopped = getattr(exc, "result", None)
         if stopped is None:
             raise
-        records = stage_records("finetune", stopped.stdout, strategy)
+        records = stage_records(FINETUNE, stopped.stdout, strategy)
         done = {(r.node, r.rank) for r in records}
         everyone = stands(stopped.stdout, stopped.ended_at, hang_s(ctx.cluster.timeout_rule, _plan(ctx, launch).limit))
         left = {key: stand for key, stand in everyone.items() if key not in done}

@@ -159,9 +159,11 @@ def test_controller_down_is_usage_error(tmp_path):
 
 
 INNER_LOCAL = """
+from gpuaccept.probes import specs
+
 def test_x(cluster):
     assert cluster.kind == "local"
-    cluster.run("_faults", nodes=cluster.nodes, args=["--fault", "ok"])
+    cluster.run(specs.FAULTS, nodes=cluster.nodes, args=["--fault", "ok"])
 """
 
 

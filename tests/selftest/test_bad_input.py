@@ -30,11 +30,12 @@ from . import signing_keys
 from .conftest import REPO, run_inner, write_suite
 
 SUITE = """
+from gpuaccept.probes import specs
 import pytest
 pytestmark = pytest.mark.acceptance
 
 def test_x(node, cluster, judge):
-    cluster.run("hygiene", nodes=[node])
+    cluster.run(specs.HYGIENE, nodes=[node])
     judge.check("nofile", 65536, node=node)
 """
 

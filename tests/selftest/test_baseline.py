@@ -49,13 +49,14 @@ skus:
 """
 
 INNER = """
+from gpuaccept.probes import specs
 import pytest
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.memory]
 
 
 def test_host_memcpy(node, cluster, judge):
-    record = cluster.run("_cpubench", nodes=[node], args=["--size-mib", "32", "--repeats", "20"]).one()
+    record = cluster.run(specs.CPUBENCH, nodes=[node], args=["--size-mib", "32", "--repeats", "20"]).one()
     judge.check("host_memcpy_gbps", record.data["memcpy_gbps"], node=node)
 """
 

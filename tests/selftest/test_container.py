@@ -5,6 +5,7 @@ cluster without pyxis are refused before the first test, and a run's record prov
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ from gpuaccept.dispatch.slurm import SlurmLauncher
 from gpuaccept.dispatch.step import Step
 from gpuaccept.errors import ToolMissing
 from gpuaccept.judging.verdict import EXIT_TEST_HOOKS
+from gpuaccept.probes import specs
 from gpuaccept.probes._tasks import rank_env
 
 from .conftest import REPO, DevCluster, InnerRun, run_inner, start_cluster, stop_cluster, write_suite
@@ -40,16 +42,16 @@ def _after(argv: list[str], flag: str) -> list[str]:
 
 def test_an_oci_step_of_eight_ranks_per_node_is_one_task_per_node_that_starts_them():
     """Slurm's OCI support starts one task per node in a container: the node's GPUs go to that task."""
-    argv = _launcher(Container("oci", "/images/b")).command(Step("matmul", ("n1", "n2"), 8, 1, ("--x",)))
+    argv = _launcher(Container("oci", "/images/b")).command(Step(specs.MATMUL, ("n1", "n2"), 8, 1, ("--x",)))
     assert "--container=/images/b" in argv and "--ntasks=2" in argv and "--ntasks-per-node=1" in argv
     assert "--gpus-per-node=8" in argv and not any(a.startswith("--gpus-per-task") for a in argv)
     assert _after(argv, "--container=/images/b")[:2] == ["python3", "-m"]
-    assert argv[argv.index("-m") + 1 :] == ["gpuaccept.probes._tasks", "8", "1", "matmul", "--x"]
+    assert argv[argv.index("-m") + 1 :] == ["gpuaccept.probes._tasks", "8", "1", "gpuaccept.probes.matmul", "--x"]
 
 
 def test_a_pyxis_step_keeps_srun_ranks_and_reuses_the_job_named_container():
     argv = _launcher(Container("pyxis", "docker://nvcr.io#nvidia/pytorch:24.05-py3", "/shared:/shared")).command(
-        Step("matmul", ("n1",), 8, 1)
+        Step(specs.MATMUL, ("n1",), 8, 1)
     )
     assert "--container-image=docker://nvcr.io#nvidia/pytorch:24.05-py3" in argv
     assert "--container-name=gpuaccept_42" in argv and "--container-mounts=/shared:/shared" in argv
@@ -58,22 +60,42 @@ def test_a_pyxis_step_keeps_srun_ranks_and_reuses_the_job_named_container():
 
 
 def test_a_fanout_in_an_oci_image_starts_the_per_node_wrapper_in_each_rank():
-    argv = _launcher(Container("oci", "/b")).command(Step("nvlink", ("n1", "n2"), 2), fanout=True)
-    assert argv[argv.index("-m") + 1 :] == ["gpuaccept.probes._tasks", "2", "0", "_pernode", "nvlink"]
+    argv = _launcher(Container("oci", "/b")).command(Step(specs.NVLINK, ("n1", "n2"), 2), fanout=True)
+    assert argv[argv.index("-m") + 1 :] == [
+        "gpuaccept.probes._tasks",
+        "2",
+        "0",
+        "gpuaccept.probes._pernode",
+        "gpuaccept.probes.nvlink",
+    ]
 
 
-@pytest.mark.parametrize("probe", ["xid", "gdr", "perftest"])
+HOST_SIDE = sorted(name for name, spec in specs.SPECS.items() if spec.host_side)
+
+
+def test_the_host_side_probes_are_those_an_image_cannot_see():
+    assert HOST_SIDE == ["gdr", "perftest", "xid"]
+
+
+@pytest.mark.parametrize("probe", HOST_SIDE)
 def test_host_side_probes_run_outside_the_image(probe):
-    argv = _launcher(Container("oci", "/b")).command(Step(probe, ("n1",)))
+    argv = _launcher(Container("oci", "/b")).command(Step(specs.SPECS[probe], ("n1",)))
     assert not any(a.startswith("--container") for a in argv)
-    assert argv[argv.index("-m") - 1] == sys.executable
+    assert argv[argv.index("-m") - 1 :] == [sys.executable, "-m", f"gpuaccept.probes.{probe}"]
+
+
+def test_the_spec_says_where_its_probe_runs():
+    """The spec's ``host_side`` alone decides: the same module under a spec without it runs in the image."""
+    in_image = dataclasses.replace(specs.XID, host_side=None)
+    argv = _launcher(Container("oci", "/b")).command(Step(in_image, ("n1",)))
+    assert "--container=/b" in argv and argv[argv.index("-m") - 1] == "python3"
 
 
 def test_a_host_side_probe_where_the_host_has_no_suite_is_declared_not_run():
     launcher = _launcher(Container("oci", "/b"))
     launcher.container_nodes = {"n1": {"host_python": "yes"}, "n2": {"host_python": "no"}}
     with pytest.raises(ToolMissing) as caught:
-        launcher.run(Step("xid", ("n1", "n2")))
+        launcher.run(Step(specs.XID, ("n1", "n2")))
     assert caught.value.nodes == ("n2",) and "/dev/kmsg" in caught.value.detail
     assert "--container-bundle" in caught.value.detail
 
@@ -106,10 +128,11 @@ def _tasks(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_rank_starter_runs_every_rank_and_passes_a_failure_on():
-    done = _tasks("3", "0", "container")
+    done = _tasks("3", "0", specs.CONTAINER.module)
     assert done.returncode == 0, done.stderr
-    assert sorted(r.rank for r in parse_records("container", done.stdout, 3, ("node",))) == [0, 1, 2]
-    failed = _tasks("2", "0", "no_such_probe")
+    records = parse_records(specs.CONTAINER.name, done.stdout, 3, ("node",))
+    assert sorted(specs.CONTAINER.validate(r).rank for r in records) == [0, 1, 2]
+    failed = _tasks("2", "0", "gpuaccept.probes.no_such_probe")
     assert failed.returncode == 1 and "No module named gpuaccept.probes.no_such_probe" in failed.stderr
 
 
@@ -135,11 +158,12 @@ def test_a_bundle_is_named_in_the_record_by_path_time_and_config_digest(tmp_path
 # --- on loopback clusters -----------------------------------------------------------------------------
 
 SUITE = """
+from gpuaccept.probes import specs
 import pytest
 pytestmark = pytest.mark.acceptance
 
 def test_x(node, cluster, judge):
-    cluster.run("hygiene", nodes=[node])
+    cluster.run(specs.HYGIENE, nodes=[node])
     judge.check("nofile", 65536, node=node)
 """
 

@@ -5,15 +5,17 @@ from __future__ import annotations
 import pytest
 
 from gpuaccept.judging.verdict import EXIT_COULD_NOT_JUDGE
+from gpuaccept.probes import specs
 
 from .conftest import run_inner, write_suite
 
 INNER = """
+from gpuaccept.probes import specs
 import pytest
 
 @pytest.mark.parametrize("fault", ["ok", "exit3", "garbage", "short", "hang"])
 def test_fault(cluster, fault):
-    result = cluster.run("_faults", nodes=[cluster.nodes[0]], tasks_per_node=2, args=["--fault", fault])
+    result = cluster.run(specs.FAULTS, nodes=[cluster.nodes[0]], tasks_per_node=2, args=["--fault", fault])
     assert [r.rank for r in result.records] == [0, 1]
 """
 
@@ -61,7 +63,11 @@ def test_dry_run_prints_commands_and_submits_nothing(tmp_path, launcher, request
     if launcher == "slurm":
         cluster = request.getfixturevalue("dev_cluster")
         env, before = cluster.env, cluster.last_job_id()
-    suite = write_suite(tmp_path, "def test_x(node, cluster):\n    cluster.run('hygiene', nodes=[node])\n")
+    suite = write_suite(
+        tmp_path,
+        "from gpuaccept.probes import specs\n\n"
+        "def test_x(node, cluster):\n    cluster.run(specs.HYGIENE, nodes=[node])\n",
+    )
     run = run_inner(suite, "--launcher", launcher, "--dry-run", "-s", env=env)
     assert "[gpuaccept dry run]" in run.output and "gpuaccept.probes.hygiene" in run.output, run.output
     if launcher == "slurm":
@@ -70,6 +76,7 @@ def test_dry_run_prints_commands_and_submits_nothing(tmp_path, launcher, request
 
 
 FANOUT = """
+from gpuaccept.probes import specs
 import pytest
 
 STEPS = {}
@@ -77,14 +84,14 @@ STEPS = {}
 
 @pytest.mark.parametrize("fault", ["ok", "exit3", "hang", "garbage"])
 def test_fan(node, cluster, fault):
-    result = cluster.run("_faults", nodes=[node], tasks_per_node=2, args=["--fault", fault, "--on", "node2"])
+    result = cluster.run(specs.FAULTS, nodes=[node], tasks_per_node=2, args=["--fault", fault, "--on", "node2"])
     assert [(r.node, r.rank, r.world_size) for r in result.records] == [(node, 0, 2), (node, 1, 2)]
     STEPS.setdefault(fault, set()).add(result.command[2])  # --job-name=gpuaccept-<id>: one step per test
     assert len(STEPS[fault]) == 1, STEPS
 
 
 def test_each(cluster):
-    results = cluster.run_each("_faults", cluster.nodes, args=["--fault", "exit3", "--on", "node1"])
+    results = cluster.run_each(specs.FAULTS, cluster.nodes, args=["--fault", "exit3", "--on", "node1"])
     assert isinstance(results["node1"], Exception) and "exit status 3" in str(results["node1"])
     assert results["node2"].one().node == "node2"
 """
@@ -170,7 +177,7 @@ def test_node_taken_out_of_the_job_is_lost_and_the_step_runs_on_the_others(dev_c
     os.environ.update(dev_cluster.env)
     try:
         launcher = SlurmLauncher(Allocation(job, ["node1", "node2"], owned=False))
-        results = launcher.run_fanout(Step("visibility", ("node1", "node2"), timeout_s=60))
+        results = launcher.run_fanout(Step(specs.VISIBILITY, ("node1", "node2"), timeout_s=60))
     finally:
         os.environ.clear()
         os.environ.update(saved)

@@ -12,8 +12,10 @@ from .conftest import run_inner, write_suite
 
 # node2's /dev/shm is judged against a site limit it cannot meet: a real threshold miss on one node
 DRAIN_SUITE = """
+from gpuaccept.probes import specs
+
 def test_shm(node, cluster, judge):
-    data = cluster.run("hygiene", nodes=[node]).one().data
+    data = cluster.run(specs.HYGIENE, nodes=[node]).one().data
     judge.check("dev_shm_gib", data["dev_shm_gib"] if node == "node1" else data["dev_shm_gib"] / 1e6, node=node)
 """
 
@@ -59,11 +61,12 @@ def test_drain_on_fail(tmp_path, dev_cluster, mode):
 
 
 XDIST_SUITE = """
+from gpuaccept.probes import specs
 import time
 def test_a(node, cluster):
-    assert cluster.run("visibility", nodes=[node]).one().node == node
+    assert cluster.run(specs.VISIBILITY, nodes=[node]).one().node == node
 def test_b(node, cluster):
-    assert cluster.run("hygiene", nodes=[node]).one().node == node
+    assert cluster.run(specs.HYGIENE, nodes=[node]).one().node == node
 """
 
 
@@ -88,13 +91,14 @@ def test_xdist_shares_one_allocation(tmp_path, dev_cluster):
 
 
 SHARED_SUITE = """
+from gpuaccept.probes import specs
 import time
 
 PIDS = {}
 
 
 def _ok(cluster, node):
-    return cluster.run_shared("_faults", nodes=[node], args=["--fault", "ok"]).one().data["pid"]
+    return cluster.run_shared(specs.FAULTS, nodes=[node], args=["--fault", "ok"]).one().data["pid"]
 
 
 def test_first(node, cluster):
@@ -103,13 +107,13 @@ def test_first(node, cluster):
 
 def test_second(node, cluster):
     PIDS[node].append(_ok(cluster, node))
-    other = cluster.run_shared("_faults", nodes=[node], args=["--fault", "slow"]).one().data["pid"]
+    other = cluster.run_shared(specs.FAULTS, nodes=[node], args=["--fault", "slow"]).one().data["pid"]
     assert PIDS[node][0] == PIDS[node][1] != other, PIDS
 
 
 def test_each_side_by_side(cluster):
     started = time.monotonic()
-    results = cluster.run_each("_faults", cluster.nodes, args=["--fault", "slow"])
+    results = cluster.run_each(specs.FAULTS, cluster.nodes, args=["--fault", "slow"])
     elapsed = time.monotonic() - started
     assert sorted(results) == sorted(cluster.nodes)
     assert all(r.one().node == n for n, r in results.items())

@@ -21,8 +21,10 @@ import pytest
 from .conftest import REPO, DevCluster, write_suite
 
 INNER = """
+from gpuaccept.probes import specs
+
 def test_hangs(cluster):
-    cluster.run("_faults", nodes=[cluster.nodes[0]], args=["--fault", "hang"])
+    cluster.run(specs.FAULTS, nodes=[cluster.nodes[0]], args=["--fault", "hang"])
 """
 
 

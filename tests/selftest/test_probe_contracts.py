@@ -22,6 +22,7 @@ from gpuaccept.dispatch.result import parse_records
 from gpuaccept.errors import MeasurementError
 from gpuaccept.fabric.schedule import Pairing
 from gpuaccept.probes import gdr, infiniband, perftest, specs, xid
+from gpuaccept.probes.probe_spec import members
 from gpuaccept.probes.specs import SPECS, PayloadError, ProbeSpec
 
 from .payload_walk import deletions, loose_types
@@ -60,6 +61,7 @@ RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
     "storage/loopback-cpu.fsmeta.out": (specs.FSMETA, 2),
     "storage/loopback-cpu.coherency.out": (specs.COHERENCY, 2),
     "storage/loopback-cpu.mounts.out": (specs.MOUNTS, 1),
+    "node/debian12-docker-cpu.container.out": (specs.CONTAINER, 1),
 }
 #: recordings older than their probe's contract, kept as evidence of the hardware they came from (each file's README
 #: says so) and held to no type: the new recording of that hardware is the lead's GPU run
@@ -119,8 +121,9 @@ def test_every_spec_declares_its_payload_type(name: str) -> None:
     TypedDict or a pydantic model of ``gpuaccept.contracts``."""
     payload = SPECS[name].payload
     assert payload is not None, f"probe {name}: its spec declares no payload type (gpuaccept/probes/specs.py)"
-    assert is_typeddict(payload) or issubclass(payload, BaseModel), f"probe {name}: {payload!r}"
-    assert payload.__module__.startswith("gpuaccept.contracts."), f"probe {name}: {payload.__module__}"
+    for member in members(payload):  # a tagged union: each of its members
+        assert is_typeddict(member) or issubclass(member, BaseModel), f"probe {name}: {member!r}"
+        assert member.__module__.startswith("gpuaccept.contracts."), f"probe {name}: {member.__module__}"
 
 
 @pytest.mark.parametrize("fixture", sorted(RECORDED))

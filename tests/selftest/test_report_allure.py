@@ -30,6 +30,7 @@ pytestmark = pytest.mark.selftest
 #: Four outcomes a report must tell apart: pass (with per-"GPU" values: ranks of the CPU probe stand
 #: in for GPUs), a threshold miss, could-not-measure, and a pass without metrics.
 FAKE_SUITE = '''
+from gpuaccept.probes import specs
 import pytest
 
 pytestmark = [pytest.mark.acceptance]
@@ -38,14 +39,14 @@ pytestmark = [pytest.mark.acceptance]
 @pytest.mark.hygiene
 def test_node_limits(node, cluster, judge):
     """/dev/shm and open files as a job step sees them."""
-    data = cluster.run("hygiene", nodes=[node]).one().data
+    data = cluster.run(specs.HYGIENE, nodes=[node]).one().data
     judge.check("dev_shm_gib", data["dev_shm_gib"], node=node)
     judge.check("nofile", data["nofile"], node=node)
 
 
 @pytest.mark.memory
 def test_host_memcpy(node, cluster, judge):
-    result = cluster.run("_cpubench", nodes=[node], tasks_per_node=2, args=["--size-mib", "16"])
+    result = cluster.run(specs.CPUBENCH, nodes=[node], tasks_per_node=2, args=["--size-mib", "16"])
     for record in result.records:
         judge.check("host_memcpy_gbps", record.data["memcpy_gbps"], node=node, gpu=record.rank)
 
@@ -57,7 +58,7 @@ def test_deliberately_failing(node, judge):
 
 @pytest.mark.nccl
 def test_probe_crashes(node, cluster):
-    cluster.run("_faults", nodes=[node], args=["--fault", "exit3"])
+    cluster.run(specs.FAULTS, nodes=[node], args=["--fault", "exit3"])
 '''
 FAILED_TEST = "test_deliberately_failing"
 #: host_memcpy_gbps is informational in the packaged catalogue: the fake suite's site file gives it a

@@ -31,6 +31,7 @@ from .test_report_html import tools  # noqa: F401  (the fixture: node, java, Chr
 pytestmark = pytest.mark.selftest
 
 SUITE = """
+from gpuaccept.probes import specs
 import os
 
 import pytest
@@ -60,7 +61,7 @@ def test_regression(node, judge):
 
 @pytest.mark.nccl
 def test_could_not_measure(node, cluster):
-    cluster.run("_faults", nodes=[node], args=["--fault", "exit3"])
+    cluster.run(specs.FAULTS, nodes=[node], args=["--fault", "exit3"])
 
 
 @pytest.mark.training

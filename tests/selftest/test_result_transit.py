@@ -11,6 +11,7 @@ repeated. Nothing here needs a cluster: ``emit`` prints to captured stdout under
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import random
 from collections.abc import Callable
@@ -23,8 +24,9 @@ from hypothesis import strategies as st
 from gpuaccept.dispatch import result
 from gpuaccept.dispatch.result import parse_records, reported_ranks
 from gpuaccept.errors import ProbeError
-from gpuaccept.probes import _protocol
+from gpuaccept.probes import _protocol, specs
 from gpuaccept.probes._protocol import PART_BYTES, PART_CHUNK, PART_SENTINEL, SENTINEL, emit, result_lines
+from gpuaccept.probes.specs import PayloadError
 
 #: What a launcher may have set in the environment the selftests run in; each test sets its own.
 LAUNCH_VARS = (
@@ -358,6 +360,9 @@ def test_property_changed_is_refused(emitted, data, choice):
 
 # ---- a stage's result, sent as the stage finishes -------------------------------------------------------
 
+#: a spec whose stages may hold anything: the transit itself under test, not the fine-tune's type
+ANY_STAGE = dataclasses.replace(specs.FINETUNE, stage=dict[str, Any])
+
 
 def test_stage_results_come_back_whole_and_never_as_the_steps_result(monkeypatch, capsys):
     """A fine-tune rank sends each strategy's result as it finishes (``emit(stage=...)``): the step's result
@@ -379,8 +384,27 @@ def test_stage_results_come_back_whole_and_never_as_the_steps_result(monkeypatch
         final.append(capsys.readouterr().out)
     whole = "".join(lines) + "".join(final)
     assert all(r.data == {"strategies": {}} for r in parse_records("finetune", whole, 2, ("node1",)))
-    solo = result.stage_records("finetune", whole, "solo")
+    solo = result.stage_records(ANY_STAGE, whole, "solo")
     assert [r.rank for r in solo] == [0, 1] and solo[0].data == {**long, "rank_note": 0}
-    assert result.stage_records("finetune", whole, "ddp") == []
+    assert result.stage_records(ANY_STAGE, whole, "ddp") == []
     cut = lines[0] + "\n".join(lines[1].splitlines()[:-1])  # rank 1 stopped before its last part
-    assert [r.rank for r in result.stage_records("finetune", cut, "solo")] == [0]
+    assert [r.rank for r in result.stage_records(ANY_STAGE, cut, "solo")] == [0]
+
+
+def test_a_stage_result_not_of_the_specs_stage_type_is_an_error_naming_probe_node_rank_and_field(monkeypatch, capsys):
+    """A stopped launch's stage results are held to the spec's stage type as a finished step's are to its
+    payload: a mistyped field is an ERROR naming where, never a figure a judge reads."""
+    for var in LAUNCH_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("GPUACCEPT_NODE", "node4")
+    emit({"strategy": "solo", "steps_done": "many"}, probe="finetune", stage="solo")
+    sent = capsys.readouterr().out
+    with pytest.raises(PayloadError) as raised:
+        result.stage_records(specs.FINETUNE, sent, "solo")
+    assert "probe finetune: " in str(raised.value) and "rank 1" in str(raised.value)
+    assert "field steps_done" in str(raised.value) and "solo stage result" in str(raised.value)
+    assert raised.value.nodes and raised.value.nodes[0] in str(raised.value)
+    with pytest.raises(PayloadError, match="declares no stage type"):  # a probe with no stages sends none
+        result.stage_records(specs.HYGIENE, sent, "solo")

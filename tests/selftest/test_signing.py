@@ -190,11 +190,12 @@ def test_the_report_signs_a_summary_it_renders_and_refuses_an_edited_record(tmp_
 
 
 INNER = """
+from gpuaccept.probes import specs
 import pytest
 pytestmark = pytest.mark.acceptance
 
 def test_x(node, cluster, judge):
-    cluster.run("hygiene", nodes=[node])
+    cluster.run(specs.HYGIENE, nodes=[node])
     judge.check("nofile", 65536, node=node)
 """
 

@@ -102,11 +102,12 @@ Fingerprints.prefetch = _prefetch
 """
 
 SUITE = """
+from gpuaccept.probes import specs
 import pytest
 pytestmark = pytest.mark.acceptance
 
 def test_x(node, cluster, judge):
-    cluster.run("hygiene", nodes=[node])
+    cluster.run(specs.HYGIENE, nodes=[node])
     judge.check("nofile", 65536, node=node)
 """
 

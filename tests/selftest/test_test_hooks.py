@@ -23,6 +23,7 @@ from .conftest import REPO, write_suite
 pytestmark = pytest.mark.selftest
 
 INNER = """
+from gpuaccept.probes import specs
 import pytest
 
 pytestmark = pytest.mark.acceptance
@@ -33,7 +34,7 @@ def test_judged_pass(node, judge):
 
 
 def test_probe_ran(node, cluster, judge):
-    cluster.run("visibility", nodes=[node])
+    cluster.run(specs.VISIBILITY, nodes=[node])
     judge.check("dev_shm_gib", 64.0, node=node)
 """
 

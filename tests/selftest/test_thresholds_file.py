@@ -63,7 +63,11 @@ def test_bad_thresholds_submit_no_job(tmp_path, dev_cluster):
     site = tmp_path / "bad.yaml"
     site.write_text(BAD_SITE_FILES["min above max"][0])
     before = dev_cluster.last_job_id()
-    suite = write_suite(tmp_path / "suite", "def test_x(node, cluster):\n    cluster.run('hygiene', nodes=[node])\n")
+    suite = write_suite(
+        tmp_path / "suite",
+        "from gpuaccept.probes import specs\n\n"
+        "def test_x(node, cluster):\n    cluster.run(specs.HYGIENE, nodes=[node])\n",
+    )
     run = run_inner(suite, "--launcher", "slurm", "--thresholds", str(site), env=dev_cluster.env)
     assert run.returncode == 4, run.output[-2000:]
     assert str(site) in run.output and "defaults.nofile" in run.output

@@ -20,7 +20,7 @@ import pytest
 from gpuaccept.contracts.progress_line import Progress, format_progress, read_progress
 from gpuaccept.dispatch.step import Step, step_limits
 from gpuaccept.probes import specs
-from gpuaccept.probes.specs import SPECS, ProbeSpec, declared_limit
+from gpuaccept.probes.specs import SPECS, ProbeSpec
 from gpuaccept.timelimits import TimeLimit, TimeoutRule
 from gpuaccept.training.budget import FIXED_S, MARGIN, LaunchPlan, StrategyWork, launch_limit
 from gpuaccept.training.watch import standing
@@ -120,18 +120,19 @@ def test_every_probe_the_suite_runs_declares_its_limit_and_no_test_writes_one():
 
 
 def test_a_step_without_a_limit_gets_its_probes_declared_one():
-    burn = Step("matmul", ("node1",), args=("--burn-in", "600"))
+    burn = Step(specs.MATMUL, ("node1",), args=("--burn-in", "600"))
     assert burn.timeout_s == 780 and "--burn-in 600" in burn.limit_basis
-    assert Step("hygiene", ("node1",)).timeout_s == declared_limit("hygiene").seconds
-    undeclared = declared_limit("_faults")  # a selftest's own probe: the fallback, as its comment says
-    assert undeclared.seconds == specs.UNDECLARED_LIMIT_S == 300 and "declares no limit" in undeclared.basis
-    assert Step("hygiene", ("node1",), timeout_s=7).timeout_s == 7
+    assert Step(specs.HYGIENE, ("node1",)).timeout_s == specs.HYGIENE.limit((), 0).seconds
+    # a selftest's own probe has a spec of its own, with its limit, outside the table the product launches
+    assert Step(specs.FAULTS, ("node1",)).timeout_s == 300 and "selftest" in specs.FAULTS.limit((), 0).basis
+    assert specs.SELFTEST_SPECS and not set(specs.SELFTEST_SPECS) & set(SPECS)
+    assert Step(specs.HYGIENE, ("node1",), timeout_s=7).timeout_s == 7
 
 
 def test_the_record_keeps_limit_wall_and_ratio():
     from gpuaccept.dispatch.result import ProbeResult
 
-    step = Step("finetune", ("node1",), timeout_s=400.0, limit_basis="planned")
+    step = Step(specs.FINETUNE, ("node1",), timeout_s=400.0, limit_basis="planned")
     result = ProbeResult("finetune", [], ("node1",), 0, "", "", 250.0)
     assert step_limits(step, result) == {
         "probe": "finetune",

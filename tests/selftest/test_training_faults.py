@@ -14,6 +14,7 @@ import pytest
 from gpuaccept.dispatch.local import LocalLauncher
 from gpuaccept.dispatch.step import Step
 from gpuaccept.errors import ProbeError, ProbeTimeout
+from gpuaccept.probes import specs
 from gpuaccept.training.loop import FAULT_ENV, fault_point
 
 pytestmark = pytest.mark.selftest
@@ -35,7 +36,7 @@ def test_dead_rank_ends_step_quickly(tmp_path):
     """Rank 0 exits with status 17 at step 3 of a 2-rank gloo DDP run; the step must end at once."""
     launcher = LocalLauncher(gpus_per_node=0)
     step = Step(
-        probe="finetune",
+        spec=specs.FINETUNE,
         nodes=(launcher.node,),
         tasks_per_node=2,
         args=("--strategy", "ddp", "--device", "cpu", "--out", str(tmp_path), "--steps", "40", "--ckpt-every", "20"),

@@ -12,6 +12,7 @@ import pytest
 
 from gpuaccept.dispatch.local import LocalLauncher
 from gpuaccept.dispatch.step import Step
+from gpuaccept.probes import specs
 from gpuaccept.probes.specs import FINETUNE
 
 pytestmark = pytest.mark.selftest
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.selftest
 def test_solo_then_ddp_and_fsdp_in_one_launch(tmp_path):
     launcher = LocalLauncher(gpus_per_node=0)
     step = Step(
-        probe="finetune",
+        spec=specs.FINETUNE,
         nodes=(launcher.node,),
         tasks_per_node=2,
         args=(

@@ -24,6 +24,7 @@ import pytest
 from gpuaccept.dispatch.local import LocalLauncher
 from gpuaccept.dispatch.step import Step
 from gpuaccept.errors import ProbeTimeout
+from gpuaccept.probes import specs
 from gpuaccept.training.progress_reporter import SLOW_RANK_ENV, STALL_RANK_ENV
 
 from .conftest import repository_view, run_inner
@@ -76,7 +77,7 @@ def test_hung_rank_is_named_as_a_hang_long_before_the_limit(tmp_path: Path):
     launcher = LocalLauncher(gpus_per_node=0)
     args = ("--strategy", "solo,ddp", "--device", "cpu", "--out", str(tmp_path), "--steps", "20", "--ckpt-every", "20")
     step = Step(
-        probe="finetune",
+        spec=specs.FINETUNE,
         nodes=(launcher.node,),
         tasks_per_node=2,
         args=args,
@@ -105,7 +106,7 @@ def test_a_gpu_below_its_floor_alone_is_not_trained_across_the_node(tmp_path: Pa
     args = ("--strategy", "solo,ddp", "--device", "cpu", "--out", str(tmp_path), "--steps", "12", "--ckpt-every", "12")
     env = {"GPUACCEPT_SELFTEST": "1", SLOW_RANK_ENV: "1:1.5", "OMP_NUM_THREADS": "1"}
     step = Step(
-        "finetune", (launcher.node,), tasks_per_node=2, args=(*args, "--solo-floor", "1000"), env=env, timeout_s=300
+        specs.FINETUNE, (launcher.node,), tasks_per_node=2, args=(*args, "--solo-floor", "1000"), env=env, timeout_s=300
     )
     result = launcher.run(step)
     for record in result.records:
