@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel, RootModel
-from typing_extensions import is_typeddict
+from typing_extensions import NotRequired, is_typeddict
 
 
 def _reached(tp: Any, seen: set[int]) -> Iterator[Any]:
@@ -44,7 +44,8 @@ def loose_types(payload: Any) -> list[str]:
 def _paths(value: Any, where: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
     if isinstance(value, dict):
         for key, item in value.items():
-            yield (*where, str(key))
+            if str(key).isidentifier():  # a key of the probe's; a PCI address or a size keys data: not deleted
+                yield (*where, str(key))
             yield from _paths(item, (*where, str(key)))
     elif isinstance(value, list) and value:
         yield from _paths(value[0], (*where, "0"))
@@ -59,8 +60,21 @@ def _without(data: Any, where: tuple[str, ...]) -> Any:
     return edited
 
 
+def optional_keys(payload: Any) -> set[str]:
+    """The keys some TypedDict ``payload`` reaches declares ``NotRequired`` (a recording may lack them)."""
+    return {
+        key
+        for tp in _reached(payload, set())
+        if is_typeddict(tp)
+        # postponed annotations hide NotRequired from __optional_keys__: read it from the evaluated hints
+        for key, hint in typing.get_type_hints(tp, include_extras=True).items()
+        if typing.get_origin(hint) is NotRequired
+    }
+
+
 def deletions(data: dict[str, Any]) -> Iterator[tuple[tuple[str, ...], Any]]:
     """``(path, data without the key at path)`` for every key of ``data`` at any depth; of a list, its first item's
-    keys stand for every item's. A dict keyed by data (sizes, names) is walked too: its keys are the probe's."""
+    keys stand for every item's. A dict keyed by data (a PCI address, a size) is walked into, but its own keys are
+    not deleted: an entry fewer is another reading, not a missing field."""
     for where in _paths(data, ()):
         yield where, _without(data, where)
