@@ -118,11 +118,12 @@ def _rank_labels(result: ProbeResult) -> dict[int, str]:
 
 def _facts(result: ProbeResult) -> dict[str, Any]:
     """NCCL version, algorithms, transports, NICs: rank 0's parsed log plus the union of transports."""
-    first = result.records[0].data
-    facts = {"backend": first.get("backend"), "nccl_version": first.get("nccl_version"), **first.get("nccl", {})}
+    first = NCCL.read(result.records[0])
+    facts = {"backend": first["backend"], "nccl_version": first["nccl_version"], **(first["nccl"] or {})}
     transports: dict[str, int] = {}
     for record in result.records:
-        for kind, count in (record.data.get("nccl") or {}).get("transports", {}).items():
+        told = NCCL.read(record)["nccl"]
+        for kind, count in (told["transports"] if told else {}).items():
             transports[kind] = transports.get(kind, 0) + count
     if transports:
         facts["transports"] = transports

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.contracts.nccl_sweep import GroupTable, Row
-from gpuaccept.contracts.payloads import NcclTestsRow, NcclTestsRun
+from gpuaccept.contracts.payloads import NcclFacts, NcclTestsRan, NcclTestsRow
 from gpuaccept.nccl.ncclinfo import collect_facts, parse_nccl_log, summarize_algorithms
 from gpuaccept.nccl.nccltests import parse_nccl_tests
 from gpuaccept.report.charts.nccl import plot_busbw
@@ -52,8 +52,13 @@ def test_synthetic_ib_lines():
 def test_collect_facts_reads_this_ranks_files(tmp_path):
     (tmp_path / "nccl.rank1.host.42.log").write_text("x NCCL INFO NCCL version 2.21.5+cuda12.4\n")
     (tmp_path / "nccl.rank0.host.41.log").write_text("x NCCL INFO NCCL version 9.9.9\n")
-    assert collect_facts(str(tmp_path), 1, 2, keep=True) == {"version": "2.21.5+cuda12.4"}
-    assert collect_facts(str(tmp_path), 1, 2, keep=False)["version"] == "2.21.5+cuda12.4"
+    facts = collect_facts(str(tmp_path), 1, 2, keep=True)
+    assert facts is not None and facts["version"] == "2.21.5+cuda12.4"
+    assert set(facts) == NcclFacts.__required_keys__  # every key written, None where the log did not say
+    assert facts["mnnvl"] is None and facts["net"] is None and facts["nics"] == []
+    again = collect_facts(str(tmp_path), 1, 2, keep=False)
+    assert again is not None and again["version"] == "2.21.5+cuda12.4"
+    assert collect_facts(None, 1, 2, keep=False) is None
     assert not tmp_path.exists()
 
 
@@ -65,7 +70,7 @@ def test_nccl_tests_table():
     big = parsed["rows"][-1]
     assert big["size"] == 4 << 30 and big["oop_busbw"] == pytest.approx(345.01) and big["ip_wrong"] == 0
     # the probe's payload types say what it carries: a run's table, each row with exactly these keys
-    assert set(parsed) <= set(NcclTestsRun.__annotations__) and set(big) == NcclTestsRow.__required_keys__
+    assert set(parsed) <= NcclTestsRan.__required_keys__ and set(big) == NcclTestsRow.__required_keys__
 
 
 def test_nccl_tests_in_place_alltoall_is_not_applicable():
