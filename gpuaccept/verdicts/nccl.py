@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuaccept.contracts.nccl_formulas import COLLECTIVES
 from gpuaccept.contracts.nccl_sweep import GroupTable, format_bytes, nccl_payload
 from gpuaccept.contracts.payloads import CappedSizes, NcclTestsRecord, NcclTestsRun
 from gpuaccept.judging.judge import judge_value
+from gpuaccept.nccl.facts import RunFacts
 from gpuaccept.nccl.plan import Group
 from gpuaccept.verdicts.nccl_lines import metric_name, wrong_lines
 
@@ -63,7 +64,7 @@ def curve(table: GroupTable, collective: str) -> list[list[float]]:
 def judge_node(
     table: GroupTable,
     records: Sequence[RankRecord],
-    facts: Mapping[str, Any],
+    facts: RunFacts,
     labels: Mapping[int, str],
     judge: Judge,
     node: str,
@@ -72,7 +73,7 @@ def judge_node(
     """All ``ranks`` of one node: busbw per collective at the largest size (the floor at that rank count),
     every rank's results verified. A collective with no size that fit in GPU memory could not be measured:
     its check is recorded unreadable and nothing further is judged."""
-    algos = facts.get("algorithms", {})
+    algos = facts.algorithms
     for collective in COLLECTIVES:
         row = table.largest(collective)
         if row is None:
@@ -89,10 +90,10 @@ def judge_node(
             size=row.size,
             curve=curve(table, collective),
             time_us=round(row.time_us, 1),
-            algo=algos.get(collective, {}).get(str(row.size)),
-            nccl=facts.get("nccl_version"),
-            transports=facts.get("transports"),
-            nics=facts.get("nics"),
+            algo=algos[collective].get(str(row.size)) if collective in algos else None,
+            nccl=facts.nccl_version,
+            transports=dict(facts.transports),
+            nics=facts.nics,
         )
     lines = wrong_lines(table, labels)
     for record in records:

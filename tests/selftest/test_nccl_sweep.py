@@ -16,6 +16,7 @@ from gpuaccept.contracts.nccl_sweep import (
     sweep_sizes,
 )
 from gpuaccept.nccl import patterns
+from gpuaccept.nccl.plan import op_timeout_arg
 
 from .nccl_precontract import h200_records
 
@@ -99,3 +100,9 @@ def test_wrong_result_is_named():
     (table,) = group_tables(records)
     (wrong,) = table.wrong_results()
     assert wrong[0] == records[1].data["communicator"]["results"][3]["collective"] and wrong[2] == 1 and wrong[3] == 7
+
+
+def test_op_timeout_is_a_third_of_the_steps_limit_and_at_least_ten_seconds():
+    """The watchdog names a hung collective before the step's limit ends the step (``nccl.plan``)."""
+    assert op_timeout_arg(300.0) == "--op-timeout=100.0"
+    assert op_timeout_arg(12.0) == "--op-timeout=10.0"
