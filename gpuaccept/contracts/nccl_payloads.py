@@ -152,6 +152,7 @@ class NcclFacts(TypedDict):
     local_ranks: int | None
     mnnvl: bool | None  # the communicator line's ``MNNVL 1``/``MNNVL 0`` (NCCL 2.27+)
     nvls_available: bool | None  # "NVLS multicast support is (not) available": hardware only, not transport
+    nvls_comm: bool  # an ``NVLS comm 0x... headRank`` line: NVLS buffers were set up for the communicator
     nics: list[str]
     nics_by_plugin: dict[str, list[str]]
     transports: dict[str, int]

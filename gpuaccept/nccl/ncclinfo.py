@@ -11,7 +11,10 @@ Tree or NVLS, Simple or LL128, P2P over NVLink or SHM or the network, which NICs
 * ``AllReduce: 4294967296 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..31}`` (TUNING, rank 0)
 * ``NCCL_ALGO set by environment to Ring.``
 * ``comm 0x... rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0``
-* ``NVLS multicast support is not available on dev 0``
+* ``NVLS multicast support is not available on dev 0`` (the hardware's multicast only: no proof NVLS carried
+  anything, NVIDIA/aicr#2568)
+* ``NVLS comm 0x... headRank 0 nHeads 8 buffSize ...``: NVLS buffers set up for this communicator
+* the communicator line's ``MNNVL 1``: NCCL runs this communicator over the multi-node NVLink fabric
 
 Per rank, the network path (``parse_net_facts``, transport/nccl ``net.cc`` and ``net_ib/init.cc`` formats):
 
@@ -55,6 +58,7 @@ _ENV = re.compile(r"(NCCL_\w+) set by environment to (\S+)")
 _COMM = re.compile(r"nRanks (\d+) nNodes (\d+) localRanks (\d+)")
 _MNNVL = re.compile(r"nRanks \d+ nNodes \d+ localRanks \d+ localRank \d+ MNNVL (\d)")
 _NVLS = re.compile(r"NVLS multicast support is (not )?available")
+_NVLS_COMM = re.compile(r"NVLS comm 0x[0-9a-fA-F]+ headRank")
 _NET_CHANNEL = re.compile(
     r"Channel \d+(?:/\d+)? : \d+\[\d+\] -> \d+\[\d+\] \[(send|receive)\] via NET/([^/\s]+)/(\d+)"
     r"(?:\((\d+)\))?(/GDRDMA)?"
@@ -93,6 +97,8 @@ def parse_nccl_log(text: str) -> dict[str, Any]:
             out["ranks"], out["nodes"], out["local_ranks"] = (int(g) for g in m.groups())
         if (m := _MNNVL.search(line)) and "mnnvl" not in out:
             out["mnnvl"] = m.group(1) == "1"
+        if _NVLS_COMM.search(line):
+            out["nvls_comm"] = True
         if m := _NVLS.search(line):
             out["nvls_available"] = m.group(1) is None
     # Every transport plugin logs its devices ("NET/IB : Using [RO]" when it found none); the NICs in use
@@ -236,6 +242,7 @@ def collect_facts(folder: str | None, rank: int, nranks: int, *, keep: bool) -> 
         local_ranks=facts.get("local_ranks"),
         mnnvl=facts.get("mnnvl"),
         nvls_available=facts.get("nvls_available"),
+        nvls_comm=facts.get("nvls_comm", False),
         nics=facts.get("nics", []),
         nics_by_plugin=facts.get("nics_by_plugin", {}),
         transports=facts.get("transports", {}),
