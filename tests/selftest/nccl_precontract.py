@@ -5,9 +5,9 @@ The recording predates the strict contract; each edit is named here and nothing 
 move under ``communicator`` (``outcome: in_group``); each row's ``busbw_rank`` (a per-rank figure the probe no
 longer writes) and the facts' ``net_plugin`` (no longer parsed) are dropped; ``rail`` (not written before rails)
 is None, as without ``--rails``; ``local_rank`` (not written then) is the rank (both ran on one host); facts the
-old parser did not write (``mnnvl``, ``nvls_available``, ``nvls_comm``, ``nics_by_plugin``, ``net``; ``algorithms`` of rank 1,
-which logged no TUNING) are None or empty, as the new parser writes them when the log does not say. The 1-GPU
-re-recording is ``benchmarks/record_nccl.sh`` (fixtures/nccl/README.md).
+old parser did not write (``mnnvl``, ``nvls_available``, ``nvls_comm``, ``nics_by_plugin``, ``net``;
+``algorithms`` of rank 1, which logged no TUNING) are None or empty, as the new parser writes them when the log
+does not say. The 1-GPU re-recording is ``benchmarks/record_nccl.sh`` (fixtures/nccl/README.md).
 """
 
 from __future__ import annotations
@@ -33,7 +33,14 @@ def to_contract(old: dict[str, Any], rank: int) -> dict[str, Any]:
     comm["results"] = [{k: v for k, v in row.items() if k != "busbw_rank"} for row in old["results"]]
     data["communicator"] = {"outcome": "in_group", **comm}
     facts = {k: v for k, v in old["nccl"].items() if k != "net_plugin"}
-    data["nccl"] = {"mnnvl": None, "nvls_available": None, "nvls_comm": False, "nics_by_plugin": {}, "net": None, "algorithms": {}, **facts}
+    unwritten: dict[str, Any] = {
+        "mnnvl": None,
+        "nvls_available": None,
+        "nvls_comm": False,
+        "nics_by_plugin": {},
+        "net": None,
+    }
+    data["nccl"] = {**unwritten, "algorithms": {}, **facts}
     return data
 
 

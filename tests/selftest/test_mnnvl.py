@@ -10,11 +10,11 @@ the 2-node GB200 init below is built in NCCL's own format strings (``src/init.cc
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from gpuaccept.contracts.records import RankRecord
 from gpuaccept.judging.judge import Judge
 from gpuaccept.nccl.ncclinfo import parse_nccl_log
 from gpuaccept.thresholds.loader import load_thresholds
@@ -39,7 +39,7 @@ gb200-n2:4242:4300 [1] NCCL INFO Channel 00/0 : 5[1] -> 1[1] [send] via NET/IB/1
 """
 
 
-def _record(text: str, rank: int = 5, node: str = "gb200-n2") -> SimpleNamespace:
+def _record(text: str, rank: int = 5, node: str = "gb200-n2") -> RankRecord:
     """One rank's ``nccl`` record whose facts are ``text`` parsed as the probe parses its log."""
     parsed = parse_nccl_log(text)
     facts: dict[str, Any] = {
@@ -54,7 +54,7 @@ def _record(text: str, rank: int = 5, node: str = "gb200-n2") -> SimpleNamespace
     data = {"backend": "nccl", "torch": "2.10.0", "world_size": 8, "groups": 1, "local_rank": 1, "ring": False,
             "iters": 20, "warmup": 5, "trials": 3, "faults": None, "nccl_version": "2.27.5", "env": {},
             "communicator": comm, "nccl": facts}  # fmt: skip
-    return SimpleNamespace(node=node, rank=rank, data=data, payload=None)
+    return RankRecord(node, rank, 8, 1, None, data)
 
 
 @pytest.fixture()
