@@ -227,7 +227,8 @@ def test_nccl_tests_fidelity(node, cluster, judge, settings):
     args = [f"--ngpus={gpus}", f"--min-bytes={size}", f"--max-bytes={size}", *ring]
     if settings.nccl_tests_dir:
         args.append(f"--dir={settings.nccl_tests_dir}")
-    theirs = cluster.run(NCCL_TESTS, nodes=[node], tasks_per_node=1, gpus_per_task=gpus, args=args).one().data
+    ran = cluster.run(NCCL_TESTS, nodes=[node], tasks_per_node=1, gpus_per_task=gpus, args=args).one()
+    theirs = NCCL_TESTS.read(ran)
     judge_nccl_tests_found(theirs, judge, node)  # none installed: "not run", listed in the verdict
     tasks, gpt = _layout(cluster, node, multinode=False)
     table = group_tables(_node_sweep(cluster, settings, node, tasks, gpt).records)[0]
