@@ -11,10 +11,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
+
+from pydantic import TypeAdapter
 
 from gpuaccept.contracts.nccl_formulas import COLLECTIVES, algbw_gbs, bus_factor, effective_bytes, memory_per_rank
-from gpuaccept.contracts.payloads import FirstWrong, NcclRow
+from gpuaccept.contracts.payloads import FirstWrong, NcclRecord, NcclRow
 from gpuaccept.units import parse_bytes
 
 __all__ = [
@@ -24,12 +26,15 @@ __all__ = [
     "cap_sizes",
     "format_bytes",
     "group_tables",
+    "nccl_payload",
     "parse_bytes",
     "requested_sizes",
     "sweep_sizes",
 ]
 
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+_NCCL_RECORD: TypeAdapter[NcclRecord] = TypeAdapter(NcclRecord)
 
 
 def algo_args(*, gpu: bool, multinode: bool, forced_ring: bool) -> list[str]:
@@ -133,7 +138,8 @@ class GroupTable:
 
 
 def group_tables(records: Iterable[Any]) -> list[GroupTable]:
-    """Per-group tables from the probe's rank records (``RankRecord``-like: ``.rank``, ``.node``, ``.data``).
+    """Per-group tables from the probe's rank records (``RankRecord``-like: ``.rank`` and the typed ``.payload``
+    that ``probes.specs.NCCL`` validated where the result arrived; a record not yet validated is here).
 
     The time of a size is the mean over the group's ranks of each rank's median loop time: nccl-tests
     averages the per-rank time the same way (``-a 1``, its default), then applies the formulas.
@@ -141,20 +147,20 @@ def group_tables(records: Iterable[Any]) -> list[GroupTable]:
     tables: dict[int, GroupTable] = {}
     samples: dict[tuple[int, str, int], dict[int, NcclRow]] = {}
     for record in records:
-        data = record.data
-        if data.get("group") is None:
+        typed = nccl_payload(record)
+        comm = typed["communicator"]
+        if comm["outcome"] != "in_group":
             continue
-        gid = int(data["group"])
+        gid = comm["group"]
         if gid not in tables:
-            tables[gid] = GroupTable(gid, tuple(data["group_nodes"]), tuple(data["group_ranks"]), info=dict(data))
-        results: list[NcclRow] = data.get("results", [])
-        for result in results:
-            key = (gid, str(result["collective"]), int(result["bytes"]))
-            samples.setdefault(key, {})[int(record.rank)] = result
+            info: dict[str, Any] = {**typed, **comm}
+            tables[gid] = GroupTable(gid, tuple(comm["group_nodes"]), tuple(comm["group_ranks"]), info=info)
+        for result in comm["results"]:
+            samples.setdefault((gid, result["collective"], result["bytes"]), {})[int(record.rank)] = result
     for (gid, collective, size), per_rank in samples.items():
         table = tables[gid]
         nranks = len(table.ranks)
-        times = {rank: float(r["time_us"]) for rank, r in per_rank.items() if r.get("time_us") is not None}
+        times = {rank: r["time_us"] for rank, r in per_rank.items()}
         mean_us = statistics.fmean(times.values()) if times else float("nan")
         ok_time = mean_us == mean_us and mean_us > 0
         algbw = algbw_gbs(size, mean_us / 1e6) if ok_time else float("nan")
@@ -167,14 +173,21 @@ def group_tables(records: Iterable[Any]) -> list[GroupTable]:
                 algbw=algbw,
                 busbw=algbw * bus_factor(collective, nranks) if ok_time else float("nan"),
                 rank_time_us=times,
-                wrong={rank: int(r.get("wrong", 0)) for rank, r in per_rank.items()},
-                first_wrong={rank: first for rank, r in per_rank.items() if (first := r.get("first_wrong"))},
+                wrong={rank: r["wrong"] for rank, r in per_rank.items()},
+                first_wrong={rank: first for rank, r in per_rank.items() if (first := r["first_wrong"]) is not None},
             )
         )
     for table in tables.values():
         order = {c: i for i, c in enumerate(COLLECTIVES)}
         table.rows.sort(key=lambda r: (order.get(r.collective, 99), r.size))
     return [tables[g] for g in sorted(tables)]
+
+
+def nccl_payload(record: Any) -> NcclRecord:
+    """``record``'s typed ``nccl`` payload: the one validated where its result arrived (``RankRecord.payload``),
+    else its ``data`` validated here against ``NcclRecord`` (a record a selftest or benchmark built by hand)."""
+    typed = getattr(record, "payload", None)
+    return cast(NcclRecord, typed) if typed is not None else _NCCL_RECORD.validate_python(record.data)
 
 
 def requested_sizes(collective: str, sizes: Sequence[int], nranks: int, elem_size: int = 4) -> list[int]:

@@ -1,21 +1,44 @@
 """The shapes of what the hardware and NCCL probes emit, for the area judges that read them
 (``gpuaccept.verdicts``).
 
-TypedDicts only: no torch, no NVML, nothing run. The GPU-health types bite (``@strict``, every key required;
-``GpuHealth``'s NVML readings declare their getter, ``contracts/nvml.py``); the others still say ``total=False``
-where a reading may be left out (a busy GPU, a part not asked for). A value NVML could not give is None, never a
-default.
+TypedDicts only: no torch, no NVML, nothing run. The NCCL types live in ``contracts.nccl_payloads`` and are
+re-exported here. The GPU-health types bite (``@strict``, every key required; ``GpuHealth``'s NVML readings declare
+their getter, ``contracts/nvml.py``); the others still say ``total=False`` where a reading may be left out (a busy
+GPU, a part not asked for). A value NVML could not give is None, never a default.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated
 
 from pydantic import AfterValidator
 
 # pydantic validates these where a result arrives (probes/specs.py): before Python 3.12 it needs this TypedDict
 from typing_extensions import TypedDict
 
+from gpuaccept.contracts.nccl_payloads import (
+    AllGatherRow,
+    AllReduceRow,
+    AlltoallRow,
+    BroadcastRow,
+    CappedSizes,
+    FirstWrong,
+    NcclFacts,
+    NcclFaults,
+    NcclInGroup,
+    NcclNoGroup,
+    NcclRecord,
+    NcclRow,
+    NcclTestsDevice,
+    NcclTestsRan,
+    NcclTestsRecord,
+    NcclTestsRow,
+    NcclTestsRun,
+    NcclTestsTimedOut,
+    NetChannels,
+    NetFacts,
+    ReduceScatterRow,
+)
 from gpuaccept.contracts.nvml import Nvml, unexplained_nulls
 from gpuaccept.contracts.strict import strict
 
@@ -31,11 +54,20 @@ __all__ = [
     "GpuIdentity",
     "GpuProcess",
     "HealthRecord",
+    "NcclFacts",
+    "NcclFaults",
+    "NcclInGroup",
+    "NcclNoGroup",
     "NcclRecord",
     "NcclRow",
+    "NcclTestsDevice",
+    "NcclTestsRan",
     "NcclTestsRecord",
     "NcclTestsRow",
     "NcclTestsRun",
+    "NcclTestsTimedOut",
+    "NetChannels",
+    "NetFacts",
     "PcieLink",
     "ReduceScatterRow",
     "RemappedRows",
@@ -173,129 +205,3 @@ class HealthRecord(TypedDict):
     nvml_version: str | None
     cuda_visible_devices: str | None
     gpus: list[Annotated[GpuHealth, AfterValidator(_explained)]]
-
-
-# ---- NCCL: ``probes.nccl`` (one row per collective and size) and ``probes.nccl_tests`` (a table per collective)
-
-
-class FirstWrong(TypedDict):
-    """The first wrong element of a verified result: its block, index, what it held and what it should."""
-
-    row: int
-    index: int
-    got: float
-    want: float
-
-
-class _CollectiveRow(TypedDict):
-    """One size of one collective on one rank; ``bytes`` is nccl-tests' size column (``contracts.nccl_formulas``)."""
-
-    bytes: int
-    time_us: float  # this rank's median over the trials (the group's figure is the mean over its ranks)
-    trials_us: list[float]
-    wrong: int  # elements of this rank's output that differ from the pattern (``nccl.patterns``)
-    first_wrong: FirstWrong | None
-
-
-class AllReduceRow(_CollectiveRow):
-    """all_reduce, in place: ``bytes`` is the buffer; busbw = algbw x 2(n-1)/n."""
-
-    collective: Literal["all_reduce"]
-
-
-class AllGatherRow(_CollectiveRow):
-    """all_gather, out of place: ``bytes`` is the gathered output (each rank sends bytes/n); x (n-1)/n."""
-
-    collective: Literal["all_gather"]
-
-
-class ReduceScatterRow(_CollectiveRow):
-    """reduce_scatter: ``bytes`` is the input (each rank keeps bytes/n of the sum); x (n-1)/n."""
-
-    collective: Literal["reduce_scatter"]
-
-
-class AlltoallRow(_CollectiveRow):
-    """alltoall: ``bytes`` is one rank's buffer of n blocks; x (n-1)/n."""
-
-    collective: Literal["alltoall"]
-
-
-class BroadcastRow(_CollectiveRow):
-    """broadcast from rank 0, in place: ``bytes`` is the buffer; busbw = algbw."""
-
-    collective: Literal["broadcast"]
-
-
-#: one row of the ``nccl`` probe's ``results``, told apart by ``collective``
-NcclRow = AllReduceRow | AllGatherRow | ReduceScatterRow | AlltoallRow | BroadcastRow
-
-
-class CappedSizes(TypedDict):
-    """A collective whose larger sizes did not fit in GPU memory: the largest that did (0: none)."""
-
-    largest: int
-    free_bytes: int
-
-
-class NcclRecord(TypedDict, total=False):
-    """One rank's ``nccl`` result (``probes.nccl``); ``group``/``results`` only for a rank in a communicator."""
-
-    backend: str  # nccl or gloo
-    torch: str
-    world_size: int
-    group: int | None
-    groups: int
-    rail: int | None
-    local_rank: int
-    ring: bool
-    iters: int
-    warmup: int
-    trials: int
-    faults: dict[str, Any] | None
-    nccl_version: str
-    env: dict[str, str]
-    group_nodes: list[str]
-    group_ranks: list[int]
-    results: list[NcclRow]
-    capped: dict[str, CappedSizes]
-    free_bytes: int
-    nccl: dict[str, Any]  # NCCL_DEBUG=INFO facts (``nccl.ncclinfo.collect_facts``): algorithms, transports, net
-
-
-class NcclTestsRow(TypedDict):
-    """One size of an nccl-tests run, out of place and in place (what ``nccl.nccltests`` reads from its table)."""
-
-    size: int
-    count: int
-    oop_time_us: float
-    oop_algbw: float
-    oop_busbw: float
-    oop_wrong: int | None
-    ip_time_us: float
-    ip_algbw: float
-    ip_busbw: float
-    ip_wrong: int | None
-
-
-class NcclTestsRun(TypedDict, total=False):
-    """One collective's nccl-tests binary: its command, exit code and table (``error``: it timed out)."""
-
-    command: list[str]
-    returncode: int | None
-    rows: list[NcclTestsRow]
-    avg_busbw: float
-    out_of_bounds: int
-    version: str
-    nccl: str
-    devices: list[dict[str, Any]]
-    stderr_tail: str
-    error: str
-
-
-class NcclTestsRecord(TypedDict):
-    """The ``nccl_tests`` probe's result: whether a binary was found, where it looked, a run per collective."""
-
-    found: bool
-    searched: list[str]
-    runs: dict[str, NcclTestsRun]

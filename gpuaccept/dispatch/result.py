@@ -16,7 +16,7 @@ line terminator is the only thing taken away, never content.
 
 Still read, with nothing to verify: an unframed ``GPUACCEPT_RESULT {json}`` line and parts whose joined
 text starts with ``{`` (the JSON itself). That was the format before framing: the recordings under
-``fixtures/`` (``nccl/probe_2xh200.out``, ``training/*.out``) are in it, and an operator may write such
+``fixtures/`` (``nccl/2xh200-precontract.nccl.out``, ``training/*.out``) are in it, and an operator may write such
 a line by hand. A framed result can never be mistaken for one: its frame starts with a digit, its
 base64 never holds a ``{``.
 """

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gpuaccept.contracts.nccl_sweep import GroupTable, algo_args
+from gpuaccept.contracts.nccl_sweep import GroupTable, algo_args, nccl_payload
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.fabric.affinity import bus_key
 
@@ -88,10 +88,13 @@ def rail_step(
 def name_rail_tables(tables: Iterable[GroupTable], records: Sequence[RankRecord]) -> None:
     """Each rail's table told its rail, each node's rail GPU and how its ranks are named in a failure
     (``rank 3 (node2 rail 1)``), from the ranks' records of the step."""
-    by_gid = {r.data.get("group"): r.data.get("rail") for r in records}
+    comms = [(r, nccl_payload(r)["communicator"]) for r in records]
+    by_gid = {c["group"]: c["rail"] for _, c in comms if c["outcome"] == "in_group"}
     for table in tables:
         table.info["rail"] = by_gid.get(table.group)
-        table.info["gpus"] = {r.node: r.gpu for r in records if r.data.get("group") == table.group}
+        table.info["gpus"] = {
+            r.node: r.gpu for r, c in comms if c["outcome"] == "in_group" and c["group"] == table.group
+        }
         rail = by_gid.get(table.group)
         table.info["labels"] = {r.rank: f"rank {r.rank} ({r.node} rail {rail})" for r in records}
 

@@ -11,7 +11,10 @@ Tree or NVLS, Simple or LL128, P2P over NVLink or SHM or the network, which NICs
 * ``AllReduce: 4294967296 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..31}`` (TUNING, rank 0)
 * ``NCCL_ALGO set by environment to Ring.``
 * ``comm 0x... rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0``
-* ``NVLS multicast support is not available on dev 0``
+* ``NVLS multicast support is not available on dev 0`` (the hardware's multicast only: no proof NVLS carried
+  anything, NVIDIA/aicr#2568)
+* ``NVLS comm 0x... headRank 0 nHeads 8 buffSize ...``: NVLS buffers set up for this communicator
+* the communicator line's ``MNNVL 1``: NCCL runs this communicator over the multi-node NVLink fabric
 
 Per rank, the network path (``parse_net_facts``, transport/nccl ``net.cc`` and ``net_ib/init.cc`` formats):
 
@@ -33,10 +36,12 @@ from collections import Counter
 from typing import Any
 
 from gpuaccept.contracts.nccl_formulas import NCCL_FUNC, tuning_bytes_to_size
+from gpuaccept.contracts.nccl_payloads import NcclFacts, NetFacts
 
 __all__ = [
     "collect_facts",
     "debug_env",
+    "net_facts",
     "parse_nccl_log",
     "parse_net_facts",
     "split_processes",
@@ -51,7 +56,9 @@ _CHANNEL = re.compile(r"Channel \d+/\d+ : \d+\[\d+\] -> \d+\[\d+\](?: \[(?:send|
 _TUNING = re.compile(r"(\w+): (\d+) Bytes -> Algo (\w+) proto (\w+)")
 _ENV = re.compile(r"(NCCL_\w+) set by environment to (\S+)")
 _COMM = re.compile(r"nRanks (\d+) nNodes (\d+) localRanks (\d+)")
+_MNNVL = re.compile(r"nRanks \d+ nNodes \d+ localRanks \d+ localRank \d+ MNNVL (\d)")
 _NVLS = re.compile(r"NVLS multicast support is (not )?available")
+_NVLS_COMM = re.compile(r"NVLS comm 0x[0-9a-fA-F]+ headRank")
 _NET_CHANNEL = re.compile(
     r"Channel \d+(?:/\d+)? : \d+\[\d+\] -> \d+\[\d+\] \[(send|receive)\] via NET/([^/\s]+)/(\d+)"
     r"(?:\((\d+)\))?(/GDRDMA)?"
@@ -88,6 +95,10 @@ def parse_nccl_log(text: str) -> dict[str, Any]:
             env[m.group(1)] = m.group(2).rstrip(".")
         if (m := _COMM.search(line)) and "nodes" not in out:
             out["ranks"], out["nodes"], out["local_ranks"] = (int(g) for g in m.groups())
+        if (m := _MNNVL.search(line)) and "mnnvl" not in out:
+            out["mnnvl"] = m.group(1) == "1"
+        if _NVLS_COMM.search(line):
+            out["nvls_comm"] = True
         if m := _NVLS.search(line):
             out["nvls_available"] = m.group(1) is None
     # Every transport plugin logs its devices ("NET/IB : Using [RO]" when it found none); the NICs in use
@@ -207,22 +218,47 @@ def debug_env(*, ring: bool, debug: bool, folder: str, rank: int) -> str | None:
     return folder
 
 
-def collect_facts(folder: str | None, rank: int, nranks: int, *, keep: bool) -> dict[str, Any]:
-    """Parse this rank's log files in ``folder`` (then delete them unless ``keep``)."""
+def collect_facts(folder: str | None, rank: int, nranks: int, *, keep: bool) -> NcclFacts | None:
+    """This rank's facts from its log files in ``folder`` (then deleted unless ``keep``), every key of
+    ``NcclFacts`` written (None where the log did not say); None when no log was asked for."""
     if folder is None:
-        return {}
+        return None
     facts: dict[str, Any] = {}
+    net: dict[str, Any] | None = None
     for path in sorted(glob.glob(os.path.join(folder, f"nccl.rank{rank}.*"))):
         with open(path, errors="replace") as fh:
             text = fh.read()
         for key, value in parse_nccl_log(text).items():
             facts.setdefault(key, value)
-        net = parse_net_facts(text)
-        if net:
-            facts.setdefault("net", net)
-    if "tuning" in facts:
-        algos = summarize_algorithms(facts.pop("tuning"), nranks)
-        facts["algorithms"] = {c: {str(size): a for size, a in v.items()} for c, v in algos.items()}
+        net = net or parse_net_facts(text) or None
     if not keep:
         shutil.rmtree(folder, ignore_errors=True)
-    return facts
+    algos = summarize_algorithms(facts.get("tuning", []), nranks)
+    return NcclFacts(
+        version=facts.get("version"),
+        network=facts.get("network"),
+        ranks=facts.get("ranks"),
+        nodes=facts.get("nodes"),
+        local_ranks=facts.get("local_ranks"),
+        mnnvl=facts.get("mnnvl"),
+        nvls_available=facts.get("nvls_available"),
+        nvls_comm=facts.get("nvls_comm", False),
+        nics=facts.get("nics", []),
+        nics_by_plugin=facts.get("nics_by_plugin", {}),
+        transports=facts.get("transports", {}),
+        env=facts.get("env", {}),
+        algorithms={c: {str(size): a for size, a in v.items()} for c, v in algos.items()},
+        net=None if net is None else net_facts(net),
+    )
+
+
+def net_facts(parsed: dict[str, Any]) -> NetFacts:
+    """``parse_net_facts``' answer with every key of ``NetFacts`` (empty or None where the log did not say)."""
+    return NetFacts(
+        channels=parsed.get("channels", {}),
+        devices=parsed.get("devices", {}),
+        gdr_hca=parsed.get("gdr_hca", {}),
+        dmabuf=parsed.get("dmabuf", False),
+        nvml_dev=parsed.get("nvml_dev"),
+        bus_id=parsed.get("bus_id"),
+    )

@@ -23,6 +23,7 @@ __all__ = [
     "NodePlan",
     "Pair",
     "lost_text",
+    "op_timeout_arg",
     "pair_rounds",
     "plan_rounds",
     "scale_groups",
@@ -33,6 +34,17 @@ __all__ = [
 
 Group = tuple[str, ...]
 Pair = tuple[str, str]
+
+#: a hung collective must be named by the probe's watchdog (``nccl.watchdog``) before the step's limit ends it:
+#: one collective and size may take a third of the step's limit (start-up, the rendezvous and the final barrier
+#: share the rest), never under 10 s (a first large NCCL launch on a cold node takes seconds)
+OP_TIMEOUT_SHARE, OP_TIMEOUT_MIN_S = 3, 10.0
+
+
+def op_timeout_arg(step_limit_s: float) -> str:
+    """The ``nccl`` probe's ``--op-timeout`` for a step of ``step_limit_s`` (the NCCL spec's limit, as the cluster
+    resolved it): a third of it, at least ``OP_TIMEOUT_MIN_S``."""
+    return f"--op-timeout={max(OP_TIMEOUT_MIN_S, step_limit_s / OP_TIMEOUT_SHARE)}"
 
 
 def scales_for(nodes: int) -> list[int]:

@@ -35,7 +35,7 @@ from typing import Any, cast
 
 from gpuaccept.contracts.nccl_formulas import COLLECTIVES, busbw_gbs
 from gpuaccept.contracts.nccl_sweep import cap_sizes, format_bytes, parse_bytes, requested_sizes, sweep_sizes
-from gpuaccept.contracts.payloads import CappedSizes, FirstWrong, NcclRow
+from gpuaccept.contracts.payloads import CappedSizes, FirstWrong, NcclInGroup, NcclRow
 from gpuaccept.fabric.rails import parse_rails, split_rails
 from gpuaccept.nccl import patterns
 from gpuaccept.nccl.ncclinfo import collect_facts, debug_env
@@ -338,19 +338,19 @@ def _run(
         "backend": backend,
         "torch": torch.__version__,
         "world_size": info.world_size,
-        "group": my_gid,
         "groups": len(groups),
-        "rail": rails[my_gid] if my_gid is not None else None,
         "local_rank": info.local_rank,
         "ring": args.ring,
         "iters": args.iters,
         "warmup": args.warmup,
         "trials": args.trials,
         "faults": faults or None,
+        "nccl_version": ".".join(str(v) for v in torch.cuda.nccl.version()) if backend == "nccl" else None,
+        "env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_") and "DEBUG" not in k}
+        if backend == "nccl"
+        else {},
+        "communicator": {"outcome": "no_group"},
     }
-    if backend == "nccl":
-        data["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
-        data["env"] = {k: v for k, v in os.environ.items() if k.startswith("NCCL_") and "DEBUG" not in k}
     if my_gid is not None:
         ranks = groups[my_gid]
         dog.set_group(ranks, names, client)
@@ -367,7 +367,10 @@ def _run(
                 capped[coll] = CappedSizes(largest=fit[-1] if fit else 0, free_bytes=free)
             if fit:
                 results += sweep.run(coll, fit)
-        data.update(
+        data["communicator"] = NcclInGroup(
+            outcome="in_group",
+            group=my_gid,
+            rail=rails[my_gid],
             group_nodes=list(dict.fromkeys(names[r] for r in ranks)),
             group_ranks=ranks,
             results=results,

@@ -15,9 +15,8 @@ import argparse
 import os
 import shutil
 import subprocess
-from typing import cast
 
-from gpuaccept.contracts.payloads import NcclTestsRecord, NcclTestsRun
+from gpuaccept.contracts.payloads import NcclTestsRan, NcclTestsRecord, NcclTestsRun, NcclTestsTimedOut
 from gpuaccept.nccl.nccltests import parse_nccl_tests
 from gpuaccept.probes._protocol import emit
 from gpuaccept.units import parse_bytes
@@ -87,13 +86,24 @@ def main(argv: list[str] | None = None) -> None:
         ]
         try:
             done = subprocess.run(argv_run, capture_output=True, text=True, timeout=args.timeout, env=env, check=False)
-            table = parse_nccl_tests(done.stdout)
-            runs[collective] = cast(NcclTestsRun, {"command": argv_run, "returncode": done.returncode, **table})
-            runs[collective]["stderr_tail"] = done.stderr[-2000:]
         except subprocess.TimeoutExpired:
-            runs[collective] = NcclTestsRun(
-                command=argv_run, returncode=None, error=f"timeout after {args.timeout:g} s"
+            runs[collective] = NcclTestsTimedOut(
+                outcome="timed_out", command=argv_run, error=f"timeout after {args.timeout:g} s"
             )
+            continue
+        table = parse_nccl_tests(done.stdout)
+        runs[collective] = NcclTestsRan(
+            outcome="ran",
+            command=argv_run,
+            returncode=done.returncode,
+            rows=table["rows"],
+            avg_busbw=table.get("avg_busbw"),
+            out_of_bounds=table.get("out_of_bounds"),
+            version=table.get("version"),
+            nccl=table.get("nccl"),
+            devices=table["devices"],
+            stderr_tail=done.stderr[-2000:],
+        )
     emit(NcclTestsRecord(found=bool(runs), searched=searched_all, runs=runs), probe="nccl_tests")
 
 

@@ -132,7 +132,7 @@ def judge_transport(
         bus = bus_key(r.gpu["pci_bus_id"]) if r.gpu else None
         affine = affinity[r.node][bus] if rates[r.node] and bus is not None and bus in affinity[r.node] else None
         facts = payload["nccl"]
-        net = facts["net"] if "net" in facts else None
+        net = facts["net"] if facts is not None else None
         if net is None:
             why = f"rank {r.rank}: no NCCL_DEBUG=INFO facts to judge"
             judge.unreadable("nccl_net_transport", why, node=r.node, gpu=r.gpu_label)

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuaccept.contracts.nccl_formulas import COLLECTIVES
-from gpuaccept.contracts.nccl_sweep import GroupTable, format_bytes
+from gpuaccept.contracts.nccl_sweep import GroupTable, format_bytes, nccl_payload
 from gpuaccept.contracts.payloads import CappedSizes, NcclTestsRecord, NcclTestsRun
 from gpuaccept.judging.judge import judge_value
+from gpuaccept.nccl.facts import RunFacts
 from gpuaccept.nccl.plan import Group
 from gpuaccept.verdicts.nccl_lines import metric_name, wrong_lines
 
@@ -63,7 +64,7 @@ def curve(table: GroupTable, collective: str) -> list[list[float]]:
 def judge_node(
     table: GroupTable,
     records: Sequence[RankRecord],
-    facts: Mapping[str, Any],
+    facts: RunFacts,
     labels: Mapping[int, str],
     judge: Judge,
     node: str,
@@ -72,11 +73,12 @@ def judge_node(
     """All ``ranks`` of one node: busbw per collective at the largest size (the floor at that rank count),
     every rank's results verified. A collective with no size that fit in GPU memory could not be measured:
     its check is recorded unreadable and nothing further is judged."""
-    algos = facts.get("algorithms", {})
+    algos = facts.algorithms
     for collective in COLLECTIVES:
         row = table.largest(collective)
         if row is None:
-            capped: CappedSizes | None = records[0].data.get("capped", {}).get(collective)
+            comm = nccl_payload(records[0])["communicator"]
+            capped: CappedSizes | None = comm["capped"][collective] if comm["outcome"] == "in_group" else None
             why = f"no size of {collective} fit in GPU memory ({capped})"
             judge.unreadable(metric_name(collective, False), why, node=node, scale=ranks)
             return
@@ -88,14 +90,15 @@ def judge_node(
             size=row.size,
             curve=curve(table, collective),
             time_us=round(row.time_us, 1),
-            algo=algos.get(collective, {}).get(str(row.size)),
-            nccl=facts.get("nccl_version"),
-            transports=facts.get("transports"),
-            nics=facts.get("nics"),
+            algo=algos[collective].get(str(row.size)) if collective in algos else None,
+            nccl=facts.nccl_version,
+            transports=dict(facts.transports),
+            nics=facts.nics,
         )
     lines = wrong_lines(table, labels)
     for record in records:
-        wrong = sum(int(r.get("wrong", 0)) for r in record.data.get("results", []))
+        mine_comm = nccl_payload(record)["communicator"]
+        wrong = sum(r["wrong"] for r in mine_comm["results"]) if mine_comm["outcome"] == "in_group" else 0
         rank = {"gpu": record.gpu_label} if record.gpu_label else {"rank": record.rank}
         mine = [line for line in lines if f" on {labels.get(record.rank, f'rank {record.rank}')}:" in line]
         judge.check("nccl_wrong_elements", wrong, node=node, **rank, details=mine)
@@ -116,8 +119,9 @@ def judge_fidelity(runs: Mapping[str, NcclTestsRun], table: GroupTable, size: in
     torch runs all_reduce and broadcast in place and all_gather out of place: like is compared with like."""
     print(f"{'collective':>12} {'size':>8} {'ours':>8} {'nccl-tests oop':>15} {'in-place':>9}")
     for collective, run in runs.items():
-        if run.get("returncode") != 0 or not run.get("rows"):
-            why = f"nccl-tests {collective} failed: {run.get('error') or run.get('stderr_tail')}"
+        if run["outcome"] == "timed_out" or run["returncode"] != 0 or not run["rows"]:
+            told = run["error"] if run["outcome"] == "timed_out" else f"exit {run['returncode']}: {run['stderr_tail']}"
+            why = f"nccl-tests {collective} failed: {told}"
             judge.unreadable("nccl_fidelity_pct", why, node=node, collective=collective)
             return
         ref = next((r for r in run["rows"] if r["size"] == size), run["rows"][-1])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuaccept.contracts.nccl_sweep import GroupTable, Row
 from gpuaccept.judging.judge import judge_value
@@ -58,7 +58,7 @@ def pair_verdict(
 
 
 def pair_reference(
-    tables: Mapping[int, Sequence[GroupTable]], failing: Mapping[int, Mapping[Group, Any]]
+    tables: Mapping[int, Sequence[GroupTable]], failing: Mapping[int, Mapping[Group, Sequence[str]]]
 ) -> float | None:
     """What a second-pass pair is compared with: pairs are 2-node groups, so the passing groups of the
     smallest scale (their median all_reduce busbw)."""

@@ -27,7 +27,16 @@ from gpuaccept.contracts.nccl_formulas import COLLECTIVES
 from gpuaccept.contracts.nccl_sweep import GroupTable, algo_args, group_tables
 from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.errors import MeasurementError
-from gpuaccept.nccl.plan import lost_text, pair_rounds, scale_groups, scale_id, scales_for, suspects_and_good
+from gpuaccept.nccl.facts import RunFacts
+from gpuaccept.nccl.plan import (
+    lost_text,
+    op_timeout_arg,
+    pair_rounds,
+    scale_groups,
+    scale_id,
+    scales_for,
+    suspects_and_good,
+)
 from gpuaccept.probes.specs import NCCL, NCCL_TESTS
 from gpuaccept.report.charts.nccl import plot_busbw
 from gpuaccept.state import STATE_KEY
@@ -93,20 +102,19 @@ def _sweep_args(cluster: Any, settings: Any, gpu: bool, multinode: bool = False,
     """Probe arguments from the settings; CPU nodes get small sizes unless the operator chose sizes;
     multi-node GPU passes run Ring, the algorithm their floors were measured with (``algo_args``)."""
     lo, hi = settings.nccl_min_bytes, settings.nccl_max_bytes
-    op_limit_s = cluster.limit(NCCL).seconds
     if not gpu:
         lo = lo if settings.sources.get("nccl_min_bytes", "default") != "default" else CPU_MIN_BYTES
         hi = hi if settings.sources.get("nccl_max_bytes", "default") != "default" else CPU_MAX_BYTES
     opts: dict[str, Any] = {
         "min-bytes": lo,
         "max-bytes": max(lo, hi),
-        # a third of the step's limit: a hung collective is named by the probe's watchdog before the step ends
-        "op-timeout": max(10.0, op_limit_s / 3),
     }
     if not gpu:
         opts.update({"iters": 5, "warmup": 2})
     opts.update({k.replace("_", "-"): v for k, v in override.items() if v is not None})
     args = [f"--{k}={v}" for k, v in opts.items()]
+    if "op-timeout" not in opts:
+        args.append(op_timeout_arg(cluster.limit(NCCL).seconds))
     return args + algo_args(gpu=gpu, multinode=multinode, forced_ring=settings.nccl_ring)
 
 
@@ -116,17 +124,9 @@ def _rank_labels(result: ProbeResult) -> dict[int, str]:
     }
 
 
-def _facts(result: ProbeResult) -> dict[str, Any]:
+def _facts(result: ProbeResult) -> RunFacts:
     """NCCL version, algorithms, transports, NICs: rank 0's parsed log plus the union of transports."""
-    first = result.records[0].data
-    facts = {"backend": first.get("backend"), "nccl_version": first.get("nccl_version"), **first.get("nccl", {})}
-    transports: dict[str, int] = {}
-    for record in result.records:
-        for kind, count in (record.data.get("nccl") or {}).get("transports", {}).items():
-            transports[kind] = transports.get(kind, 0) + count
-    if transports:
-        facts["transports"] = transports
-    return facts
+    return RunFacts.of([NCCL.read(record) for record in result.records])
 
 
 def _plot(request: pytest.FixtureRequest, name: str, tables: list[GroupTable], judge: Any, multinode: bool) -> Path:
@@ -209,10 +209,9 @@ def test_nccl_node(node, cluster, judge, settings, request):
     result = _node_sweep(cluster, settings, node, tasks, gpt)
     table = group_tables(result.records)[0]
     facts = _facts(result)
-    algos = facts.get("algorithms", {})
-    print(f"{node}: {tasks} ranks, {facts.get('backend')} {facts.get('nccl_version') or ''}")
-    print("\n".join(sweep_lines(table, algos)))
-    print(json.dumps({k: v for k, v in facts.items() if k != "algorithms"}, indent=1, sort_keys=True))
+    print(f"{node}: {tasks} ranks, {facts.backend} {facts.nccl_version or ''}")
+    print("\n".join(sweep_lines(table, facts.algorithms)))
+    print(json.dumps(facts.shown(), indent=1, sort_keys=True))
     judge_node(table, result.records, facts, _rank_labels(result), judge, node, tasks)
     _plot(request, f"node-{node}", [table], judge, multinode=False)
 
@@ -228,7 +227,8 @@ def test_nccl_tests_fidelity(node, cluster, judge, settings):
     args = [f"--ngpus={gpus}", f"--min-bytes={size}", f"--max-bytes={size}", *ring]
     if settings.nccl_tests_dir:
         args.append(f"--dir={settings.nccl_tests_dir}")
-    theirs = cluster.run(NCCL_TESTS, nodes=[node], tasks_per_node=1, gpus_per_task=gpus, args=args).one().data
+    ran = cluster.run(NCCL_TESTS, nodes=[node], tasks_per_node=1, gpus_per_task=gpus, args=args).one()
+    theirs = NCCL_TESTS.read(ran)
     judge_nccl_tests_found(theirs, judge, node)  # none installed: "not run", listed in the verdict
     tasks, gpt = _layout(cluster, node, multinode=False)
     table = group_tables(_node_sweep(cluster, settings, node, tasks, gpt).records)[0]
@@ -260,8 +260,9 @@ def test_nccl_scale(scale, cluster, judge, settings, request):
     if live != scale:
         print(f"scale {scale} of the allocation measured as all {live} nodes left ({lost_text(cluster.lost)})")
     for table in tables:
-        print(f"group {table.label} ({len(table.ranks)} ranks), NCCL {table.info['facts'].get('nccl_version')}:")
-        print("\n".join(sweep_lines(table, table.info["facts"].get("algorithms"))))
+        facts: RunFacts = table.info["facts"]
+        print(f"group {table.label} ({len(table.ranks)} ranks), NCCL {facts.nccl_version}:")
+        print("\n".join(sweep_lines(table, facts.algorithms)))
     judge_scale(tables, failures, base, live, judge)
     _plot(request, f"scale-{live}", tables, judge, multinode=True)
 

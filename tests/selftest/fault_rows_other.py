@@ -494,4 +494,19 @@ OTHER_ROWS: tuple[Row, ...] = (
         LOGIC,
         ("tests/selftest/test_fabric_transport.py::test_fabric_line_rate_from_sysfs_judges_a_uniformly_slow_fabric",),
     ),
+    Row(
+        FABRIC,
+        "mnnvl-missing",
+        "NCCL init without the MNNVL line (an NVLink domain's collective not carried by MNNVL)",
+        "a GB200 rank's NCCL init lines with the communicator line's `MNNVL 1` taken out (NCCL's format strings); "
+        "NVIDIA/nccl#1769's published GB200 fabric lines; 'NVLS multicast support is available' alone",
+        "FAILED `nccl_domain_transport` naming node and rank: the transport seen (no communicator line with MNNVL, "
+        "NVLS multicast available: hardware only) against MNNVL",
+        LOGIC,
+        (
+            "tests/selftest/test_mnnvl.py::test_the_same_log_without_the_mnnvl_line_fails_naming_node_and_rank",
+            "tests/selftest/test_mnnvl.py::test_nvls_multicast_available_alone_is_not_proof",
+            "tests/selftest/test_mnnvl.py::test_published_gb200_fabric_lines_without_the_communicator_line_are_not_proof",
+        ),
+    ),
 )

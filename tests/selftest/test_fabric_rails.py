@@ -112,7 +112,7 @@ def test_probe_reports_rails_over_gloo() -> None:
     outs = [p.communicate(timeout=180) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     records = [parse_records("nccl", out, 1, ("node",))[0] for out, _ in outs]
-    assert [r.data["rail"] for r in records] == [0, 1, 0, 1]
+    assert [r.data["communicator"]["rail"] for r in records] == [0, 1, 0, 1]
     tables = group_tables(records)
     assert [(t.nodes, t.ranks) for t in tables] == [(("node1", "node2"), (0, 2)), (("node1", "node2"), (1, 3))]
     rows = [t.largest("all_reduce") for t in tables]

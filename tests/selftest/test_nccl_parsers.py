@@ -7,9 +7,12 @@ from pathlib import Path
 import pytest
 
 from gpuaccept.contracts.nccl_sweep import GroupTable, Row
-from gpuaccept.contracts.payloads import NcclTestsRow, NcclTestsRun
+from gpuaccept.contracts.payloads import NcclFacts, NcclTestsRan, NcclTestsRow
+from gpuaccept.dispatch.result import parse_records
 from gpuaccept.nccl.ncclinfo import collect_facts, parse_nccl_log, summarize_algorithms
 from gpuaccept.nccl.nccltests import parse_nccl_tests
+from gpuaccept.probes import nccl_tests
+from gpuaccept.probes.specs import NCCL_TESTS
 from gpuaccept.report.charts.nccl import plot_busbw
 from gpuaccept.verdicts.nccl_lines import sweep_lines, wrong_lines
 
@@ -52,8 +55,13 @@ def test_synthetic_ib_lines():
 def test_collect_facts_reads_this_ranks_files(tmp_path):
     (tmp_path / "nccl.rank1.host.42.log").write_text("x NCCL INFO NCCL version 2.21.5+cuda12.4\n")
     (tmp_path / "nccl.rank0.host.41.log").write_text("x NCCL INFO NCCL version 9.9.9\n")
-    assert collect_facts(str(tmp_path), 1, 2, keep=True) == {"version": "2.21.5+cuda12.4"}
-    assert collect_facts(str(tmp_path), 1, 2, keep=False)["version"] == "2.21.5+cuda12.4"
+    facts = collect_facts(str(tmp_path), 1, 2, keep=True)
+    assert facts is not None and facts["version"] == "2.21.5+cuda12.4"
+    assert set(facts) == NcclFacts.__required_keys__  # every key written, None where the log did not say
+    assert facts["mnnvl"] is None and facts["net"] is None and facts["nics"] == []
+    again = collect_facts(str(tmp_path), 1, 2, keep=False)
+    assert again is not None and again["version"] == "2.21.5+cuda12.4"
+    assert collect_facts(None, 1, 2, keep=False) is None
     assert not tmp_path.exists()
 
 
@@ -65,7 +73,7 @@ def test_nccl_tests_table():
     big = parsed["rows"][-1]
     assert big["size"] == 4 << 30 and big["oop_busbw"] == pytest.approx(345.01) and big["ip_wrong"] == 0
     # the probe's payload types say what it carries: a run's table, each row with exactly these keys
-    assert set(parsed) <= set(NcclTestsRun.__annotations__) and set(big) == NcclTestsRow.__required_keys__
+    assert set(parsed) <= NcclTestsRan.__required_keys__ and set(big) == NcclTestsRow.__required_keys__
 
 
 def test_nccl_tests_in_place_alltoall_is_not_applicable():
@@ -108,3 +116,19 @@ def test_plot_writes_png(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError):
         plot_busbw({"all_reduce": {}}, tmp_path / "q.png", title="t")
+
+
+def test_nccl_tests_probe_writes_a_ran_and_a_timed_out_run(tmp_path, capsys):
+    """Each collective's binary is one outcome of the contract: ``ran`` (its table, None where nccl-tests printed
+    no summary) or ``timed_out`` (its error); both validate as ``NcclTestsRecord``."""
+    table = (FIXTURES / "all_reduce_perf_format.txt").read_text()
+    (tmp_path / "all_reduce_perf").write_text(f"#!/bin/sh\ncat <<'END'\n{table}END\n")
+    (tmp_path / "all_gather_perf").write_text("#!/bin/sh\nsleep 5\n")
+    for binary in tmp_path.iterdir():
+        binary.chmod(0o755)
+    nccl_tests.main(["--dir", str(tmp_path), "--ngpus", "2", "--timeout", "0.5"])
+    (record,) = parse_records("nccl_tests", capsys.readouterr().out, 1, ("node1",))
+    runs = NCCL_TESTS.read(NCCL_TESTS.validate(record))["runs"]
+    ran, timed_out = runs["all_reduce"], runs["all_gather"]
+    assert ran["outcome"] == "ran" and ran["returncode"] == 0 and ran["rows"] and ran["avg_busbw"] is not None
+    assert timed_out["outcome"] == "timed_out" and timed_out["error"] == "timeout after 0.5 s"

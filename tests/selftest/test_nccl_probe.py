@@ -22,6 +22,7 @@ from gpuaccept.contracts.nccl_sweep import group_tables
 from gpuaccept.contracts.payloads import NcclRecord, NcclRow
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.nccl.watchdog import HANG_EXIT, Position, Watchdog, describe_hang
+from gpuaccept.probes.specs import NCCL
 
 pytestmark = pytest.mark.selftest
 
@@ -82,8 +83,10 @@ def test_sweep_runs_and_verifies():
     rows = {get_args(get_type_hints(t)["collective"])[0]: t for t in get_args(NcclRow)}
     assert set(rows) == set(COLLECTIVES)
     for record in parse_records("nccl", "".join(d.stdout for d in done), 2, ("fake-node",)):
-        assert set(record.data) <= set(NcclRecord.__annotations__), set(record.data) - set(NcclRecord.__annotations__)
-        for row in record.data["results"]:
+        assert set(record.data) == NcclRecord.__required_keys__, set(record.data) ^ NcclRecord.__required_keys__
+        comm = NCCL.read(NCCL.validate(record))["communicator"]
+        assert comm["outcome"] == "in_group"
+        for row in comm["results"]:
             assert set(row) == rows[row["collective"]].__required_keys__, row
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -16,8 +15,10 @@ from gpuaccept.contracts.nccl_sweep import (
     requested_sizes,
     sweep_sizes,
 )
-from gpuaccept.dispatch.result import parse_records
 from gpuaccept.nccl import patterns
+from gpuaccept.nccl.plan import op_timeout_arg
+
+from .nccl_precontract import h200_records
 
 pytestmark = pytest.mark.selftest
 
@@ -71,9 +72,7 @@ def test_patterns_stay_exact_in_float32(collective):
 
 
 def _recorded():
-    stdout = (FIXTURES / "probe_2xh200.out").read_text()
-    records = parse_records("nccl", stdout, 2, ("h200",))
-    return [SimpleNamespace(rank=r.rank, node=r.node, data=r.data) for r in records]
+    return h200_records()
 
 
 def test_group_table_from_recorded_h200_run():
@@ -93,7 +92,17 @@ def test_group_table_from_recorded_h200_run():
 
 def test_wrong_result_is_named():
     records = _recorded()
-    records[1].data["results"][3] = {**records[1].data["results"][3], "wrong": 7, "first_wrong": {"row": 1}}
+    records[1].data["communicator"]["results"][3] = {
+        **records[1].data["communicator"]["results"][3],
+        "wrong": 7,
+        "first_wrong": {"row": 1, "index": 0, "got": 1.0, "want": 0.0},
+    }
     (table,) = group_tables(records)
     (wrong,) = table.wrong_results()
-    assert wrong[0] == records[1].data["results"][3]["collective"] and wrong[2] == 1 and wrong[3] == 7
+    assert wrong[0] == records[1].data["communicator"]["results"][3]["collective"] and wrong[2] == 1 and wrong[3] == 7
+
+
+def test_op_timeout_is_a_third_of_the_steps_limit_and_at_least_ten_seconds():
+    """The watchdog names a hung collective before the step's limit ends the step (``nccl.plan``)."""
+    assert op_timeout_arg(300.0) == "--op-timeout=100.0"
+    assert op_timeout_arg(12.0) == "--op-timeout=10.0"

@@ -25,6 +25,7 @@ from gpuaccept.probes import gdr, infiniband, perftest, specs, xid
 from gpuaccept.probes.probe_spec import members
 from gpuaccept.probes.specs import SPECS, PayloadError, ProbeSpec
 
+from .nccl_precontract import h200_records
 from .payload_walk import deletions, loose_types, optional_keys
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -32,7 +33,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 #: every recorded fixture that is a probe's own output: a ``--dump`` file (JSON, the payload itself: one rank) or the
 #: probe's result lines (``.out``, its ranks), and the spec whose payload type it must be
 RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
-    "nccl/probe_2xh200.out": (specs.NCCL, 2),
+    "nccl/cpu-vm-gloo-2rank.nccl.out": (specs.NCCL, 2),
     "nvml/h200-2gpu.gpu_health.json": (specs.GPU_HEALTH, 1),
     "node/cpu-vm.hygiene.out": (specs.HYGIENE, 1),
     "node/cpu-vm.visibility.out": (specs.VISIBILITY, 1),
@@ -75,6 +76,9 @@ RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
 #: recordings older than their probe's contract, kept as evidence of the hardware they came from (each file's README
 #: says so) and held to no type: the new recording of that hardware is the lead's GPU run
 PRECONTRACT: dict[str, str] = {
+    "nccl/2xh200-precontract.nccl.out": "2 x H200 SXM 141GB, 2026-11-22: the nccl probe before its strict contract "
+    "(flat group keys, busbw_rank, net_plugin); moved into the contract by tests/selftest/nccl_precontract.py, "
+    "re-recorded on one GPU by benchmarks/record_nccl.sh",
     "training/finetune-scale-h100-precontract.out": "1 x H100 80GB HBM3, 2026-11-25: the fine-tune's payload before "
     "its strict contract (flat lifecycle keys, no outcome); re-recorded by benchmarks/record_finetune.sh",
     "training/finetune-pretrained-6.5b-h100-precontract.out": "1 x H100 80GB HBM3, 2026-11-25: the 6.53 B checkpoint's "
@@ -89,10 +93,12 @@ def _record(data: dict, node: str = "node3", rank: int = 5) -> RankRecord:
 
 
 def test_recorded_nccl_output_is_its_payload_type() -> None:
-    text = (FIXTURES / "nccl" / "probe_2xh200.out").read_text()
+    text = (FIXTURES / "nccl" / "cpu-vm-gloo-2rank.nccl.out").read_text()
     for record in parse_records("nccl", text, 2, ("node1",)):
         typed = specs.NCCL.read(specs.NCCL.validate(record))
-        assert typed["collectives"] if "collectives" in typed else typed
+        assert typed["communicator"]["outcome"] == "in_group" and typed["communicator"]["results"]
+    for old in h200_records():  # the H200 recording, moved into the contract by its named edits
+        assert specs.NCCL.read(specs.NCCL.validate(_record(old.data)))["nccl_version"] == "2.28.9"
 
 
 def test_recorded_gpu_health_is_its_payload_type() -> None:
@@ -218,10 +224,7 @@ def test_perftest_endpoint_on_recorded_output_is_its_payload_type(bw: str, monke
 
 #: specs whose payload type still accepts ``{}``, or reaches a type that drops a key it does not declare (issue
 #: 55): each name leaves this set when its type is made to bite; the set only shrinks
-OPEN: set[str] = {
-    "nccl",
-    "nccl_tests",
-}
+OPEN: set[str] = set()
 #: specs with no recorded output in fixtures/ yet (each gets one from the GPU machine or the loopback cluster)
 UNRECORDED: set[str] = {
     "nccl_tests",
