@@ -7,7 +7,7 @@ collectives across it ride NVLink (MNNVL/NVLS), proven by NCCL's own init lines.
 * ``test_imex_domain`` / ``test_imex_channel``: on the allocated nodes of each block, after the site's settle
   window, ``nvidia-imex-ctl -N`` and the step's channel (``verdicts/imex.py``).
 * ``test_domain_bandwidth``: all_reduce and all_gather over one block's GPUs with ``NCCL_MNNVL_ENABLE=1
-  NCCL_CUMEM_ENABLE=1``, passed only when helper nccl's ``judge_domain_transport(..., expect="mnnvl")`` finds
+  NCCL_CUMEM_ENABLE=1``, passed only when ``verdicts/nccl_transport.judge_domain_transport(..., expect="mnnvl")`` finds
   MNNVL/NVLS in the init lines; a floor where a cited figure exists (``nvlink_domain_busbw_gbps@72``), other scales
   reported with the figure a named model derives.
 * ``test_domain_network``: the same block with ``NCCL_MNNVL_ENABLE=0 NCCL_NVLS_ENABLE=0``: the network path
@@ -31,6 +31,7 @@ from gpuaccept.dispatch.topology import Topology, read_topology
 from gpuaccept.probes.specs import IMEX, NCCL
 from gpuaccept.thresholds.domain_site import declared_or_default
 from gpuaccept.verdicts.imex import imex_absent, judge_imex_channel, judge_imex_domain
+from gpuaccept.verdicts.nccl_transport import judge_domain_transport
 from gpuaccept.verdicts.nvlink_block import blocks_absent, judge_block_cliques, judge_block_trays, judge_domain_busbw
 from gpuaccept.verdicts.nvlink_fabric import domain_for, node_cliques
 
@@ -156,8 +157,6 @@ def test_domain_bandwidth(cluster, judge, thresholds, topology):
     _require_domain(cluster, judge, thresholds)
     name, nodes = _one_block(cluster, topology)
     result = _block_sweep(cluster, nodes, MNNVL_ENV)
-    from gpuaccept.verdicts.nccl_transport import judge_domain_transport  # helper nccl's (another branch)
-
     judge_domain_transport(result.records, judge, expect="mnnvl")
     judge_domain_busbw(group_tables(result.records), judge, block=name, node=nodes[0])
 
@@ -168,6 +167,4 @@ def test_domain_network(cluster, judge, thresholds, topology):
     _require_domain(cluster, judge, thresholds)
     _, nodes = _one_block(cluster, topology)
     result = _block_sweep(cluster, nodes, NETWORK_ENV)
-    from gpuaccept.verdicts.nccl_transport import judge_domain_transport  # helper nccl's (another branch)
-
     judge_domain_transport(result.records, judge, expect="net")
