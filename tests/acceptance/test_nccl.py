@@ -18,6 +18,7 @@ a step that loses one is measured again on the survivors, and a scale that no lo
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     nodes = metafunc.config.stash[STATE_KEY].cluster.nodes
     if "scale" in metafunc.fixturenames:
-        scales = scales_for(len(nodes)) or [None]
+        scales: list[int | None] = [*scales_for(len(nodes))] or [None]
         metafunc.parametrize("scale", scales, ids=[scale_id(s, len(nodes)) for s in scales])
     if "suspect" in metafunc.fixturenames:
         metafunc.parametrize(
@@ -148,7 +149,7 @@ def _plot(request: pytest.FixtureRequest, name: str, tables: list[GroupTable], j
 
 
 def _run_groups(
-    cluster: Any, settings: Any, groups: list[tuple[str, ...]], shared: bool = False, **override: Any
+    cluster: Any, settings: Any, groups: Sequence[tuple[str, ...]], shared: bool = False, **override: Any
 ) -> list[GroupTable]:
     """Groups of nodes measured side by side in one step (``shared``: once per session, for a scale that
     several tests judge)."""
@@ -276,7 +277,7 @@ def _pair_pass(
     if key in _PAIRS:
         return _PAIRS[key]
     size = settings.nccl_max_bytes if cluster.gpus_on(suspects[0]) else None
-    override = {"collectives": "all_reduce", "min_bytes": size, "max_bytes": size}
+    override: dict[str, Any] = {"collectives": "all_reduce", "min_bytes": size, "max_bytes": size}
     outcome: dict[tuple[str, str], PairOutcome] = {}
     for pairs in pair_rounds(suspects, good, lambda: cluster.lost):  # re-planned on the nodes left
         try:
@@ -288,8 +289,8 @@ def _pair_pass(
                     tables.update({t.nodes: t for t in _run_groups(cluster, settings, [pair], **override)})
                 except MeasurementError as exc:
                     outcome[pair] = (False, f"did not complete: {str(exc).splitlines()[0][:300]}", float("nan"))
-        for pair, table in tables.items():
-            outcome[(pair[0], pair[1])] = pair_outcome(table, floor=floor, reference=ref, straggler_pct=pct)
+        for met, table in tables.items():
+            outcome[(met[0], met[1])] = pair_outcome(table, floor=floor, reference=ref, straggler_pct=pct)
     _PAIRS[key] = outcome
     return outcome
 
@@ -310,7 +311,7 @@ def test_nccl_node_at_fault(suspect, cluster, judge, settings):
     nodes, tables, failing = cluster.across_nodes(measure, what=f"the NCCL verdict on {suspect}")
     groups = {s: [t.nodes for t in ts] for s, ts in tables.items()}
     first, suspects, good = suspects_and_good(nodes, groups, failing, lost=cluster.lost)
-    if suspect not in suspects:
+    if first is None or suspect not in suspects:  # no failing scale: no suspect
         role = "every group passed" if not failing else f"not a suspect (suspects: {', '.join(suspects) or 'none'})"
         print(f"{suspect}: {role}")
         judge_cleared(suspect, tables, nodes, role, judge)
