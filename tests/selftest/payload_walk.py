@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import types
 import typing
 from collections.abc import Iterator
 from typing import Any
@@ -78,3 +79,44 @@ def deletions(data: dict[str, Any]) -> Iterator[tuple[tuple[str, ...], Any]]:
     not deleted: an entry fewer is another reading, not a missing field."""
     for where in _paths(data, ()):
         yield where, _without(data, where)
+
+
+def _members(tp: Any) -> list[Any]:
+    """``tp`` with Annotated, unions and root models taken apart: the shapes a value of it may have."""
+    if typing.get_origin(tp) is typing.Annotated:
+        return _members(typing.get_args(tp)[0])
+    if isinstance(tp, type) and issubclass(tp, RootModel):
+        return _members(tp.model_fields["root"].annotation)
+    args = typing.get_args(tp)
+    if args and typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return [m for arg in args for m in _members(arg)]
+    return [tp]
+
+
+def _fields(tp: Any) -> dict[str, Any] | None:
+    """A TypedDict's or model's declared fields, None for anything else."""
+    if is_typeddict(tp):
+        return typing.get_type_hints(tp)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return {name: field.annotation for name, field in tp.model_fields.items()}
+    return None
+
+
+def keyed_by_data(payload: Any, where: tuple[str, ...]) -> bool:
+    """Whether the key at ``where`` is a key of a ``dict[...]`` (a reading keyed by names: environment variables,
+    NICs, sizes) in every shape ``payload`` allows there, rather than a field some type declares."""
+    shapes = _members(payload)
+    for step in where[:-1]:
+        nxt: list[Any] = []
+        for shape in shapes:
+            fields = _fields(shape)
+            origin = typing.get_origin(shape)
+            if fields is not None and step in fields:
+                nxt += _members(fields[step])
+            elif origin in (list, tuple) and step.isdigit():
+                nxt += [m for arg in typing.get_args(shape)[:1] for m in _members(arg)]
+            elif origin is dict:
+                nxt += _members(typing.get_args(shape)[1])
+        shapes = nxt
+    holders = [s for s in shapes if _fields(s) is not None or typing.get_origin(s) is dict]
+    return bool(holders) and all(typing.get_origin(s) is dict for s in holders)
