@@ -166,8 +166,13 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     ``--sku`` forces a SKU and skips that check; a dry run measures nothing.
     """
     state = session.config.stash.get(STATE_KEY, None)
-    if state is None or not state.started or state.settings.dry_run or session.config.option.collectonly:
+    if state is None or state.settings.dry_run or session.config.option.collectonly or not session.items:
         return
+    if not state.started:  # no node-parametrized test allocated at collection: the first test would, so here
+        try:
+            _ = state.cluster
+        except Exception:  # the allocation's error is kept (state.setup_error): every test names it as before
+            return
     nodes = list(state.cluster.nodes)
     state.fingerprints.prefetch(nodes)
     if hasattr(session.config, "workerinput"):

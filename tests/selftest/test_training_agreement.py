@@ -45,7 +45,9 @@ def test_perturbed_rank_is_named_across_nodes(dev_cluster, tmp_path: Path):
     assert passed == [("node1", "cpu rank 0"), ("node1", "cpu rank 1"), ("node2", "cpu rank 0")], checks
     # both nodes' launches had the same arguments (one fan-out step can serve them), each its own folder
     tests = run.record["tests"].values() if isinstance(run.record["tests"], dict) else run.record["tests"]
-    launches = {c.split(" -m ", 1)[1] for t in tests for c in t.get("commands", []) if "probes.finetune" in c}
+    # the fan-out step's command runs the probe's module through probes._pernode, a node's own case runs it directly
+    launched = [c.split(" -m ", 1)[1] for t in tests for c in t.get("commands", []) if "probes.finetune" in c]
+    launches = {c.removeprefix("gpuaccept.probes._pernode ") for c in launched}
     assert len(launches) == 1 and "2r-{node}" in next(iter(launches)), launches
     (group,) = [m for m in run.record["metrics"] if m["metric"] == "train_trajectory_group"]
     assert group["value"] == 4 and group["extra"]["agreeing"] == 3
