@@ -2,9 +2,10 @@
 
 ``judge_domain_transport`` passes a rank only on the line that proves its transport: the communicator line's
 ``MNNVL 1`` (expect mnnvl) or NET/IB channels with MNNVL 0 and no NVLS communicator (expect net). The logs:
-``fixtures/nccl/gb200-nccl1769-init.log`` and ``h100-nccltests213-init.log`` are published lines (README);
-the 2-node GB200 init below is built in NCCL's own format strings (``src/init.cc``'s communicator line,
-``src/transport/net.cc``'s channel line), as no published log with a ``MNNVL 1`` line was found (README).
+``fixtures/nccl/gb200-nccl1769-init.log``, ``h100-nccltests213-init.log`` and ``gb200-nccl2303-mnnvl-{on,off}.log``
+(one GB200 tray, ``MNNVL 1`` and ``MNNVL 0``) are published lines (README); the 2-node GB200 init below is built in
+NCCL's own format strings (``src/init.cc``'s communicator line, ``src/transport/net.cc``'s channel line), as no
+published log across two trays was found (README).
 """
 
 from __future__ import annotations
@@ -43,17 +44,47 @@ def _record(text: str, rank: int = 5, node: str = "gb200-n2") -> RankRecord:
     """One rank's ``nccl`` record whose facts are ``text`` parsed as the probe parses its log."""
     parsed = parse_nccl_log(text)
     facts: dict[str, Any] = {
-        "version": parsed.get("version"), "network": parsed.get("network"), "ranks": parsed.get("ranks"),
-        "nodes": parsed.get("nodes"), "local_ranks": parsed.get("local_ranks"), "mnnvl": parsed.get("mnnvl"),
-        "nvls_available": parsed.get("nvls_available"), "nvls_comm": parsed.get("nvls_comm", False),
-        "nics": [], "nics_by_plugin": {}, "transports": parsed.get("transports", {}), "env": parsed.get("env", {}),
-        "algorithms": {}, "net": None,
-    }  # fmt: skip
-    comm = {"outcome": "in_group", "group": 0, "rail": None, "group_nodes": ["gb200-n1", node],
-            "group_ranks": list(range(8)), "results": [], "capped": {}, "free_bytes": 1 << 30}  # fmt: skip
-    data = {"backend": "nccl", "torch": "2.10.0", "world_size": 8, "groups": 1, "local_rank": 1, "ring": False,
-            "iters": 20, "warmup": 5, "trials": 3, "faults": None, "nccl_version": "2.27.5", "env": {},
-            "communicator": comm, "nccl": facts}  # fmt: skip
+        "version": parsed.get("version"),
+        "network": parsed.get("network"),
+        "ranks": parsed.get("ranks"),
+        "nodes": parsed.get("nodes"),
+        "local_ranks": parsed.get("local_ranks"),
+        "mnnvl": parsed.get("mnnvl"),
+        "nvls_available": parsed.get("nvls_available"),
+        "nvls_comm": parsed.get("nvls_comm", False),
+        "nics": [],
+        "nics_by_plugin": {},
+        "transports": parsed.get("transports", {}),
+        "env": parsed.get("env", {}),
+        "algorithms": {},
+        "net": None,
+    }
+    comm = {
+        "outcome": "in_group",
+        "group": 0,
+        "rail": None,
+        "group_nodes": ["gb200-n1", node],
+        "group_ranks": list(range(8)),
+        "results": [],
+        "capped": {},
+        "free_bytes": 1 << 30,
+    }
+    data = {
+        "backend": "nccl",
+        "torch": "2.10.0",
+        "world_size": 8,
+        "groups": 1,
+        "local_rank": 1,
+        "ring": False,
+        "iters": 20,
+        "warmup": 5,
+        "trials": 3,
+        "faults": None,
+        "nccl_version": "2.27.5",
+        "env": {},
+        "communicator": comm,
+        "nccl": facts,
+    }
     return RankRecord(node, rank, 8, 1, None, data)
 
 
@@ -97,6 +128,16 @@ def test_an_mnnvl_log_fails_expect_net(judge: Judge) -> None:
     judge_domain_transport([_record(MNNVL_INIT)], judge, expect="net")
     ((verdict, _, reason),) = _verdicts(judge)
     assert verdict == "fail" and "MNNVL" in reason
+
+
+def test_a_published_gb200_tray_with_mnnvl_on_passes_and_with_it_off_fails(judge: Judge) -> None:
+    """NVIDIA/nccl#2303, runs A and B on one GB200 tray: ``comm ... MNNVL 1`` with channels via P2P/MNNVL, then the
+    same tray with NCCL_MNNVL_ENABLE=0: ``MNNVL 0``, channels via P2P/CUMEM (neither MNNVL nor the network)."""
+    judge_domain_transport([_record((FIXTURES / "gb200-nccl2303-mnnvl-on.log").read_text())], judge, expect="mnnvl")
+    off = _record((FIXTURES / "gb200-nccl2303-mnnvl-off.log").read_text())
+    judge_domain_transport([off], judge, expect="mnnvl")
+    judge_domain_transport([off], judge, expect="net")
+    assert [v for v, _, _ in _verdicts(judge)] == ["pass", "fail", "fail"]
 
 
 def test_published_gb200_fabric_lines_without_the_communicator_line_are_not_proof(judge: Judge) -> None:
