@@ -4,12 +4,15 @@ a failing rail's second pass (``gpuaccept.fabric.rails``), and each perftest rou
 
 from __future__ import annotations
 
+import copy
 import types
+from pathlib import Path
 
 import pytest
 
 from gpuaccept.contracts.nccl_sweep import GroupTable
 from gpuaccept.contracts.records import RankRecord
+from gpuaccept.dispatch.result import parse_records
 from gpuaccept.fabric.affinity import bus_key
 from gpuaccept.fabric.nccl_steps import CPU_RAILS, CPU_SWEEP, name_rail_tables, rail_hcas, rail_step
 from gpuaccept.fabric.rails import complete_pairs, pair_nodes, pairs_absent, rail_groups_spec, rail_rounds
@@ -22,8 +25,15 @@ COLLECTIVES = ("all_reduce", "all_gather")
 BUS = "0000:1B:00.0"
 
 
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+#: a real rank's payload (fixtures/nccl/cpu-vm-gloo-2rank.nccl.out, rank 0): the communicator edited per record
+RECORDED = parse_records("nccl", (FIXTURES / "nccl" / "cpu-vm-gloo-2rank.nccl.out").read_text(), 2, ())[0].data
+
+
 def _record(node: str, rank: int, group: int, rail: int, gpu: dict[str, object] | None) -> RankRecord:
-    data = {"group": group, "rail": rail}
+    """A rank of a rail step: the recorded payload with this rank's group and rail (a test edit)."""
+    data = copy.deepcopy(RECORDED)
+    data["communicator"].update(group=group, rail=rail, group_nodes=[node], group_ranks=[rank])
     return RankRecord(node=node, rank=rank, world_size=4, local_rank=rail, gpu=gpu, data=data)
 
 
