@@ -78,14 +78,19 @@ def residue_absent(scan: ResidueRecord, node: str) -> str | None:
     return None
 
 
+def _scanned(step: ResidueRecord, metric: str, judge: JudgeLike, node: str) -> Sequence[ResidueGpu]:
+    """The GPUs a residue step (fill, scan, plant) read; none, with ``metric`` unreadable, where it had no CUDA."""
+    if not step.cuda:
+        judge.unreadable(metric, step.why or "no CUDA", node=node)
+        return ()
+    return step.gpus
+
+
 def judge_residue(scan: ResidueRecord, judge: JudgeLike, node: str, fill: ResidueRecord | None = None) -> None:
     """Each GPU's scan: bytes of this run's pattern found (judged: none allowed), non-zero bytes and the
     commonest values (shown: what the driver left), beside what the fill step wrote on that GPU."""
-    if not scan.cuda:
-        judge.unreadable("gpu_residue_pattern_bytes", scan.why or "no CUDA", node=node)
-        return
     filled = {g.uuid or str(g.index): g for g in fill.gpus} if fill is not None else {}
-    for gpu in scan.gpus:
+    for gpu in _scanned(scan, "gpu_residue_pattern_bytes", judge, node):
         wrote = filled.get(gpu.uuid or str(gpu.index))
         extra = {
             "scanned_bytes": gpu.bytes,
@@ -117,10 +122,7 @@ def judge_inherited(fill: ResidueRecord, judge: JudgeLike, node: str) -> None:
     """What the fill step's fresh allocation held before the pattern went in: the memory the GPU's previous job
     (in a suite run, the fine-tunes: the tenant section runs after training) left a new process. The driver
     hands memory over zeroed, so any non-zero byte is that job's data."""
-    if not fill.cuda:
-        judge.unreadable("gpu_residue_inherited_nonzero_bytes", fill.why or "no CUDA", node=node)
-        return
-    for gpu in fill.gpus:
+    for gpu in _scanned(fill, "gpu_residue_inherited_nonzero_bytes", judge, node):
         judge.check(
             "gpu_residue_inherited_nonzero_bytes",
             gpu.inherited_nonzero_bytes,
@@ -135,10 +137,7 @@ def judge_scanner_proof(proof: ResidueRecord, judge: JudgeLike, node: str) -> No
     """The scanner finds a pattern planted in the same process (fill, free, scan): without this, a scan that
     finds nothing proves nothing. ``proof`` is a plant step's record, or a scan step's that planted after its
     scan (``--plant-seed``)."""
-    if not proof.cuda:
-        judge.unreadable("gpu_residue_scanner_proof", proof.why or "no CUDA", node=node)
-        return
-    for gpu in proof.gpus:
+    for gpu in _scanned(proof, "gpu_residue_scanner_proof", judge, node):
         after_scan = proof.mode == "scan"
         found = gpu.proof_pattern_bytes if after_scan else gpu.pattern_bytes
         scanned = gpu.proof_bytes if after_scan else gpu.bytes
