@@ -20,11 +20,11 @@ from gpuaccept.contracts.bench import (
     GpuBenchRan,
     MatmulBurnIn,
     MatmulBusy,
-    MatmulFigures,
     MatmulSizes,
     best_size_figure,
 )
 from gpuaccept.contracts.judge import JudgeLike
+from gpuaccept.contracts.payloads import Sample
 from gpuaccept.verdicts.bench import bench_parts, judge_checksums, rank_parts
 from gpuaccept.verdicts.gpu_health import decode_reasons
 
@@ -60,24 +60,19 @@ def judge_matmul(bench: GpuBenchRan | GpuBenchError, judge: JudgeLike, node: str
         )
         if data["tflops_burst"] is not None:
             judge.info("matmul_bf16_burst_tflops", data["tflops_burst"], node=node, gpu=label)
-        judge_clock_events_under_load(data, judge, node, label)
+        samples = [f["during"] for f in data["sizes"]]
+        judge_clock_events("matmul_clock_events_failing", samples, judge, node, label, "while the matmul ran")
     judge_checksums([(label, data["checksum"]) for label, data in parts], judge, node, "matmul_checksum")
     judge.stragglers("matmul_bf16_tflops")
 
 
-def judge_clock_events_under_load(data: MatmulFigures, judge: JudgeLike, node: str, label: str | None) -> None:
-    """``matmul_clock_events_failing``: the failing clock-event reasons in any size's sample under load."""
-    samples = [f["during"] for f in data["sizes"]]
-    masks = [s["clock_event_reasons"] if s is not None else None for s in samples]
-    judge_clock_events("matmul_clock_events_failing", masks, judge, node, label, "while the matmul ran")
-
-
 def judge_clock_events(
-    metric: str, masks: list[int | None], judge: JudgeLike, node: str, label: str | None, when: str
+    metric: str, samples: list[Sample | None], judge: JudgeLike, node: str, label: str | None, when: str
 ) -> None:
     """The failing clock-event reasons in the samples taken under load (the reported ones, such as the power cap
     a loaded board sits at, ride along). Samples NVML gave no mask for are left out; none read at all is
     unreadable: a GPU whose reasons could not be read has not shown that none were set."""
+    masks = [s["clock_event_reasons"] if s is not None else None for s in samples]
     read = [int(m) for m in masks if m is not None]
     if not read:
         judge.unreadable(metric, f"NVML gave no clock-event reasons {when}", node=node, gpu=label)
@@ -108,8 +103,7 @@ def judge_burn_in(
         intervals = data["burn_in"]["intervals"]
         judge.check("burnin_tflops_drop_pct", tflops_drop_pct(intervals), node=node, gpu=label, intervals=intervals)
         samples = [i["during"] for i in intervals]
-        masks = [s["clock_event_reasons"] if s is not None else None for s in samples]
-        judge_clock_events("burnin_clock_events_failing", masks, judge, node, label, "during the burn-in")
+        judge_clock_events("burnin_clock_events_failing", samples, judge, node, label, "during the burn-in")
         values = [i["tflops"] for i in intervals]
         judge.check(
             "burnin_tflops",
