@@ -9,9 +9,11 @@ skip) nor a measurement gone wrong; the plugin records it as ``not run`` and the
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-__all__ = ["MeasurementError", "ProbeError", "ProbeTimeout", "ToolMissing"]
+__all__ = ["MeasurementError", "ProbeError", "ProbeTimeout", "ToolMissing", "read_input_file"]
 
 
 class MeasurementError(Exception):
@@ -41,3 +43,16 @@ class ToolMissing(pytest.skip.Exception):  # type: ignore[misc,name-defined]  # 
         self.check, self.tool, self.detail, self.nodes = check, tool, detail, nodes
         where = f" on {', '.join(nodes)}" if nodes else ""
         super().__init__(f"not run: {check}: {tool} not installed{where}" + (f" ({detail})" if detail else ""))
+
+
+def read_input_file(path: Path, what: str, error: type[Exception]) -> bytes:
+    """The bytes of a file the operator named (a key, a thresholds file), or ``error`` saying which path and why it
+    could not be read: missing, a folder where ``what`` (``"a key file"``) was wanted, or refused by the system."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path}: no such file ({what})") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a folder, not {what}") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot be read: {exc.strerror or exc}") from None

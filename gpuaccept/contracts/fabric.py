@@ -261,7 +261,7 @@ class GdrPayload(TypedDict):
 
 @strict
 class BwReport(TypedDict):
-    """``ib_write_bw``'s report (``fabric.perftest.BwResult``) and its average in Gb/s."""
+    """``ib_write_bw``'s report (``fabric.perftest.parse_bw``) and its average in Gb/s."""
 
     size: int
     iterations: int
@@ -277,7 +277,7 @@ class BwReport(TypedDict):
 
 @strict
 class LatReport(TypedDict):
-    """``ib_write_lat``'s report in microseconds (``fabric.perftest.LatResult``)."""
+    """``ib_write_lat``'s report in microseconds (``fabric.perftest.parse_lat``)."""
 
     size: int
     iterations: int

@@ -1,5 +1,5 @@
 """The shapes of what the NCCL probes emit (``probes.nccl``: one row per collective and size; ``probes.nccl_tests``:
-a table per collective), for the NCCL judges (``verdicts.nccl*``). Re-exported by ``contracts.payloads``.
+a table per collective), for the NCCL judges (``verdicts.nccl*``).
 
 Every type is ``@strict`` and every key required: a fact NCCL's log did not state is None, and what is not a
 reading (a rank left out of every communicator, an nccl-tests binary killed at its timeout) is a union tagged by

@@ -16,7 +16,7 @@ from typing import Any, cast
 from pydantic import TypeAdapter
 
 from gpuaccept.contracts.nccl_formulas import COLLECTIVES, algbw_gbs, bus_factor, effective_bytes, memory_per_rank
-from gpuaccept.contracts.payloads import FirstWrong, NcclRecord, NcclRow
+from gpuaccept.contracts.nccl_payloads import FirstWrong, NcclRecord, NcclRow
 from gpuaccept.units import parse_bytes
 
 __all__ = [

@@ -1,10 +1,9 @@
-"""The shapes of what the hardware and NCCL probes emit, for the area judges that read them
-(``gpuaccept.verdicts``).
+"""The shapes of what the hardware probes emit, for the area judges that read them (``gpuaccept.verdicts``).
 
-TypedDicts only: no torch, no NVML, nothing run. The NCCL types live in ``contracts.nccl_payloads`` and are
-re-exported here. The GPU-health types bite (``@strict``, every key required; ``GpuHealth``'s NVML readings declare
-their getter, ``contracts/nvml.py``); the others still say ``total=False`` where a reading may be left out (a busy
-GPU, a part not asked for). A value NVML could not give is None, never a default.
+TypedDicts only: no torch, no NVML, nothing run; the NCCL types live in ``contracts.nccl_payloads``. The GPU-health
+types bite (``@strict``, every key required; ``GpuHealth``'s NVML readings declare their getter, ``contracts/nvml.py``);
+the others still say ``total=False`` where a reading may be left out (a busy GPU, a part not asked for).
+A value NVML could not give is None, never a default.
 """
 
 from __future__ import annotations
@@ -16,60 +15,16 @@ from pydantic import AfterValidator
 # pydantic validates these where a result arrives (probes/specs.py): before Python 3.12 it needs this TypedDict
 from typing_extensions import TypedDict
 
-from gpuaccept.contracts.nccl_payloads import (
-    AllGatherRow,
-    AllReduceRow,
-    AlltoallRow,
-    BroadcastRow,
-    CappedSizes,
-    FirstWrong,
-    NcclFacts,
-    NcclFaults,
-    NcclInGroup,
-    NcclNoGroup,
-    NcclRecord,
-    NcclRow,
-    NcclTestsDevice,
-    NcclTestsRan,
-    NcclTestsRecord,
-    NcclTestsRow,
-    NcclTestsRun,
-    NcclTestsTimedOut,
-    NetChannels,
-    NetFacts,
-    ReduceScatterRow,
-)
 from gpuaccept.contracts.nvml import Nvml, unexplained_nulls
 from gpuaccept.contracts.strict import strict
 
 __all__ = [
-    "AllGatherRow",
-    "AllReduceRow",
-    "AlltoallRow",
-    "BroadcastRow",
-    "CappedSizes",
     "Clocks",
-    "FirstWrong",
     "GpuHealth",
     "GpuIdentity",
     "GpuProcess",
     "HealthRecord",
-    "NcclFacts",
-    "NcclFaults",
-    "NcclInGroup",
-    "NcclNoGroup",
-    "NcclRecord",
-    "NcclRow",
-    "NcclTestsDevice",
-    "NcclTestsRan",
-    "NcclTestsRecord",
-    "NcclTestsRow",
-    "NcclTestsRun",
-    "NcclTestsTimedOut",
-    "NetChannels",
-    "NetFacts",
     "PcieLink",
-    "ReduceScatterRow",
     "RemappedRows",
     "Sample",
 ]

@@ -27,9 +27,10 @@ CPU-utilisation column) does not shift the numbers.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
-__all__ = ["BwResult", "LatResult", "PerftestError", "failure_kind", "parse_bw", "parse_lat", "supports_cuda"]
+from gpuaccept.contracts.fabric import BwReport, LatReport
+
+__all__ = ["PerftestError", "failure_kind", "parse_bw", "parse_lat", "supports_cuda"]
 
 _HEADER_NAMES = re.compile(
     r"(#bytes|#iterations|#sl|BW peak\[[^\]]+\]|BW average\[[^\]]+\]|MsgRate\[[^\]]+\]"
@@ -43,42 +44,6 @@ _CUDA_PICK = re.compile(r"Picking (?:device No\.|GPU number) (\d+)")
 
 class PerftestError(ValueError):
     """The output holds no result line (perftest failed, was killed, or printed something unknown)."""
-
-
-@dataclass(frozen=True)
-class BwResult:
-    """One ``ib_write_bw`` report (the largest message size when several were printed)."""
-
-    size: int
-    iterations: int
-    peak: float
-    average: float
-    msg_rate_mpps: float
-    unit: str
-    info: dict[str, str] = field(default_factory=dict)
-    gpu_memory: bool = False
-    cuda_device: int | None = None
-
-    @property
-    def average_gbps(self) -> float:
-        """Average bandwidth in Gb/s whatever unit perftest printed (MiB/s x 2^20 x 8 / 1e9)."""
-        return self.average if self.unit == "Gb/sec" else self.average * 1048576 * 8 / 1e9
-
-
-@dataclass(frozen=True)
-class LatResult:
-    """One ``ib_write_lat`` report, in microseconds (one-way: perftest halves the round trip)."""
-
-    size: int
-    iterations: int
-    t_min: float
-    t_max: float
-    t_typical: float
-    t_avg: float
-    t_stdev: float
-    p99: float
-    p999: float
-    info: dict[str, str] = field(default_factory=dict)
 
 
 def _info(text: str) -> dict[str, str]:
@@ -121,34 +86,39 @@ def _column(names: list[str], row: list[str], prefix: str) -> float:
     raise PerftestError(f"column {prefix!r} missing from {names}")
 
 
-def parse_bw(text: str) -> BwResult:
-    """The ``ib_write_bw`` result (client or server side); ``PerftestError`` when there is none."""
+def parse_bw(text: str) -> BwReport:
+    """The ``ib_write_bw`` result (client or server side, the largest message size when several were printed), with
+    its average in Gb/s whatever unit perftest printed (MiB/s x 2^20 x 8 / 1e9); ``PerftestError`` when there is
+    none."""
     names, rows = _table(text, "#iterations")
     if not rows:
         raise PerftestError(f"ib_write_bw printed its table header but no result:\n{_tail(text)}")
     row = max(rows, key=lambda r: int(r[0]))
     unit = next((n[n.index("[") + 1 : -1] for n in names if n.startswith("BW average")), "")
     pick = _CUDA_PICK.search(text)
-    return BwResult(
+    average = _column(names, row, "BW average")
+    return BwReport(
         size=int(row[0]),
         iterations=int(row[names.index("#iterations")]),
         peak=_column(names, row, "BW peak"),
-        average=_column(names, row, "BW average"),
+        average=average,
         msg_rate_mpps=_column(names, row, "MsgRate"),
         unit=unit,
         info=_info(text),
         gpu_memory=bool(_GPU_BUFFER.search(text)),
         cuda_device=int(pick.group(1)) if pick else None,
+        average_gbps=average if unit == "Gb/sec" else average * 1048576 * 8 / 1e9,
     )
 
 
-def parse_lat(text: str) -> LatResult:
-    """The ``ib_write_lat`` result; ``PerftestError`` when there is none."""
+def parse_lat(text: str) -> LatReport:
+    """The ``ib_write_lat`` result in microseconds (one-way: perftest halves the round trip); ``PerftestError`` when
+    there is none."""
     names, rows = _table(text, "t_typical[usec]")
     if not rows:
         raise PerftestError(f"ib_write_lat printed its table header but no result:\n{_tail(text)}")
     row = rows[-1]
-    return LatResult(
+    return LatReport(
         size=int(row[0]),
         iterations=int(row[1]),
         t_min=_column(names, row, "t_min"),

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuaccept.contracts.payloads import NcclFacts, NcclRecord
+from gpuaccept.contracts.nccl_payloads import NcclFacts, NcclRecord
 
 __all__ = ["RunFacts"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuaccept.contracts.payloads import NcclTestsRow
+from gpuaccept.contracts.nccl_payloads import NcclTestsRow
 
 __all__ = ["parse_nccl_tests"]
 

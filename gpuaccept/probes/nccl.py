@@ -34,8 +34,8 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from gpuaccept.contracts.nccl_formulas import COLLECTIVES, busbw_gbs
+from gpuaccept.contracts.nccl_payloads import CappedSizes, FirstWrong, NcclInGroup, NcclRow
 from gpuaccept.contracts.nccl_sweep import cap_sizes, format_bytes, parse_bytes, requested_sizes, sweep_sizes
-from gpuaccept.contracts.payloads import CappedSizes, FirstWrong, NcclInGroup, NcclRow
 from gpuaccept.fabric.rails import parse_rails, split_rails
 from gpuaccept.nccl import patterns
 from gpuaccept.nccl.ncclinfo import collect_facts, debug_env

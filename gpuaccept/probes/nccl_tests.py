@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 
-from gpuaccept.contracts.payloads import NcclTestsRan, NcclTestsRecord, NcclTestsRun, NcclTestsTimedOut
+from gpuaccept.contracts.nccl_payloads import NcclTestsRan, NcclTestsRecord, NcclTestsRun, NcclTestsTimedOut
 from gpuaccept.nccl.nccltests import parse_nccl_tests
 from gpuaccept.probes._protocol import emit
 from gpuaccept.units import parse_bytes

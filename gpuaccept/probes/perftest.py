@@ -121,8 +121,7 @@ def _endpoint(role: str, test: Pairing, args: argparse.Namespace, gpu_bus: str |
     code, text = _tool("ib_write_bw", role, me[1], test.port, server, bw_extra, deadline)
     out["bw_tail"] = "\n".join(text.strip().splitlines()[-14:])
     try:
-        bw = parse_bw(text)
-        out["bw"] = bw.__dict__ | {"average_gbps": bw.average_gbps}
+        out["bw"] = parse_bw(text)
     except PerftestError:
         out["error"] = f"ib_write_bw {'exit ' + str(code) if code is not None else 'timed out'}: {failure_kind(text)}"
     lat_deadline = time.monotonic() + args.timeout
@@ -131,7 +130,7 @@ def _endpoint(role: str, test: Pairing, args: argparse.Namespace, gpu_bus: str |
     )
     out["lat_tail"] = "\n".join(text.strip().splitlines()[-8:])
     try:
-        out["lat"] = parse_lat(text).__dict__
+        out["lat"] = parse_lat(text)
     except PerftestError:
         why = f"ib_write_lat {'exit ' + str(code) if code is not None else 'timed out'}: {failure_kind(text)}"
         out["error"] = f"{out['error']}; {why}" if out["error"] else why

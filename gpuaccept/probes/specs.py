@@ -28,6 +28,7 @@ from gpuaccept.contracts.fabric import GdrPayload, InfinibandPayload, NvlinkPayl
 from gpuaccept.contracts.finetune import FinetunePayload, FinetuneRun
 from gpuaccept.contracts.fsmeta import CoherencyPayload, FsmetaPayload, MountsPayload
 from gpuaccept.contracts.imex import ImexRecord
+from gpuaccept.contracts.nccl_payloads import NcclRecord, NcclTestsRecord
 from gpuaccept.contracts.neighbours import NeighboursRecord
 from gpuaccept.contracts.node import (
     FingerprintPayload,
@@ -36,7 +37,7 @@ from gpuaccept.contracts.node import (
     VisibilityPayload,
     XidPayload,
 )
-from gpuaccept.contracts.payloads import HealthRecord, NcclRecord, NcclTestsRecord
+from gpuaccept.contracts.payloads import HealthRecord
 from gpuaccept.contracts.storage import CheckpointPayload, FioPayload
 from gpuaccept.contracts.tenant import AgentRecord, ResidueRecord, SoftwareRecord, TrustRecord
 from gpuaccept.probes.probe_spec import PayloadError, ProbeSpec, type_name

@@ -77,45 +77,43 @@ def _name(nodeid: str) -> str:
     return nodeid.split("::")[-1]
 
 
+class _Worded:
+    """A cell, row, node or problem whose verdict the summary shows in its words (an error: "could not measure")."""
+
+    verdict: str
+
+    @property
+    def word(self) -> str:
+        return WORDS.get(self.verdict, self.verdict)
+
+
 @dataclass
-class Cell:
+class Cell(_Worded):
     """One node's tests of one area: the worst verdict, and what to say about it."""
 
     verdict: str
     detail: str
     tests: list[str] = field(default_factory=list)
 
-    @property
-    def word(self) -> str:
-        return WORDS.get(self.verdict, self.verdict)
-
 
 @dataclass
-class Row:
+class Row(_Worded):
     node: str
     verdict: str
     cells: list[Cell | None]
 
-    @property
-    def word(self) -> str:
-        return WORDS.get(self.verdict, self.verdict)
-
 
 @dataclass
-class NodeVerdict:
+class NodeVerdict(_Worded):
     """A node, its verdict and the one figure that says most about it (worst miss, or closest to one)."""
 
     node: str
     verdict: str
     note: str
 
-    @property
-    def word(self) -> str:
-        return WORDS.get(self.verdict, self.verdict)
-
 
 @dataclass
-class Problem:
+class Problem(_Worded):
     """A test that did not pass: what it is, where, why (the core's category) and its failed checks."""
 
     test: str
@@ -126,10 +124,6 @@ class Problem:
     category: str
     message: str
     failed: list[dict[str, Any]]
-
-    @property
-    def word(self) -> str:
-        return WORDS.get(self.verdict, self.verdict)
 
 
 @dataclass

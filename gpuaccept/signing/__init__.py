@@ -11,5 +11,6 @@ the key formats an operator already has (``ssh-keygen -t ed25519``'s OpenSSH pri
 operator gave them. Ed25519 has no parameters to choose wrongly and signs deterministically. No own
 cryptography here: hashing is ``hashlib``'s SHA-256, signing and verifying are ``cryptography``'s.
 
-This package imports nothing of gpuaccept: the plugin, the report and the verify command all use it.
+This package imports only the leaf ``gpuaccept.errors`` (its file reader names the key file that cannot be read):
+the plugin, the report and the verify command all use it.
 """

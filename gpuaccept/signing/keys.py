@@ -19,6 +19,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from gpuaccept.errors import read_input_file
+
 __all__ = ["KeyUnusable", "PublicKey", "SigningKey", "load_public_key", "load_signing_key"]
 
 #: how to make a key gpuaccept signs with, said where a file is not one
@@ -90,17 +92,6 @@ class SigningKey:
         return self.key.sign(data)
 
 
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise KeyUnusable(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise KeyUnusable(f"{path}: is a folder, not a key file") from None
-    except OSError as exc:
-        raise KeyUnusable(f"{path}: cannot be read: {exc.strerror or exc}") from None
-
-
 def _kind(key: object) -> str:
     for private, public, name in _OTHER_TYPES:
         if isinstance(key, (private, public)):
@@ -111,7 +102,7 @@ def _kind(key: object) -> str:
 def load_signing_key(path: Path) -> SigningKey:
     """The Ed25519 private key in ``path`` (OpenSSH or PEM PKCS#8, without a passphrase), or
     ``KeyUnusable`` naming the file: missing, unreadable, a public key, another type, encrypted."""
-    data = _read(path)
+    data = read_input_file(path, "a key file", KeyUnusable)
     text = data.lstrip()
     if text.startswith(_PUBLIC_STARTS):
         raise KeyUnusable(f"{path}: is a public key; signing needs the private key (the .pub is what verifies)")
@@ -136,7 +127,7 @@ def load_signing_key(path: Path) -> SigningKey:
 def load_public_key(path: Path) -> PublicKey:
     """The Ed25519 public key in ``path``: an OpenSSH ``.pub`` line, PEM, or a private key file (its public
     half); ``KeyUnusable`` naming the file otherwise."""
-    data = _read(path)
+    data = read_input_file(path, "a key file", KeyUnusable)
     text = data.lstrip()
     if text.startswith(b"-----BEGIN PUBLIC KEY"):
         try:

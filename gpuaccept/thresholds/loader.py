@@ -20,6 +20,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from gpuaccept.errors import read_input_file
 from gpuaccept.thresholds.domain_site import DomainSite
 from gpuaccept.thresholds.schema import Limit, MetricSpec, SkuSpec, ThresholdsFile
 from gpuaccept.thresholds.storage_site import Filesystem, StorageSection
@@ -56,16 +57,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def _read(path: Path) -> ThresholdsFile:
+    data = read_input_file(path, "a thresholds YAML file", ThresholdsError)
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
-    except FileNotFoundError:
-        raise ThresholdsError(f"{path}: thresholds file not found") from None
-    except IsADirectoryError:
-        raise ThresholdsError(f"{path}: is a directory, not a thresholds YAML file") from None
+        raw = yaml.load(data.decode("utf-8"), Loader=_UniqueKeyLoader)
     except UnicodeDecodeError:
         raise ThresholdsError(f"{path}: not a text file (not UTF-8): a thresholds file is YAML") from None
-    except OSError as exc:
-        raise ThresholdsError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         raise ThresholdsError(f"{path}: not valid YAML: {exc}") from None
     if raw is None:  # empty, or comments only: a site file that sets nothing is a mistake, not a no-op

@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from gpuaccept.contracts.fabric import GdrPayload
 from gpuaccept.contracts.judge import JudgeLike
+from gpuaccept.contracts.nccl_payloads import NcclRecord
 from gpuaccept.contracts.nccl_sweep import GroupTable
-from gpuaccept.contracts.payloads import NcclRecord
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.errors import MeasurementError
 from gpuaccept.fabric.affinity import bus_key, line_rate_gbs

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from gpuaccept.contracts.nccl_formulas import COLLECTIVES
+from gpuaccept.contracts.nccl_payloads import CappedSizes, NcclTestsRecord, NcclTestsRun
 from gpuaccept.contracts.nccl_sweep import GroupTable, format_bytes, nccl_payload
-from gpuaccept.contracts.payloads import CappedSizes, NcclTestsRecord, NcclTestsRun
 from gpuaccept.judging.judge import judge_value
 from gpuaccept.nccl.facts import RunFacts
 from gpuaccept.nccl.plan import Group

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
+from gpuaccept.contracts.nccl_payloads import NcclFacts
 from gpuaccept.contracts.nccl_sweep import nccl_payload
-from gpuaccept.contracts.payloads import NcclFacts
 
 if TYPE_CHECKING:
     from gpuaccept.contracts.judge import JudgeLike

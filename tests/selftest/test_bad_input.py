@@ -118,7 +118,7 @@ def _bundle(mounts: list[str]) -> Callable[[Path], Path]:
 #: option, how to make its value in the suite's folder, what the one line must say
 ROWS: dict[str, tuple[str, Callable[[Path], Path] | str, str]] = {
     "thresholds is binary": ("--thresholds", _binary, "not a text file"),
-    "thresholds is a folder": ("--thresholds", _folder, "is a directory"),
+    "thresholds is a folder": ("--thresholds", _folder, "is a folder, not a thresholds YAML file"),
     "thresholds is empty": ("--thresholds", _text("empty.yaml", ""), "empty.yaml: empty"),
     "thresholds holds only comments": ("--thresholds", _text("c.yaml", "# todo\n"), "c.yaml: empty"),
     "site SKU matches every GPU": (

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuaccept.contracts.nccl_payloads import NcclFacts, NcclTestsRan, NcclTestsRow
 from gpuaccept.contracts.nccl_sweep import GroupTable, Row
-from gpuaccept.contracts.payloads import NcclFacts, NcclTestsRan, NcclTestsRow
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.nccl.ncclinfo import collect_facts, parse_nccl_log, summarize_algorithms
 from gpuaccept.nccl.nccltests import parse_nccl_tests

@@ -18,8 +18,8 @@ from typing import get_args, get_type_hints
 import pytest
 
 from gpuaccept.contracts.nccl_formulas import COLLECTIVES
+from gpuaccept.contracts.nccl_payloads import NcclRecord, NcclRow
 from gpuaccept.contracts.nccl_sweep import group_tables
-from gpuaccept.contracts.payloads import NcclRecord, NcclRow
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.nccl.watchdog import HANG_EXIT, Position, Watchdog, describe_hang
 from gpuaccept.probes.specs import NCCL
