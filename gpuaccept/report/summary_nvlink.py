@@ -4,7 +4,8 @@ An NVL72 is accepted block by block (a block is the rack's one NVLink domain, ``
 reader asks, per block: are all its trays there, are they one clique, does IMEX hold them, and what bandwidth did
 the block reach across the domain. Each of those is a check that names its block (``block`` in its extras); this
 panel gathers them from the run record alone and never judges: a cell shows the check's own value and verdict,
-the worst where several checks feed it (every node's IMEX view, every collective's busbw).
+the worst where several checks feed it (every node's IMEX view, every collective's busbw). The fabric state
+is judged per node and names no block: it is put under the block the clique check measured the node in.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ __all__ = ["BlockCell", "BlockRow", "nvlink_blocks"]
 
 #: a check's verdicts, worst highest: what a cell standing for several checks shows
 CHECK_RANK = {"fail": 3, "unmeasured": 2, "measured": 1, "unjudged": 1, "pass": 0, "info": 0}
+#: the checks of a node's NVLink fabric state (verdicts/nvlink_fabric.py)
+FABRIC = ("nvlink_fabric_state", "nvlink_fabric_clique")
 #: the checks of each IMEX view, worst first in the cell
 IMEX = (
     "imex_daemon",
@@ -42,10 +45,13 @@ class BlockCell:
 
 @dataclass
 class BlockRow:
-    """One Slurm block: the trays measured in it, its clique, its IMEX domain, each collective's busbw."""
+    """One Slurm block: the trays measured in it (``nodes``), its GPUs' fabric state, its clique, its IMEX domain,
+    each collective's busbw."""
 
     block: str
+    nodes: list[str] = field(default_factory=list)
     trays: BlockCell | None = None
+    fabric: BlockCell | None = None
     clique: BlockCell | None = None
     imex: BlockCell | None = None
     busbw: list[BlockCell] = field(default_factory=list)
@@ -62,8 +68,11 @@ def _worse(old: BlockCell | None, new: BlockCell) -> BlockCell:
 def nvlink_blocks(metrics: Iterable[MetricResult]) -> list[BlockRow]:
     """A row per block some check named, in block order; a run with no block check has none (HGX nodes)."""
     rows: dict[str, BlockRow] = {}
+    fabric: list[MetricResult] = []
     for m in metrics:
         block = m.extra.get("block")
+        if m.metric in FABRIC:
+            fabric.append(m)
         if not block:
             continue
         row = rows.setdefault(str(block), BlockRow(str(block)))
@@ -77,6 +86,7 @@ def nvlink_blocks(metrics: Iterable[MetricResult]) -> list[BlockRow]:
             named = any(str(c) in str(m.value) for c in cliques)  # a split block's value names its cliques
             text = str(m.value) if named or not cliques else f"{m.value}: {', '.join(map(str, cliques))}"
             row.clique = _worse(row.clique, BlockCell(text, m.verdict))
+            row.nodes = sorted({*row.nodes, *map(str, nodes)})
             if row.trays is None and nodes:  # no site declaration of its trays: the nodes measured in it
                 row.trays = BlockCell(f"{len(nodes)} measured: {', '.join(map(str, nodes))}", "info")
         elif m.metric in IMEX:
@@ -86,7 +96,15 @@ def nvlink_blocks(metrics: Iterable[MetricResult]) -> list[BlockRow]:
             gpus = m.extra.get("gpus")
             text = f"{m.extra.get('collective', '')} {m.value} GB/s at {gpus} GPUs ({m.limit_text()})"
             row.busbw.append(BlockCell(text, m.verdict))
+    block_of = {node: row for row in rows.values() for node in row.nodes}
+    for m in fabric:
+        held = block_of.get(m.node)
+        if held is not None:
+            text = "" if m.verdict == "pass" else f"{m.where}: {m.value}"
+            held.fabric = _worse(held.fabric, BlockCell(text, m.verdict))
     for row in rows.values():
+        if row.fabric is not None and not row.fabric.text:
+            row.fabric = BlockCell(f"in the fabric ({row.fabric.checks} checks)", row.fabric.verdict, row.fabric.checks)
         if row.imex is not None and not row.imex.text:  # every IMEX check passed
             row.imex = BlockCell(f"UP, all READY and C ({row.imex.checks} checks)", row.imex.verdict, row.imex.checks)
     return [rows[name] for name in sorted(rows)]

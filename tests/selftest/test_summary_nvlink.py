@@ -31,7 +31,8 @@ def thresholds() -> Thresholds:
 
 
 def _domain_checks() -> list[MetricResult]:
-    """rack1 healthy (one clique, IMEX UP, 850 GB/s); rack2 split over two cliques, one IMEX member down, slow."""
+    """rack1 healthy (in the fabric, one clique, IMEX UP, 850 GB/s); rack2 with an Unhealthy GPU, split over two
+    cliques, IMEX DOWN, slow."""
     results: list[MetricResult] = []
     judge = Judge(thresholds(), lambda node: "GB200", results.append, TEST)
     cliques = {
@@ -41,6 +42,9 @@ def _domain_checks() -> list[MetricResult]:
         "tray04": {(UUID_A, 4027)},
     }
     judge_block_cliques(BLOCKS, cliques, judge)
+    for node in ("tray01", "tray02", "tray03"):
+        judge.expect("nvlink_fabric_state", "in the fabric", "in the fabric", node=node, gpu=0)
+    judge.expect("nvlink_fabric_state", "health summary Unhealthy", "in the fabric", node="tray04", gpu=0)
     for block, state, ready in (("rack1", "UP", "all READY"), ("rack2", "DOWN", "tray04: UNAVAILABLE")):
         for node in BLOCKS[block]:
             extra = {"block": block, "settle_s": 5.0, "scope": "job"}
@@ -83,6 +87,8 @@ def test_each_block_is_a_row_with_its_trays_clique_imex_and_busbw() -> None:
     rack1, rack2 = nvlink_blocks(_record().metrics)
     assert (rack1.block, rack2.block) == ("rack1", "rack2")
     assert rack1.trays is not None and rack1.trays.text == "2 measured: tray01, tray02"
+    assert rack1.fabric is not None and rack1.fabric.text == "in the fabric (2 checks)"
+    assert rack2.fabric is not None and rack2.fabric.text == "tray04 GPU 0: health summary Unhealthy"
     assert rack1.clique is not None and rack1.clique.verdict == "pass" and f"{UUID_A}/32766" in rack1.clique.text
     assert rack1.imex is not None and rack1.imex.verdict == "pass" and rack1.imex.checks == 4
     assert [(c.verdict, c.text) for c in rack1.busbw] == [("pass", "all_reduce 850.0 GB/s at 72 GPUs (>= 693)")]
