@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gpuaccept.results.metrics import MetricResult
+from gpuaccept.verdicts.imex import IMEX_METRICS
 
 __all__ = ["BlockCell", "BlockRow", "nvlink_blocks"]
 
@@ -21,17 +22,6 @@ __all__ = ["BlockCell", "BlockRow", "nvlink_blocks"]
 CHECK_RANK = {"fail": 3, "unmeasured": 2, "measured": 1, "unjudged": 1, "pass": 0, "info": 0}
 #: the checks of a node's NVLink fabric state (verdicts/nvlink_fabric.py)
 FABRIC = ("nvlink_fabric_state", "nvlink_fabric_clique")
-#: the checks of each IMEX view, worst first in the cell
-IMEX = (
-    "imex_daemon",
-    "imex_members_ready",
-    "imex_connectivity",
-    "imex_domain_state",
-    "imex_members",
-    "imex_extra_member",
-    "imex_channel",
-    "imex_channel_open",
-)
 
 
 @dataclass
@@ -89,7 +79,7 @@ def nvlink_blocks(metrics: Iterable[MetricResult]) -> list[BlockRow]:
             row.nodes = sorted({*row.nodes, *map(str, nodes)})
             if row.trays is None and nodes:  # no site declaration of its trays: the nodes measured in it
                 row.trays = BlockCell(f"{len(nodes)} measured: {', '.join(map(str, nodes))}", "info")
-        elif m.metric in IMEX:
+        elif m.metric in IMEX_METRICS:
             text = "" if m.verdict == "pass" else f"{m.value} ({m.metric}, seen from {m.node})"
             row.imex = _worse(row.imex, BlockCell(text, m.verdict))
         elif m.metric == "nvlink_domain_busbw_gbps":
