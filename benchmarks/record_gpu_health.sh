@@ -6,7 +6,8 @@
 # writes, each named by the hardware:
 #   NAME.gpu_health.json   `gpu_health --dump` (every GpuHealth key, NVML's errors beside each null)
 #   NAME.nvlink.json       `nvlink --dump` (the keys the 2026-11-22 recording predates: ecc_data, per_link,
-#                          unread_links, speed_mbps_per_link, speed_source, errors on every link, pcie_error)
+#                          unread_links, speed_mbps_per_link, speed_source, errors on every link, pcie_error;
+#                          and telemetry, the per-link data counters both H200 recordings predate)
 #   NAME.{gdr,xid,visibility,hygiene,infiniband}.out   each probe's result line as it printed it
 # Copy the two JSON files to fixtures/nvml/ beside the older ones (fixtures/nvml/README.md names each), add the
 # .out files to fixtures/node/ and to RECORDED in tests/selftest/test_probe_contracts.py; once an nvlink

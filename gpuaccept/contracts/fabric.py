@@ -3,14 +3,17 @@ GPUDirect RDMA path, and perftest's RDMA pairs.
 
 TypedDicts, read off each probe's ``collect``, every one ``@strict`` (an undeclared key is refused) with every
 key required and a reading not taken None; the exceptions are the seven NVLink keys the 2026-11-22 H200
-recording predates (``NotRequired``, named where they are declared, until it is recorded again).
+recording predates and the per-link ``telemetry`` both H200 recordings predate (``NotRequired``, named where
+they are declared, until they are recorded again).
 Values the kernel writes pass on as its text (``"4: ACTIVE"``); the judges parse them (``contracts/ib.py``).
 JSON keys are text: a per-link table keyed by link number arrives keyed ``"0"``, ``"1"``...
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator
 
 # pydantic validates these where a result arrives (probes/specs.py): before Python 3.12 it needs this TypedDict
 from typing_extensions import NotRequired, TypedDict
@@ -33,10 +36,12 @@ __all__ = [
     "NvlinkGpu",
     "NvlinkHca",
     "NvlinkLink",
+    "NvlinkLinkData",
     "NvlinkNic",
     "NvlinkPair",
     "NvlinkPayload",
     "NvlinkState",
+    "NvlinkTelemetry",
     "PerftestEndpoint",
     "PerftestPayload",
 ]
@@ -119,6 +124,37 @@ class NvlinkErrors(TypedDict):
 
 
 @strict
+class NvlinkLinkData(TypedDict):
+    """One active link's data counters, KiB since the driver loaded (None: NVML gave none, ``errors`` says why)."""
+
+    tx_kib: int | None
+    rx_kib: int | None
+
+
+@strict
+class NvlinkTelemetry(TypedDict):
+    """A GPU's NVLink counters read per link (``probes/nvlink.link_telemetry``): NVML's link count (None: not
+    given) and every active link's data counters keyed by link number; ``errors`` names each value NVML did
+    not give (``link_count``, ``<link>.tx_kib``, ``<link>.rx_kib``) with its return code."""
+
+    link_count: int | None
+    per_link: dict[str, NvlinkLinkData]
+    errors: dict[str, str]
+
+
+def _telemetry_explained(telemetry: NvlinkTelemetry) -> NvlinkTelemetry:
+    """Refuses a per-link read whose None has no ``errors`` entry saying why (a zero is a count, a None is not)."""
+    unexplained = [] if telemetry["link_count"] is not None or "link_count" in telemetry["errors"] else ["link_count"]
+    for link, data in telemetry["per_link"].items():
+        for name in ("tx_kib", "rx_kib"):
+            if data[name] is None and f"{link}.{name}" not in telemetry["errors"]:
+                unexplained.append(f"{link}.{name}")
+    if unexplained:
+        raise ValueError(f"None with no errors entry saying why: {', '.join(unexplained)}")
+    return telemetry
+
+
+@strict
 class NvlinkState(TypedDict):
     """A GPU's links, the common speed (the slowest active link's, None when unreadable) and where it came from
     (``speed_mbps_per_link`` and ``speed_source`` are newer than the H200 recording, as ``NvlinkErrors``')."""
@@ -130,6 +166,8 @@ class NvlinkState(TypedDict):
     speed_mbps_per_link: NotRequired[dict[str, int]]
     speed_source: NotRequired[str]
     errors: NvlinkErrors
+    # newer than both H200 nvlink recordings (2026-11-22, 2026-12-02): required once they are recorded again
+    telemetry: NotRequired[Annotated[NvlinkTelemetry, AfterValidator(_telemetry_explained)]]
 
 
 @strict

@@ -22,6 +22,7 @@ __all__ = [
     "active_nvlinks",
     "bus_key",
     "cpu_affinity",
+    "field_readings",
     "field_values",
     "foreign_processes",
     "handle_for_rank",
@@ -93,20 +94,29 @@ def foreign_processes(lib: Any, handle: Any, own: set[int] | None = None) -> lis
 def field_values(lib: Any, handle: Any, ids: dict[str, int | tuple[int, int]]) -> dict[str, float | int | None]:
     """NVML field values by name (an id, or ``(id, scope)`` for a per-link field); a field the GPU or
     driver does not support reads as None."""
+    return {name: value for name, (value, _why) in field_readings(lib, handle, ids).items()}
+
+
+def field_readings(
+    lib: Any, handle: Any, ids: dict[str, int | tuple[int, int]]
+) -> dict[str, tuple[float | int | None, str | None]]:
+    """NVML field values by name as ``(value, None)``, or ``(None, why)`` where NVML gave none: the field's
+    own return code (``nvmlReturn 3``: not supported) or the whole call's error, so a strict payload can
+    carry the reason beside its null."""
     if not ids:
         return {}
     names = list(ids)
     try:
         raw = lib.nvmlDeviceGetFieldValues(handle, [ids[n] for n in names])
-    except Exception:
-        return dict.fromkeys(names)
+    except Exception as exc:
+        return dict.fromkeys(names, (None, type(exc).__name__))
     kinds = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
-    out: dict[str, float | int | None] = {}
+    out: dict[str, tuple[float | int | None, str | None]] = {}
     for name, value in zip(names, raw, strict=True):
         if value.nvmlReturn != 0:
-            out[name] = None
+            out[name] = (None, f"nvmlReturn {int(value.nvmlReturn)}")
             continue
-        out[name] = getattr(value.value, kinds.get(int(value.valueType), "ullVal"))
+        out[name] = (getattr(value.value, kinds.get(int(value.valueType), "ullVal")), None)
     return out
 
 

@@ -1,7 +1,9 @@
 """NVLink state, GPU-pair topology and GPU<->NIC<->NUMA affinity of every GPU on the node, via NVML.
 
 One task per node. Per GPU: every NVLink's state, version and remote end (GPU or NVSwitch, remote PCI
-address), the common per-link speed, and the CRC / replay / recovery error counters. Per GPU pair:
+address), the common per-link speed, the CRC / replay / recovery error counters, and each active link's
+data counters (KiB sent and received, what ``nvidia-smi nvlink -gt d`` prints) beside the link count NVML
+gives. Per GPU pair:
 the PCIe common ancestor (``nvmlDeviceGetTopologyCommonAncestor``), NVML's NVLink P2P status, and the
 number of NVLinks joining them, counted the way ``nvidia-smi topo -m`` labels NV#: direct links to the
 peer, or on NVSwitch systems the links both GPUs have into the switch fabric. Affinity: each GPU's
@@ -22,11 +24,19 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.probes import _inject
-from gpuaccept.probes._gpu import bus_key, cpu_affinity, field_values, identity, numa_node, nvlink_error_counters
+from gpuaccept.probes._gpu import (
+    bus_key,
+    cpu_affinity,
+    field_readings,
+    field_values,
+    identity,
+    numa_node,
+    nvlink_error_counters,
+)
 from gpuaccept.probes._nvml import nvml, text
 from gpuaccept.probes._protocol import emit
 
-__all__ = ["collect", "nic_relation", "read_links"]
+__all__ = ["collect", "link_telemetry", "nic_relation", "read_links"]
 
 #: nvmlGpuTopologyLevel_t -> the label nvidia-smi topo prints.
 TOPOLOGY_LABELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -64,6 +74,34 @@ def read_links(lib: Any, handle: Any) -> list[dict[str, Any]]:
                     entry["errors"][key] = type(exc).__name__
         links.append(entry)
     return links
+
+
+def link_telemetry(lib: Any, handle: Any, active: list[int]) -> dict[str, Any]:
+    """Each active link's data counters and the GPU's NVLink count, as NVML's field values give them.
+
+    ``tx_kib``/``rx_kib``: ``NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX``/``_RX`` scoped by link, KiB of payload
+    (no protocol headers) since the driver loaded, the per-link counters ``nvidia-smi nvlink -gt d`` prints
+    and a telemetry agent samples for NVLink utilization. ``link_count``: ``NVML_FI_DEV_NVLINK_LINK_COUNT``,
+    shown, not judged: NVML's link slots can outnumber the links a board wires (a B300 answers per-link
+    queries for 36 slots and has 18 links, flashinfer-ai/flashinfer PR #3990). A value NVML did
+    not give is None with its reason in ``errors`` (``link_count``, ``<link>.tx_kib``), never a zero.
+    """
+    ids: dict[str, int | tuple[int, int]] = {"link_count": lib.NVML_FI_DEV_NVLINK_LINK_COUNT}
+    for link in active:
+        ids[f"{link}.tx_kib"] = (lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link)
+        ids[f"{link}.rx_kib"] = (lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link)
+    read = field_readings(lib, handle, ids)
+    errors = {name: why for name, (_value, why) in read.items() if why is not None}
+
+    def whole(name: str) -> int | None:
+        value = read[name][0]
+        return None if value is None else int(value)
+
+    return {
+        "link_count": whole("link_count"),
+        "per_link": {str(k): {"tx_kib": whole(f"{k}.tx_kib"), "rx_kib": whole(f"{k}.rx_kib")} for k in active},
+        "errors": errors,
+    }
 
 
 def _pair(lib: Any, handles: list[Any], gpus: list[dict[str, Any]], i: int, j: int) -> dict[str, Any]:
@@ -202,6 +240,7 @@ def collect(sysfs_root: Path = Path("/sys")) -> dict[str, Any]:
             "speed_mbps_per_link": per_link,
             "speed_source": speed_source,
             "errors": nvlink_error_counters(lib, handle, active),
+            "telemetry": link_telemetry(lib, handle, active),
         }
         gpu["numa_node"] = numa_node(gpu["pci_bus_id"], sysfs_root)
         gpu["cpu_affinity"] = cpu_affinity(lib, handle)

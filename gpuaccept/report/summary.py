@@ -28,6 +28,7 @@ from gpuaccept.report.charts import gpus, loss, nccl
 from gpuaccept.report.render import data_uri, fmt, render
 from gpuaccept.report.summary_margins import margin_rows
 from gpuaccept.report.summary_model import overview
+from gpuaccept.report.summary_nvlink import nvlink_blocks
 from gpuaccept.report.summary_requirements import requirement_rows
 from gpuaccept.report.summary_storage import storage_columns, storage_rows
 from gpuaccept.results.comparison import Comparison, comparison_of, side_by_side
@@ -253,6 +254,7 @@ def build_summary(
         margins=margin_rows(metrics, catalogue),
         storage=storage,
         storage_columns=storage_columns(storage),
+        nvlink_blocks=nvlink_blocks(metrics),
         duration_s=record.duration_s,
         history=history(record_path.parent) if record_path is not None else [],
         signed_by=signed_by,

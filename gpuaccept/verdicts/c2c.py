@@ -4,7 +4,11 @@ Host bandwidth over C2C is judged where it is measured (``hostbw_h2d_gbps``/``ho
 GB300 floors in thresholds.yaml are NVLink-C2C's: GH200's measured 346 GB/s H2D, NVIDIA/nvbandwidth #23, against
 the datasheet's 450 GB/s per direction). The links themselves are shown here, not judged: no public reading gives
 a GB200's or GB300's C2C link count or per-link bandwidth to hold a node to (the suite's own first reading on a
-Grace node is the figure to calibrate from), so a count judged here would be a made-up floor.
+Grace node is the figure to calibrate from), so a count judged here would be a made-up floor. Searched again on
+2026-12-03: the one public NVML C2C reading found is a GB10's (DGX Spark), in NCCL's topology dump (``<c2c
+bw="43125" count="8"/>``, NVIDIA/nccl PR #2202), another chip; and whether every link NVML counts on a GB200
+reads ACTIVE (NVML_FI_DEV_C2C_LINK_GET_STATUS 1) is not published either (NVML's per-link NVLink queries do
+answer for more slots than a B300 wires, flashinfer-ai/flashinfer PR #3990), so status is not judged.
 """
 
 from __future__ import annotations

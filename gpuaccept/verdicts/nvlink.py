@@ -31,6 +31,7 @@ __all__ = [
     "UNDER_LOAD_METRICS",
     "affinity_absent",
     "judge_affinity",
+    "judge_link_counters",
     "judge_link_errors",
     "judge_links_active",
     "judge_nvlink",
@@ -83,6 +84,54 @@ def judge_links_active(gpu: NvlinkGpu, judge: JudgeLike, node: str) -> None:
     )
 
 
+def judge_link_counters(gpu: NvlinkGpu, judge: JudgeLike, node: str) -> None:
+    """Whether NVLink telemetry is there from the GPU's side: each of the links the SKU has (the count
+    ``nvlink_links_active`` declares, from its datasheet) up and giving NVML's per-link data counters.
+
+    Passes as ``all N links``; else names how many did, the links down and the links whose counters NVML
+    did not give (with its return code). The counters' KiB ride along (summed, and per link), so the report
+    shows what a telemetry agent would sample. A reading without the per-link read (older than it) could
+    not measure it, never a pass."""
+    limit = judge.declared("nvlink_links_active", node)
+    want = None if limit is None or limit.min is None else int(limit.min)
+    if want is None:
+        why = f"SKU {judge.sku(node)} declares no NVLink count (nvlink_links_active) to read counters on"
+        judge.unreadable("nvlink_link_counters", why, node=node, gpu=gpu_label(gpu))
+        return
+    state = gpu["nvlink"]
+    if "telemetry" not in state:
+        why = "the nvlink reading has no per-link counters (recorded before probes/nvlink.link_telemetry)"
+        judge.unreadable("nvlink_link_counters", why, node=node, gpu=gpu_label(gpu))
+        return
+    telemetry = state["telemetry"]
+    read = sorted(
+        int(k) for k, v in telemetry["per_link"].items() if v["tx_kib"] is not None and v["rx_kib"] is not None
+    )
+    unread = sorted(int(k) for k in telemetry["per_link"] if int(k) not in read)
+    observed = f"all {want} links"
+    if len(read) < want or unread:
+        down = [k["link"] for k in state["links"] if not k["active"]]
+        parts = [f"{len(read)} of {want} links"]
+        if down and len(read) + len(unread) < want:
+            parts.append(f"down: links {down}")
+        if unread:
+            reasons = sorted({why for name, why in telemetry["errors"].items() if name != "link_count"})
+            parts.append(f"counters not given on links {unread} ({', '.join(reasons)})")
+        observed = "; ".join(parts)
+    data = [v for v in telemetry["per_link"].values() if v["tx_kib"] is not None and v["rx_kib"] is not None]
+    judge.expect(
+        "nvlink_link_counters",
+        observed,
+        f"all {want} links",
+        node=node,
+        gpu=gpu_label(gpu),
+        link_count=telemetry["link_count"],
+        tx_kib=sum(v["tx_kib"] or 0 for v in data),
+        rx_kib=sum(v["rx_kib"] or 0 for v in data),
+        per_link=telemetry["per_link"],
+    )
+
+
 def judge_link_errors(
     gpu: NvlinkGpu,
     judge: JudgeLike,
@@ -108,7 +157,8 @@ def judge_link_errors(
 
 
 def judge_nvlink(data: NvlinkPayload, judge: JudgeLike, node: str) -> None:
-    """Active links, common link speed and CRC/replay/recovery counters of every GPU NVML lists. Whether it
+    """Active links, their per-link data counters, common link speed and CRC/replay/recovery counters of every
+    GPU NVML lists. Whether it
     lists every GPU the node declares is ``test_gpu_health``'s one check (``gpu_health.judge_gpu_count``);
     a node where it lists none has no link to judge, which is named, never "nothing was judged"."""
     if not data["gpus"]:
@@ -116,6 +166,7 @@ def judge_nvlink(data: NvlinkPayload, judge: JudgeLike, node: str) -> None:
         judge.unreadable("nvlink_links_active", why, node=node)
     for gpu in data["gpus"]:
         judge_links_active(gpu, judge, node)
+        judge_link_counters(gpu, judge, node)
         state = gpu["nvlink"]
         if state["active"]:
             speed = state["speed_mbps_common"]

@@ -39,7 +39,8 @@ def _nvlink(cluster, node: str, gpus: int) -> NvlinkPayload:
 
 @pytest.mark.judges(*NVLINK_METRICS, gpus="gpu", absent="nvlink")
 def test_nvlink(node, cluster, judge):
-    """Links active per GPU as the SKU has them, common link speed, CRC/replay/recovery counters bounded."""
+    """Links active per GPU as the SKU has them, each giving its per-link data counters (TELEM07), common link
+    speed, CRC/replay/recovery counters bounded."""
     gpus = cluster.require_gpus(node)
     data = _nvlink(cluster, node, gpus)
     if why := nvlink_absent(judge, node, data):

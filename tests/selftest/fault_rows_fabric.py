@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .fault_rows import LOGIC, Row
 
-__all__ = ["NVL_FABRIC", "NVL_FABRIC_ROWS"]
+__all__ = ["NVL_FABRIC", "NVL_FABRIC_ROWS", "NVL_LINKS", "NVL_LINK_ROWS"]
 
 NVL_FABRIC = "NVLink fabric state (NVL72 domains; the published readings served as NVML's fabric call)"
 T = "tests/selftest/test_fabric_state.py::"
@@ -79,5 +79,30 @@ NVL_FABRIC_ROWS: tuple[Row, ...] = (
         "GB200 node: `nvlink_fabric_state` FAILS `state Not Supported`",
         LOGIC,
         (T + "test_h200_reading_is_shown_on_hgx_and_never_passes_a_domain",),
+    ),
+)
+
+NVL_LINKS = "NVLink per-link counters (TELEM07; a published GB200 per-link output served as nvidia-smi)"
+L = "tests/selftest/test_nvlink_counters.py::"
+SMI = "`fixtures/nvml/gb200-k8s-test-infra-371.nvlink-s.txt` as `nvidia-smi` on `PATH` beside a fake NVML"
+
+NVL_LINK_ROWS: tuple[Row, ...] = (
+    Row(
+        NVL_LINKS,
+        "nvlink-counters-link-down",
+        "a GB200 NVLink down (NVIDIA/k8s-test-infra #371's 18-link output, link 5 edited to `<inactive>`)",
+        SMI + ", NVML's state of link 5 down",
+        "`nvlink_link_counters` FAILS on GPU 0: `17 of 18 links; down: links [5]` (and `nvlink_links_active` = 17)",
+        LOGIC,
+        (L + "test_a_link_down_fails_naming_it",),
+    ),
+    Row(
+        NVL_LINKS,
+        "nvlink-counters-not-given",
+        "per-link data counters NVML does not give on two links",
+        SMI + " answering NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX `nvmlReturn 3` on links 3 and 11",
+        "`nvlink_link_counters` FAILS on GPU 0: `16 of 18 links; counters not given on links [3, 11] (nvmlReturn 3)`",
+        LOGIC,
+        (L + "test_counters_nvml_does_not_give_fail_naming_the_links_and_the_code",),
     ),
 )

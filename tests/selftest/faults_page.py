@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .fault_rows import END_TO_END, GPU_RUN, LOGIC, LOOPBACK_ROWS, NCCL_ROWS, Row
 from .fault_rows_domain import DOMAIN, DOMAIN_ROWS
-from .fault_rows_fabric import NVL_FABRIC, NVL_FABRIC_ROWS
+from .fault_rows_fabric import NVL_FABRIC, NVL_FABRIC_ROWS, NVL_LINK_ROWS, NVL_LINKS
 from .fault_rows_other import OTHER_ROWS, SECTIONS
 from .fault_rows_storage import STORAGE, STORAGE_ROWS
 from .fault_rows_tenant import TENANT, TENANT_ROWS
@@ -31,6 +31,7 @@ ROWS: tuple[Row, ...] = (
     *STORAGE_ROWS,
     *TENANT_ROWS,
     *NVL_FABRIC_ROWS,
+    *NVL_LINK_ROWS,
     *DOMAIN_ROWS,
 )
 KINDS = (END_TO_END, GPU_RUN, LOGIC)
@@ -100,7 +101,7 @@ def render() -> str:
     lines = [INTRO, "## Rows per proof kind", "", "| proof | before (hand-written table) | now |", "|---|---|---|"]
     lines += [f"| {kind} | {BEFORE[kind]} | {after[kind]} |" for kind in KINDS]
     lines += [f"| all rows | {sum(BEFORE.values())} | {len(ROWS)} |", ""]
-    for section in (*SECTIONS, STORAGE, TENANT, NVL_FABRIC, DOMAIN):
+    for section in (*SECTIONS, STORAGE, TENANT, NVL_FABRIC, NVL_LINKS, DOMAIN):
         rows = [r for r in ROWS if r.section == section]
         lines += [
             f"## {section}",

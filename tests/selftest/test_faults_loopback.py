@@ -26,7 +26,7 @@ import pytest
 
 from .conftest import REPO, InnerRun, run_inner, start_cluster, stop_cluster
 from .fault_proof import assert_named, assert_nothing_else_fails
-from .fault_rows import LOOPBACK_ROWS, Row
+from .fault_rows import LOOPBACK_ROWS, Row, idle_links
 from .test_nodecheck import host_site
 
 NODES, GPUS_PER_NODE = 6, 2
@@ -41,6 +41,7 @@ TESTS = [
 # errors under load: judged from the P2P copies; NCCL transport and rails: NCCL's own log; both need real GPUs.
 # perftest: no RDMA device here (its "not installed" row is proven in test_faults_nccl.py).
 DESELECT = "not errors_under_load and not test_nccl_transport and not test_nccl_rails and not test_rdma_perftest"
+IDLE_COUNTERS = {"link_count": 18, "per_link": idle_links(range(18)), "errors": {}}
 COMMON = {
     "gpu_health": str(REPO / "fixtures/nvml/h200-2gpu.gpu_health.json"),
     "nvlink": str(REPO / "fixtures/nvml/h200-2gpu.nvlink.json"),
@@ -48,8 +49,14 @@ COMMON = {
     "sysfs_root": str(REPO / "fixtures/sysfs/hgx-h100-ndr"),
     "gdr_sysfs_root": str(REPO / "fixtures/sysfs/hgx-h100-gdr"),
     "gdr_proc_root": str(REPO / "fixtures/sysfs/hgx-h100-gdr.proc"),
+    # edits of the recording, each named: the per-link speed and the per-link data counters (probes/nvlink.py
+    # link_telemetry) it predates, as idle links read them (zero KiB), and the NICs
     "gpus": {
-        str(i): {"nvlink.speed_mbps_common": 26562, "nics": [{"name": f"mlx5_{i}", "relation": "PIX"}]}
+        str(i): {
+            "nvlink.speed_mbps_common": 26562,
+            "nvlink.telemetry": IDLE_COUNTERS,
+            "nics": [{"name": f"mlx5_{i}", "relation": "PIX"}],
+        }
         for i in range(GPUS_PER_NODE)
     },
 }

@@ -47,6 +47,7 @@ class FakeNVML:
         self.links = links
         self.reasons = {i: 0x1 for i in range(count)}  # GpuIdle
         self.remap = {i: (0, 0, 0, 0) for i in range(count)}
+        self.unread_counters: set[int] = set()  # links whose data counters answer "not supported"
 
     # -- system ----------------------------------------------------------------------------------
     def nvmlDeviceGetCount(self) -> int:
@@ -143,14 +144,24 @@ class FakeNVML:
     def nvmlDeviceGetTemperatureThreshold(self, h: int, kind: int) -> int:
         return {pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: 87, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: 92}[kind]
 
-    def nvmlDeviceGetFieldValues(self, h: int, ids: list[int]) -> list[Any]:
+    def nvmlDeviceGetFieldValues(self, h: int, ids: list[int | tuple[int, int]]) -> list[Any]:
+        """Memory temperature, the common link speed, the link count, and each link's data counters (KiB,
+        the link's number times 1000 sent, and 7 more received): anything else is not supported (3)."""
+        data = (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
         out = []
         for field in ids:
-            supported = field in (pynvml.NVML_FI_DEV_MEMORY_TEMP, pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON)
-            value = 40 if field == pynvml.NVML_FI_DEV_MEMORY_TEMP else 26562
+            fid, link = field if isinstance(field, tuple) else (field, None)
+            values = {
+                pynvml.NVML_FI_DEV_MEMORY_TEMP: 40,
+                pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON: 26562,
+                pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT: 18,
+            }
+            if fid in data and link is not None and link not in self.unread_counters:
+                values[fid] = link * 1000 + (7 if fid == data[1] else 0)
+            value = values.get(fid)
             out.append(
                 types.SimpleNamespace(
-                    nvmlReturn=0 if supported else 3, valueType=1, value=types.SimpleNamespace(uiVal=value)
+                    nvmlReturn=3 if value is None else 0, valueType=3, value=types.SimpleNamespace(ullVal=value)
                 )
             )
         return out
@@ -230,6 +241,15 @@ class Recorder:
 
     def expect(self, name: str, observed: Any, expected: Any, *, node: str, gpu: Any = None, **extra: Any) -> None:
         self.calls.append(("expect", name, observed, gpu))
+
+    def unreadable(self, metric: str, why: str, *, node: str, gpu: Any = None, **extra: Any) -> None:
+        self.calls.append(("unreadable", metric, why, gpu))
+
+    def declared(self, metric: str, node: str, scale: int | None = None) -> Any:
+        return types.SimpleNamespace(min=18) if metric == "nvlink_links_active" else None
+
+    def sku(self, node: str) -> str:
+        return "H100"
 
     def stragglers(self, metric: str) -> list[Any]:
         return []
