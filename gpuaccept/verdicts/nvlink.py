@@ -89,7 +89,8 @@ def judge_link_counters(gpu: NvlinkGpu, judge: JudgeLike, node: str) -> None:
     ``nvlink_links_active`` declares, from its datasheet) up and giving NVML's per-link data counters.
 
     Passes as ``all N links``; else names how many did, the links down and the links whose counters NVML
-    did not give (with its return code). The counters' KiB ride along (summed, and per link), so the report
+    did not give (with its return code); none given on any link is could not measure (a driver without the
+    fields), never a pass nor a link fault. The counters' KiB ride along (summed, and per link), so the report
     shows what a telemetry agent would sample. A reading without the per-link read (older than it) could
     not measure it, never a pass."""
     limit = judge.declared("nvlink_links_active", node)
@@ -108,6 +109,12 @@ def judge_link_counters(gpu: NvlinkGpu, judge: JudgeLike, node: str) -> None:
         int(k) for k, v in telemetry["per_link"].items() if v["tx_kib"] is not None and v["rx_kib"] is not None
     )
     unread = sorted(int(k) for k in telemetry["per_link"] if int(k) not in read)
+    if unread and not read:
+        # no link gave counters: the driver does not offer the fields (NVML's code says so), not a link fault
+        reasons = sorted({why for name, why in telemetry["errors"].items() if name != "link_count"})
+        why = f"NVML gave no per-link data counters on links {unread} ({', '.join(reasons)})"
+        judge.unreadable("nvlink_link_counters", why, node=node, gpu=gpu_label(gpu))
+        return
     observed = f"all {want} links"
     if len(read) < want or unread:
         down = [k["link"] for k in state["links"] if not k["active"]]

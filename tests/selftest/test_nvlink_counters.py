@@ -120,6 +120,17 @@ def test_counters_nvml_does_not_give_fail_naming_the_links_and_the_code(gb200: G
     assert counters.value == "16 of 18 links; counters not given on links [3, 11] (nvmlReturn 3)"
 
 
+def test_no_link_giving_counters_could_not_measure_naming_the_code(gb200: GB200, tmp_path: Path) -> None:
+    """A driver that offers none of the fields (the one-H200 VM's 580 driver answered code 3 for every link) is
+    a reading the judge cannot have, not a link fault: could not measure, naming NVML's code, never a pass."""
+    gb200.unread_counters = set(range(18))
+    counters = _judged(nvlink.collect(tmp_path))["nvlink_link_counters"]
+    assert counters.verdict == "unmeasured" and counters.value == "unreadable"
+    assert "no per-link data counters on links [0, 1," in (counters.reason or "") and "nvmlReturn 3" in (
+        counters.reason or ""
+    )
+
+
 def test_a_null_counter_without_its_reason_is_refused(gb200: GB200, tmp_path: Path) -> None:
     gb200.unread_counters = {3}
     data = json.loads(json.dumps(nvlink.collect(tmp_path)))
