@@ -10,6 +10,12 @@ collectives across it ride NVLink (MNNVL/NVLS), proven by NCCL's own init lines.
   NCCL_CUMEM_ENABLE=1``, passed only when ``verdicts/nccl_transport.judge_domain_transport(..., expect="mnnvl")`` finds
   MNNVL/NVLS in the init lines; a floor where a cited figure exists (``nvlink_domain_busbw_gbps@72``), other scales
   reported with the figure a named model derives.
+* ``test_domain_tray_at_fault``: which tray of a block is slow: NCCL's two passes (``nccl.passes``, the bisection
+  ``test_nccl_node_at_fault`` runs over the allocation) inside each allocated block, MNNVL on: groups of 2, 4, ...
+  trays side by side, a group below its floor or its sibling groups makes its trays suspects, each suspect paired
+  with a tray of the same block that passed; ``nccl_node_verdict`` names the tray. Judged against its block peers,
+  so it needs no domain floor (none exists below 72 GPUs); a block of 2 trays cannot tell them apart
+  (``undetermined``).
 * ``test_domain_network``: the same block with ``NCCL_MNNVL_ENABLE=0 NCCL_NVLS_ENABLE=0``: the network path
   inside a block, passed only on NET transport lines.
 
@@ -31,9 +37,12 @@ from gpuaccept.dispatch.topology import Topology, read_topology
 from gpuaccept.probes.specs import IMEX, NCCL
 from gpuaccept.thresholds.domain_site import declared_or_default
 from gpuaccept.verdicts.imex import imex_absent, judge_imex_channel, judge_imex_domain
+from gpuaccept.verdicts.nccl import FAULT_METRICS
 from gpuaccept.verdicts.nccl_transport import judge_domain_transport
 from gpuaccept.verdicts.nvlink_block import blocks_absent, judge_block_cliques, judge_block_trays, judge_domain_busbw
 from gpuaccept.verdicts.nvlink_fabric import domain_for, node_cliques
+
+from .nccl_passes import first_pass, node_verdict
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect, pytest.mark.multinode]
 
@@ -159,6 +168,25 @@ def test_domain_bandwidth(cluster, judge, thresholds, topology):
     result = _block_sweep(cluster, nodes, MNNVL_ENV)
     judge_domain_transport(result.records, judge, expect="mnnvl")
     judge_domain_busbw(group_tables(result.records), judge, block=name, node=nodes[0])
+
+
+@pytest.mark.judges(*FAULT_METRICS, nodes=2, scaled=True)
+def test_domain_tray_at_fault(cluster, judge, thresholds, settings, topology):
+    """Each allocated block's trays through NCCL's bisection among themselves (all_reduce and all_gather with
+    MNNVL on; gloo on CPU nodes): a slow tray FAILS ``nccl_node_verdict`` naming it, its block peers and every
+    other block's trays pass."""
+    _require_domain(cluster, judge, thresholds)
+    blocks = {name: nodes for name, nodes in _allocated_blocks(cluster, topology).items() if len(nodes) >= 2}
+    if not blocks:
+        pytest.skip("not applicable: no topology/block block with two allocated trays: no tray to compare")
+    for name, nodes in sorted(blocks.items()):
+        tables, failing, _ = first_pass(
+            cluster, settings, judge, nodes, env=MNNVL_ENV, collectives="all_reduce,all_gather"
+        )
+        failing = {scale: groups for scale, groups in failing.items() if groups}
+        print(f"block {name}: trays {', '.join(nodes)}; failing scales: {sorted(failing) or 'none'}")
+        for tray in nodes:
+            node_verdict(cluster, settings, judge, tray, nodes, tables, failing, env=MNNVL_ENV)
 
 
 @pytest.mark.judges(nodes=2)

@@ -1,12 +1,14 @@
 """The catalogue's rows of issue 56's Slurm side, "The NVLink domain is a Slurm block" and "IMEX per job": a block
 whose trays are not those the site bought, a node in another block's clique, and an IMEX domain that is not the
-job's (a member UNAVAILABLE, a version mismatch, an extra member) or a step without its channel. Declared here,
+job's (a member UNAVAILABLE, a version mismatch, an extra member), a step without its channel, and a slow tray.
+Declared here,
 rendered into docs/faults.md by faults_page.py beside the other rows.
 
 The IMEX and tray rows are end to end: the real acceptance file (``tests/acceptance/test_nvlink_domain.py``) runs
 through salloc/srun on a Slurm 26.05 dev cluster of two blocks of 2 nodes with ``switch/nvidia_imex`` (real blocks,
 real channels), ``nvidia-imex-ctl`` being a recording put first on PATH (``fixtures/imex/``: published outputs and
-named edits), so the probe's parser runs; the channel row runs on a 26.05 block without the IMEX plugin. The
+named edits), so the probe's parser runs; the channel row runs on a 26.05 block without the IMEX plugin, the
+slow-tray row on 8 nodes in two blocks of 4 (NCCL's bisection needs peers in the block to pair a suspect with). The
 clique row waits on the fingerprint's fabric cliques (helper nvlgpu's): its judge is proven on its own.
 """
 
@@ -77,6 +79,19 @@ DOMAIN_ROWS: tuple[Row, ...] = (
             B + "test_a_node_in_another_blocks_clique_fails_naming_it",
             B + "test_placeholder_clique_id_with_distinct_uuids_is_two_cliques",
         ),
+    ),
+    Row(
+        DOMAIN,
+        "slow-tray",
+        "a slow compute tray in an NVLink domain (judged against its block peers: no domain floor below 72 GPUs)",
+        "`GPUACCEPT_FAULT_SLOW_NODE=node4` (`_SLOW_S=0.05`): block b1's fourth tray's NCCL ranks sleep before every "
+        "collective launch; 8 nodes under 26.05 in blocks b1 = node[1-4] and b2 = node[5-8], gloo, the site's "
+        "`straggler_pct` 75 (healthy loopback groups spread 2x)",
+        "`test_domain_tray_at_fault` FAILED: `nccl_node_verdict = at fault` on node4 alone (its pair node3+node4 "
+        "straggles 13x below node1+node2 and misses the CPU SKU's 2-node floor; paired with known-good node2 it "
+        "still fails); node3 cleared by its pair with node1; every tray of b2 passes",
+        END_TO_END,
+        (B + "test_domain_slow_tray_end_to_end",),
     ),
     Row(
         DOMAIN,

@@ -88,6 +88,49 @@ def test_healthy_domain_passes_on_every_node(monkeypatch: pytest.MonkeyPatch) ->
     assert {r.extra["settle_s"] for r in results} == {0.0}
 
 
+#: the AWS ParallelCluster guide's UltraServer (u-p6e-gb200x72): queue q1, compute resource cr1, 18 static nodes
+#: named as ParallelCluster names them (``<queue>-st-<resource>-<n>``), each with the IP of one member of the
+#: guide's output in turn; members carry no host name there, so they are matched by IP
+P6E_NODES = [f"q1-st-cr1-{n}" for n in range(1, 19)]
+
+
+def p6e_block(monkeypatch: pytest.MonkeyPatch, recording: Path) -> dict[str, ImexRecord]:
+    """The 18 nodes' IMEX probes over ``recording``, each node's addresses its member's IP (the guide's order)."""
+    ips = [m.ip for m in parse_imex_ctl(recording.read_text(), []).members]
+    assert len(ips) == len(P6E_NODES)
+    return {
+        node: read(monkeypatch, str(recording), node).model_copy(update={"addresses": [ip]})
+        for node, ip in zip(P6E_NODES, ips, strict=True)
+    }
+
+
+def test_published_18_node_ultraserver_passes_and_one_unavailable_member_fails(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """AWS ParallelCluster's p6e-gb200 output (18 members READY, all C, UP) passes with its 18 members matched to
+    the 18 nodes; edited on one member line only (Node #7 ``READY`` -> ``UNAVAILABLE``, table and state left as
+    published) it fails ``imex_members_ready`` on every node, blamed on that member's node."""
+    published = FIXTURES / "gb200-18node.ready.txt"
+    j, results = judge()
+    judge_imex_domain(p6e_block(monkeypatch, published), P6E_NODES, "job", j, block="u-p6e-gb200x72")
+    assert len(results) == 18 * 6 and {r.verdict for r in results} == {"pass"}
+    members = [r for r in results if r.metric == "imex_members"]
+    assert {r.value for r in members} == {f"job: {', '.join(sorted(P6E_NODES))}"}
+    assert {len(r.extra["members"]) for r in members} == {18}
+    text = published.read_text()
+    line = "Node #7   - 172.31.51.157   - READY "
+    assert text.count(line) == 1
+    edited = tmp_path / "gb200-18node.node7-unavailable.txt"
+    edited.write_text(text.replace(line, "Node #7   - 172.31.51.157   - UNAVAILABLE "))
+    j, results = judge()
+    judge_imex_domain(p6e_block(monkeypatch, edited), P6E_NODES, "job", j, block="u-p6e-gb200x72")
+    ready = [r for r in results if r.metric == "imex_members_ready"]
+    assert len(ready) == 18 and {(r.verdict, r.node, r.value) for r in ready} == {
+        ("fail", "q1-st-cr1-8", "172.31.51.157 UNAVAILABLE")
+    }
+    assert {r.verdict for r in results if r.metric != "imex_members_ready"} == {"pass"}
+
+
 def test_members_matched_by_ip_where_no_host_name(monkeypatch: pytest.MonkeyPatch) -> None:
     records = block(monkeypatch, "gh200-2node.ready.txt")
     records = {

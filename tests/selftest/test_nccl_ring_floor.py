@@ -11,6 +11,7 @@ import pytest
 from gpuaccept.contracts.nccl_sweep import algo_args
 from gpuaccept.errors import MeasurementError
 from gpuaccept.timelimits import TimeLimit
+from tests.acceptance.nccl_passes import sweep_args
 
 pytestmark = pytest.mark.selftest
 
@@ -41,16 +42,17 @@ class _Cluster:
 SETTINGS = types.SimpleNamespace(nccl_min_bytes=1 << 20, nccl_max_bytes=1 << 30, nccl_ring=False, sources={})
 
 
-@pytest.mark.parametrize(("module", "call"), [("test_nccl", "_run_groups"), ("test_fabric", "_run_rails")])
+@pytest.mark.parametrize(
+    ("module", "call"), [("tests.acceptance.nccl_passes", "run_groups"), ("tests.acceptance.test_fabric", "_run_rails")]
+)
 def test_multinode_gpu_passes_run_ring(module: str, call: str) -> None:
-    mod = importlib.import_module(f"tests.acceptance.{module}")
+    mod = importlib.import_module(module)
     cluster = _Cluster(gpus=8)
     with pytest.raises(MeasurementError):
-        getattr(mod, call)(cluster, SETTINGS, [("a", "b")] if module == "test_nccl" else ["a", "b"])
+        getattr(mod, call)(cluster, SETTINGS, [("a", "b")] if call == "run_groups" else ["a", "b"])
     assert "--ring" in cluster.args
 
 
 def test_intra_node_sweep_keeps_nccls_choice() -> None:
-    mod = importlib.import_module("tests.acceptance.test_nccl")
-    assert "--ring" not in mod._sweep_args(_Cluster(gpus=8), SETTINGS, True)
-    assert "--ring" in mod._sweep_args(_Cluster(gpus=8), SETTINGS, True, True)
+    assert "--ring" not in sweep_args(_Cluster(gpus=8), SETTINGS, True)
+    assert "--ring" in sweep_args(_Cluster(gpus=8), SETTINGS, True, True)

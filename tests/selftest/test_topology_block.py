@@ -243,6 +243,11 @@ def imex_step(cluster: DevCluster, *srun: str, settle: float = 0.0) -> dict[str,
     return {r.node: specs.IMEX.read(r) for r in parse_records("imex", out, nodes, tuple(cluster.nodes))}
 
 
+#: the IMEX and tray-count rows leave the slow-tray test out: its bisection's steps judge none of their faults and
+#: cost each run seconds of gloo; it has its own end-to-end row (test_domain_slow_tray_end_to_end)
+NOT_TRAYS = "not test_domain_tray_at_fault"
+
+
 def test_domain_channel_missing_end_to_end(tmp_path: Path) -> None:
     """The acceptance file on a 26.05 cluster of one block without switch/nvidia_imex: no step gets a channel, and
     ``test_imex_channel`` FAILS naming each node (``missing``) while the IMEX domain itself passes. It runs before
@@ -260,6 +265,7 @@ def test_domain_channel_missing_end_to_end(tmp_path: Path) -> None:
         }
         view = repository_view(tmp_path / "repo")
         args = ["tests/acceptance/test_nvlink_domain.py", "--launcher=slurm", "--nodes=2", f"--thresholds={site}"]
+        args += ["-k", NOT_TRAYS]
         run = run_inner(view, *args, env=env, timeout=120)
     finally:
         stop_cluster(cluster)
@@ -270,6 +276,47 @@ def test_domain_channel_missing_end_to_end(tmp_path: Path) -> None:
         ("imex_channel", "node1", "missing", "fail"),
         ("imex_channel", "node2", "missing", "fail"),
     }
+
+
+#: the slow-tray row's fault: node4's NCCL ranks (block b1's fourth tray) sleep before every collective launch,
+#: 30x a 1 MiB gloo all_reduce on the loopback cluster (fault_rows.NCCL_ENV's figure, the NCCL slow-node row's)
+SLOW_TRAY = {"GPUACCEPT_FAULT_SLOW_NODE": "node4", "GPUACCEPT_FAULT_SLOW_S": "0.05"}
+#: the slow-tray run's straggler margin: gloo on the shared 2-core loopback host spread healthy groups of one
+#: block 2x apart (this test, 2026-12-03: b2's node5+node6 at 0.555 GB/s beside node7+node8 at 1.12, a pair at
+#: 0.851 beside 1.69), so the packaged 10% failed healthy trays; the slowed tray runs 13x below its peers
+#: (0.02 GB/s beside 0.264) and under the CPU SKU's 2-node floor, far past 75%
+SLOW_TRAY_SETTINGS = """settings:
+  straggler_pct:
+    value: 75
+    source: "selftest: gloo groups on the 2-core loopback host spread 2x (test_domain_slow_tray_end_to_end)"
+"""
+
+
+def test_domain_slow_tray_end_to_end(tmp_path: Path) -> None:
+    """A slow tray, for real: 8 nodes under 26.05 in two blocks of 4 (``up.sh --blocks 2``), node4's ranks slowed
+    at the NCCL probe's launch; ``test_domain_tray_at_fault`` over both blocks FAILS ``nccl_node_verdict`` on node4
+    alone (its pair of b1 straggles beside node1+node2, and paired with known-good node2 it still fails), node3 is
+    cleared by the second pass, and every tray of b2 passes. It runs before the module's IMEX cluster starts (one
+    dev cluster at a time on the host)."""
+    _require_root_26()
+    cluster = start_cluster(8, up_args=["--slurm", "26.05", "--blocks", "2"])
+    try:
+        site = tmp_path / "site.yaml"
+        site.write_text(SLOW_TRAY_SETTINGS + SITE.split("  blocks:")[0])
+        view = repository_view(tmp_path / "repo")
+        args = ["tests/acceptance/test_nvlink_domain.py::test_domain_tray_at_fault", "--launcher=slurm", "--nodes=8"]
+        run = run_inner(view, *args, f"--thresholds={site}", env={**cluster.env, **SLOW_TRAY}, timeout=300)
+    finally:
+        stop_cluster(cluster)
+    assert run.verdicts() == {"test_domain_tray_at_fault": "failed"}, run.output[-3000:]
+    (test,) = run.record["tests"]
+    verdicts = {c["where"]: (c["observed"], c["verdict"]) for c in test["checks"] if c["check"] == "nccl_node_verdict"}
+    assert verdicts["node4"] == ("at fault", "fail"), verdicts
+    assert verdicts.get("node3") == ("not at fault", "pass"), verdicts
+    failed = {c["where"] for c in test["checks"] if c["verdict"] == "fail"}
+    assert failed == {"node4"}, [c for c in test["checks"] if c["verdict"] == "fail"]
+    b2 = {c["where"]: c["verdict"] for c in test["checks"] if c["where"] in {f"node{n}" for n in range(5, 9)}}
+    assert set(b2) == {"node5", "node6", "node7", "node8"} and set(b2.values()) == {"pass"}, b2
 
 
 def test_dev_cluster_blocks_place_jobs_and_give_each_step_its_channel(blocks_cluster: DevCluster) -> None:
@@ -377,6 +424,8 @@ def test_domain_faults_end_to_end(key: str, blocks_cluster: DevCluster, tmp_path
     run = run_inner(
         view,
         "tests/acceptance/test_nvlink_domain.py",
+        "-k",
+        NOT_TRAYS,
         "--launcher=slurm",
         "--nodelist=node1,node2",
         f"--thresholds={site}",
