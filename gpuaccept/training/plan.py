@@ -17,43 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuaccept.contracts.judge import JudgeLike
+from gpuaccept.thresholds.storage_site import Filesystem
 from gpuaccept.timelimits import TimeLimit
 from gpuaccept.training.budget import LaunchPlan, StrategyWork, launch_limit
 from gpuaccept.training.config import FIXTURES, LINEAR_MODULES, ROWS_MAX, TrainConfig, profile_for
-from gpuaccept.training.finetune_launch import FinetuneLaunch
+from gpuaccept.training.finetune_launch import FinetuneLaunch, LaunchShape
 from gpuaccept.training.flops import flops_from_config
+from gpuaccept.verdicts.storage import per_node_figure
 
 __all__ = ["FinetunePlan", "LaunchShape", "Store", "flops_per_token", "run_config", "tokens_per_step"]
-
-
-@dataclass(frozen=True)
-class LaunchShape:
-    """What the judging needs to know of a launch."""
-
-    #: small (built-in small model), scale (built-in 7B-class), pretrained (a --model-path checkpoint)
-    profile: str
-    #: node (every GPU of one node) or multinode (every GPU of every node)
-    scope: str
-    ranks: int
-    gpu_run: bool
-
-    def metric(self, name: str) -> str:
-        """The profile's own limit for ``name``: each profile's limits were measured on (or, for
-        ``--model-path``, contracted for) that model."""
-        return name if self.profile == "small" else name.replace("train_", f"train_{self.profile}_", 1)
-
-    @property
-    def serves(self) -> bool:
-        """Whether each GPU then serves the adapter it trained (the 7B-class and checkpoint runs on GPUs; the
-        small model's decode times kernel launches, not HBM)."""
-        return self.gpu_run and self.profile != "small"
-
-    def speed_metric(self, strategy: str) -> str:
-        """Tokens/s for the small model (its limits were measured on it), MFU for the 7B-class runs."""
-        if self.profile == "small":
-            return f"train_tokens_per_s_per_gpu_{strategy}" + ("" if strategy == "solo" else f"_{self.scope}")
-        suffix = "" if strategy == "solo" else f"_{strategy}_{self.scope}"
-        return ("train_pretrained_mfu_pct" if self.profile == "pretrained" else "train_mfu_pct") + suffix
 
 
 def run_config(shape: LaunchShape, strategy: str, model_path: Path | None) -> TrainConfig:
@@ -94,6 +66,13 @@ class Store:
     write_gbps: float
     read_gbps: float
 
+    @classmethod
+    def of(cls, declared: tuple[str, Filesystem] | None) -> Store | None:
+        """A declared filesystem's store (None where none is declared)."""
+        if declared is None:
+            return None
+        return cls(declared[0], per_node_figure(declared[1], "write"), per_node_figure(declared[1], "read"))
+
     def there_and_back(self, gb: float) -> float:
         """Seconds to write ``gb`` here and read it back, at the contract's per-node figures."""
         return gb / self.write_gbps + gb / self.read_gbps
@@ -122,7 +101,7 @@ class FinetunePlan:
         models: Store | None = None,
         scratch: Store | None = None,
     ) -> FinetunePlan:
-        shape = LaunchShape(launch.judged_as, launch.scope, launch.ranks, launch.gpu_run)
+        shape = launch.shape
         node = launch.nodes[0]
         works: list[StrategyWork] | None = []
         for strategy in launch.strategies:
@@ -134,15 +113,6 @@ class FinetunePlan:
             works.append(StrategyWork(strategy, cfg.steps, tokens_per_step(cfg), floor[0], floor[1]))
         weights = _weight_bytes(shape, model_path) if "solo" in launch.strategies else None
         return cls(launch, shape, model_path, tuple(works) if works is not None else None, weights, models, scratch)
-
-    @property
-    def solo_floor(self) -> float | None:
-        """The tokens/s a GPU's own run must reach (its speed metric's floor, as a rate): what the probe holds every
-        rank's solo run to before it trains the node-wide strategies (``--solo-floor``); None where the launch
-        does not hold it (``FinetuneLaunch.wants_solo_floor``) or no floor is declared."""
-        if not self.launch.wants_solo_floor or self.works is None:
-            return None
-        return next(round(w.floor_tokens_per_s, 1) for w in self.works if w.name == "solo")
 
     @property
     def storage(self) -> tuple[tuple[str, float], ...]:
@@ -158,18 +128,18 @@ class FinetunePlan:
         return tuple((name, round(seconds, 1)) for name, seconds in terms)
 
     @property
-    def limit(self) -> TimeLimit | None:
-        """The launch's limit from its plan (``budget.launch_limit``); None where a strategy has no floor, so the
-        probe's declared limit applies."""
+    def launch_plan(self) -> LaunchPlan | None:
+        """What the launch carries as its ``--plan`` (``budget.plan_arg``), from which the ``finetune`` spec derives
+        its limit and the probe reads its solo floor; None where a strategy has no floor (the spec's default limit
+        applies)."""
         if self.works is None:
             return None
-        return launch_limit(LaunchPlan(self.works, self.launch.lifecycle, self.shape.serves, self.storage))
+        return LaunchPlan(self.works, self.launch.lifecycle, self.shape.serves, self.storage)
 
-    def figures(self, strategy: str) -> tuple[int, float | None]:
-        """Tokens a step (an upper bound per rank) and FLOPs a token of ``strategy``, as the launch planned them:
-        what a stopped rank's progress is read against."""
-        cfg = run_config(self.shape, strategy, self.model_path)
-        return tokens_per_step(cfg), None if self.shape.profile == "small" else flops_per_token(cfg, self.model_path)
+    @property
+    def limit(self) -> TimeLimit | None:
+        """The launch's limit from its plan (``budget.launch_limit``), as the spec derives it from ``--plan``."""
+        return launch_limit(self.launch_plan) if self.launch_plan else None
 
 
 def _floor_rate(

@@ -31,7 +31,6 @@ from gpuaccept.errors import MeasurementError
 from gpuaccept.nccl.facts import RunFacts
 from gpuaccept.nccl.plan import (
     lost_text,
-    op_timeout_arg,
     pair_rounds,
     scale_groups,
     scale_id,
@@ -39,6 +38,7 @@ from gpuaccept.nccl.plan import (
     suspects_and_good,
 )
 from gpuaccept.probes.specs import NCCL, NCCL_TESTS
+from gpuaccept.report import attach
 from gpuaccept.report.charts.nccl import plot_busbw
 from gpuaccept.state import STATE_KEY
 from gpuaccept.verdicts.nccl import (
@@ -68,7 +68,13 @@ CPU_RANKS = 2  # gloo ranks per CPU node for the intra-node sweep (one collectiv
 CPU_MIN_BYTES, CPU_MAX_BYTES = 64 << 10, 1 << 20  # gloo over loopback: CI's whole NCCL section in seconds
 FIDELITY_BYTES = 4 << 30  # the size of our nccl-tests reference figures (docs/measurements.md)
 
-_PAIRS: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[tuple[str, str], PairOutcome]] = {}
+#: the second pass's outcomes, by (suspects, good nodes): every suspect's case reads the one pass
+Pairs = dict[tuple[tuple[str, ...], tuple[str, ...]], dict[tuple[str, str], PairOutcome]]
+
+
+@pytest.fixture(scope="module")
+def pair_passes() -> Pairs:
+    return {}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -99,7 +105,7 @@ def _layout(cluster: Any, node: str, multinode: bool) -> tuple[int, int]:
     return (1 if multinode else CPU_RANKS), 0
 
 
-def _sweep_args(cluster: Any, settings: Any, gpu: bool, multinode: bool = False, **override: Any) -> list[str]:
+def _sweep_args(settings: Any, gpu: bool, multinode: bool = False, **override: Any) -> list[str]:
     """Probe arguments from the settings; CPU nodes get small sizes unless the operator chose sizes;
     multi-node GPU passes run Ring, the algorithm their floors were measured with (``algo_args``)."""
     lo, hi = settings.nccl_min_bytes, settings.nccl_max_bytes
@@ -113,9 +119,7 @@ def _sweep_args(cluster: Any, settings: Any, gpu: bool, multinode: bool = False,
     if not gpu:
         opts.update({"iters": 5, "warmup": 2})
     opts.update({k.replace("_", "-"): v for k, v in override.items() if v is not None})
-    args = [f"--{k}={v}" for k, v in opts.items()]
-    if "op-timeout" not in opts:
-        args.append(op_timeout_arg(cluster.limit(NCCL).seconds))
+    args = [f"--{k}={v}" for k, v in opts.items()]  # --op-timeout: the NCCL spec's, from its step's limit
     return args + algo_args(gpu=gpu, multinode=multinode, forced_ring=settings.nccl_ring)
 
 
@@ -139,12 +143,7 @@ def _plot(request: pytest.FixtureRequest, name: str, tables: list[GroupTable], j
         floors[c] = limit.min if limit is not None else None
     path = Path(request.config.rootpath) / "reports" / "nccl" / f"{name}.png"
     plot_busbw(series, path, title=f"NCCL busbw: {name}", thresholds=floors)
-    try:
-        import allure  # type: ignore[import-not-found]
-
-        allure.attach.file(str(path), name=f"busbw {name}", attachment_type=allure.attachment_type.PNG)
-    except ImportError:
-        pass
+    attach.png(path.read_bytes(), f"busbw {name}")
     return path
 
 
@@ -156,7 +155,7 @@ def _run_groups(
     nodes = [n for g in groups for n in g]
     tasks, gpt = _layout(cluster, nodes[0], multinode=True)
     args = [
-        *_sweep_args(cluster, settings, bool(gpt), True, **override),
+        *_sweep_args(settings, bool(gpt), True, **override),
         "--groups=" + ";".join(",".join(g) for g in groups),
     ]
     run = cluster.run_shared if shared else cluster.run
@@ -182,7 +181,7 @@ def _scale(cluster: Any, settings: Any, scale: int, nodes: list[str]) -> list[Gr
 def _node_sweep(cluster: Any, settings: Any, node: str, tasks: int, gpt: int) -> Any:
     """All GPUs of the node in one sweep, once per session: ``test_nccl_node`` judges it and the
     fidelity test compares nccl-tests with it."""
-    args = _sweep_args(cluster, settings, bool(gpt))
+    args = _sweep_args(settings, bool(gpt))
     return cluster.run_shared(NCCL, nodes=[node], tasks_per_node=tasks, gpus_per_task=gpt, args=args)
 
 
@@ -234,7 +233,7 @@ def test_nccl_tests_fidelity(node, cluster, judge, settings):
     tasks, gpt = _layout(cluster, node, multinode=False)
     table = group_tables(_node_sweep(cluster, settings, node, tasks, gpt).records)[0]
     if table.at("all_reduce", size) is None:  # the sweep stopped below this size (--nccl-max-bytes)
-        args = _sweep_args(cluster, settings, True, collectives="all_reduce,all_gather", min_bytes=size, max_bytes=size)
+        args = _sweep_args(settings, True, collectives="all_reduce,all_gather", min_bytes=size, max_bytes=size)
         result = cluster.run(NCCL, nodes=[node], tasks_per_node=gpus, gpus_per_task=1, args=args)
         table = group_tables(result.records)[0]
     judge_fidelity(theirs["runs"], table, size, judge, node)
@@ -269,13 +268,20 @@ def test_nccl_scale(scale, cluster, judge, settings, request):
 
 
 def _pair_pass(
-    cluster: Any, settings: Any, suspects: list[str], good: list[str], floor: Any, ref: float | None, pct: float
+    done: Pairs,
+    cluster: Any,
+    settings: Any,
+    suspects: list[str],
+    good: list[str],
+    floor: Any,
+    ref: float | None,
+    pct: float,
 ) -> dict[tuple[str, str], PairOutcome]:
     """Second pass: each suspect with a known-good node; a round that breaks is re-run pair by pair (a pair
     that does not complete fails with why); each pair judged by ``pair_outcome``."""
     key = (tuple(suspects), tuple(good))
-    if key in _PAIRS:
-        return _PAIRS[key]
+    if key in done:
+        return done[key]
     size = settings.nccl_max_bytes if cluster.gpus_on(suspects[0]) else None
     override: dict[str, Any] = {"collectives": "all_reduce", "min_bytes": size, "max_bytes": size}
     outcome: dict[tuple[str, str], PairOutcome] = {}
@@ -291,13 +297,13 @@ def _pair_pass(
                     outcome[pair] = (False, f"did not complete: {str(exc).splitlines()[0][:300]}", float("nan"))
         for met, table in tables.items():
             outcome[(met[0], met[1])] = pair_outcome(table, floor=floor, reference=ref, straggler_pct=pct)
-    _PAIRS[key] = outcome
+    done[key] = outcome
     return outcome
 
 
 @pytest.mark.judges(*FAULT_METRICS, nodes=2, scaled=True)
 @pytest.mark.multinode
-def test_nccl_node_at_fault(suspect, cluster, judge, settings):
+def test_nccl_node_at_fault(suspect, cluster, judge, settings, pair_passes):
     """The node's verdict from the scales and, if one of its groups failed, from pairs with good nodes."""
     if suspect is None:
         pytest.skip("the allocation has one node: no multi-node scale")
@@ -317,6 +323,6 @@ def test_nccl_node_at_fault(suspect, cluster, judge, settings):
         judge_cleared(suspect, tables, nodes, role, judge)
         return
     floor, pct = pair_limits(judge, suspect)
-    pairs = _pair_pass(cluster, settings, suspects, good, floor, pair_reference(tables, failing), pct)
+    pairs = _pair_pass(pair_passes, cluster, settings, suspects, good, floor, pair_reference(tables, failing), pct)
     pairs = {p: v for p, v in pairs.items() if all(n not in cluster.lost for n in p)}  # incomplete: blames nobody
     judge_blame(suspect, pairs, suspects, good, first, failing[first], judge)

@@ -52,5 +52,5 @@ def test_multinode_gpu_passes_run_ring(module: str, call: str) -> None:
 
 def test_intra_node_sweep_keeps_nccls_choice() -> None:
     mod = importlib.import_module("tests.acceptance.test_nccl")
-    assert "--ring" not in mod._sweep_args(_Cluster(gpus=8), SETTINGS, True)
-    assert "--ring" in mod._sweep_args(_Cluster(gpus=8), SETTINGS, True, True)
+    assert "--ring" not in mod._sweep_args(SETTINGS, True)
+    assert "--ring" in mod._sweep_args(SETTINGS, True, True)
