@@ -38,7 +38,6 @@ __all__ = [
     "launch_limit",
     "limit_of_args",
     "plan_arg",
-    "plan_of_args",
     "read_plan",
 ]
 
@@ -100,7 +99,7 @@ NO_PLAN_S = 600.0
 
 
 def plan_arg(plan: LaunchPlan) -> list[str]:
-    """The launch's ``--plan`` argument: the plan as JSON, read back by ``plan_of_args``."""
+    """The launch's ``--plan`` argument: the plan as JSON, read back by ``read_plan``."""
     return ["--plan", json.dumps(asdict(plan), separators=(",", ":"))]
 
 
@@ -112,18 +111,12 @@ def read_plan(text: str) -> LaunchPlan:
     return LaunchPlan(works, bool(raw["lifecycle"]), bool(raw["serving"]), storage)
 
 
-def plan_of_args(args: Sequence[str]) -> LaunchPlan | None:
-    """The plan a launch's arguments carry (``plan_arg``), or None where they carry none."""
-    text = next((args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--plan"), None)
-    return read_plan(text) if text is not None else None
-
-
 def limit_of_args(args: Sequence[str], gpus: int) -> TimeLimit:
     """The ``finetune`` spec's limit: its ``--plan``'s (``launch_limit``), else ``NO_PLAN_S``."""
-    plan = plan_of_args(args)
-    if plan is None:
+    text = next((args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--plan"), None)
+    if text is None:
         return TimeLimit(NO_PLAN_S, "no plan given: a strategy without a declared floor (gpuaccept.training.plan)")
-    return launch_limit(plan)
+    return launch_limit(read_plan(text))
 
 
 def launch_limit(plan: LaunchPlan) -> TimeLimit:

@@ -100,14 +100,15 @@ def _where(line: Progress) -> str:
     return f"rank {line.rank} on {line.node}{gpu} in {line.phase}{steps}"
 
 
+@dataclass(frozen=True)
 class RankStand:
-    """Where one rank stood when its launch was stopped."""
+    """Where one rank stood when its launch was stopped: its last progress line, the line that opened its phase,
+    the moment of the stop, and the launch's hang time."""
 
-    def __init__(self, last: Progress, opened: Progress | None, ended_at: float, hang_s: float) -> None:
-        self.last = last
-        self.opened = opened
-        self.ended_at = ended_at
-        self.hang_s = hang_s
+    last: Progress
+    opened: Progress | None
+    ended_at: float
+    hang_s: float
 
     @property
     def silent_s(self) -> float:

@@ -14,7 +14,7 @@ from gpuaccept.contracts.records import RankRecord
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.errors import MeasurementError
 from gpuaccept.probes.specs import FINETUNE
-from gpuaccept.training.budget import NO_PLAN_S, LaunchPlan, StrategyWork, launch_limit, plan_arg, plan_of_args
+from gpuaccept.training.budget import NO_PLAN_S, LaunchPlan, StrategyWork, launch_limit, plan_arg, read_plan
 from gpuaccept.training.config import FIXTURES
 from gpuaccept.training.finetune_launch import (
     CPU_RANKS_PER_NODE,
@@ -122,7 +122,7 @@ def test_the_launch_carries_its_plan_and_the_spec_derives_its_limit_from_it() ->
     solo, ddp = StrategyWork("solo", 10, 512, 1234.54, "floor"), StrategyWork("ddp", 10, 512, 999.0, "floor")
     plan = LaunchPlan((solo, ddp), lifecycle=True, serving=True, storage=(("saved", 3.5),))
     args = ["--strategy", "solo,ddp", *plan_arg(plan)]
-    assert plan_of_args(args) == plan and plan_of_args(args[:2]) is None
+    assert read_plan(args[-1]) == plan
     assert FINETUNE.limit(args, 8) == launch_limit(plan)
     assert FINETUNE.limit(args[:2], 8).seconds == NO_PLAN_S
     assert plan.solo_floor == 1234.5  # the probe holds every GPU's own run to it before DDP
