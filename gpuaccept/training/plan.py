@@ -6,8 +6,9 @@ used to assemble: the launch's shape (``finetune_launch.plan_launch``: which str
 whose limits judge it (``LaunchShape``); each strategy's work at the slowest rate a healthy GPU of the SKU may train
 it (the floor of the metric that judges its speed: tokens/s for the small model and CPU ranks; MFU for the 7B-class
 and ``--model-path`` runs, as FLOPs per second over the SKU's dense BF16 peak); the merged weights' save and cold
-starts at the declared filesystems' contracted rates (``Store``); and from these the limit (``budget.launch_limit``).
-The judges read the plan's figures (``verdicts.launch_time``); they plan nothing.
+starts at the declared filesystems' contracted rates (``Store``); and from these the ``--plan`` the launch carries
+(``launch_plan``), from which the ``finetune`` spec derives its limit (``budget.limit_of_args``) and the probe its
+solo floor. The judges read the plan's figures (``verdicts.launch_time``); they plan nothing.
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from pathlib import Path
 
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.thresholds.storage_site import Filesystem
-from gpuaccept.timelimits import TimeLimit
-from gpuaccept.training.budget import LaunchPlan, StrategyWork, launch_limit
+from gpuaccept.training.budget import LaunchPlan, StrategyWork
 from gpuaccept.training.config import FIXTURES, LINEAR_MODULES, ROWS_MAX, TrainConfig, profile_for
 from gpuaccept.training.finetune_launch import FinetuneLaunch, LaunchShape
 from gpuaccept.training.flops import flops_from_config
@@ -135,11 +135,6 @@ class FinetunePlan:
         if self.works is None:
             return None
         return LaunchPlan(self.works, self.launch.lifecycle, self.shape.serves, self.storage)
-
-    @property
-    def limit(self) -> TimeLimit | None:
-        """The launch's limit from its plan (``budget.launch_limit``), as the spec derives it from ``--plan``."""
-        return launch_limit(self.launch_plan) if self.launch_plan else None
 
 
 def _floor_rate(

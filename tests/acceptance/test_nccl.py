@@ -68,12 +68,12 @@ CPU_RANKS = 2  # gloo ranks per CPU node for the intra-node sweep (one collectiv
 CPU_MIN_BYTES, CPU_MAX_BYTES = 64 << 10, 1 << 20  # gloo over loopback: CI's whole NCCL section in seconds
 FIDELITY_BYTES = 4 << 30  # the size of our nccl-tests reference figures (docs/measurements.md)
 
-#: the second pass's outcomes, by (suspects, good nodes): every suspect's case reads the one pass
 Pairs = dict[tuple[tuple[str, ...], tuple[str, ...]], dict[tuple[str, str], PairOutcome]]
 
 
 @pytest.fixture(scope="module")
 def pair_passes() -> Pairs:
+    """The second pass's outcomes, by (suspects, good nodes): every suspect's case reads the one pass."""
     return {}
 
 

@@ -10,7 +10,6 @@ import pytest
 
 from gpuaccept.contracts.nccl_sweep import algo_args
 from gpuaccept.errors import MeasurementError
-from gpuaccept.timelimits import TimeLimit
 
 pytestmark = pytest.mark.selftest
 
@@ -29,9 +28,6 @@ class _Cluster:
 
     def gpus_on(self, node: str) -> int:
         return self.gpus
-
-    def limit(self, probe: str, args: Any = (), gpus_per_task: int = 0) -> TimeLimit:
-        return TimeLimit(60.0, "a selftest's")
 
     def run(self, probe: str, **kwargs: Any) -> Any:
         self.args = [str(a) for a in kwargs["args"]]

@@ -201,10 +201,12 @@ def test_the_plan_holds_the_floors_the_weights_storage_work_and_the_limit() -> N
         ("merged weights saved and cold-started", round(gb / 2 + gb / 4, 1)),
         ("copied to scratch and cold-started", round(gb / 5 + gb / 10, 1)),
     )
-    limit = plan.limit
-    assert limit is not None and "merged weights saved and cold-started 11.4 s" in limit.basis
-    unsaved = FinetunePlan.of(h100_judge(), plan.launch, None).limit
-    assert unsaved is not None and limit.seconds == pytest.approx(unsaved.seconds + 1.25 * (11.4 + 4.6), abs=0.2)
-    # a checkpoint on CPU ranks: its speed is reported, not judged; no floor, no planned limit, no solo floor
+    # the limit as the spec derives it from the launch's arguments, the plan among them
+    limit = FINETUNE.limit(plan.launch.args(REPORTS, model_path=None, dataset=None, plan=plan.launch_plan), 8)
+    assert "merged weights saved and cold-started 11.4 s" in limit.basis
+    unsaved = FinetunePlan.of(h100_judge(), plan.launch, None).launch_plan
+    assert unsaved is not None
+    assert limit.seconds == pytest.approx(launch_limit(unsaved).seconds + 1.25 * (11.4 + 4.6), abs=0.2)
+    # a checkpoint on CPU ranks: its speed is reported, not judged; no floor, no plan (the spec's default limit)
     cpu = FinetunePlan.of(h100_judge(), plan_launch("node", ["n1"], 0, "default", CKPT), CKPT)
-    assert cpu.limit is None and cpu.launch_plan is None
+    assert cpu.launch_plan is None
