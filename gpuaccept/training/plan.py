@@ -25,7 +25,7 @@ from gpuaccept.training.finetune_launch import FinetuneLaunch, LaunchShape
 from gpuaccept.training.flops import flops_from_config
 from gpuaccept.verdicts.storage import per_node_figure
 
-__all__ = ["FinetunePlan", "LaunchShape", "Store", "flops_per_token", "run_config", "tokens_per_step"]
+__all__ = ["FinetunePlan", "LaunchShape", "Store", "planned_figures"]
 
 
 def run_config(shape: LaunchShape, strategy: str, model_path: Path | None) -> TrainConfig:
@@ -46,6 +46,13 @@ def _model_config(cfg: TrainConfig, model_path: Path | None, default: Path) -> d
     except (OSError, ValueError):
         return None
     return loaded
+
+
+def planned_figures(shape: LaunchShape, strategy: str, model_path: Path | None) -> tuple[int, float | None]:
+    """Tokens a step (an upper bound per rank) and FLOPs a token of ``strategy``, as the launch planned them: what a
+    stopped rank's progress is read against (``verdicts.launch_time``)."""
+    cfg = run_config(shape, strategy, model_path)
+    return tokens_per_step(cfg), None if shape.profile == "small" else flops_per_token(cfg, model_path)
 
 
 def flops_per_token(cfg: TrainConfig, model_path: Path | None) -> float | None:

@@ -19,16 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike
-from gpuaccept.training.plan import LaunchShape, flops_per_token, run_config, tokens_per_step
+from gpuaccept.training.plan import LaunchShape, planned_figures
 from gpuaccept.training.watch import RankStand
 
 __all__ = ["judge_unfinished", "judge_unfinished_ranks"]
-
-
-def _plan_figures(shape: LaunchShape, strategy: str, model_path: Path | None) -> tuple[int, float | None]:
-    """Tokens a step (an upper bound per rank) and FLOPs a token of ``strategy``, as the launch planned them."""
-    cfg = run_config(shape, strategy, model_path)
-    return tokens_per_step(cfg), None if shape.profile == "small" else flops_per_token(cfg, model_path)
 
 
 def judge_unfinished(
@@ -46,7 +40,7 @@ def judge_unfinished(
     the floor, else unreadable (a hang, or a bound that proves nothing), naming where it stood and why the
     launch stopped."""
     metric = shape.speed_metric(strategy)
-    tokens_per_step, flops_per_token = _plan_figures(shape, strategy, model_path)
+    tokens_per_step, flops_per_token = planned_figures(shape, strategy, model_path)
     # a hung rank is named as such: how slow it was before it stopped says nothing of the GPU's speed
     bound = stand.tokens_per_s_bound(tokens_per_step) if stand.last.phase == strategy and not stand.hung else None
     where: dict[str, Any] = {"gpu": gpu, "task_rank": stand.last.rank}
