@@ -18,15 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
 from gpuaccept.contracts.finetune import FinetuneNotRun, FinetunePayload, FinetuneRun, RankRun, RunOrNot
 from gpuaccept.contracts.records import RankRecord
-from gpuaccept.dispatch.result import ProbeResult, stage_records
 from gpuaccept.errors import MeasurementError, ProbeTimeout
-from gpuaccept.probes.specs import FINETUNE
 from gpuaccept.training.budget import LaunchPlan, plan_arg
 from gpuaccept.training.watch import Key, RankStand, stands
 
@@ -274,29 +272,33 @@ def stage_runs(records: Iterable[RankRecord]) -> list[RankRun]:
 
 @dataclass(frozen=True)
 class Part:
-    """One strategy's share of a launch: the records of the ranks that finished it, and, when the launch was
-    stopped before it ended, where each other rank stood and why it was stopped; ``absent``: why the launch does
-    not apply, as its GPUs declared it (memory too small for a 7B-class model)."""
+    """One strategy's share of a launch: the step's result (``dispatch.result.ProbeResult``) and the records of the
+    ranks that finished the strategy, and, when the launch was stopped before it ended, where each other rank stood
+    and why it was stopped; ``absent``: why the launch does not apply, as its GPUs declared it (memory too small for
+    a 7B-class model)."""
 
-    result: ProbeResult
+    result: Any
     runs: list[RankRun]
     unfinished: dict[Key, RankStand]
     why: str = ""
     absent: str | None = None
 
 
-def launch_part(run: Callable[[], ProbeResult], strategy: str, hang_s: float) -> Part:
+def launch_part(
+    run: Callable[[], Any], strategy: str, hang_s: float, stages: Callable[[str, str], list[RankRecord]]
+) -> Part:
     """The launch's result (``run``) as seen by one strategy: each rank's record holds that strategy's figures. A
     launch stopped at its limit (or earlier, by its ranks' progress) keeps what its ranks sent as each strategy
-    finished; the ranks that had not finished this one are handed back with where they stood (silent for
-    ``hang_s``, the step's hang time: hung)."""
+    finished (``stages``: the stage records of a stopped step's output, ``dispatch.result.stage_records`` of the
+    spec); the ranks that had not finished this one are handed back with where they stood (silent for ``hang_s``,
+    the step's hang time: hung). Area code: the step's types are the launch layer's, handed in."""
     try:
         result = run()
     except ProbeTimeout as exc:
         stopped = getattr(exc, "result", None)
         if stopped is None:
             raise
-        records = stage_records(FINETUNE, stopped.stdout, strategy)
+        records = stages(stopped.stdout, strategy)
         done = {(r.node, r.rank) for r in records}
         left = {
             key: stand for key, stand in stands(stopped.stdout, stopped.ended_at, hang_s).items() if key not in done

@@ -18,12 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuaccept.contracts.judge import JudgeLike
-from gpuaccept.thresholds.storage_site import Filesystem
 from gpuaccept.training.budget import LaunchPlan, StrategyWork
 from gpuaccept.training.config import FIXTURES, LINEAR_MODULES, ROWS_MAX, TrainConfig, profile_for
 from gpuaccept.training.finetune_launch import FinetuneLaunch, LaunchShape
 from gpuaccept.training.flops import flops_from_config
-from gpuaccept.verdicts.storage import per_node_figure
 
 __all__ = ["FinetunePlan", "LaunchShape", "Store", "planned_figures"]
 
@@ -72,13 +70,6 @@ class Store:
     name: str
     write_gbps: float
     read_gbps: float
-
-    @classmethod
-    def of(cls, declared: tuple[str, Filesystem] | None) -> Store | None:
-        """A declared filesystem's store (None where none is declared)."""
-        if declared is None:
-            return None
-        return cls(declared[0], per_node_figure(declared[1], "write"), per_node_figure(declared[1], "read"))
 
     def there_and_back(self, gb: float) -> float:
         """Seconds to write ``gb`` here and read it back, at the contract's per-node figures."""

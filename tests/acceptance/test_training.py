@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from gpuaccept.contracts.finetune import RankRun
-from gpuaccept.dispatch.result import ProbeResult
+from gpuaccept.dispatch.result import ProbeResult, stage_records
 from gpuaccept.probes.specs import FINETUNE
 from gpuaccept.report import attach
 from gpuaccept.report.charts.loss import artifacts
@@ -45,11 +45,11 @@ from gpuaccept.training.finetune_launch import (
     launch_part,
     plan_launch,
 )
-from gpuaccept.training.plan import FinetunePlan, Store
+from gpuaccept.training.plan import FinetunePlan
 from gpuaccept.training.report import TARGET_LOSS, print_summary
 from gpuaccept.verdicts.inference import AGREEMENT, SERVING
 from gpuaccept.verdicts.resume import RESUME_METRICS, checkpoint_filesystem
-from gpuaccept.verdicts.served_weights import SERVED_METRICS, models_filesystem, scratch_filesystem
+from gpuaccept.verdicts.served_weights import SERVED_METRICS, models_filesystem, scratch_filesystem, stores
 from gpuaccept.verdicts.training import (
     LIFECYCLE,
     LOSS_FIGURES,
@@ -102,8 +102,7 @@ def _args(ctx: Ctx, launch: FinetuneLaunch) -> list[str]:
     """The launch's arguments: its plan at the floors of its first node's SKU, its merged weights at the declared
     filesystems' contracted rates (``gpuaccept.training.plan``), from which the spec derives its limit; and the
     site's checkpoint, models and scratch filesystems, each where declared (else the run folder)."""
-    stores = (Store.of(models_filesystem(ctx.storage)), Store.of(scratch_filesystem(ctx.storage)))
-    plan = FinetunePlan.of(ctx.judge, launch, ctx.settings.model_path, *stores)
+    plan = FinetunePlan.of(ctx.judge, launch, ctx.settings.model_path, *stores(ctx.storage))
     return launch.args(
         ctx.rootdir / "reports",
         model_path=ctx.settings.model_path,
@@ -132,7 +131,7 @@ def _part(ctx: Ctx, strategy: str, launch: FinetuneLaunch) -> Part:
     """The launch as one strategy sees it (``launch_part``: a stopped launch's finished and unfinished ranks);
     skipped where its GPUs declared it not applicable (memory too small for a 7B)."""
     hang_s = ctx.cluster.limit(FINETUNE, _args(ctx, launch), launch.gpus_per_task).hang_s
-    part = launch_part(lambda: _launch(ctx, launch), strategy, hang_s)
+    part = launch_part(lambda: _launch(ctx, launch), strategy, hang_s, partial(stage_records, FINETUNE))
     if part.absent:
         pytest.skip(part.absent)
     return part
