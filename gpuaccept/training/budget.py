@@ -18,7 +18,7 @@ Pure arithmetic on plain numbers: the plan (``gpuaccept.training.plan.FinetunePl
 thresholds and the FLOPs from the model's config (``gpuaccept.training.flops.flops_from_config``). The launch carries
 that plan as its ``--plan`` argument (``plan_arg``), so the ``finetune`` spec derives its step's limit from its own
 arguments (``limit_of_args``, like every other spec) and the probe reads its solo floor from the same plan
-(``solo_floor``). The standard library only: the spec table imports it on the login node.
+(``solo_floor``). The standard library and pydantic only: the spec table imports it on the login node.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+
+from pydantic import TypeAdapter
 
 from gpuaccept.timelimits import TimeLimit
 
@@ -94,8 +96,11 @@ class LaunchPlan:
 
 
 #: a launch without a plan (a strategy without a declared floor: a checkpoint on CPU ranks, whose speed is reported,
-#: not judged): the start-up, three strategies of the small model and the lifecycle, with room
+#: not judged): the fixed limit the ``finetune`` spec gave every launch before limits were planned
 NO_PLAN_S = 600.0
+
+
+_PLAN: TypeAdapter[LaunchPlan] = TypeAdapter(LaunchPlan)
 
 
 def plan_arg(plan: LaunchPlan) -> list[str]:
@@ -104,11 +109,8 @@ def plan_arg(plan: LaunchPlan) -> list[str]:
 
 
 def read_plan(text: str) -> LaunchPlan:
-    """A plan as ``plan_arg`` wrote it (the probe's ``--plan`` type)."""
-    raw = json.loads(text)
-    works = tuple(StrategyWork(**work) for work in raw["strategies"])
-    storage = tuple((str(name), float(seconds)) for name, seconds in raw["storage"])
-    return LaunchPlan(works, bool(raw["lifecycle"]), bool(raw["serving"]), storage)
+    """A plan as ``plan_arg`` wrote it (the probe's ``--plan`` type), every field checked."""
+    return _PLAN.validate_json(text)
 
 
 def limit_of_args(args: Sequence[str], gpus: int) -> TimeLimit:
