@@ -69,9 +69,6 @@ class StepOptions(TypedDict, total=False):
     gpus_per_task: int
     args: Iterable[Any]
     env: dict[str, str] | None
-    #: the step's own time limit, derived from its plan by the test (the fine-tune's); else the probe's
-    #: declared one (``gpuaccept.probes.specs``); ``--probe-timeout`` scales or caps either
-    limit: TimeLimit | None
     exclusive: bool
 
 
@@ -255,8 +252,9 @@ class Cluster:
     def _step(self, probe: ProbeSpec[Any], nodes: Iterable[str], **options: Unpack[StepOptions]) -> Step:
         args = tuple(str(a) for a in options.get("args", ()))
         gpus = options.get("gpus_per_task", 0)
-        given = options.get("limit")
-        limit = self.timeout_rule.apply(given) if given is not None else self.limit(probe, args, gpus)
+        limit = self.limit(probe, args, gpus)
+        if probe.derived_args is not None:
+            args += probe.derived_args(args, limit)
         return Step(
             spec=probe,
             nodes=tuple(nodes),

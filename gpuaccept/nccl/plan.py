@@ -18,12 +18,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpuaccept.timelimits import TimeLimit
+
 __all__ = [
     "Group",
     "NodePlan",
     "Pair",
     "lost_text",
-    "op_timeout_arg",
+    "op_timeout_args",
     "pair_rounds",
     "plan_rounds",
     "scale_groups",
@@ -41,10 +43,12 @@ Pair = tuple[str, str]
 OP_TIMEOUT_SHARE, OP_TIMEOUT_MIN_S = 3, 10.0
 
 
-def op_timeout_arg(step_limit_s: float) -> str:
-    """The ``nccl`` probe's ``--op-timeout`` for a step of ``step_limit_s`` (the NCCL spec's limit, as the cluster
-    resolved it): a third of it, at least ``OP_TIMEOUT_MIN_S``."""
-    return f"--op-timeout={max(OP_TIMEOUT_MIN_S, step_limit_s / OP_TIMEOUT_SHARE)}"
+def op_timeout_args(args: tuple[str, ...], limit: TimeLimit) -> tuple[str, ...]:
+    """The ``nccl`` spec's derived arguments: ``--op-timeout`` for a step of ``limit`` (the spec's limit, as the
+    cluster resolved it), a third of it, at least ``OP_TIMEOUT_MIN_S``; none where the step was given one."""
+    if any(a.startswith("--op-timeout") for a in args):
+        return ()
+    return (f"--op-timeout={max(OP_TIMEOUT_MIN_S, limit.seconds / OP_TIMEOUT_SHARE)}",)
 
 
 def scales_for(nodes: int) -> list[int]:

@@ -47,6 +47,7 @@ from typing import Any  # noqa: E402
 
 from gpuaccept.probes._finetune_ranks import below_floor, lifecycles  # noqa: E402
 from gpuaccept.probes._protocol import emit, gpu_identity, node_name, rank_info  # noqa: E402
+from gpuaccept.training.budget import read_plan  # noqa: E402
 
 __all__ = ["main", "parse_args"]
 
@@ -113,10 +114,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, help="torch CPU threads per rank (GPU default: min(4, cores / local ranks))")
     p.add_argument("--seed", type=int)
     p.add_argument(
-        "--solo-floor",
-        type=float,
-        help="tokens/s a GPU's own run must reach (the SKU's floor): below it on any rank, the node-wide "
-        "strategies are not run (they would train at that GPU's pace) and the result says why",
+        "--plan",
+        type=read_plan,
+        help="the launch's plan as JSON (gpuaccept.training.budget.plan_arg), which its step's limit is derived from: "
+        "the tokens/s a GPU's own run must reach (its solo floor): below it on any rank, the node-wide strategies "
+        "are not run (they would train at that GPU's pace) and the result says why",
     )
     return p.parse_args(argv)
 
@@ -235,6 +237,7 @@ def _run(args: argparse.Namespace, info: Any) -> None:
     )
     strategies = list(dict.fromkeys(args.strategy.split(",")))
     several = len(strategies) > 1
+    floor = args.plan.solo_floor if args.plan is not None else None  # every GPU's own run, before the node-wide runs
     overrides = _overrides(args)
     kind = "gpu" if use_cuda else "cpu"
     if args.profile == "scale" and args.model_path is None:
@@ -319,7 +322,7 @@ def _run(args: argparse.Namespace, info: Any) -> None:
         if resume_job is not None:  # a checkpoint on the site's filesystem is removed once resumed from
             pending[RESUME] = {**resume_job, "clean": args.checkpoint_dir is not None}
         release(torch, use_cuda)
-        slow = below_floor(dist, runs["solo"], gpu, node, info.rank, args.solo_floor) if strategy == "solo" else ""
+        slow = below_floor(dist, runs["solo"], gpu, node, info.rank, floor) if strategy == "solo" else ""
         if slow:  # every rank knows the same: the rest are skipped together, with the reason on the record
             for rest in strategies[strategies.index("solo") + 1 :]:
                 runs[rest] = {"outcome": "not_run", "strategy": rest, "not_run": slow, **shared}

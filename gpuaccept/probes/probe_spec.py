@@ -39,13 +39,16 @@ class ProbeSpec(Generic[P]):
     result a rank sends as each stage of its work ends (``_protocol.emit(stage=...)``, the fine-tune's
     strategies), which ``dispatch.result.stage_records`` validates. ``host_side``: why the probe must run
     on the host, outside any image the steps run in (``dispatch/slurm``: with the host's Python, and not
-    run where the host has no suite); None runs in the image."""
+    run where the host has no suite); None runs in the image. ``derived_args``: the arguments a step adds to
+    those it was given, from them and its limit as ``--probe-timeout`` resolved it (NCCL's op timeout, a share of
+    its step's limit: ``Cluster`` calls it); None adds none."""
 
     module: str
     payload: Any
     limit: Callable[[Sequence[str], int], TimeLimit]
     stage: Any = None
     host_side: str | None = None
+    derived_args: Callable[[tuple[str, ...], TimeLimit], tuple[str, ...]] | None = None
 
     @property
     def name(self) -> str:

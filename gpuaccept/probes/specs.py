@@ -7,10 +7,10 @@ missing or mistyped field is an ERROR naming the probe, node, rank and field (``
 ``KeyError`` in a judge. The limit comes from here (``Cluster`` reads it), never from the
 test, so ``--probe-timeout`` reaches every step (``gpuaccept.timelimits.TimeoutRule``), the launcher's container
 steps too (``CONTAINER_HOST_QUERY``, ``container_start``). A probe whose work
-depends on its arguments derives its limit from them (the burn-in's seconds); the fine-tune's depends on
-the SKU's floors and the model, which only the test knows, so its test derives it from the launch's plan
-(``gpuaccept.training.budget``) and hands that over instead. The fixed limits below are the probe's
-start-up (torch's imports and CUDA's initialisation took 4-7 s per process on H100/H200 hosts,
+depends on its arguments derives its limit from them (the burn-in's seconds; the fine-tune's from the plan its
+launch carries, ``--plan``: ``gpuaccept.training.budget.limit_of_args``), and an argument derived from the limit is
+the spec's too (NCCL's ``--op-timeout``: ``gpuaccept.nccl.plan.op_timeout_args``). The fixed limits below are the
+probe's start-up (torch's imports and CUDA's initialisation took 4-7 s per process on H100/H200 hosts,
 docs/measurements.md) plus its work, with a wide margin: a step near its limit on a healthy node is a false
 failure waiting to happen, and every step's record keeps its limit, wall and their ratio, so a limit that
 runs tight shows there first. The standard library and pydantic only (the payload types are ``gpuaccept.contracts``'):
@@ -40,8 +40,10 @@ from gpuaccept.contracts.node import (
 from gpuaccept.contracts.payloads import HealthRecord
 from gpuaccept.contracts.storage import CheckpointPayload, FioPayload
 from gpuaccept.contracts.tenant import AgentRecord, ResidueRecord, SoftwareRecord, TrustRecord
+from gpuaccept.nccl.plan import op_timeout_args
 from gpuaccept.probes.probe_spec import PayloadError, ProbeSpec, type_name
 from gpuaccept.timelimits import STALL_S, TimeLimit
+from gpuaccept.training.budget import limit_of_args
 
 __all__ = [
     "AGENT",
@@ -159,6 +161,7 @@ NCCL: ProbeSpec[NcclRecord] = ProbeSpec(
     f"{PACKAGE}.nccl",
     NcclRecord,
     _fixed(300, "start-up + rendezvous + 5 collectives x sizes 1 MiB-8 GiB, 3 trials each"),
+    derived_args=op_timeout_args,
 )
 NCCL_TESTS: ProbeSpec[NcclTestsRecord] = ProbeSpec(
     f"{PACKAGE}.nccl_tests", NcclTestsRecord, _fixed(300, "nccl-tests' binaries over the same sweep")
@@ -172,7 +175,7 @@ PERFTEST: ProbeSpec[PerftestPayload] = ProbeSpec(
 FINETUNE: ProbeSpec[FinetunePayload] = ProbeSpec(
     f"{PACKAGE}.finetune",
     FinetunePayload,
-    _fixed(600, "no plan given: a launch's limit is its plan's (gpuaccept.training.plan.FinetunePlan.limit)"),
+    limit_of_args,
     stage=FinetuneRun,
 )
 

@@ -12,13 +12,15 @@ hooks then have no listener. Names are what the report shows; keep them short an
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from html import escape
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["html", "png", "table", "table_html", "text"]
+__all__ = ["files", "html", "png", "table", "table_html", "text"]
 
 
 def _attach(body: str | bytes, name: str, kind: str) -> None:
@@ -39,6 +41,15 @@ def png(data: bytes, name: str) -> None:
 
 def html(body: str, name: str) -> None:
     _attach(body, name, "HTML")
+
+
+def files(paths: Iterable[Path], prefix: str) -> None:
+    """Files a test wrote (a chart, its JSON), each as ``{prefix}: {file name}``: a PNG as an image, else text."""
+    for path in paths:
+        if path.suffix == ".png":
+            png(path.read_bytes(), f"{prefix}: {path.name}")
+        else:
+            text(path.read_text(), f"{prefix}: {path.name}")
 
 
 _TABLE_CSS = (

@@ -14,17 +14,34 @@ limit is now a prediction from what it will do:
   at about twice the largest seen;
 - times ``MARGIN`` on the whole, so that a healthy launch uses well under two thirds of its limit.
 
-Pure arithmetic on plain numbers: the test gathers the floors from the thresholds and the FLOPs from the
-model's config (``gpuaccept.training.flops.flops_from_config``) and hands them over.
+Pure arithmetic on plain numbers: the plan (``gpuaccept.training.plan.FinetunePlan``) gathers the floors from the
+thresholds and the FLOPs from the model's config (``gpuaccept.training.flops.flops_from_config``). The launch carries
+that plan as its ``--plan`` argument (``plan_arg``), so the ``finetune`` spec derives its step's limit from its own
+arguments (``limit_of_args``, like every other spec) and the probe reads its solo floor from the same plan
+(``solo_floor``). The standard library and pydantic only: the spec table imports it on the login node.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from pydantic import TypeAdapter
 
 from gpuaccept.timelimits import TimeLimit
 
-__all__ = ["FIXED_S", "MARGIN", "LaunchPlan", "StrategyWork", "launch_limit"]
+__all__ = [
+    "FIXED_S",
+    "MARGIN",
+    "NO_PLAN_S",
+    "LaunchPlan",
+    "StrategyWork",
+    "launch_limit",
+    "limit_of_args",
+    "plan_arg",
+    "read_plan",
+]
 
 #: Seconds a launch spends beyond its optimizer steps, each about twice or more the largest seen on H100 and H200
 #: nodes (docs/measurements.md '1 x H100 80GB HBM3 and 1 x H200, 2026-11-25: training at real scale',
@@ -68,6 +85,40 @@ class LaunchPlan:
     serving: bool
     #: work whose time is the storage's, not the GPU's, each at its filesystem's contracted rate: (what, seconds)
     storage: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def solo_floor(self) -> float | None:
+        """The tokens/s every GPU's own run must reach before the node-wide strategies (the probe's check,
+        ``_finetune_ranks.below_floor``): the solo work's floor where the launch trains more than its GPUs alone."""
+        if len(self.strategies) < 2:
+            return None
+        return next((round(w.floor_tokens_per_s, 1) for w in self.strategies if w.name == "solo"), None)
+
+
+#: a launch without a plan (a strategy without a declared floor: a checkpoint on CPU ranks, whose speed is reported,
+#: not judged): the fixed limit the ``finetune`` spec gave every launch before limits were planned
+NO_PLAN_S = 600.0
+
+
+_PLAN: TypeAdapter[LaunchPlan] = TypeAdapter(LaunchPlan)
+
+
+def plan_arg(plan: LaunchPlan) -> list[str]:
+    """The launch's ``--plan`` argument: the plan as JSON, read back by ``read_plan``."""
+    return ["--plan", json.dumps(asdict(plan), separators=(",", ":"))]
+
+
+def read_plan(text: str) -> LaunchPlan:
+    """A plan as ``plan_arg`` wrote it (the probe's ``--plan`` type), every field checked."""
+    return _PLAN.validate_json(text)
+
+
+def limit_of_args(args: Sequence[str], gpus: int) -> TimeLimit:
+    """The ``finetune`` spec's limit: its ``--plan``'s (``launch_limit``), else ``NO_PLAN_S``."""
+    text = next((args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--plan"), None)
+    if text is None:
+        return TimeLimit(NO_PLAN_S, "no plan given: a strategy without a declared floor (gpuaccept.training.plan)")
+    return launch_limit(read_plan(text))
 
 
 def launch_limit(plan: LaunchPlan) -> TimeLimit:

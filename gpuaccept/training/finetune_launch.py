@@ -15,17 +15,18 @@ judge reads it. The judging side (``gpuaccept.verdicts.training.LaunchShape``, t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
 from gpuaccept.contracts.finetune import FinetuneNotRun, FinetunePayload, FinetuneRun, RankRun, RunOrNot
 from gpuaccept.contracts.records import RankRecord
-from gpuaccept.errors import MeasurementError
-from gpuaccept.timelimits import TimeLimit, TimeoutRule
+from gpuaccept.errors import MeasurementError, ProbeTimeout
+from gpuaccept.training.budget import LaunchPlan, plan_arg
+from gpuaccept.training.watch import Key, RankStand, stands
 
 __all__ = [
     "CPU_RANKS_PER_NODE",
@@ -33,8 +34,10 @@ __all__ = [
     "PROFILES",
     "STRATEGIES",
     "FinetuneLaunch",
-    "hang_s",
+    "LaunchShape",
+    "Part",
     "launch_absent",
+    "launch_part",
     "launch_payload",
     "not_applicable",
     "plan_launch",
@@ -60,6 +63,36 @@ CPU_RANKS_PER_NODE = 2
 
 
 @dataclass(frozen=True)
+class LaunchShape:
+    """What the judging needs to know of a launch."""
+
+    #: small (built-in small model), scale (built-in 7B-class), pretrained (a --model-path checkpoint)
+    profile: str
+    #: node (every GPU of one node) or multinode (every GPU of every node)
+    scope: str
+    ranks: int
+    gpu_run: bool
+
+    def metric(self, name: str) -> str:
+        """The profile's own limit for ``name``: each profile's limits were measured on (or, for
+        ``--model-path``, contracted for) that model."""
+        return name if self.profile == "small" else name.replace("train_", f"train_{self.profile}_", 1)
+
+    @property
+    def serves(self) -> bool:
+        """Whether each GPU then serves the adapter it trained (the 7B-class and checkpoint runs on GPUs; the
+        small model's decode times kernel launches, not HBM)."""
+        return self.gpu_run and self.profile != "small"
+
+    def speed_metric(self, strategy: str) -> str:
+        """Tokens/s for the small model (its limits were measured on it), MFU for the 7B-class runs."""
+        if self.profile == "small":
+            return f"train_tokens_per_s_per_gpu_{strategy}" + ("" if strategy == "solo" else f"_{self.scope}")
+        suffix = "" if strategy == "solo" else f"_{strategy}_{self.scope}"
+        return ("train_pretrained_mfu_pct" if self.profile == "pretrained" else "train_mfu_pct") + suffix
+
+
+@dataclass(frozen=True)
 class FinetuneLaunch:
     """One launch: every GPU of one node (``scope`` "node") or of every node (``multinode``)."""
 
@@ -80,6 +113,11 @@ class FinetuneLaunch:
         return self.gpus_per_task > 0
 
     @property
+    def shape(self) -> LaunchShape:
+        """Whose limits judge the launch, as the judges read it."""
+        return LaunchShape(self.judged_as, self.scope, self.ranks, self.gpu_run)
+
+    @property
     def strategies(self) -> list[str]:
         """A node trains every GPU alone, then DDP and FSDP; a one-rank node only its GPU alone (DDP and
         FSDP need two ranks); the multi-node launch DDP and FSDP."""
@@ -92,12 +130,6 @@ class FinetuneLaunch:
         """Whether the launch runs the lifecycle (save, restore, resume): a one-GPU node's own run does, and
         every launch that trains a strategy across ranks."""
         return self.ranks == 1 or self.strategies != ["solo"]
-
-    @property
-    def wants_solo_floor(self) -> bool:
-        """Whether the probe holds every GPU's own run to its floor before the node-wide runs: a GPU below it
-        fails by its own run, and the node-wide runs would only repeat its pace."""
-        return "solo" in self.strategies and len(self.strategies) > 1
 
     def first(self, strategy: str) -> bool:
         """Whether ``strategy`` is the launch's first: its case records the launch's wall time, once."""
@@ -129,13 +161,13 @@ class FinetuneLaunch:
         *,
         model_path: Path | None,
         dataset: Path | None,
-        solo_floor: float | None,
+        plan: LaunchPlan | None,
         checkpoints: str | None = None,
         models: str | None = None,
         scratch: str | None = None,
     ) -> list[str]:
         """The probe's arguments: its strategies, where it writes (under ``reports``/training), its model and
-        data, the floor a GPU's own run must reach (``solo_floor``, where ``wants_solo_floor``), where rank
+        data, its plan (``--plan``: the spec's limit and the floor a GPU's own run must reach), where rank
         0's own run saves its resumable checkpoint (a folder of ``checkpoints``, the site's checkpoint
         filesystem; else the run folder), and where the merged weights are saved and cold-started from (a
         folder of ``models``, the site's models filesystem, then of ``scratch``, its node-local scratch)."""
@@ -154,8 +186,8 @@ class FinetuneLaunch:
             args += ["--model-path", str(model_path)]
         if dataset:
             args += ["--dataset", str(dataset)]
-        if self.wants_solo_floor and solo_floor:
-            args += ["--solo-floor", str(solo_floor)]
+        if plan is not None:
+            args += plan_arg(plan)
         return args
 
 
@@ -178,12 +210,6 @@ def launch_absent(launch: FinetuneLaunch, model_path: Path | None) -> str | None
     if not launch.gpu_run:
         return f"not applicable: the 7B-class fine-tune needs GPUs; {', '.join(launch.nodes)} declares none"
     return None
-
-
-def hang_s(rule: TimeoutRule, planned: TimeLimit | None) -> float:
-    """How long a rank may go without progress in a launch stopped at its limit: the planned limit's hang time
-    as ``--probe-timeout`` scales it, else the default."""
-    return rule.apply(planned).hang_s if planned else TimeLimit(0, "").hang_s
 
 
 def launch_payload(record: RankRecord) -> FinetunePayload:
@@ -242,3 +268,42 @@ def stage_runs(records: Iterable[RankRecord]) -> list[RankRun]:
             why = f"probe finetune: {record.node} rank {record.rank}: stage is not a run: field {field}: {first['msg']}"
             raise MeasurementError(why, nodes=(record.node,)) from None
     return out
+
+
+@dataclass(frozen=True)
+class Part:
+    """One strategy's share of a launch: the step's result (``dispatch.result.ProbeResult``) and the records of the
+    ranks that finished the strategy, and, when the launch was stopped before it ended, where each other rank stood
+    and why it was stopped; ``absent``: why the launch does not apply, as its GPUs declared it (memory too small for
+    a 7B-class model)."""
+
+    result: Any
+    runs: list[RankRun]
+    unfinished: dict[Key, RankStand]
+    why: str = ""
+    absent: str | None = None
+
+
+def launch_part(
+    run: Callable[[], Any], strategy: str, hang_s: float, stages: Callable[[str, str], list[RankRecord]]
+) -> Part:
+    """The launch's result (``run``) as seen by one strategy: each rank's record holds that strategy's figures. A
+    launch stopped at its limit (or earlier, by its ranks' progress) keeps what its ranks sent as each strategy
+    finished (``stages``: the stage records of a stopped step's output, ``dispatch.result.stage_records`` of the
+    spec); the ranks that had not finished this one are handed back with where they stood (silent for ``hang_s``,
+    the step's hang time: hung). Area code: the step's types are the launch layer's, handed in."""
+    try:
+        result = run()
+    except ProbeTimeout as exc:
+        stopped = getattr(exc, "result", None)
+        if stopped is None:
+            raise
+        records = stages(stopped.stdout, strategy)
+        done = {(r.node, r.rank) for r in records}
+        left = {
+            key: stand for key, stand in stands(stopped.stdout, stopped.ended_at, hang_s).items() if key not in done
+        }
+        return Part(replace(stopped, records=records), stage_runs(records), left, str(exc))
+    if why := not_applicable(result.records):
+        return Part(result, [], {}, absent=why)
+    return Part(result, strategy_records(result.records, strategy), {})

@@ -6,8 +6,9 @@ used to assemble: the launch's shape (``finetune_launch.plan_launch``: which str
 whose limits judge it (``LaunchShape``); each strategy's work at the slowest rate a healthy GPU of the SKU may train
 it (the floor of the metric that judges its speed: tokens/s for the small model and CPU ranks; MFU for the 7B-class
 and ``--model-path`` runs, as FLOPs per second over the SKU's dense BF16 peak); the merged weights' save and cold
-starts at the declared filesystems' contracted rates (``Store``); and from these the limit (``budget.launch_limit``).
-The judges read the plan's figures (``verdicts.launch_time``); they plan nothing.
+starts at the declared filesystems' contracted rates (``Store``); and from these the ``--plan`` the launch carries
+(``launch_plan``), from which the ``finetune`` spec derives its limit (``budget.limit_of_args``) and the probe its
+solo floor. The judges read the plan's figures (``verdicts.launch_time``); they plan nothing.
 """
 
 from __future__ import annotations
@@ -17,43 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuaccept.contracts.judge import JudgeLike
-from gpuaccept.timelimits import TimeLimit
-from gpuaccept.training.budget import LaunchPlan, StrategyWork, launch_limit
+from gpuaccept.training.budget import LaunchPlan, StrategyWork
 from gpuaccept.training.config import FIXTURES, LINEAR_MODULES, ROWS_MAX, TrainConfig, profile_for
-from gpuaccept.training.finetune_launch import FinetuneLaunch
+from gpuaccept.training.finetune_launch import FinetuneLaunch, LaunchShape
 from gpuaccept.training.flops import flops_from_config
 
-__all__ = ["FinetunePlan", "LaunchShape", "Store", "flops_per_token", "run_config", "tokens_per_step"]
-
-
-@dataclass(frozen=True)
-class LaunchShape:
-    """What the judging needs to know of a launch."""
-
-    #: small (built-in small model), scale (built-in 7B-class), pretrained (a --model-path checkpoint)
-    profile: str
-    #: node (every GPU of one node) or multinode (every GPU of every node)
-    scope: str
-    ranks: int
-    gpu_run: bool
-
-    def metric(self, name: str) -> str:
-        """The profile's own limit for ``name``: each profile's limits were measured on (or, for
-        ``--model-path``, contracted for) that model."""
-        return name if self.profile == "small" else name.replace("train_", f"train_{self.profile}_", 1)
-
-    @property
-    def serves(self) -> bool:
-        """Whether each GPU then serves the adapter it trained (the 7B-class and checkpoint runs on GPUs; the
-        small model's decode times kernel launches, not HBM)."""
-        return self.gpu_run and self.profile != "small"
-
-    def speed_metric(self, strategy: str) -> str:
-        """Tokens/s for the small model (its limits were measured on it), MFU for the 7B-class runs."""
-        if self.profile == "small":
-            return f"train_tokens_per_s_per_gpu_{strategy}" + ("" if strategy == "solo" else f"_{self.scope}")
-        suffix = "" if strategy == "solo" else f"_{strategy}_{self.scope}"
-        return ("train_pretrained_mfu_pct" if self.profile == "pretrained" else "train_mfu_pct") + suffix
+__all__ = ["FinetunePlan", "LaunchShape", "Store", "planned_figures"]
 
 
 def run_config(shape: LaunchShape, strategy: str, model_path: Path | None) -> TrainConfig:
@@ -74,6 +44,13 @@ def _model_config(cfg: TrainConfig, model_path: Path | None, default: Path) -> d
     except (OSError, ValueError):
         return None
     return loaded
+
+
+def planned_figures(shape: LaunchShape, strategy: str, model_path: Path | None) -> tuple[int, float | None]:
+    """Tokens a step (an upper bound per rank) and FLOPs a token of ``strategy``, as the launch planned them: what a
+    stopped rank's progress is read against (``verdicts.launch_time``)."""
+    cfg = run_config(shape, strategy, model_path)
+    return tokens_per_step(cfg), None if shape.profile == "small" else flops_per_token(cfg, model_path)
 
 
 def flops_per_token(cfg: TrainConfig, model_path: Path | None) -> float | None:
@@ -122,7 +99,7 @@ class FinetunePlan:
         models: Store | None = None,
         scratch: Store | None = None,
     ) -> FinetunePlan:
-        shape = LaunchShape(launch.judged_as, launch.scope, launch.ranks, launch.gpu_run)
+        shape = launch.shape
         node = launch.nodes[0]
         works: list[StrategyWork] | None = []
         for strategy in launch.strategies:
@@ -134,15 +111,6 @@ class FinetunePlan:
             works.append(StrategyWork(strategy, cfg.steps, tokens_per_step(cfg), floor[0], floor[1]))
         weights = _weight_bytes(shape, model_path) if "solo" in launch.strategies else None
         return cls(launch, shape, model_path, tuple(works) if works is not None else None, weights, models, scratch)
-
-    @property
-    def solo_floor(self) -> float | None:
-        """The tokens/s a GPU's own run must reach (its speed metric's floor, as a rate): what the probe holds every
-        rank's solo run to before it trains the node-wide strategies (``--solo-floor``); None where the launch
-        does not hold it (``FinetuneLaunch.wants_solo_floor``) or no floor is declared."""
-        if not self.launch.wants_solo_floor or self.works is None:
-            return None
-        return next(round(w.floor_tokens_per_s, 1) for w in self.works if w.name == "solo")
 
     @property
     def storage(self) -> tuple[tuple[str, float], ...]:
@@ -158,18 +126,13 @@ class FinetunePlan:
         return tuple((name, round(seconds, 1)) for name, seconds in terms)
 
     @property
-    def limit(self) -> TimeLimit | None:
-        """The launch's limit from its plan (``budget.launch_limit``); None where a strategy has no floor, so the
-        probe's declared limit applies."""
+    def launch_plan(self) -> LaunchPlan | None:
+        """What the launch carries as its ``--plan`` (``budget.plan_arg``), from which the ``finetune`` spec derives
+        its limit and the probe reads its solo floor; None where a strategy has no floor (the spec's default limit
+        applies)."""
         if self.works is None:
             return None
-        return launch_limit(LaunchPlan(self.works, self.launch.lifecycle, self.shape.serves, self.storage))
-
-    def figures(self, strategy: str) -> tuple[int, float | None]:
-        """Tokens a step (an upper bound per rank) and FLOPs a token of ``strategy``, as the launch planned them:
-        what a stopped rank's progress is read against."""
-        cfg = run_config(self.shape, strategy, self.model_path)
-        return tokens_per_step(cfg), None if self.shape.profile == "small" else flops_per_token(cfg, self.model_path)
+        return LaunchPlan(self.works, self.launch.lifecycle, self.shape.serves, self.storage)
 
 
 def _floor_rate(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from gpuaccept.contracts.progress_line import Progress, read_progress
 
-__all__ = ["Standing", "latest", "phase_start", "standing"]
+__all__ = ["RankStand", "Standing", "latest", "phase_start", "standing", "stands"]
 
 
 #: A rank as its lines name it: (node, rank). A fan-out step runs one launch per node, each with ranks from 0.
@@ -98,3 +98,51 @@ def _where(line: Progress) -> str:
     gpu = f", GPU {line.gpu}" if line.gpu is not None else ""
     steps = f" step {line.step} of {line.steps}" if line.steps else ""
     return f"rank {line.rank} on {line.node}{gpu} in {line.phase}{steps}"
+
+
+@dataclass(frozen=True)
+class RankStand:
+    """Where one rank stood when its launch was stopped: its last progress line, the line that opened its phase,
+    the moment of the stop, and the launch's hang time."""
+
+    last: Progress
+    opened: Progress | None
+    ended_at: float
+    hang_s: float
+
+    @property
+    def silent_s(self) -> float:
+        """Seconds from the rank's last progress line to the stop."""
+        return self.ended_at - self.last.t
+
+    @property
+    def hung(self) -> bool:
+        """Whether the rank had made no progress for the launch's hang time when it was stopped."""
+        return self.silent_s >= self.hang_s
+
+    @property
+    def in_steps(self) -> bool:
+        """Whether the rank was in a strategy's optimizer steps (the only phase a speed bound applies to)."""
+        return bool(self.last.steps) and self.opened is not None
+
+    def tokens_per_s_bound(self, tokens_per_step: int) -> float | None:
+        """At most this many tokens/s over the strategy so far: (steps + 1) x tokens over the time since its
+        first line (a step in flight when it was stopped counted as done)."""
+        if not self.in_steps or self.opened is None:
+            return None
+        elapsed = self.ended_at - self.opened.t
+        return (self.last.step + 1) * tokens_per_step / elapsed if elapsed > 0 else None
+
+    def where(self) -> str:
+        steps = f" at step {self.last.step} of {self.last.steps}" if self.last.steps else ""
+        hang = " (a hang)" if self.hung else ""
+        return f"in {self.last.phase}{steps}, its last progress {self.silent_s:.0f} s before the stop{hang}"
+
+
+def stands(stdout: str, ended_at: float, hang_s: float) -> dict[tuple[str, int], RankStand]:
+    """Every rank's standing at the stop, keyed by (node, rank)."""
+    lines = read_progress(stdout)
+    return {
+        key: RankStand(last, phase_start(lines, key, last.phase), ended_at, hang_s)
+        for key, last in latest(lines).items()
+    }

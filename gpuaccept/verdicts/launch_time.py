@@ -19,69 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.contracts.judge import JudgeLike
-from gpuaccept.contracts.progress_line import Progress, read_progress
-from gpuaccept.training.plan import LaunchShape, flops_per_token, run_config, tokens_per_step
-from gpuaccept.training.watch import latest, phase_start
+from gpuaccept.training.plan import LaunchShape, planned_figures
+from gpuaccept.training.watch import RankStand
 
-__all__ = [
-    "RankStand",
-    "judge_unfinished",
-    "judge_unfinished_ranks",
-    "stands",
-]
-
-
-class RankStand:
-    """Where one rank stood when its launch was stopped."""
-
-    def __init__(self, last: Progress, opened: Progress | None, ended_at: float, hang_s: float) -> None:
-        self.last = last
-        self.opened = opened
-        self.ended_at = ended_at
-        self.hang_s = hang_s
-
-    @property
-    def silent_s(self) -> float:
-        """Seconds from the rank's last progress line to the stop."""
-        return self.ended_at - self.last.t
-
-    @property
-    def hung(self) -> bool:
-        """Whether the rank had made no progress for the launch's hang time when it was stopped."""
-        return self.silent_s >= self.hang_s
-
-    @property
-    def in_steps(self) -> bool:
-        """Whether the rank was in a strategy's optimizer steps (the only phase a speed bound applies to)."""
-        return bool(self.last.steps) and self.opened is not None
-
-    def tokens_per_s_bound(self, tokens_per_step: int) -> float | None:
-        """At most this many tokens/s over the strategy so far: (steps + 1) x tokens over the time since its
-        first line (a step in flight when it was stopped counted as done)."""
-        if not self.in_steps or self.opened is None:
-            return None
-        elapsed = self.ended_at - self.opened.t
-        return (self.last.step + 1) * tokens_per_step / elapsed if elapsed > 0 else None
-
-    def where(self) -> str:
-        steps = f" at step {self.last.step} of {self.last.steps}" if self.last.steps else ""
-        hang = " (a hang)" if self.hung else ""
-        return f"in {self.last.phase}{steps}, its last progress {self.silent_s:.0f} s before the stop{hang}"
-
-
-def stands(stdout: str, ended_at: float, hang_s: float) -> dict[tuple[str, int], RankStand]:
-    """Every rank's standing at the stop, keyed by (node, rank)."""
-    lines = read_progress(stdout)
-    return {
-        key: RankStand(last, phase_start(lines, key, last.phase), ended_at, hang_s)
-        for key, last in latest(lines).items()
-    }
-
-
-def _plan_figures(shape: LaunchShape, strategy: str, model_path: Path | None) -> tuple[int, float | None]:
-    """Tokens a step (an upper bound per rank) and FLOPs a token of ``strategy``, as the launch planned them."""
-    cfg = run_config(shape, strategy, model_path)
-    return tokens_per_step(cfg), None if shape.profile == "small" else flops_per_token(cfg, model_path)
+__all__ = ["judge_unfinished", "judge_unfinished_ranks"]
 
 
 def judge_unfinished(
@@ -99,7 +40,7 @@ def judge_unfinished(
     the floor, else unreadable (a hang, or a bound that proves nothing), naming where it stood and why the
     launch stopped."""
     metric = shape.speed_metric(strategy)
-    tokens_per_step, flops_per_token = _plan_figures(shape, strategy, model_path)
+    tokens_per_step, flops_per_token = planned_figures(shape, strategy, model_path)
     # a hung rank is named as such: how slow it was before it stopped says nothing of the GPU's speed
     bound = stand.tokens_per_s_bound(tokens_per_step) if stand.last.phase == strategy and not stand.hung else None
     where: dict[str, Any] = {"gpu": gpu, "task_rank": stand.last.rank}

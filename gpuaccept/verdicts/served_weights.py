@@ -18,14 +18,16 @@ from __future__ import annotations
 from gpuaccept.contracts.finetune_storage import ColdStart, ServedWeightsOutcome
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.thresholds.storage_site import Filesystem, StorageSection
+from gpuaccept.training.plan import Store
 from gpuaccept.verdicts.resume import checkpoint_filesystem
-from gpuaccept.verdicts.storage import described, judge_speed
+from gpuaccept.verdicts.storage import described, judge_speed, per_node_figure
 
 __all__ = [
     "SERVED_METRICS",
     "judge_served_weights",
     "models_filesystem",
     "scratch_filesystem",
+    "stores",
 ]
 
 #: what the served weights judge against a limit (the byte and token checks are expectations)
@@ -51,6 +53,16 @@ def scratch_filesystem(storage: StorageSection) -> Declared:
         if fs.role == "scratch" and fs.scope == "local":
             return name, fs
     return None
+
+
+def stores(storage: StorageSection) -> tuple[Store | None, Store | None]:
+    """The models and scratch filesystems at their contracts' per-node rates, as the launch's plan moves the merged
+    weights over them (``training.plan.FinetunePlan.of``); None where one is not declared."""
+
+    def store(declared: Declared) -> Store | None:
+        return Store(declared[0], *(per_node_figure(declared[1], rw) for rw in ("write", "read"))) if declared else None
+
+    return store(models_filesystem(storage)), store(scratch_filesystem(storage))
 
 
 def _cold(judge: JudgeLike, cold: ColdStart, declared: Declared, node: str) -> None:

@@ -23,7 +23,6 @@ from typing import Any
 from gpuaccept.contracts.finetune import FinetuneRun, Lifecycle, RankRun
 from gpuaccept.contracts.judge import JudgeLike
 from gpuaccept.contracts.records import RankRecord
-from gpuaccept.errors import MeasurementError
 from gpuaccept.judging.judge import Judge
 from gpuaccept.judging.trajectory import Trajectory
 from gpuaccept.training.finetune_launch import launch_payload
@@ -152,7 +151,7 @@ def judge_each_gpu(judge: JudgeLike, shape: LaunchShape, records: list[RankRun],
 
 def judge_not_trained(judge: JudgeLike, shape: LaunchShape, strategy: str, records: list[RankRun]) -> bool:
     """Whether ``strategy`` was not trained because a GPU's own run was below its floor (the probe's
-    ``--solo-floor``): each such rank's speed is then unreadable, naming the GPU and its rate, and the
+    ``--plan``'s solo floor): each such rank's speed is then unreadable, naming the GPU and its rate, and the
     strategy is judged no further."""
     skipped = False
     for record in records:
@@ -168,7 +167,7 @@ def judge_run(
     strategy: str,
     records: list[RankRun],
     step_s: float,
-    ddp: list[RankRun] | MeasurementError | None = None,
+    ddp: list[RankRun] | str | None = None,
     stopped: str = "",
 ) -> None:
     """DDP or FSDP across ``shape.ranks``: lockstep, per-rank speed and utilisation, the run's losses and
@@ -218,7 +217,7 @@ def judge_run(
         if shape.gpu_run and isinstance(ddp, list):
             _memory_saving(judge, records, ddp, shape.ranks)
     judge_lifecycle(judge, shape, data0["lifecycle"], node0, stopped)
-    if strategy == "fsdp" and shape.gpu_run and isinstance(ddp, MeasurementError):
+    if strategy == "fsdp" and shape.gpu_run and isinstance(ddp, str):
         why = f"FSDP memory could not be compared: the DDP run failed: {ddp}"
         judge.unreadable("train_fsdp_mem_saving_ratio", why, node=node0)
 

@@ -7,7 +7,8 @@ their tables to the judges, what only the suite does (no gpuaccept layer may imp
 ``verdicts``: docs/ARCHITECTURE.md); the planning is ``nccl.plan``'s, the rules ``verdicts.nccl`` (which groups
 fail) and ``verdicts.nccl_blame`` (who is at fault).
 ``env`` goes on every step (the domain's ``NCCL_MNNVL_ENABLE=1``); each pass runs once per session for the same
-nodes and environment (``cluster.run_shared`` and ``_PAIRS``), so several tests judge one measurement.
+nodes and environment (``cluster.run_shared``, and the caller's module-scoped ``PairPasses``), so several tests
+judge one measurement.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from gpuaccept.contracts.nccl_sweep import GroupTable, algo_args, group_tables
 from gpuaccept.dispatch.result import ProbeResult
 from gpuaccept.errors import MeasurementError
 from gpuaccept.nccl.facts import RunFacts
-from gpuaccept.nccl.plan import Group, op_timeout_arg, pair_rounds, scale_groups, scales_for, suspects_and_good
+from gpuaccept.nccl.plan import Group, pair_rounds, scale_groups, scales_for, suspects_and_good
 from gpuaccept.probes.specs import NCCL
 from gpuaccept.verdicts.nccl import group_failures
 from gpuaccept.verdicts.nccl_blame import (
@@ -36,6 +37,7 @@ __all__ = [
     "CPU_MAX_BYTES",
     "CPU_MIN_BYTES",
     "CPU_RANKS",
+    "PairPasses",
     "first_pass",
     "layout",
     "node_verdict",
@@ -52,8 +54,10 @@ CPU_MIN_BYTES, CPU_MAX_BYTES = 64 << 10, 1 << 20  # gloo over loopback: CI's who
 Tables = dict[int, list[GroupTable]]
 Failing = dict[int, dict[Group, list[str]]]
 
-_PAIRS: dict[tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...]], dict[tuple[str, str], PairOutcome]]
-_PAIRS = {}
+#: The second pass's outcomes by (suspects, good nodes, environment): a test module's fixture holds one, so every
+#: suspect's case reads the one pass
+PassKey = tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...]]
+PairPasses = dict[PassKey, dict[tuple[str, str], PairOutcome]]
 
 
 def layout(cluster: Any, node: str, multinode: bool) -> tuple[int, int]:
@@ -64,7 +68,7 @@ def layout(cluster: Any, node: str, multinode: bool) -> tuple[int, int]:
     return (1 if multinode else CPU_RANKS), 0
 
 
-def sweep_args(cluster: Any, settings: Any, gpu: bool, multinode: bool = False, **override: Any) -> list[str]:
+def sweep_args(settings: Any, gpu: bool, multinode: bool = False, **override: Any) -> list[str]:
     """Probe arguments from the settings; CPU nodes get small sizes unless the operator chose sizes;
     multi-node GPU passes run Ring, the algorithm their floors were measured with (``algo_args``)."""
     lo, hi = settings.nccl_min_bytes, settings.nccl_max_bytes
@@ -78,9 +82,7 @@ def sweep_args(cluster: Any, settings: Any, gpu: bool, multinode: bool = False, 
     if not gpu:
         opts.update({"iters": 5, "warmup": 2})
     opts.update({k.replace("_", "-"): v for k, v in override.items() if v is not None})
-    args = [f"--{k}={v}" for k, v in opts.items()]
-    if "op-timeout" not in opts:
-        args.append(op_timeout_arg(cluster.limit(NCCL).seconds))
+    args = [f"--{k}={v}" for k, v in opts.items()]  # --op-timeout: the NCCL spec's, from its step's limit
     return args + algo_args(gpu=gpu, multinode=multinode, forced_ring=settings.nccl_ring)
 
 
@@ -108,7 +110,7 @@ def run_groups(
     nodes = [n for g in groups for n in g]
     tasks, gpt = layout(cluster, nodes[0], multinode=True)
     args = [
-        *sweep_args(cluster, settings, bool(gpt), True, **override),
+        *sweep_args(settings, bool(gpt), True, **override),
         "--groups=" + ";".join(",".join(g) for g in groups),
     ]
     run = cluster.run_shared if shared else cluster.run
@@ -154,6 +156,7 @@ def first_pass(
 
 
 def _pair_pass(
+    done: PairPasses,
     cluster: Any,
     settings: Any,
     suspects: list[str],
@@ -165,8 +168,8 @@ def _pair_pass(
     that does not complete fails with why); each pair judged by ``pair_outcome`` (``limits``: floor, the
     first pass's reference, the straggler margin)."""
     key = (tuple(suspects), tuple(good), tuple(sorted((env or {}).items())))
-    if key in _PAIRS:
-        return _PAIRS[key]
+    if key in done:
+        return done[key]
     floor, ref, pct = limits
     size = settings.nccl_max_bytes if cluster.gpus_on(suspects[0]) else None
     override: dict[str, Any] = {"collectives": "all_reduce", "min_bytes": size, "max_bytes": size}
@@ -183,11 +186,12 @@ def _pair_pass(
                     outcome[pair] = (False, f"did not complete: {str(exc).splitlines()[0][:300]}", float("nan"))
         for met, table in tables.items():
             outcome[(met[0], met[1])] = pair_outcome(table, floor=floor, reference=ref, straggler_pct=pct)
-    _PAIRS[key] = outcome
+    done[key] = outcome
     return outcome
 
 
 def node_verdict(
+    done: PairPasses,
     cluster: Any,
     settings: Any,
     judge: Any,
@@ -209,6 +213,6 @@ def node_verdict(
         return
     floor, pct = pair_limits(judge, suspect)
     limits = (floor, pair_reference(tables, failing), pct)
-    pairs = _pair_pass(cluster, settings, suspects, good, limits, env)
+    pairs = _pair_pass(done, cluster, settings, suspects, good, limits, env)
     pairs = {p: v for p, v in pairs.items() if all(n not in cluster.lost for n in p)}  # incomplete: blames nobody
     judge_blame(suspect, pairs, suspects, good, first, failing[first], judge)

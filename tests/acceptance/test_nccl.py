@@ -28,6 +28,7 @@ from gpuaccept.contracts.nccl_sweep import GroupTable, algo_args, group_tables
 from gpuaccept.nccl.facts import RunFacts
 from gpuaccept.nccl.plan import lost_text, scale_id, scales_for
 from gpuaccept.probes.specs import NCCL, NCCL_TESTS
+from gpuaccept.report import attach
 from gpuaccept.report.charts.nccl import plot_busbw
 from gpuaccept.state import STATE_KEY
 from gpuaccept.verdicts.nccl import (
@@ -42,11 +43,17 @@ from gpuaccept.verdicts.nccl import (
 )
 from gpuaccept.verdicts.nccl_lines import metric_name, sweep_lines
 
-from .nccl_passes import first_pass, layout, node_verdict, rank_labels, run_facts, sweep_args
+from .nccl_passes import PairPasses, first_pass, layout, node_verdict, rank_labels, run_facts, sweep_args
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.nccl]
 
 FIDELITY_BYTES = 4 << 30  # the size of our nccl-tests reference figures (docs/measurements.md)
+
+
+@pytest.fixture(scope="module")
+def pair_passes() -> PairPasses:
+    """The second pass's outcomes for this module: every suspect's case reads the one pass."""
+    return {}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -78,19 +85,14 @@ def _plot(request: pytest.FixtureRequest, name: str, tables: list[GroupTable], j
         floors[c] = limit.min if limit is not None else None
     path = Path(request.config.rootpath) / "reports" / "nccl" / f"{name}.png"
     plot_busbw(series, path, title=f"NCCL busbw: {name}", thresholds=floors)
-    try:
-        import allure  # type: ignore[import-not-found]
-
-        allure.attach.file(str(path), name=f"busbw {name}", attachment_type=allure.attachment_type.PNG)
-    except ImportError:
-        pass
+    attach.png(path.read_bytes(), f"busbw {name}")
     return path
 
 
 def _node_sweep(cluster: Any, settings: Any, node: str, tasks: int, gpt: int) -> Any:
     """All GPUs of the node in one sweep, once per session: ``test_nccl_node`` judges it and the
     fidelity test compares nccl-tests with it."""
-    args = sweep_args(cluster, settings, bool(gpt))
+    args = sweep_args(settings, bool(gpt))
     return cluster.run_shared(NCCL, nodes=[node], tasks_per_node=tasks, gpus_per_task=gpt, args=args)
 
 
@@ -130,7 +132,7 @@ def test_nccl_tests_fidelity(node, cluster, judge, settings):
     tasks, gpt = layout(cluster, node, multinode=False)
     table = group_tables(_node_sweep(cluster, settings, node, tasks, gpt).records)[0]
     if table.at("all_reduce", size) is None:  # the sweep stopped below this size (--nccl-max-bytes)
-        args = sweep_args(cluster, settings, True, collectives="all_reduce,all_gather", min_bytes=size, max_bytes=size)
+        args = sweep_args(settings, True, collectives="all_reduce,all_gather", min_bytes=size, max_bytes=size)
         result = cluster.run(NCCL, nodes=[node], tasks_per_node=gpus, gpus_per_task=1, args=args)
         table = group_tables(result.records)[0]
     judge_fidelity(theirs["runs"], table, size, judge, node)
@@ -166,7 +168,7 @@ def test_nccl_scale(scale, cluster, judge, settings, request):
 
 @pytest.mark.judges(*FAULT_METRICS, nodes=2, scaled=True)
 @pytest.mark.multinode
-def test_nccl_node_at_fault(suspect, cluster, judge, settings):
+def test_nccl_node_at_fault(suspect, cluster, judge, settings, pair_passes):
     """The node's verdict from the scales and, if one of its groups failed, from pairs with good nodes."""
     if suspect is None:
         pytest.skip("the allocation has one node: no multi-node scale")
@@ -178,4 +180,4 @@ def test_nccl_node_at_fault(suspect, cluster, judge, settings):
         return nodes, tables, {s: f for s, f in failing.items() if f}
 
     nodes, tables, failing = cluster.across_nodes(measure, what=f"the NCCL verdict on {suspect}")
-    node_verdict(cluster, settings, judge, suspect, nodes, tables, failing)
+    node_verdict(pair_passes, cluster, settings, judge, suspect, nodes, tables, failing)

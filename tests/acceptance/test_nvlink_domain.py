@@ -42,7 +42,7 @@ from gpuaccept.verdicts.nccl_transport import judge_domain_transport
 from gpuaccept.verdicts.nvlink_block import blocks_absent, judge_block_cliques, judge_block_trays, judge_domain_busbw
 from gpuaccept.verdicts.nvlink_fabric import domain_for, node_cliques
 
-from .nccl_passes import first_pass, node_verdict
+from .nccl_passes import PairPasses, first_pass, node_verdict
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.interconnect, pytest.mark.multinode]
 
@@ -60,6 +60,12 @@ DOMAIN_MAX_BYTES = 8 << 30
 def topology(cluster: Any) -> Topology:
     """``scontrol show topology``, once for the module (on the record of the first test that asks)."""
     return cluster.scheduler(read_topology)
+
+
+@pytest.fixture(scope="module")
+def pair_passes() -> PairPasses:
+    """The bisection's second passes of this module (a block's suspects with its good trays), run once each."""
+    return {}
 
 
 def _allocated_blocks(cluster: Any, topology: Topology) -> dict[str, list[str]]:
@@ -171,7 +177,7 @@ def test_domain_bandwidth(cluster, judge, thresholds, topology):
 
 
 @pytest.mark.judges(*FAULT_METRICS, nodes=2, scaled=True)
-def test_domain_tray_at_fault(cluster, judge, thresholds, settings, topology):
+def test_domain_tray_at_fault(cluster, judge, thresholds, settings, topology, pair_passes):
     """Each allocated block's trays through NCCL's bisection among themselves (all_reduce and all_gather with
     MNNVL on; gloo on CPU nodes): a slow tray FAILS ``nccl_node_verdict`` naming it, its block peers and every
     other block's trays pass."""
@@ -186,7 +192,7 @@ def test_domain_tray_at_fault(cluster, judge, thresholds, settings, topology):
         failing = {scale: groups for scale, groups in failing.items() if groups}
         print(f"block {name}: trays {', '.join(nodes)}; failing scales: {sorted(failing) or 'none'}")
         for tray in nodes:
-            node_verdict(cluster, settings, judge, tray, nodes, tables, failing, env=MNNVL_ENV)
+            node_verdict(pair_passes, cluster, settings, judge, tray, nodes, tables, failing, env=MNNVL_ENV)
 
 
 @pytest.mark.judges(nodes=2)

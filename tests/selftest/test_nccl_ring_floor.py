@@ -10,7 +10,6 @@ import pytest
 
 from gpuaccept.contracts.nccl_sweep import algo_args
 from gpuaccept.errors import MeasurementError
-from gpuaccept.timelimits import TimeLimit
 from tests.acceptance.nccl_passes import sweep_args
 
 pytestmark = pytest.mark.selftest
@@ -30,9 +29,6 @@ class _Cluster:
 
     def gpus_on(self, node: str) -> int:
         return self.gpus
-
-    def limit(self, probe: str, args: Any = (), gpus_per_task: int = 0) -> TimeLimit:
-        return TimeLimit(60.0, "a selftest's")
 
     def run(self, probe: str, **kwargs: Any) -> Any:
         self.args = [str(a) for a in kwargs["args"]]
@@ -54,5 +50,5 @@ def test_multinode_gpu_passes_run_ring(module: str, call: str) -> None:
 
 
 def test_intra_node_sweep_keeps_nccls_choice() -> None:
-    assert "--ring" not in sweep_args(_Cluster(gpus=8), SETTINGS, True)
-    assert "--ring" in sweep_args(_Cluster(gpus=8), SETTINGS, True, True)
+    assert "--ring" not in sweep_args(SETTINGS, True)
+    assert "--ring" in sweep_args(SETTINGS, True, True)

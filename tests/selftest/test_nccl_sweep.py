@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
+from gpuaccept.cluster import Cluster
 from gpuaccept.contracts.nccl_formulas import COLLECTIVES
 from gpuaccept.contracts.nccl_sweep import (
     cap_sizes,
@@ -16,7 +18,9 @@ from gpuaccept.contracts.nccl_sweep import (
     sweep_sizes,
 )
 from gpuaccept.nccl import patterns
-from gpuaccept.nccl.plan import op_timeout_arg
+from gpuaccept.nccl.plan import op_timeout_args
+from gpuaccept.probes.specs import NCCL
+from gpuaccept.timelimits import TimeLimit, TimeoutRule
 
 from .nccl_precontract import h200_records
 
@@ -104,5 +108,9 @@ def test_wrong_result_is_named():
 
 def test_op_timeout_is_a_third_of_the_steps_limit_and_at_least_ten_seconds():
     """The watchdog names a hung collective before the step's limit ends the step (``nccl.plan``)."""
-    assert op_timeout_arg(300.0) == "--op-timeout=100.0"
-    assert op_timeout_arg(12.0) == "--op-timeout=10.0"
+    assert op_timeout_args((), TimeLimit(300.0, "")) == ("--op-timeout=100.0",)
+    assert op_timeout_args((), TimeLimit(12.0, "")) == ("--op-timeout=10.0",)
+    assert op_timeout_args(("--op-timeout=3",), TimeLimit(300.0, "")) == ()  # a step given its own keeps it
+    # the NCCL spec's: every NCCL step the cluster builds carries it, from the step's limit as --probe-timeout scales it
+    step = Cluster(cast(Any, None), timeout_rule=TimeoutRule.parse("x2"))._step(NCCL, ["n1"], args=["--iters=5"])
+    assert step.args == ("--iters=5", f"--op-timeout={step.timeout_s / 3}") and step.timeout_s == 600

@@ -23,8 +23,8 @@ from gpuaccept.probes import specs
 from gpuaccept.probes.specs import SPECS, ProbeSpec
 from gpuaccept.timelimits import TimeLimit, TimeoutRule
 from gpuaccept.training.budget import FIXED_S, MARGIN, LaunchPlan, StrategyWork, launch_limit
-from gpuaccept.training.watch import standing
-from gpuaccept.verdicts.launch_time import judge_unfinished, stands
+from gpuaccept.training.watch import standing, stands
+from gpuaccept.verdicts.launch_time import judge_unfinished
 from gpuaccept.verdicts.training import LaunchShape
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,8 +92,8 @@ def test_probe_timeout_refuses_nonsense(text):
 
 def test_every_probe_the_suite_runs_declares_its_limit_and_no_test_writes_one():
     """Every ``cluster.run*(SPEC, ...)`` and ``cluster.limit(SPEC)`` of tests/acceptance passes a spec of
-    ``probes.specs`` (never a probe's name as a string), and none passes ``timeout_s`` (the fine-tune hands over
-    the limit its plan derives, as ``limit=``)."""
+    ``probes.specs`` (never a probe's name as a string), and none passes ``timeout_s`` or ``limit`` (the fine-tune's
+    limit is its spec's, from the ``--plan`` its launch carries)."""
     named: set[str] = set()
     constants = {name for name, value in vars(specs).items() if isinstance(value, ProbeSpec)}
     for path in sorted((REPO / "tests" / "acceptance").glob("*.py")):
@@ -102,7 +102,9 @@ def test_every_probe_the_suite_runs_declares_its_limit_and_no_test_writes_one():
                 continue
             if node.func.attr not in ("run", "run_shared", "run_each", "limit"):
                 continue
-            assert not any(k.arg == "timeout_s" for k in node.keywords), f"{path.name}:{node.lineno} writes a limit"
+            assert not any(k.arg in ("timeout_s", "limit") for k in node.keywords), (
+                f"{path.name}:{node.lineno} writes a limit"
+            )
             assert node.args, f"{path.name}:{node.lineno} names no probe"
             first = node.args[0]
             assert not isinstance(first, (ast.Constant, ast.JoinedStr)), (

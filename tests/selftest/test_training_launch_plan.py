@@ -13,11 +13,11 @@ import pytest
 from gpuaccept.contracts.records import RankRecord
 from gpuaccept.dispatch.result import parse_records
 from gpuaccept.errors import MeasurementError
-from gpuaccept.timelimits import TimeLimit, TimeoutRule
+from gpuaccept.probes.specs import FINETUNE
+from gpuaccept.training.budget import NO_PLAN_S, LaunchPlan, StrategyWork, launch_limit, plan_arg, read_plan
 from gpuaccept.training.config import FIXTURES
 from gpuaccept.training.finetune_launch import (
     CPU_RANKS_PER_NODE,
-    hang_s,
     launch_absent,
     not_applicable,
     plan_launch,
@@ -41,7 +41,7 @@ def test_a_node_trains_every_gpu_alone_then_ddp_and_fsdp() -> None:
     launch = plan_launch("node", ["n1"], 8, "default", None)
     assert (launch.tasks_per_node, launch.gpus_per_task, launch.ranks) == (8, 1, 8)
     assert launch.strategies == ["solo", "ddp", "fsdp"]
-    assert launch.lifecycle and launch.wants_solo_floor
+    assert launch.lifecycle
     assert launch.first("solo") and not launch.first("ddp")
     assert launch.holds_fsdp_to_ddp("fsdp") and not launch.holds_fsdp_to_ddp("ddp")
 
@@ -50,7 +50,6 @@ def test_a_one_gpu_node_trains_its_gpu_alone_with_the_lifecycle() -> None:
     launch = plan_launch("node", ["n1"], 1, "default", None)
     assert launch.strategies == ["solo"]
     assert launch.lifecycle  # its own run is the run with the lifecycle
-    assert not launch.wants_solo_floor  # nothing node-wide to hold back
     assert not launch.holds_fsdp_to_ddp("fsdp")
 
 
@@ -66,7 +65,7 @@ def test_the_multinode_launch_trains_ddp_and_fsdp_across_every_node() -> None:
     launch = plan_launch("multinode", ["n1", "n2"], 4, "default", None)
     assert launch.ranks == 8
     assert launch.strategies == ["ddp", "fsdp"]
-    assert launch.lifecycle and not launch.wants_solo_floor
+    assert launch.lifecycle
     assert launch.first("ddp")
     assert launch.folder() == "8r-2nodes" and launch.folder("fsdp") == "fsdp-8r-2nodes"
     assert launch.out() == "8r-2nodes"
@@ -83,14 +82,14 @@ def test_a_node_launch_names_its_node_for_the_probe_so_one_fan_out_serves_every_
     assert launch.folder() == "scale-2r-n1" and launch.folder("solo") == "solo-scale-2r-n1"
     assert launch.out() == "scale-2r-{node}"
     other = plan_launch("node", ["n2"], 2, "scale", None)
-    assert launch.args(REPORTS, model_path=None, dataset=None, solo_floor=None) == other.args(
-        REPORTS, model_path=None, dataset=None, solo_floor=None
+    assert launch.args(REPORTS, model_path=None, dataset=None, plan=None) == other.args(
+        REPORTS, model_path=None, dataset=None, plan=None
     )
 
 
 def test_the_probe_arguments() -> None:
     launch = plan_launch("node", ["n1"], 2, "default", None)
-    assert launch.args(REPORTS, model_path=None, dataset=None, solo_floor=None) == [
+    assert launch.args(REPORTS, model_path=None, dataset=None, plan=None) == [
         "--strategy",
         "solo,ddp,fsdp",
         "--out",
@@ -98,29 +97,37 @@ def test_the_probe_arguments() -> None:
     ]
     ckpt = plan_launch("node", ["n1"], 2, "default", CKPT)
     data = Path("/data/chat.jsonl")
-    assert ckpt.args(REPORTS, model_path=CKPT, dataset=data, solo_floor=1234.5)[4:] == [
+    plan = LaunchPlan((StrategyWork("solo", 10, 512, 1234.5, "floor"),), lifecycle=True, serving=False)
+    assert ckpt.args(REPORTS, model_path=CKPT, dataset=data, plan=plan)[4:] == [
         "--model-path",
         str(CKPT),
         "--dataset",
         str(data),
-        "--solo-floor",
-        "1234.5",
+        *plan_arg(plan),
     ]
     scale = plan_launch("multinode", ["n1", "n2"], 8, "scale", None)
-    assert scale.args(REPORTS, model_path=None, dataset=None, solo_floor=99.0) == [
+    assert scale.args(REPORTS, model_path=None, dataset=None, plan=None) == [
         "--strategy",
         "ddp,fsdp",
         "--out",
         "/suite/reports/training/scale-16r-2nodes",
         "--profile",
         "scale",
-    ]  # no solo run: no solo floor, whatever the caller has
+    ]
 
 
-def test_no_solo_floor_argument_without_a_floor() -> None:
-    launch = plan_launch("node", ["n1"], 2, "default", None)
-    assert "--solo-floor" not in launch.args(REPORTS, model_path=None, dataset=None, solo_floor=None)
-    assert "--solo-floor" not in launch.args(REPORTS, model_path=None, dataset=None, solo_floor=0.0)
+def test_the_launch_carries_its_plan_and_the_spec_derives_its_limit_from_it() -> None:
+    """The ``--plan`` argument reads back as the plan it was written from; the spec's limit is the plan's, and a
+    launch without one (no floor declared) gets the spec's default."""
+    solo, ddp = StrategyWork("solo", 10, 512, 1234.54, "floor"), StrategyWork("ddp", 10, 512, 999.0, "floor")
+    plan = LaunchPlan((solo, ddp), lifecycle=True, serving=True, storage=(("saved", 3.5),))
+    args = ["--strategy", "solo,ddp", *plan_arg(plan)]
+    assert read_plan(args[-1]) == plan
+    assert FINETUNE.limit(args, 8) == launch_limit(plan)
+    assert FINETUNE.limit(args[:2], 8).seconds == NO_PLAN_S
+    assert plan.solo_floor == 1234.5  # the probe holds every GPU's own run to it before DDP
+    assert LaunchPlan((solo,), lifecycle=True, serving=False).solo_floor is None  # nothing node-wide to hold back
+    assert LaunchPlan((ddp,), lifecycle=True, serving=False).solo_floor is None  # no solo run
 
 
 def test_the_7b_class_run_needs_gpus_and_gives_way_to_a_checkpoint() -> None:
@@ -130,12 +137,6 @@ def test_the_7b_class_run_needs_gpus_and_gives_way_to_a_checkpoint() -> None:
     assert cpu == "not applicable: the 7B-class fine-tune needs GPUs; n1, n2 declares none"
     ckpt = launch_absent(plan_launch("node", ["n1"], 8, "scale", CKPT), CKPT)
     assert ckpt == "not applicable: --model-path given: the checkpoint is the real-scale fine-tune"
-
-
-def test_hang_time_follows_the_planned_limit_as_probe_timeout_scales_it() -> None:
-    planned = TimeLimit(600.0, "planned", hang_s=120.0)
-    assert hang_s(TimeoutRule.parse("x2"), planned) == 240.0
-    assert hang_s(TimeoutRule.parse("x2"), None) == TimeLimit(0, "").hang_s
 
 
 def _recorded_launch() -> dict[str, Any]:
@@ -174,7 +175,10 @@ def test_a_stopped_launchs_stages_are_held_to_a_run_naming_the_field() -> None:
 
 
 def test_what_the_gpus_declare_not_applicable_is_named_once_each() -> None:
-    too_small = {"outcome": "not_applicable", "not_applicable": "24 GiB is too little for the 7B-class model"}
+    too_small: dict[str, object] = {
+        "outcome": "not_applicable",
+        "not_applicable": "24 GiB is too little for the 7B-class model",
+    }
     records = [_record("n1", 0, too_small), _record("n1", 1, too_small), _record("n1", 2, _recorded_launch())]
     assert not_applicable(records) == "not applicable: 24 GiB is too little for the 7B-class model"
     assert not_applicable([_record("n1", 0, _recorded_launch())]) is None
@@ -188,17 +192,21 @@ def test_the_plan_holds_the_floors_the_weights_storage_work_and_the_limit() -> N
     plan = FinetunePlan.of(
         h100_judge(), plan_launch("node", ["n1"], 8, "scale", None), None, Store("m", 2, 4), Store("s", 5, 10)
     )
-    assert plan.solo_floor == pytest.approx(0.30 * 989e12 / 31716278272, abs=0.1)
+    assert plan.launch_plan is not None and plan.launch_plan.solo_floor == pytest.approx(
+        0.30 * 989e12 / 31716278272, abs=0.1
+    )
     assert plan.weight_bytes == (7070285824 + 3584 * 152064) * 2
     gb = (7070285824 + 3584 * 152064) * 2 / 1e9
     assert plan.storage == (
         ("merged weights saved and cold-started", round(gb / 2 + gb / 4, 1)),
         ("copied to scratch and cold-started", round(gb / 5 + gb / 10, 1)),
     )
-    limit = plan.limit
-    assert limit is not None and "merged weights saved and cold-started 11.4 s" in limit.basis
-    unsaved = FinetunePlan.of(h100_judge(), plan.launch, None).limit
-    assert unsaved is not None and limit.seconds == pytest.approx(unsaved.seconds + 1.25 * (11.4 + 4.6), abs=0.2)
-    # a checkpoint on CPU ranks: its speed is reported, not judged; no floor, no planned limit, no solo floor
+    # the limit as the spec derives it from the launch's arguments, the plan among them
+    limit = FINETUNE.limit(plan.launch.args(REPORTS, model_path=None, dataset=None, plan=plan.launch_plan), 8)
+    assert "merged weights saved and cold-started 11.4 s" in limit.basis
+    unsaved = FinetunePlan.of(h100_judge(), plan.launch, None).launch_plan
+    assert unsaved is not None
+    assert limit.seconds == pytest.approx(launch_limit(unsaved).seconds + 1.25 * (11.4 + 4.6), abs=0.2)
+    # a checkpoint on CPU ranks: its speed is reported, not judged; no floor, no plan (the spec's default limit)
     cpu = FinetunePlan.of(h100_judge(), plan_launch("node", ["n1"], 0, "default", CKPT), CKPT)
-    assert cpu.limit is None and cpu.solo_floor is None
+    assert cpu.launch_plan is None

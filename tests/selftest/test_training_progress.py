@@ -25,6 +25,7 @@ from gpuaccept.dispatch.local import LocalLauncher
 from gpuaccept.dispatch.step import Step
 from gpuaccept.errors import ProbeTimeout
 from gpuaccept.probes import specs
+from gpuaccept.training.budget import LaunchPlan, StrategyWork, plan_arg
 from gpuaccept.training.progress_reporter import SLOW_RANK_ENV, STALL_RANK_ENV
 
 from .conftest import repository_view, run_inner
@@ -99,6 +100,12 @@ def test_hung_rank_is_named_as_a_hang_long_before_the_limit(tmp_path: Path):
     assert elapsed < 200, f"the hang took {elapsed:.0f} s to be named"
 
 
+def _floor(tokens_per_s: float) -> LaunchPlan:
+    """A plan of solo then DDP whose GPUs' own runs are held to ``tokens_per_s`` (what ``--plan`` carries)."""
+    works = tuple(StrategyWork(name, 12, 512, tokens_per_s, "the test's floor") for name in ("solo", "ddp"))
+    return LaunchPlan(works, lifecycle=True, serving=False)
+
+
 def test_a_gpu_below_its_floor_alone_is_not_trained_across_the_node(tmp_path: Path):
     """Rank 1's own run trains below the floor (1.5 s of sleep after every step, and a floor just under what
     rank 0 trains at): both ranks skip DDP and say why, naming rank 1 and its rate; rank 0's solo run stands."""
@@ -106,7 +113,12 @@ def test_a_gpu_below_its_floor_alone_is_not_trained_across_the_node(tmp_path: Pa
     args = ("--strategy", "solo,ddp", "--device", "cpu", "--out", str(tmp_path), "--steps", "12", "--ckpt-every", "12")
     env = {"GPUACCEPT_SELFTEST": "1", SLOW_RANK_ENV: "1:1.5", "OMP_NUM_THREADS": "1"}
     step = Step(
-        specs.FINETUNE, (launcher.node,), tasks_per_node=2, args=(*args, "--solo-floor", "1000"), env=env, timeout_s=300
+        specs.FINETUNE,
+        (launcher.node,),
+        tasks_per_node=2,
+        args=(*args, *plan_arg(_floor(1000.0))),
+        env=env,
+        timeout_s=300,
     )
     result = launcher.run(step)
     for record in result.records:
