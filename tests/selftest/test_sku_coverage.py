@@ -185,9 +185,17 @@ def _judged_names(tree: ast.AST) -> set[str]:
 
 
 def _imported_modules(tree: ast.Module) -> list[Path]:
+    """The gpuaccept modules a test file imports, and the suite's own helper modules it imports (``from
+    .nccl_passes import ...``) with the gpuaccept modules those import: a pass shared by two test files is
+    theirs."""
     paths = []
     for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gpuaccept."):
+        if not isinstance(node, ast.ImportFrom) or not node.module:
+            continue
+        if node.level == 1 and (ACCEPTANCE / f"{node.module}.py").exists():
+            helper = ACCEPTANCE / f"{node.module}.py"
+            paths += [helper, *_imported_modules(ast.parse(helper.read_text()))]
+        elif node.level == 0 and node.module.startswith("gpuaccept."):
             path = REPO / (node.module.replace(".", "/") + ".py")
             if path.exists():
                 paths.append(path)
