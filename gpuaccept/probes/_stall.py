@@ -1,23 +1,23 @@
-"""Filesystem calls under a stall limit, for the storage probes (fsmeta, coherency, mounts).
+"""Filesystem calls under a stall limit, for the storage probes (fsmeta, coherency, mounts, checkpoint, fio).
 
-A call on a hung mount (an NFS server gone, a Lustre OST evicted) blocks in the kernel and never returns:
-a probe that made it in its main thread would hang until its step's limit and report nothing, and the
-test could not say which path or call hung. So the probes' filesystem work runs in a daemon worker thread
-and the main thread waits on it: when one call has been running longer than the limit, ``run`` raises
-``Stalled`` naming the step, the call and the path; the probe emits that and leaves with ``os._exit``
-(``leave``), since the stuck thread cannot be joined and the interpreter's normal exit would wait on it.
+A call on a hung mount (an NFS server gone, a Lustre OST evicted, a FUSE daemon stopped) blocks in the kernel
+and never returns: a probe that made it itself would hang until its step's limit and report nothing, and the
+test could not say which path or call hung. A thread is not enough either: a thread asleep uninterruptibly in
+the kernel (state D) keeps its whole process from exiting, so the step would still wait out its limit. So the
+probes' filesystem work runs in a forked child process (``run``), its standard streams on /dev/null (a child
+left behind holds none of the step's output pipes open, which srun waits on), and the probe watches it: when
+one call has been running longer than the limit, the child is sent SIGKILL and ``run`` raises ``Stalled``
+naming the step, the call and the path, and (``stuck``) the child when the kill did not end it, by its pid
+and its state. The probe emits that and returns; nothing waits on the child again.
 
 The default limit is 60 s: NVIDIA's 2026 cloud requirements count an I/O request stalled beyond 60 s as
 unavailability. The limit is per call, not per piece of work: a loop of a hundred thousand creates may run
-for minutes as long as each create returns. Starting a thread per call would cost tens of microseconds, as
-much as a create on a local disk, and would bend the rates fsmeta measures; so one worker runs a whole
-loop and says before each call what it is about to do (``Progress.at``, an attribute store and a clock
-read), and the watching thread times that call. A single call has ``call``.
-
-On Linux an NFS call blocked in the kernel still dies with the process (its waits are killable); a
-filesystem whose waits are not (a FUSE request its daemon had already taken when it stopped) keeps the
-thread in uninterruptible sleep (state D) until the call returns: ``stuck`` names it in the record, and the
-result line is out before the probe leaves.
+for minutes as long as each create returns. A process per call would cost a fork, far more than a create on
+a local disk, and would bend the rates fsmeta measures; so one child runs a whole loop and says before each
+call what it is about to do (``Progress.at``: the operation, the path and a clock read written into a page of
+memory the two processes share, no system call), and the parent reads that page at the call's deadline. A
+single call has ``call``. The child's value, or its exception, comes back pickled through a pipe; what the work
+found on the way (``Progress.keep``, the same pipe) is the exception's ``kept`` when the child stalls after it.
 
 A tool the probe runs as a process of its own (fio) is watched by what it reports (``watch``): the process
 is killed, with its process group, once its progress stops for the limit, and what survives SIGKILL in
@@ -27,16 +27,20 @@ state D is named, not waited on.
 from __future__ import annotations
 
 import contextlib
+import io
+import mmap
 import os
+import pickle
+import select
 import signal
+import struct
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from gpuaccept.contracts.fsmeta import StallRecord, WaitTimeout
 from gpuaccept.timelimits import STALL_S
@@ -62,17 +66,31 @@ T = TypeVar("T")
 STALL_LIMIT_S = STALL_S
 #: where that limit comes from, for the probes' specs and docs
 STALL_BASIS = "NVIDIA's 2026 cloud requirements: an I/O request stalled beyond 60 s counts as unavailability"
+#: how long a process sent SIGKILL (the I/O child, fio's) is given to exit before what is left of it is named
+EXIT_WAIT_S = 2.0
+
+# The page the child says what it is doing in: the call at offset 0, the step at STEP_AT, each as a header
+# (a sequence number, odd while the child writes, then its text's length) and the text. The parent copies a
+# header and its text and takes them only when the sequence number is even and the same after the copy.
+_PAGE = 2 * mmap.PAGESIZE
+_SEQ = struct.Struct("<Q")
+_CALL = struct.Struct("<QdI")  # sequence, the call's start (time.monotonic(), one clock for both), length
+_STEP = struct.Struct("<QI")  # sequence, length (0: no step set)
+_STEP_AT = mmap.PAGESIZE
+_LENGTH = struct.Struct("<Q")  # a message's length on the pipe, before its pickle
 
 
 class Stalled(Exception):
-    """A filesystem call that did not return within the limit; ``record`` is what the probe emits."""
+    """A filesystem call that did not return within the limit; ``record`` is what the probe emits, ``kept`` the
+    last thing the work kept (``Progress.keep``) before it stalled, None when it kept nothing."""
 
-    def __init__(self, record: StallRecord) -> None:
+    def __init__(self, record: StallRecord, kept: Any = None) -> None:
         left = f"; {record.stuck}" if record.stuck else ""
         super().__init__(
             f"{record.step}: {record.operation} {record.path} did not return within {record.limit_s:g} s{left}"
         )
         self.record = record
+        self.kept = kept
 
 
 class TimedOut(Exception):
@@ -83,6 +101,9 @@ class TimedOut(Exception):
         super().__init__(f"{record.step}: {record.path} not there after {record.waited_s:.1f} s{seen}")
         self.record = record
 
+    def __reduce__(self) -> tuple[Any, ...]:  # raised in the child, pickled to the parent: rebuilt from its record
+        return type(self), (self.record,)
+
 
 @dataclass(frozen=True)
 class _Now:
@@ -92,80 +113,206 @@ class _Now:
 
 
 class Progress:
-    """What the worker is doing: ``at`` before each filesystem call, ``idle`` while it sleeps between looks
-    (a sleep is not a call, and a wait's own deadline, not the stall limit, bounds it). ``step``, when the work
-    sets it, names the part of a longer piece of work a stall is reported in ("round 3: wait for b.3")."""
+    """What the child is doing, for the parent that watches it: ``at`` before each filesystem call, ``idle``
+    while it sleeps between looks (a sleep is not a call, and a wait's own deadline, not the stall limit,
+    bounds it). ``step``, when the work sets it, names the part of a longer piece of work a stall is reported
+    in ("round 3: wait for b.3"). ``keep`` sends the parent what the work found so far (pickled: call it
+    between timed calls, not in a timed loop), for the probe's payload should a later call stall."""
 
-    __slots__ = ("_now", "step")
+    __slots__ = ("_page", "_pipe", "_seq", "_step", "_step_seq")
 
-    def __init__(self) -> None:
-        self._now: _Now | None = None
-        self.step: str | None = None
+    def __init__(self, page: mmap.mmap, pipe: int) -> None:
+        self._page, self._pipe = page, pipe
+        self._seq = self._step_seq = 0
+        self._step: str | None = None
 
     def at(self, operation: str, path: str | os.PathLike[str]) -> None:
-        # one reference store: the watching thread reads a whole _Now or the previous one, never a mix
-        self._now = _Now(operation, os.fspath(path), time.monotonic())
+        text = f"{operation}\0{os.fsdecode(path)}".encode(errors="surrogateescape")[: _STEP_AT - _CALL.size]
+        seq = self._seq
+        _SEQ.pack_into(self._page, 0, seq + 1)
+        self._page[_CALL.size : _CALL.size + len(text)] = text
+        _CALL.pack_into(self._page, 0, seq + 2, time.monotonic(), len(text))
+        self._seq = seq + 2
 
     def idle(self) -> None:
-        self._now = None
+        self._seq += 2
+        _CALL.pack_into(self._page, 0, self._seq, 0.0, 0)
 
     @property
-    def now(self) -> _Now | None:
-        return self._now
+    def step(self) -> str | None:
+        return self._step
+
+    @step.setter
+    def step(self, text: str | None) -> None:
+        self._step = text
+        data = (text or "").encode(errors="surrogateescape")[: _PAGE - _STEP_AT - _STEP.size]
+        seq = self._step_seq
+        _SEQ.pack_into(self._page, _STEP_AT, seq + 1)
+        self._page[_STEP_AT + _STEP.size : _STEP_AT + _STEP.size + len(data)] = data
+        _STEP.pack_into(self._page, _STEP_AT, seq + 2, len(data))
+        self._step_seq = seq + 2
+
+    def keep(self, found: object) -> None:
+        _send(self._pipe, ("kept", found))
 
 
-class _Outcome(Generic[T]):
-    __slots__ = ("done", "error", "value")
+def _look(page: mmap.mmap, at: int, header: struct.Struct) -> tuple[tuple[Any, ...], bytes]:
+    """One consistent copy of a header and its text from the child's page (the child never stops in the
+    middle of a write for long: it writes no more than a path)."""
+    while True:
+        fields = header.unpack_from(page, at)
+        text = page[at + header.size : at + header.size + fields[-1]]
+        if fields[0] % 2 == 0 and _SEQ.unpack_from(page, at)[0] == fields[0]:
+            return fields, text
+        time.sleep(0.001)
 
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.value: T | None = None
-        self.error: BaseException | None = None
+
+def _now(page: mmap.mmap) -> tuple[int, _Now | None]:
+    """The child's call under way (None between calls), with the sequence number it was written under."""
+    (seq, since, _), text = _look(page, 0, _CALL)
+    if not text:
+        return seq, None
+    operation, _, path = text.decode(errors="surrogateescape").partition("\0")
+    return seq, _Now(operation, path, since)
+
+
+def _send(pipe: int, message: tuple[str, object]) -> None:
+    data = memoryview(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+    with open(pipe, "wb", buffering=0, closefd=False) as out:
+        out.write(_LENGTH.pack(len(data)))
+        while data:
+            data = data[out.write(data) or 0 :]
+
+
+def _receive(pipe: io.FileIO) -> tuple[str, Any] | None:
+    """The next message from the child; None when its end closed first (it ended without an answer)."""
+    head = pipe.read(_LENGTH.size)
+    if head is None or len(head) < _LENGTH.size:
+        return None
+    size = _LENGTH.unpack(head)[0]
+    data = bytearray(size)
+    view, got = memoryview(data), 0
+    while got < size:
+        count = pipe.readinto(view[got:]) or 0
+        if count == 0:
+            return None
+        got += count
+    kind, value = pickle.loads(data)
+    return kind, value
+
+
+def _child(work: Callable[[Progress], object], page: mmap.mmap, pipe: int) -> NoReturn:
+    """The forked child: the work, its value or exception down the pipe, and out with ``os._exit`` (no atexit
+    handler, no flush of the parent's buffers it holds a copy of)."""
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+        for stream in (0, 1, 2):
+            os.dup2(null, stream)
+        answer: tuple[str, object]
+        try:
+            answer = ("value", work(Progress(page, pipe)))
+        except BaseException as exc:  # sent to the parent, which raises it
+            answer = ("error", exc)
+        try:
+            _send(pipe, answer)
+        except Exception as exc:  # a value or an exception pickle cannot carry
+            _send(pipe, ("error", ChildProcessError(f"the I/O child's {answer[0]} could not be sent back: {exc}")))
+    finally:
+        os._exit(0)
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _reaped(pid: int, within_s: float) -> bool:
+    """Whether the child exited (and was reaped) within ``within_s``; one that has not is left, not waited on."""
+    deadline = time.monotonic() + within_s
+    gap = 0.0005
+    while True:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
+        except ChildProcessError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(gap)
+        gap = min(gap * 2, 0.05)
+
+
+def _end(pid: int) -> str | None:
+    """SIGKILL to the stalled child; what is left of it after ``EXIT_WAIT_S`` named (``stuck``), else None."""
+    _kill(pid)
+    if _reaped(pid, EXIT_WAIT_S):
+        return None
+    return stuck([(pid, "this probe's I/O child")], killed=True)
 
 
 def run(work: Callable[[Progress], T], *, step: str, limit_s: float = STALL_LIMIT_S) -> T:
-    """``work(progress)`` in a daemon thread; its value, or its exception raised here.
+    """``work(progress)`` in a forked child; its value, or its exception raised here (both pickled).
 
-    ``Stalled`` when one call ``work`` announced with ``progress.at`` has run ``limit_s`` without returning
-    (the thread is left behind, blocked: leave the process soon after). Between calls the watch sleeps until
-    the current call's deadline, so a loop of fast calls costs the watch nothing.
-    """
-    progress = Progress()
-    outcome: _Outcome[T] = _Outcome()
+    ``Stalled`` when one call ``work`` announced with ``progress.at`` has run ``limit_s`` without returning: the
+    child is sent SIGKILL and, when it did not exit, named in the record and left. Between calls the parent
+    sleeps until the current call's deadline (or the child's next message), so a loop of fast calls costs the
+    watch nothing. ``work`` changes nothing of the parent's: what it found comes back as its value (or
+    ``keep``)."""
+    page = mmap.mmap(-1, _PAGE)  # anonymous and shared: the child's writes are the parent's reads
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        _child(work, page, write_end)
+    os.close(write_end)
+    try:
+        with open(read_end, "rb", buffering=0) as pipe:
+            return _watch_child(pid, page, pipe, step, limit_s)  # type: ignore[no-any-return]
+    except Stalled:
+        raise  # the child was sent SIGKILL already, and what is left of it named
+    except BaseException:
+        if not _reaped(pid, 0.0):  # an interrupt, or the stall: the child must not outlive the watch
+            _end(pid)
+        raise
+    finally:
+        page.close()
 
-    def target() -> None:
-        try:
-            outcome.value = work(progress)
-        except BaseException as exc:  # handed to the waiting thread, which raises it
-            outcome.error = exc
-        finally:
-            outcome.done.set()
 
-    worker = threading.Thread(target=target, name=f"fs:{step}", daemon=True)
-    worker.start()
-    while not outcome.done.is_set():
-        now = progress.now
+def _watch_child(pid: int, page: mmap.mmap, pipe: io.FileIO, step: str, limit_s: float) -> Any:
+    kept: Any = None
+    while True:
+        seq, now = _now(page)
+        late = now is not None and time.monotonic() - now.since >= limit_s
         if now is None:
-            outcome.done.wait(min(limit_s, 1.0))
-            continue
-        waited = time.monotonic() - now.since
-        if waited >= limit_s:
-            if outcome.done.is_set() or progress.now is not now:
-                continue  # it returned just now
+            timeout = min(limit_s, 1.0)
+        else:
+            timeout = 0.0 if late else limit_s - (time.monotonic() - now.since)
+        if select.select([pipe], [], [], max(timeout, 0.0))[0]:
+            message = _receive(pipe)
+            if message is None:
+                status = os.waitpid(pid, 0)[1]
+                raise ChildProcessError(f"{step}: the I/O child (pid {pid}) ended without an answer, status {status}")
+            kind, value = message
+            if kind == "kept":
+                kept = value
+                continue
+            _reaped(pid, EXIT_WAIT_S)
+            if kind == "error":
+                raise value
+            return value
+        if late and now is not None and _now(page)[0] == seq:
+            (_, length), text = _look(page, _STEP_AT, _STEP)
             raise Stalled(
                 StallRecord(
-                    step=progress.step or step,
+                    step=text.decode(errors="surrogateescape") if length else step,
                     operation=now.operation,
                     path=now.path,
                     limit_s=limit_s,
-                    waited_s=round(waited, 3),
-                    stuck=stuck([(worker.native_id, "this probe's worker thread")] if worker.native_id else []),
-                )
+                    waited_s=round(time.monotonic() - now.since, 3),
+                    stuck=_end(pid),
+                ),
+                kept,
             )
-        outcome.done.wait(limit_s - waited)
-    if outcome.error is not None:
-        raise outcome.error
-    return outcome.value  # type: ignore[return-value]  # set whenever no error was
 
 
 def call(
@@ -236,9 +383,10 @@ def watch(
             # fio's job processes each call setsid(): killed one by one, not only by the group
             family = [(proc.pid, "fio"), *((child, "a fio job") for child in _descendants(proc.pid))]
             for pid, _ in reversed(family):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + 2.0  # their exits; one in the kernel is named below, never waited on again
+                _kill(pid)
+            deadline = (
+                time.monotonic() + EXIT_WAIT_S
+            )  # their exits; one in the kernel is named below, never waited on again
             while time.monotonic() < deadline and (
                 proc.poll() is None or any((_stat(pid) or ["Z"])[0] not in "ZX" for pid, _ in family[1:])
             ):
@@ -282,9 +430,11 @@ def remove(folder: Path, stall_s: float) -> None:
 
 
 def leave(code: int = 0) -> None:
-    """End the process now, after the result line: a stalled call's thread cannot be joined, and the
-    interpreter's exit would wait on it. Exit status 0 when the result says what stalled: the step's
-    result is read only from a step that ended 0, and the stall is the finding, for the judge."""
+    """End the process now, after the result line, for a probe with threads of its own that a stall can leave
+    blocked (fio's output readers, on a pipe a fio job stuck in the kernel still holds): the interpreter's exit
+    would wait on them, or on their streams' locks. Exit status 0 when the result says what stalled: the step's
+    result is read only from a step that ended 0, and the stall is the finding, for the judge. The I/O under
+    ``run`` leaves no thread behind: its child is a process of its own, and nothing waits on it."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
