@@ -66,12 +66,7 @@ class Barrier:
         progress.at("create", target)
         os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
         if self.generation > 0:
-            old = self._marker(f"g{self.generation - 1:04d}")
-            progress.at("unlink", old)
-            try:
-                os.unlink(old)
-            except FileNotFoundError:
-                pass
+            unlink(progress, self._marker(f"g{self.generation - 1:04d}"))
         progress.idle()
 
     def wait(self, step: str) -> None:
@@ -147,6 +142,7 @@ def _ranks(ranks: Sequence[int]) -> str:
 
 
 def unlink(progress: Progress, path: Path) -> None:
+    """Remove a file; one already gone (another rank's clean-up, or never made) is nothing to remove."""
     progress.at("unlink", path)
     try:
         os.unlink(path)

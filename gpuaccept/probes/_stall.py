@@ -18,6 +18,7 @@ call what it is about to do (``Progress.at``: the operation, the path and a cloc
 memory the two processes share, no system call), and the parent reads that page at the call's deadline. A
 single call has ``call``. The child's value, or its exception, comes back pickled through a pipe; what the work
 found on the way (``Progress.keep``, the same pipe) is the exception's ``kept`` when the child stalls after it.
+The child, its page and its pipe are ``_stall_child.py``.
 
 A tool the probe runs as a process of its own (fio) is watched by what it reports (``watch``): the process
 is killed, with its process group, once its progress stops for the limit, and what survives SIGKILL in
@@ -30,19 +31,17 @@ import contextlib
 import io
 import mmap
 import os
-import pickle
 import select
 import signal
-import struct
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 from gpuaccept.contracts.fsmeta import StallRecord, WaitTimeout
+from gpuaccept.probes._stall_child import PAGE, Progress, current, receive, serve, step_of
 from gpuaccept.timelimits import STALL_S
 
 __all__ = [
@@ -69,16 +68,6 @@ STALL_BASIS = "NVIDIA's 2026 cloud requirements: an I/O request stalled beyond 6
 #: how long a process sent SIGKILL (the I/O child, fio's) is given to exit before what is left of it is named
 EXIT_WAIT_S = 2.0
 
-# The page the child says what it is doing in: the call at offset 0, the step at STEP_AT, each as a header
-# (a sequence number, odd while the child writes, then its text's length) and the text. The parent copies a
-# header and its text and takes them only when the sequence number is even and the same after the copy.
-_PAGE = 2 * mmap.PAGESIZE
-_SEQ = struct.Struct("<Q")
-_CALL = struct.Struct("<QdI")  # sequence, the call's start (time.monotonic(), one clock for both), length
-_STEP = struct.Struct("<QI")  # sequence, length (0: no step set)
-_STEP_AT = mmap.PAGESIZE
-_LENGTH = struct.Struct("<Q")  # a message's length on the pipe, before its pickle
-
 
 class Stalled(Exception):
     """A filesystem call that did not return within the limit; ``record`` is what the probe emits, ``kept`` the
@@ -103,122 +92,6 @@ class TimedOut(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:  # raised in the child, pickled to the parent: rebuilt from its record
         return type(self), (self.record,)
-
-
-@dataclass(frozen=True)
-class _Now:
-    operation: str
-    path: str
-    since: float  # time.monotonic() when the call started
-
-
-class Progress:
-    """What the child is doing, for the parent that watches it: ``at`` before each filesystem call, ``idle``
-    while it sleeps between looks (a sleep is not a call, and a wait's own deadline, not the stall limit,
-    bounds it). ``step``, when the work sets it, names the part of a longer piece of work a stall is reported
-    in ("round 3: wait for b.3"). ``keep`` sends the parent what the work found so far (pickled: call it
-    between timed calls, not in a timed loop), for the probe's payload should a later call stall."""
-
-    __slots__ = ("_page", "_pipe", "_seq", "_step", "_step_seq")
-
-    def __init__(self, page: mmap.mmap, pipe: int) -> None:
-        self._page, self._pipe = page, pipe
-        self._seq = self._step_seq = 0
-        self._step: str | None = None
-
-    def at(self, operation: str, path: str | os.PathLike[str]) -> None:
-        text = f"{operation}\0{os.fsdecode(path)}".encode(errors="surrogateescape")[: _STEP_AT - _CALL.size]
-        seq = self._seq
-        _SEQ.pack_into(self._page, 0, seq + 1)
-        self._page[_CALL.size : _CALL.size + len(text)] = text
-        _CALL.pack_into(self._page, 0, seq + 2, time.monotonic(), len(text))
-        self._seq = seq + 2
-
-    def idle(self) -> None:
-        self._seq += 2
-        _CALL.pack_into(self._page, 0, self._seq, 0.0, 0)
-
-    @property
-    def step(self) -> str | None:
-        return self._step
-
-    @step.setter
-    def step(self, text: str | None) -> None:
-        self._step = text
-        data = (text or "").encode(errors="surrogateescape")[: _PAGE - _STEP_AT - _STEP.size]
-        seq = self._step_seq
-        _SEQ.pack_into(self._page, _STEP_AT, seq + 1)
-        self._page[_STEP_AT + _STEP.size : _STEP_AT + _STEP.size + len(data)] = data
-        _STEP.pack_into(self._page, _STEP_AT, seq + 2, len(data))
-        self._step_seq = seq + 2
-
-    def keep(self, found: object) -> None:
-        _send(self._pipe, ("kept", found))
-
-
-def _look(page: mmap.mmap, at: int, header: struct.Struct) -> tuple[tuple[Any, ...], bytes]:
-    """One consistent copy of a header and its text from the child's page (the child never stops in the
-    middle of a write for long: it writes no more than a path)."""
-    while True:
-        fields = header.unpack_from(page, at)
-        text = page[at + header.size : at + header.size + fields[-1]]
-        if fields[0] % 2 == 0 and _SEQ.unpack_from(page, at)[0] == fields[0]:
-            return fields, text
-        time.sleep(0.001)
-
-
-def _now(page: mmap.mmap) -> tuple[int, _Now | None]:
-    """The child's call under way (None between calls), with the sequence number it was written under."""
-    (seq, since, _), text = _look(page, 0, _CALL)
-    if not text:
-        return seq, None
-    operation, _, path = text.decode(errors="surrogateescape").partition("\0")
-    return seq, _Now(operation, path, since)
-
-
-def _send(pipe: int, message: tuple[str, object]) -> None:
-    data = memoryview(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
-    with open(pipe, "wb", buffering=0, closefd=False) as out:
-        out.write(_LENGTH.pack(len(data)))
-        while data:
-            data = data[out.write(data) or 0 :]
-
-
-def _receive(pipe: io.FileIO) -> tuple[str, Any] | None:
-    """The next message from the child; None when its end closed first (it ended without an answer)."""
-    head = pipe.read(_LENGTH.size)
-    if head is None or len(head) < _LENGTH.size:
-        return None
-    size = _LENGTH.unpack(head)[0]
-    data = bytearray(size)
-    view, got = memoryview(data), 0
-    while got < size:
-        count = pipe.readinto(view[got:]) or 0
-        if count == 0:
-            return None
-        got += count
-    kind, value = pickle.loads(data)
-    return kind, value
-
-
-def _child(work: Callable[[Progress], object], page: mmap.mmap, pipe: int) -> NoReturn:
-    """The forked child: the work, its value or exception down the pipe, and out with ``os._exit`` (no atexit
-    handler, no flush of the parent's buffers it holds a copy of)."""
-    try:
-        null = os.open(os.devnull, os.O_RDWR)
-        for stream in (0, 1, 2):
-            os.dup2(null, stream)
-        answer: tuple[str, object]
-        try:
-            answer = ("value", work(Progress(page, pipe)))
-        except BaseException as exc:  # sent to the parent, which raises it
-            answer = ("error", exc)
-        try:
-            _send(pipe, answer)
-        except Exception as exc:  # a value or an exception pickle cannot carry
-            _send(pipe, ("error", ChildProcessError(f"the I/O child's {answer[0]} could not be sent back: {exc}")))
-    finally:
-        os._exit(0)
 
 
 def _kill(pid: int) -> None:
@@ -258,12 +131,12 @@ def run(work: Callable[[Progress], T], *, step: str, limit_s: float = STALL_LIMI
     sleeps until the current call's deadline (or the child's next message), so a loop of fast calls costs the
     watch nothing. ``work`` changes nothing of the parent's: what it found comes back as its value (or
     ``keep``)."""
-    page = mmap.mmap(-1, _PAGE)  # anonymous and shared: the child's writes are the parent's reads
+    page = mmap.mmap(-1, PAGE)  # anonymous and shared: the child's writes are the parent's reads
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
-        _child(work, page, write_end)
+        serve(work, page, write_end)
     os.close(write_end)
     try:
         with open(read_end, "rb", buffering=0) as pipe:
@@ -281,14 +154,14 @@ def run(work: Callable[[Progress], T], *, step: str, limit_s: float = STALL_LIMI
 def _watch_child(pid: int, page: mmap.mmap, pipe: io.FileIO, step: str, limit_s: float) -> Any:
     kept: Any = None
     while True:
-        seq, now = _now(page)
+        seq, now = current(page)
         late = now is not None and time.monotonic() - now.since >= limit_s
         if now is None:
             timeout = min(limit_s, 1.0)
         else:
             timeout = 0.0 if late else limit_s - (time.monotonic() - now.since)
         if select.select([pipe], [], [], max(timeout, 0.0))[0]:
-            message = _receive(pipe)
+            message = receive(pipe)
             if message is None:
                 status = os.waitpid(pid, 0)[1]
                 raise ChildProcessError(f"{step}: the I/O child (pid {pid}) ended without an answer, status {status}")
@@ -300,11 +173,10 @@ def _watch_child(pid: int, page: mmap.mmap, pipe: io.FileIO, step: str, limit_s:
             if kind == "error":
                 raise value
             return value
-        if late and now is not None and _now(page)[0] == seq:
-            (_, length), text = _look(page, _STEP_AT, _STEP)
+        if late and now is not None and current(page)[0] == seq:
             raise Stalled(
                 StallRecord(
-                    step=text.decode(errors="surrogateescape") if length else step,
+                    step=step_of(page) or step,
                     operation=now.operation,
                     path=now.path,
                     limit_s=limit_s,
