@@ -144,7 +144,7 @@ def run(work: Callable[[Progress], T], *, step: str, limit_s: float = STALL_LIMI
     except Stalled:
         raise  # the child was sent SIGKILL already, and what is left of it named
     except BaseException:
-        if not _reaped(pid, 0.0):  # an interrupt, or the stall: the child must not outlive the watch
+        if not _reaped(pid, 0.0):  # an interrupt, or a child that did not exit after its answer: not left running
             _end(pid)
         raise
     finally:
@@ -162,9 +162,8 @@ def _watch_child(pid: int, page: mmap.mmap, pipe: io.FileIO, step: str, limit_s:
             timeout = 0.0 if late else limit_s - (time.monotonic() - now.since)
         if select.select([pipe], [], [], max(timeout, 0.0))[0]:
             message = receive(pipe)
-            if message is None:
-                status = os.waitpid(pid, 0)[1]
-                raise ChildProcessError(f"{step}: the I/O child (pid {pid}) ended without an answer, status {status}")
+            if message is None:  # killed by another, or its pickle cut short: an OSError the probe reports
+                raise ChildProcessError(f"{step}: the I/O child (pid {pid}) ended without an answer")
             kind, value = message
             if kind == "kept":
                 kept = value
