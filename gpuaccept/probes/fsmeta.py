@@ -192,7 +192,8 @@ class _Rank:
 
 def measure(path: Path, *, files: int, large: int, token: str, limit_s: float = STALL_LIMIT_S) -> FsmetaPayload:
     """This rank's figures. A stalled call ends the measuring where it happened: what was measured before it is
-    kept, nothing is cleaned up (the next call could hang as well), and the caller leaves after emitting."""
+    kept, nothing is cleaned up (the next call could hang as well), and the caller emits it and returns (the
+    stalled child was killed, or named and left)."""
     info = rank_info()
     top = path / f"{PREFIX}{token}"
     me = _Rank(files, limit_s)
