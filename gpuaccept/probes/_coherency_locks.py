@@ -9,10 +9,13 @@ grant both. The ranks say so through files (``Pair.signal``): the filesystem und
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 from gpuaccept.contracts.fsmeta import LockTrial
 from gpuaccept.probes._coherency_pair import LOOK_GAP_S, OK, REFUSED, Pair
@@ -44,20 +47,32 @@ def _try_lock(fd: int, kind: str) -> bool:
     return True
 
 
-def _unlock(fd: int, kind: str) -> None:
+def _unlock(pair: Pair, fd: int, kind: str, path: Path) -> None:
+    pair.progress.at(f"{kind} unlock", path)
     if kind == "flock":
         fcntl.flock(fd, fcntl.LOCK_UN)
     else:
         fcntl.lockf(fd, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def _opened(pair: Pair, path: Path, flags: int) -> Iterator[int]:
+    """The lock file open (each call under the stall watch), closed again whatever the trial found."""
+    pair.progress.at("open", path)
+    fd = os.open(path, flags, 0o644)
+    try:
+        yield fd
+    finally:
+        pair.progress.at("close", path)
+        os.close(fd)
+        pair.progress.idle()
+
+
 def hold(pair: Pair, kind: str) -> LockTrial:
     """Rank 0: lock, say so, wait for rank 1's try, release, say so, wait for rank 1 to finish."""
     path = pair.directory / f"lock.{kind}"
     pair.step(f"{kind}: rank 0 locks")
-    pair.progress.at("open", path)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    with _opened(pair, path, os.O_RDWR | os.O_CREAT) as fd:
         pair.progress.at(kind, path)
         try:
             held = _try_lock(fd, kind)
@@ -71,12 +86,7 @@ def hold(pair: Pair, kind: str) -> LockTrial:
         pair.step(f"{kind}: rank 0 waits for rank 1's try")
         pair.await_signal(f"tried.{kind}")
         pair.step(f"{kind}: rank 0 releases")
-        pair.progress.at(f"{kind} unlock", path)
-        _unlock(fd, kind)
-    finally:
-        pair.progress.at("close", path)
-        os.close(fd)
-        pair.progress.idle()
+        _unlock(pair, fd, kind, path)
     pair.signal(f"released.{kind}")
     pair.step(f"{kind}: rank 0 waits for rank 1's second try")
     pair.await_signal(f"done.{kind}")
@@ -91,21 +101,18 @@ def contend(pair: Pair, kind: str) -> LockTrial:
     if pair.await_signal(f"held.{kind}") != OK:
         return trial(kind, "contender", error="rank 0 could not take the lock")
     pair.step(f"{kind}: rank 1 tries while held")
-    pair.progress.at("open", path)
-    fd = os.open(path, os.O_RDWR)
     errors: list[str] = []
     refused: bool | None = None
     granted = False
     grant_s: float | None = None
-    try:
+    with _opened(pair, path, os.O_RDWR) as fd:
         pair.progress.at(kind, path)
         try:
             refused = not _try_lock(fd, kind)
         except OSError as exc:  # ENOLCK: no lock service; the protocol goes on so rank 0 is not left waiting
             errors.append(f"{kind} while held: {exc}")
         if refused is False:
-            pair.progress.at(f"{kind} unlock", path)
-            _unlock(fd, kind)  # two nodes held one lock: give it back so rank 0 can go on
+            _unlock(pair, fd, kind, path)  # two nodes held one lock: give it back so rank 0 can go on
         pair.progress.idle()
         pair.signal(f"tried.{kind}")
         pair.step(f"{kind}: rank 1 waits for rank 0's release")
@@ -125,12 +132,7 @@ def contend(pair: Pair, kind: str) -> LockTrial:
             time.sleep(LOOK_GAP_S)
         if granted:
             grant_s = time.monotonic() - start
-            pair.progress.at(f"{kind} unlock", path)
-            _unlock(fd, kind)
-    finally:
-        pair.progress.at("close", path)
-        os.close(fd)
-        pair.progress.idle()
+            _unlock(pair, fd, kind, path)
     pair.signal(f"done.{kind}")
     return trial(
         kind,

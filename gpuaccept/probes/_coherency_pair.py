@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuaccept.contracts.fsmeta import WaitTimeout
 from gpuaccept.probes._stall import Progress, TimedOut
@@ -138,6 +139,9 @@ class Late(TimedOut):
     def __init__(self, record: WaitTimeout, look: Look) -> None:
         super().__init__(record)
         self.look = look
+
+    def __reduce__(self) -> tuple[Any, ...]:  # raised in ``run``'s child, pickled to the probe
+        return type(self), (self.record, self.look)
 
 
 def _read_all(fd: int) -> bytes:

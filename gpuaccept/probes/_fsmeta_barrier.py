@@ -66,12 +66,7 @@ class Barrier:
         progress.at("create", target)
         os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
         if self.generation > 0:
-            old = self._marker(f"g{self.generation - 1:04d}")
-            progress.at("unlink", old)
-            try:
-                os.unlink(old)
-            except FileNotFoundError:
-                pass
+            unlink(progress, self._marker(f"g{self.generation - 1:04d}"))
         progress.idle()
 
     def wait(self, step: str) -> None:
@@ -147,23 +142,27 @@ def _ranks(ranks: Sequence[int]) -> str:
 
 
 def unlink(progress: Progress, path: Path) -> None:
-    progress.at("unlink", path)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    progress.idle()
+    """Remove a file; one already gone (another rank's clean-up, or never made) is nothing to remove."""
+    _remove(progress, "unlink", path)
 
 
 def rmdir(progress: Progress, path: Path) -> bool:
     """Remove an empty directory; False while another rank's entries are still in it."""
-    progress.at("rmdir", path)
+    return _remove(progress, "rmdir", path)
+
+
+def _remove(progress: Progress, operation: str, path: Path) -> bool:
+    """``unlink`` or ``rmdir`` under the stall watch: missing is removed; a directory not empty yet is False."""
+    progress.at(operation, path)
     try:
-        os.rmdir(path)
+        if operation == "unlink":
+            os.unlink(path)
+        else:
+            os.rmdir(path)
     except FileNotFoundError:
         pass
     except OSError as exc:
-        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+        if operation == "unlink" or exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
             raise
         return False
     finally:

@@ -1,23 +1,24 @@
-"""Filesystem calls under a stall limit, for the storage probes (fsmeta, coherency, mounts).
+"""Filesystem calls under a stall limit, for the storage probes (fsmeta, coherency, mounts, checkpoint, fio).
 
-A call on a hung mount (an NFS server gone, a Lustre OST evicted) blocks in the kernel and never returns:
-a probe that made it in its main thread would hang until its step's limit and report nothing, and the
-test could not say which path or call hung. So the probes' filesystem work runs in a daemon worker thread
-and the main thread waits on it: when one call has been running longer than the limit, ``run`` raises
-``Stalled`` naming the step, the call and the path; the probe emits that and leaves with ``os._exit``
-(``leave``), since the stuck thread cannot be joined and the interpreter's normal exit would wait on it.
+A call on a hung mount (an NFS server gone, a Lustre OST evicted, a FUSE daemon stopped) blocks in the kernel
+and never returns: a probe that made it itself would hang until its step's limit and report nothing, and the
+test could not say which path or call hung. A thread is not enough either: a thread asleep uninterruptibly in
+the kernel (state D) keeps its whole process from exiting, so the step would still wait out its limit. So the
+probes' filesystem work runs in a forked child process (``run``), its standard streams on /dev/null (a child
+left behind holds none of the step's output pipes open, which srun waits on), and the probe watches it: when
+one call has been running longer than the limit, the child is sent SIGKILL and ``run`` raises ``Stalled``
+naming the step, the call and the path, and (``stuck``) the child when the kill did not end it, by its pid
+and its state. The probe emits that and returns; nothing waits on the child again.
 
 The default limit is 60 s: NVIDIA's 2026 cloud requirements count an I/O request stalled beyond 60 s as
 unavailability. The limit is per call, not per piece of work: a loop of a hundred thousand creates may run
-for minutes as long as each create returns. Starting a thread per call would cost tens of microseconds, as
-much as a create on a local disk, and would bend the rates fsmeta measures; so one worker runs a whole
-loop and says before each call what it is about to do (``Progress.at``, an attribute store and a clock
-read), and the watching thread times that call. A single call has ``call``.
-
-On Linux an NFS call blocked in the kernel still dies with the process (its waits are killable); a
-filesystem whose waits are not (a FUSE request its daemon had already taken when it stopped) keeps the
-thread in uninterruptible sleep (state D) until the call returns: ``stuck`` names it in the record, and the
-result line is out before the probe leaves.
+for minutes as long as each create returns. A process per call would cost a fork, far more than a create on
+a local disk, and would bend the rates fsmeta measures; so one child runs a whole loop and says before each
+call what it is about to do (``Progress.at``: the operation, the path and a clock read written into a page of
+memory the two processes share, no system call), and the parent reads that page at the call's deadline. A
+single call has ``call``. The child's value, or its exception, comes back pickled through a pipe; what the work
+found on the way (``Progress.keep``, the same pipe) is the exception's ``kept`` when the child stalls after it.
+The child, its page and its pipe are ``_stall_child.py``.
 
 A tool the probe runs as a process of its own (fio) is watched by what it reports (``watch``): the process
 is killed, with its process group, once its progress stops for the limit, and what survives SIGKILL in
@@ -27,18 +28,20 @@ state D is named, not waited on.
 from __future__ import annotations
 
 import contextlib
+import io
+import mmap
 import os
+import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, TypeVar
 
 from gpuaccept.contracts.fsmeta import StallRecord, WaitTimeout
+from gpuaccept.probes._stall_child import PAGE, Progress, current, receive, serve, step_of
 from gpuaccept.timelimits import STALL_S
 
 __all__ = [
@@ -62,17 +65,21 @@ T = TypeVar("T")
 STALL_LIMIT_S = STALL_S
 #: where that limit comes from, for the probes' specs and docs
 STALL_BASIS = "NVIDIA's 2026 cloud requirements: an I/O request stalled beyond 60 s counts as unavailability"
+#: how long a process sent SIGKILL (the I/O child, fio's) is given to exit before what is left of it is named
+EXIT_WAIT_S = 2.0
 
 
 class Stalled(Exception):
-    """A filesystem call that did not return within the limit; ``record`` is what the probe emits."""
+    """A filesystem call that did not return within the limit; ``record`` is what the probe emits, ``kept`` the
+    last thing the work kept (``Progress.keep``) before it stalled, None when it kept nothing."""
 
-    def __init__(self, record: StallRecord) -> None:
+    def __init__(self, record: StallRecord, kept: Any = None) -> None:
         left = f"; {record.stuck}" if record.stuck else ""
         super().__init__(
             f"{record.step}: {record.operation} {record.path} did not return within {record.limit_s:g} s{left}"
         )
         self.record = record
+        self.kept = kept
 
 
 class TimedOut(Exception):
@@ -83,89 +90,100 @@ class TimedOut(Exception):
         super().__init__(f"{record.step}: {record.path} not there after {record.waited_s:.1f} s{seen}")
         self.record = record
 
-
-@dataclass(frozen=True)
-class _Now:
-    operation: str
-    path: str
-    since: float  # time.monotonic() when the call started
+    def __reduce__(self) -> tuple[Any, ...]:  # raised in the child, pickled to the parent: rebuilt from its record
+        return type(self), (self.record,)
 
 
-class Progress:
-    """What the worker is doing: ``at`` before each filesystem call, ``idle`` while it sleeps between looks
-    (a sleep is not a call, and a wait's own deadline, not the stall limit, bounds it). ``step``, when the work
-    sets it, names the part of a longer piece of work a stall is reported in ("round 3: wait for b.3")."""
-
-    __slots__ = ("_now", "step")
-
-    def __init__(self) -> None:
-        self._now: _Now | None = None
-        self.step: str | None = None
-
-    def at(self, operation: str, path: str | os.PathLike[str]) -> None:
-        # one reference store: the watching thread reads a whole _Now or the previous one, never a mix
-        self._now = _Now(operation, os.fspath(path), time.monotonic())
-
-    def idle(self) -> None:
-        self._now = None
-
-    @property
-    def now(self) -> _Now | None:
-        return self._now
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
 
 
-class _Outcome(Generic[T]):
-    __slots__ = ("done", "error", "value")
+def _reaped(pid: int, within_s: float) -> bool:
+    """Whether the child exited (and was reaped) within ``within_s``; one that has not is left, not waited on."""
+    deadline = time.monotonic() + within_s
+    gap = 0.0005
+    while True:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
+        except ChildProcessError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(gap)
+        gap = min(gap * 2, 0.05)
 
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.value: T | None = None
-        self.error: BaseException | None = None
+
+def _end(pid: int) -> str | None:
+    """SIGKILL to the stalled child; what is left of it after ``EXIT_WAIT_S`` named (``stuck``), else None."""
+    _kill(pid)
+    if _reaped(pid, EXIT_WAIT_S):
+        return None
+    return stuck([(pid, "this probe's I/O child")], killed=True)
 
 
 def run(work: Callable[[Progress], T], *, step: str, limit_s: float = STALL_LIMIT_S) -> T:
-    """``work(progress)`` in a daemon thread; its value, or its exception raised here.
+    """``work(progress)`` in a forked child; its value, or its exception raised here (both pickled).
 
-    ``Stalled`` when one call ``work`` announced with ``progress.at`` has run ``limit_s`` without returning
-    (the thread is left behind, blocked: leave the process soon after). Between calls the watch sleeps until
-    the current call's deadline, so a loop of fast calls costs the watch nothing.
-    """
-    progress = Progress()
-    outcome: _Outcome[T] = _Outcome()
+    ``Stalled`` when one call ``work`` announced with ``progress.at`` has run ``limit_s`` without returning: the
+    child is sent SIGKILL and, when it did not exit, named in the record and left. Between calls the parent
+    sleeps until the current call's deadline (or the child's next message), so a loop of fast calls costs the
+    watch nothing. ``work`` changes nothing of the parent's: what it found comes back as its value (or
+    ``keep``)."""
+    page = mmap.mmap(-1, PAGE)  # anonymous and shared: the child's writes are the parent's reads
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        serve(work, page, write_end)
+    os.close(write_end)
+    try:
+        with open(read_end, "rb", buffering=0) as pipe:
+            return _watch_child(pid, page, pipe, step, limit_s)  # type: ignore[no-any-return]
+    except Stalled:
+        raise  # the child was sent SIGKILL already, and what is left of it named
+    except BaseException:
+        if not _reaped(pid, 0.0):  # an interrupt, or a child that did not exit after its answer: not left running
+            _end(pid)
+        raise
+    finally:
+        page.close()
 
-    def target() -> None:
-        try:
-            outcome.value = work(progress)
-        except BaseException as exc:  # handed to the waiting thread, which raises it
-            outcome.error = exc
-        finally:
-            outcome.done.set()
 
-    worker = threading.Thread(target=target, name=f"fs:{step}", daemon=True)
-    worker.start()
-    while not outcome.done.is_set():
-        now = progress.now
+def _watch_child(pid: int, page: mmap.mmap, pipe: io.FileIO, step: str, limit_s: float) -> Any:
+    kept: Any = None
+    while True:
+        seq, now = current(page)
+        late = now is not None and time.monotonic() - now.since >= limit_s
         if now is None:
-            outcome.done.wait(min(limit_s, 1.0))
-            continue
-        waited = time.monotonic() - now.since
-        if waited >= limit_s:
-            if outcome.done.is_set() or progress.now is not now:
-                continue  # it returned just now
+            timeout = min(limit_s, 1.0)
+        else:
+            timeout = 0.0 if late else limit_s - (time.monotonic() - now.since)
+        if select.select([pipe], [], [], max(timeout, 0.0))[0]:
+            message = receive(pipe)
+            if message is None:  # killed by another, or its pickle cut short: an OSError the probe reports
+                raise ChildProcessError(f"{step}: the I/O child (pid {pid}) ended without an answer")
+            kind, value = message
+            if kind == "kept":
+                kept = value
+                continue
+            _reaped(pid, EXIT_WAIT_S)
+            if kind == "error":
+                raise value
+            return value
+        if late and now is not None and current(page)[0] == seq:
             raise Stalled(
                 StallRecord(
-                    step=progress.step or step,
+                    step=step_of(page) or step,
                     operation=now.operation,
                     path=now.path,
                     limit_s=limit_s,
-                    waited_s=round(waited, 3),
-                    stuck=stuck([(worker.native_id, "this probe's worker thread")] if worker.native_id else []),
-                )
+                    waited_s=round(time.monotonic() - now.since, 3),
+                    stuck=_end(pid),
+                ),
+                kept,
             )
-        outcome.done.wait(limit_s - waited)
-    if outcome.error is not None:
-        raise outcome.error
-    return outcome.value  # type: ignore[return-value]  # set whenever no error was
 
 
 def call(
@@ -236,9 +254,10 @@ def watch(
             # fio's job processes each call setsid(): killed one by one, not only by the group
             family = [(proc.pid, "fio"), *((child, "a fio job") for child in _descendants(proc.pid))]
             for pid, _ in reversed(family):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + 2.0  # their exits; one in the kernel is named below, never waited on again
+                _kill(pid)
+            deadline = (
+                time.monotonic() + EXIT_WAIT_S
+            )  # their exits; one in the kernel is named below, never waited on again
             while time.monotonic() < deadline and (
                 proc.poll() is None or any((_stat(pid) or ["Z"])[0] not in "ZX" for pid, _ in family[1:])
             ):
@@ -282,9 +301,11 @@ def remove(folder: Path, stall_s: float) -> None:
 
 
 def leave(code: int = 0) -> None:
-    """End the process now, after the result line: a stalled call's thread cannot be joined, and the
-    interpreter's exit would wait on it. Exit status 0 when the result says what stalled: the step's
-    result is read only from a step that ended 0, and the stall is the finding, for the judge."""
+    """End the process now, after the result line, for a probe with threads of its own that a stall can leave
+    blocked (fio's output readers, on a pipe a fio job stuck in the kernel still holds): the interpreter's exit
+    would wait on them, or on their streams' locks. Exit status 0 when the result says what stalled: the step's
+    result is read only from a step that ended 0, and the stall is the finding, for the judge. The I/O under
+    ``run`` leaves no thread behind: its child is a process of its own, and nothing waits on it."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -13,14 +13,14 @@ Restore: every file read back and hashed against the manifest (a byte changed be
 its file), then the shards loaded into the GPU's memory: the time from the first byte read to the last tensor
 there is the cold start of a job that loads this checkpoint. Read on another node, none of the files can be in
 this node's page cache; read on the node that wrote them, the pages are dropped first (POSIX_FADV_DONTNEED), and
-the payload says which. Every call runs under the stall limit (``_stall.py``).
+the payload says which. Every call runs under the stall limit (``_stall.py``), in its forked child: the restore's
+reads are timed there, and the cold start is that time and the load's, not the pipe that hands the bytes back.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
-import functools
 import hashlib
 import json
 import os
@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from gpuaccept.contracts.storage import CheckpointFile, CheckpointPayload, PathProblem
 from gpuaccept.probes._protocol import emit, node_name
-from gpuaccept.probes._stall import Stalled, call, leave, remove
+from gpuaccept.probes._stall import Progress, Stalled, call, remove, run
 from gpuaccept.timelimits import STALL_S
 
 __all__ = ["main", "restore", "save"]
@@ -134,21 +134,7 @@ def save(path: Path, token: str, mib: int, seed: int, stall_s: float) -> Checkpo
             os.close(fd)
 
     call(sync_folder, step="save", operation="fsync", path=folder, limit_s=stall_s)
-    seconds = time.monotonic() - started
-    total = sum(f.bytes for f in files)
-    return CheckpointPayload(
-        mode="save",
-        path=str(path),
-        bytes=total,
-        seconds=round(seconds, 4),
-        gbps=round(total / seconds / 1e9, 4),
-        files=files,
-        mismatched={},
-        cache=None,
-        device=None,
-        load_s=None,
-        problem=None,
-    )
+    return _payload("save", path, files, time.monotonic() - started)
 
 
 def _drop(target: Path) -> None:
@@ -174,30 +160,40 @@ def restore(path: Path, token: str, stall_s: float) -> CheckpointPayload:
     writer = manifest.get("node", "")
     here = node_name()
     if writer == here:
-        for f in expected:
-            target = folder / f.name
-            if target.exists():
-                call(
-                    functools.partial(_drop, target),
-                    step="restore",
-                    operation="fadvise",
-                    path=target,
-                    limit_s=stall_s,
-                )
+
+        def drop(progress: Progress) -> None:
+            for f in expected:
+                target = folder / f.name
+                progress.at("stat", target)
+                if target.exists():
+                    progress.at("fadvise", target)
+                    _drop(target)
+            progress.idle()
+
+        run(drop, step="restore", limit_s=stall_s)
         cache = "page cache dropped (fadvise): read on the node that wrote it"
     else:
         cache = f"written by {writer}"
-    device = "cuda:0" if torch.cuda.is_available() else "cpu"
-    blobs: dict[str, bytes] = {}
-    mismatched: dict[str, str] = {}
-    started = time.monotonic()
-    for f in expected:
-        target = folder / f.name
-        try:
-            blobs[f.name] = call(target.read_bytes, step="restore", operation="read", path=target, limit_s=stall_s)
-        except FileNotFoundError:
-            mismatched[f.name] = "missing"
-    read_s = time.monotonic() - started
+
+    def read_all(progress: Progress) -> tuple[dict[str, bytes], list[str], float]:
+        """Every file read, timed here in the child: the pipe that carries the bytes back is not the restore."""
+        blobs: dict[str, bytes] = {}
+        missing: list[str] = []
+        started = time.monotonic()
+        for f in expected:
+            target = folder / f.name
+            progress.at("read", target)
+            try:
+                blobs[f.name] = target.read_bytes()
+            except FileNotFoundError:
+                missing.append(f.name)
+        progress.idle()
+        return blobs, missing, time.monotonic() - started
+
+    blobs, missing, read_s = run(read_all, step="restore", limit_s=stall_s)
+    mismatched = dict.fromkeys(missing, "missing")
+    device = "cuda:0" if torch.cuda.is_available() else "cpu"  # after the fork: the child never holds CUDA
+    loading = time.monotonic()  # the cold start: the child's read time, then the load here
     weights = [
         tensor
         for name, data in blobs.items()
@@ -207,7 +203,7 @@ def restore(path: Path, token: str, stall_s: float) -> CheckpointPayload:
     placed = [tensor.to(device, non_blocking=True) for tensor in weights]
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-    load_s = time.monotonic() - started
+    load_s = read_s + time.monotonic() - loading
     del placed
     read = [_described(name, data) for name, data in blobs.items()]
     for f, got in zip([f for f in expected if f.name in blobs], read, strict=True):
@@ -215,37 +211,46 @@ def restore(path: Path, token: str, stall_s: float) -> CheckpointPayload:
             mismatched[f.name] = f"sha256 {got.sha256[:12]} read, {f.sha256[:12]} written"
         elif got.bytes != f.bytes:
             mismatched[f.name] = f"{got.bytes} bytes read, {f.bytes} written"
-    total = sum(f.bytes for f in read)
-    return CheckpointPayload(
-        mode="restore",
-        path=str(path),
-        bytes=total,
-        seconds=round(read_s, 4),
-        gbps=round(total / read_s / 1e9, 4) if read_s > 0 else 0.0,
-        files=read,
+    return _payload(
+        "restore",
+        path,
+        read,
+        read_s,
         mismatched=mismatched,
         cache=cache,
         device=device,
         load_s=round(load_s, 4) if weights else None,
-        problem=None,
+    )
+
+
+def _payload(
+    mode: Literal["save", "restore", "clean"],
+    path: Path,
+    files: list[CheckpointFile],
+    seconds: float,
+    **found: object,
+) -> CheckpointPayload:
+    """A phase's payload: the bytes its ``files`` hold over its ``seconds``; what it did not find (``found``
+    names what it did) None, and no file mismatched."""
+    total = sum(f.bytes for f in files)
+    unread: dict[str, object] = {"mismatched": {}, "cache": None, "device": None, "load_s": None, "problem": None}
+    return CheckpointPayload.model_validate(
+        {
+            "mode": mode,
+            "path": str(path),
+            "bytes": total,
+            "seconds": round(seconds, 4),
+            "gbps": round(total / seconds / 1e9, 4) if seconds > 0 else 0.0,
+            "files": files,
+            **unread,
+            **found,
+        }
     )
 
 
 def _nothing(mode: Literal["save", "restore", "clean"], path: Path, problem: PathProblem | None) -> CheckpointPayload:
     """A phase that moved nothing: the clean-up, or one the path's problem stopped."""
-    return CheckpointPayload(
-        mode=mode,
-        path=str(path),
-        bytes=0,
-        seconds=0,
-        gbps=0,
-        files=[],
-        mismatched={},
-        cache=None,
-        device=None,
-        load_s=None,
-        problem=problem,
-    )
+    return _payload(mode, path, [], 0.0, problem=problem)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -279,7 +284,6 @@ def main(argv: list[str] | None = None) -> None:
             problem = PathProblem(kind="unwritable", detail=detail)
         payload = _nothing(args.mode, args.path, problem)
     emit(payload.model_dump(mode="json"), probe="checkpoint")
-    leave(0)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from gpuaccept.contracts.fsmeta import CoherencyPayload, LockTrial, StallRecord,
 from gpuaccept.probes._coherency_locks import contend, hold, trial
 from gpuaccept.probes._coherency_pair import Late, Look, Pair
 from gpuaccept.probes._protocol import emit, node_name, rank_info
-from gpuaccept.probes._stall import STALL_LIMIT_S, Progress, Stalled, TimedOut, leave, run
+from gpuaccept.probes._stall import STALL_LIMIT_S, Progress, Stalled, TimedOut, run
 
 __all__ = ["main", "measure"]
 
@@ -52,7 +52,8 @@ MTIME_BASE_S = 1_500_000_000
 
 @dataclass
 class _State:
-    """What the rank found so far (kept by the main thread when a call stalls)."""
+    """What the rank found so far: built in ``run``'s child, sent back as its value, and kept on the way
+    (``Progress.keep``) for the payload should a later call stall."""
 
     peer_node: str | None = None
     rounds: list[VisibilityRound] = field(default_factory=list)
@@ -128,6 +129,7 @@ def _rounds(pair: Pair, state: _State, count: int) -> None:
         if not initiator:
             pair.step(f"round {n}: rank 1 creates {mine}")
             pair.write(mine, _body(pair.token, mine), _mtime(n, mine))
+        pair.progress.keep(state)  # between rounds: the pickle is in no round trip
 
 
 def _locks(pair: Pair, state: _State) -> None:
@@ -139,6 +141,7 @@ def _locks(pair: Pair, state: _State) -> None:
             state.locks.append(trial(kind, role, error=f"{pair.progress.step}: {exc}"))
             raise
         state.locks.append(found)
+        pair.progress.keep(state)
 
 
 def _protocol(pair: Pair, state: _State, node: str, rounds: int) -> None:
@@ -149,6 +152,7 @@ def _protocol(pair: Pair, state: _State, node: str, rounds: int) -> None:
         pair.step(f"hello: rank {pair.rank} waits for rank {1 - pair.rank}'s")
         look = pair.await_file(f"hello.{1 - pair.rank}", lambda data: data.endswith(b"\n") and len(data) > 1)
         state.peer_node = (look.data or b"").decode(errors="replace").strip()
+        pair.progress.keep(state)
         _rounds(pair, state, rounds)
         _locks(pair, state)
     except TimedOut as exc:
@@ -218,18 +222,20 @@ def measure(
         )
     stalled: StallRecord | None = None
 
-    def work(progress: Progress) -> None:
+    def work(progress: Progress) -> _State:
         pair = Pair(directory, info.rank, token, limit_s if wait_s is None else wait_s, progress)
         progress.step = "make the run's directory"
         progress.at("mkdir", directory)
         directory.mkdir(exist_ok=True)
         progress.idle()
         _protocol(pair, state, node, rounds)
+        return state
 
     try:
-        run(work, step="coherency", limit_s=limit_s)
+        state = run(work, step="coherency", limit_s=limit_s)
     except Stalled as exc:
         stalled = exc.record
+        state = exc.kept or state
     except OSError as exc:
         state.error = f"make the run's directory: {exc}"
     cross = state.peer_node is not None and state.peer_node != node
@@ -263,8 +269,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     payload = measure(args.path, token=args.token, rounds=args.rounds, limit_s=args.stall_limit, wait_s=args.wait)
     emit(payload.model_dump(mode="json"), probe="coherency")
-    if payload.stalled is not None:
-        leave(0)  # the stalled call's thread is still blocked: the interpreter's exit would wait on it
 
 
 if __name__ == "__main__":

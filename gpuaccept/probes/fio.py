@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     payload = measure(args)
     emit(payload.model_dump(mode="json"), probe="fio")
-    leave(0)  # a thread stuck in a stalled I/O must not keep the process (and the step) alive
+    leave(0)  # a reader thread of a fio job stuck in the kernel must not keep the process (and the step) alive
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ must be the count created (a listing cut short, or one repeating names, is what 
 to a job that lists its shards). Everything created is removed again; the shared directories by the last
 rank out.
 
-Every call runs under the stall limit (``_stall``); a call that stalls is reported and the probe leaves.
+Every call runs under the stall limit (``_stall``); a call that stalls is reported and the probe returns.
 By hand: ``python -m gpuaccept.probes.fsmeta --path /mnt/x --files 1000``.
 """
 
@@ -31,7 +31,7 @@ from pathlib import Path
 from gpuaccept.contracts.fsmeta import FsmetaPayload, LargeDir, MdtestPhase, MdtestShape, StallRecord, WaitTimeout
 from gpuaccept.probes._fsmeta_barrier import Barrier, rmdir, unlink
 from gpuaccept.probes._protocol import emit, rank_info
-from gpuaccept.probes._stall import STALL_LIMIT_S, Progress, Stalled, TimedOut, call, leave, run, step_token
+from gpuaccept.probes._stall import STALL_LIMIT_S, Progress, Stalled, TimedOut, call, run, step_token
 
 __all__ = ["Barrier", "main", "measure"]
 
@@ -50,29 +50,38 @@ def _mkdir(path: Path, step: str, limit_s: float) -> None:
     call(make, step=step, operation="mkdir", path=path, limit_s=limit_s)
 
 
-def _timed(phase: str, paths: Sequence[Path], done: list[int]) -> Callable[[Progress], MdtestPhase]:
-    """One phase's loop over ``paths`` (``done[0]``: how far it got, for the clean-up after a failure)."""
+def _timed(phase: str, paths: Sequence[Path]) -> Callable[[Progress], tuple[MdtestPhase | None, int, OSError | None]]:
+    """One phase's loop over ``paths``: its record, how many calls returned (for the clean-up after a failure)
+    and the error that stopped it (None: none did; the record is then None). The loop runs in ``run``'s child,
+    which changes nothing of this process's: the count comes back with the value."""
 
-    def work(progress: Progress) -> MdtestPhase:
+    def work(progress: Progress) -> tuple[MdtestPhase | None, int, OSError | None]:
+        handled = 0
         start = time.perf_counter()
-        if phase == "create":
-            for path in paths:
-                progress.at("create", path)
-                os.close(os.open(path, _CREATE_FLAGS, 0o644))
-                done[0] += 1
-        elif phase == "stat":
-            for path in paths:
-                progress.at("stat", path)
-                os.stat(path)
-        else:
-            for path in paths:
-                progress.at("unlink", path)
-                os.unlink(path)
-                done[0] -= 1
+        try:
+            if phase == "create":
+                for path in paths:
+                    progress.at("create", path)
+                    os.close(os.open(path, _CREATE_FLAGS, 0o644))
+                    handled += 1
+            elif phase == "stat":
+                for path in paths:
+                    progress.at("stat", path)
+                    os.stat(path)
+                    handled += 1
+            else:
+                for path in paths:
+                    progress.at("unlink", path)
+                    os.unlink(path)
+                    handled += 1
+        except OSError as exc:
+            progress.idle()
+            return None, handled, exc
         seconds = time.perf_counter() - start
         progress.idle()
         rate = round(len(paths) / seconds, 1) if seconds > 0 else None
-        return MdtestPhase(phase=phase, ops=len(paths), seconds=round(seconds, 6), ops_per_s=rate)  # type: ignore[arg-type]
+        record = MdtestPhase(phase=phase, ops=len(paths), seconds=round(seconds, 6), ops_per_s=rate)  # type: ignore[arg-type]
+        return record, handled, None
 
     return work
 
@@ -93,15 +102,20 @@ class _Rank:
         """create, stat, delete ``names``, each phase after a barrier; a failed call stops the shape and leaves
         its files to ``clean``."""
         phases: list[MdtestPhase] = []
-        done = [0]  # files of the shape that exist now: create counts up, delete down (both in order)
+        done = 0  # files of the shape that exist now: create counts up, delete down (both in order)
         phase = "create"
         try:
             for phase in ("create", "stat", "delete"):
                 barrier.wait(f"{shape} {phase}")
-                phases.append(run(_timed(phase, names, done), step=f"{shape} {phase}", limit_s=self.limit_s))
+                record, handled, error = run(_timed(phase, names), step=f"{shape} {phase}", limit_s=self.limit_s)
+                if phase != "stat":
+                    done = handled if phase == "create" else len(names) - handled
+                if error is not None:
+                    raise error
+                phases.append(record)  # type: ignore[arg-type]  # a record whenever no error
         except OSError as exc:
             self.error = f"{shape} {phase}: {exc}"
-            self.leftovers += list(names[len(names) - done[0] :] if phase == "delete" else names[: done[0]])
+            self.leftovers += list(names[len(names) - done :] if phase == "delete" else names[:done])
         finally:
             self.shapes[shape] = MdtestShape(shape=shape, directory=str(directory), files=self.files, phases=phases)  # type: ignore[arg-type]
 
@@ -109,16 +123,14 @@ class _Rank:
         names = [directory / f"e{i:08d}" for i in range(entries)]
         _mkdir(directory, "large create", self.limit_s)
         self.own_dirs.append(directory)
-        done = [0]
-        try:
-            created = run(_timed("create", names, done), step="large create", limit_s=self.limit_s)
-        except OSError as exc:
-            self.error = self.error or f"large create: {exc}"
-            self.leftovers += names[: done[0]]
+        created, handled, error = run(_timed("create", names), step="large create", limit_s=self.limit_s)
+        if created is None:
+            self.error = self.error or f"large create: {error}"
+            self.leftovers += names[:handled]
             self.large = LargeDir(
                 directory=str(directory),
                 entries=entries,
-                created=done[0],
+                created=handled,
                 create_seconds=0.0,
                 listed=None,
                 matched=None,
@@ -180,7 +192,8 @@ class _Rank:
 
 def measure(path: Path, *, files: int, large: int, token: str, limit_s: float = STALL_LIMIT_S) -> FsmetaPayload:
     """This rank's figures. A stalled call ends the measuring where it happened: what was measured before it is
-    kept, nothing is cleaned up (the next call could hang as well), and the caller leaves after emitting."""
+    kept, nothing is cleaned up (the next call could hang as well), and the caller emits it and returns (the
+    stalled child was killed, or named and left)."""
     info = rank_info()
     top = path / f"{PREFIX}{token}"
     me = _Rank(files, limit_s)
@@ -252,8 +265,6 @@ def main(argv: list[str] | None = None) -> None:
     token = args.token or step_token()
     payload = measure(args.path, files=args.files, large=args.large, token=token, limit_s=args.stall_limit)
     emit(payload.model_dump(mode="json"), probe="fsmeta")
-    if payload.stalled is not None:
-        leave(0)  # the stalled call's thread is still blocked: the interpreter's exit would wait on it
 
 
 if __name__ == "__main__":

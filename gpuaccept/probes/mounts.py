@@ -18,7 +18,7 @@ For each ``--path``:
   attribute-cache times), and the mount's ``read_ahead_kb`` from ``/sys/class/bdi/<major>:<minor>``;
 
 and once, the names in ``/proc/modules`` (lustre, mmfs26 for GPFS, wekafs ...). Every call on a declared
-path runs under the stall limit (``_stall``): a hung mount is reported, naming the path, and the probe leaves.
+path runs under the stall limit (``_stall``): a hung mount is reported, naming the path, and the probe returns.
 ``--root`` reads ``proc`` and ``sys`` under another folder (the selftests' recorded trees); the paths
 themselves are always the real ones. By hand: ``python -m gpuaccept.probes.mounts --path /mnt/x --path /data``.
 """
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from gpuaccept.contracts.fsmeta import MountEntry, MountsPayload, NfsOptions, PathMount, StallRecord
 from gpuaccept.probes._protocol import emit
-from gpuaccept.probes._stall import STALL_LIMIT_S, Progress, Stalled, leave, run
+from gpuaccept.probes._stall import STALL_LIMIT_S, Progress, Stalled, run
 
 __all__ = ["find_mount", "main", "measure", "nfs_options", "parse_mountinfo", "read_modules"]
 
@@ -283,8 +283,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     payload = measure(args.path, root=args.root, write=not args.no_write, limit_s=args.stall_limit)
     emit(payload.model_dump(mode="json"), probe="mounts")
-    if any(reading.stalled is not None for reading in payload.paths):
-        leave(0)  # the stalled call's thread is still blocked: the interpreter's exit would wait on it
 
 
 if __name__ == "__main__":

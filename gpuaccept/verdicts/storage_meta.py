@@ -66,7 +66,8 @@ def mount_view(found: PathMount) -> str:
 
 
 def _declared_mount(fs: Filesystem, found: PathMount, modules: list[str] | None) -> list[tuple[str, Any, Any]]:
-    """(key, observed, declared) for each key of the site's ``mount:`` (N-014 to N-018)."""
+    """(key, observed, declared) for each key of the site's ``mount:`` (N-014 to N-018). The modules are left
+    out when the node's list could not be read (``modules`` None): ``_unread_modules`` says so instead."""
     want = fs.mount
     nfs = found.nfs
     pairs: list[tuple[str, Any, Any]] = []
@@ -75,14 +76,24 @@ def _declared_mount(fs: Filesystem, found: PathMount, modules: list[str] | None)
     if want.nfs_version is not None:
         pairs.append(("nfs_version", nfs.vers if nfs else None, want.nfs_version))
     if want.nconnect is not None:
+        # a mount without the option has one connection: nfs(5), "nconnect" (default 1)
         pairs.append(("nconnect", (nfs.nconnect or 1) if nfs else None, want.nconnect))
     if want.proto is not None:
         pairs.append(("proto", nfs.proto if nfs else None, want.proto))
     if want.read_ahead_kb is not None:
         pairs.append(("read_ahead_kb", found.read_ahead_kb, want.read_ahead_kb))
-    for module in want.modules:
-        pairs.append((f"module {module}", "loaded" if module in (modules or []) else "not loaded", "loaded"))
+    if modules is not None:
+        for module in want.modules:
+            pairs.append((f"module {module}", "loaded" if module in modules else "not loaded", "loaded"))
     return pairs
+
+
+def _unread_modules(name: str, fs: Filesystem, node: str, judge: JudgeLike) -> None:
+    """The modules the site declares for ``fs``, on a node whose ``/proc/modules`` could not be read: could not
+    measure, naming it (a list not read is no module missing, and no module loaded)."""
+    for module in fs.mount.modules:
+        why = f"{node}: /proc/modules could not be read: whether {module} (declared for {fs.path}) is loaded is unknown"
+        judge.unreadable("storage_mount", why, node=node, fspath=fs.path, key=f"module {module}", filesystem=name)
 
 
 def judge_mounts(
@@ -124,6 +135,8 @@ def judge_mounts(
                 )
             for key, observed, declared in _declared_mount(fs, found, payload.modules):
                 judge.expect("storage_mount", observed, declared, node=node, fspath=fs.path, key=key, filesystem=name)
+            if payload.modules is None:
+                _unread_modules(name, fs, node, judge)
             if fs.scope == "shared" and state == USABLE:
                 views.setdefault(name, {})[node] = mount_view(found)
     for name, seen in views.items():
