@@ -2,7 +2,8 @@
 and the block judges (one clique a block, one block a clique, the trays the site expects).
 
 The recordings are real: ``fixtures/slurm/26.05/show-topology.block-2x2.txt`` from a 4-node dev cluster started
-with ``up.sh --slurm 26.05 --blocks 2``, ``show-topology.flat.txt`` from 26.05 without a topology plugin, and
+with ``up.sh --slurm 26.05 --blocks 2`` (``fixtures/slurm/24.11/``'s from ``--slurm 24.11``, whose blocks come from
+a topology.conf, 2026-12-03), ``show-topology.flat.txt`` from 26.05 without a topology plugin, and
 ``fixtures/slurm/22.05/show-topology.txt`` (+ ``.stderr``) from the host's 22.05, which has no topology/block.
 Hostlists are expanded by Slurm's own ``scontrol show hostnames`` (the host's, against a minimal slurm.conf).
 """
@@ -66,8 +67,11 @@ def judge() -> tuple[Judge, list[MetricResult]]:
     return Judge(load_thresholds(), lambda node: "cpu", results.append, "test_nvlink_domain"), results
 
 
-def test_26_05_blocks_read_with_nodes_counted_from_the_hostlist() -> None:
-    topo = parse_topology(recorded("26.05", "show-topology.block-2x2.txt"))
+@pytest.mark.parametrize("version", ["24.11", "26.05"])
+def test_blocks_read_with_nodes_counted_from_the_hostlist(version: str) -> None:
+    """24.11 reads its blocks from topology.conf (``BlockName=... Nodes=...``, ``BlockSizes=2``), 26.05 from
+    topology.yaml; both print the same lines."""
+    topo = parse_topology(recorded(version, "show-topology.block-2x2.txt"))
     assert topo.kind == "block"
     assert [(b.name, b.index, b.nodes, b.planning_size) for b in topo.blocks] == [
         ("b1", 0, ("node1", "node2"), 2),
