@@ -121,8 +121,8 @@ def test_counters_nvml_does_not_give_fail_naming_the_links_and_the_code(gb200: G
 
 
 def test_no_link_giving_counters_could_not_measure_naming_the_code(gb200: GB200, tmp_path: Path) -> None:
-    """A driver that offers none of the fields (the one-H200 VM's 580 driver answered code 3 for every link) is
-    a reading the judge cannot have, not a link fault: could not measure, naming NVML's code, never a pass."""
+    """A driver that offers none of the fields (NVML's code 3, not supported, on every link) is a reading the
+    judge cannot have, not a link fault: could not measure, naming NVML's code, never a pass."""
     gb200.unread_counters = set(range(18))
     counters = _judged(nvlink.collect(tmp_path))["nvlink_link_counters"]
     assert counters.verdict == "unmeasured" and counters.value == "unreadable"

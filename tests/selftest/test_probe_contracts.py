@@ -69,6 +69,8 @@ RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
     "training/finetune-scale-h200.out": (specs.FINETUNE, 1),
     "nvml/h200-1gpu.gpu_health.json": (specs.GPU_HEALTH, 1),
     "nvml/h200-1gpu.nvlink.json": (specs.NVLINK, 1),
+    "nvml/h200-1gpu-2026-12-03.gpu_health.json": (specs.GPU_HEALTH, 1),
+    "nvml/h200-1gpu-2026-12-03.nvlink.json": (specs.NVLINK, 1),
     **{
         f"node/h200-1gpu.{probe}.out": (SPECS[probe], 1)
         for probe in ("gdr", "hygiene", "infiniband", "visibility", "xid")
