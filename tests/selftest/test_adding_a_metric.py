@@ -7,8 +7,10 @@ SKU with a source, the requirements it proves), (2) the ``GpuHealth`` field in `
 ``Nvml`` marker names the getter the probe fills it from (``probes/gpu_health.declared_readings`` walks the
 markers; the fake NVML of the selftests, ``nvml_replay``, answers from them), (3) the judge's line in
 ``verdicts/gpu_health.py`` and its name in ``HEALTH_METRICS`` (what ``test_gpu_health`` declares it judges).
-The recording ``fixtures/nvml/h200-2gpu.gpu_health.json`` gains the value the new getter gives: a test edit
-(``RECORDING_EDIT``), standing in for the recording the GPU machine would make with the field in place.
+The current recording (``nvml_recordings.current``, the newest dated one-H200 file) gains the value the new getter
+gives: a test edit (``RECORDING_EDIT``), standing in for the recording the GPU machine at hand makes again with the
+field in place (``benchmarks/record_gpu_health.sh``). The older recordings, the 2 x H200 one among them, are read
+with the field "not recorded" (``nvml_recordings.older_gpu_health``): nothing to edit in them.
 
 The metric is the issue's example, the GPU's highest SM clock (``nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM)``),
 judged where a limit is set (``limit_optional``): the H100's datasheet figure, and the same figure for the H200 the
@@ -33,6 +35,7 @@ from gpuaccept.thresholds.loader import load_thresholds
 from gpuaccept.thresholds.requirements_doc import render
 
 from .conftest import REPO
+from .nvml_recordings import current
 
 pytestmark = pytest.mark.selftest
 
@@ -58,12 +61,13 @@ JUDGE_LINE = f'    _checked(judge, "{METRIC}", gpu["{FIELD}"], node, label, _why
 DECLARED_AFTER = '    "gpu_power_limit_w",\n)\n'
 #: the test edit: the value the new getter gives on the recorded H200
 RECORDING_EDIT = 1980
-RECORDING = "fixtures/nvml/h200-2gpu.gpu_health.json"
+RECORDING = str(current("gpu_health").relative_to(REPO))
+_FIXTURE_ID = RECORDING.removeprefix("fixtures/")
 
 #: the selftests of the copy that hold the metric: the recording is its payload type, the probe reads it back
 #: through the markers, every declared metric with a limit is judged on the recording, the recording is healthy
 HELD_BY = (
-    "tests/selftest/test_probe_contracts.py::test_recorded_probe_output_is_its_payload_type[nvml/h200-2gpu.gpu_health.json]",
+    f"tests/selftest/test_probe_contracts.py::test_recorded_probe_output_is_its_payload_type[{RECORDING.removeprefix('fixtures/')}]",
     "tests/selftest/test_gpu_probes.py::test_the_probe_reads_the_recorded_h200_back_through_its_markers",
     "tests/selftest/test_gpu_health_fixtures.py::test_every_health_metric_with_a_limit_is_judged_on_the_recorded_h200",
     "tests/selftest/test_gpu_health_fixtures.py::test_recorded_h200_is_healthy",
@@ -161,7 +165,7 @@ from tests.selftest.nvml_replay import ReplayNVML
 gpu_health.nvml = lambda: ReplayNVML(json.load(open({RECORDING!r})))
 record = RankRecord("vm", 0, 1, 0, None, json.loads(json.dumps(gpu_health.collect())))
 judge = Judge(load_thresholds(), lambda node: "H200", lambda result: None, "selftest")
-judge_health(GPU_HEALTH.read(record), judge, "vm", declared_gpus=2)
+judge_health(GPU_HEALTH.read(record), judge, "vm", declared_gpus=len(record.data["gpus"]))
 print(json.dumps({{r.subject: r.verdict for r in judge.results if r.metric == {METRIC!r}}}))
 """
     env = {**os.environ, "PYTHONPATH": str(root)}

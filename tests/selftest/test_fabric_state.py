@@ -35,6 +35,7 @@ from gpuaccept.verdicts.nvlink_fabric import (
 )
 
 from .conftest import repository_view, run_inner
+from .nvml_recordings import older_gpu_health_file
 
 FABRIC = Path(__file__).resolve().parents[2] / "fixtures" / "fabric"
 THRESHOLDS = load_thresholds()
@@ -279,7 +280,7 @@ def test_a_node_without_a_domain_is_skipped_after_showing_its_reading() -> None:
 
 # ---- end to end: the acceptance test, the fingerprint probe's subprocess and the plugin -------------------
 
-NVML_H200 = Path(__file__).resolve().parents[2] / "fixtures" / "nvml" / "h200-2gpu.gpu_health.json"
+NVML_H200 = older_gpu_health_file()  # the 2 x H200 recording (older: a field added since is "not recorded")
 
 
 @pytest.mark.parametrize(

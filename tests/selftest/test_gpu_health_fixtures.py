@@ -1,7 +1,9 @@
 """GPU health and NVLink judging on NVML readings recorded on 2 x H200 SXM 141GB, 2026-11-22 (fixtures/nvml/).
 
 The recorded node passes with the packaged H200 limits; each fault is one edited reading, and the
-failure must name the node, the GPU (index and PCI bus) and the metric.
+failure must name the node, the GPU (index and PCI bus) and the metric. The recording is an older one
+(``nvml_recordings.older_gpu_health``: a field added since is "not recorded"); that every declared metric with a
+limit is judged is said on the current recording, which the GPU machine at hand records again.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from gpuaccept.verdicts.gpu_health import HEALTH_METRICS, decode_reasons, judge_
 from gpuaccept.verdicts.nvlink import judge_affinity, judge_nvlink, judge_topology, pair_matrix
 
 from .ending import ends
+from .nvml_recordings import current, older_gpu_health
 
 pytestmark = pytest.mark.selftest
 
@@ -41,7 +44,7 @@ GPU1 = "1 (00000000:00:07.0)"
 
 @pytest.fixture()
 def health() -> dict[str, Any]:
-    return json.loads((NVML / "h200-2gpu.gpu_health.json").read_text())
+    return older_gpu_health()
 
 
 @pytest.fixture()
@@ -62,10 +65,13 @@ def test_recorded_h200_is_healthy(health: dict[str, Any], judge: Judge) -> None:
     assert judged[("gpu_pcie_gen_max", GPU1)] == "pass"
 
 
-def test_every_health_metric_with_a_limit_is_judged_on_the_recorded_h200(health: dict[str, Any], judge: Judge) -> None:
+def test_every_health_metric_with_a_limit_is_judged_on_the_recorded_h200(judge: Judge) -> None:
     """What ``test_gpu_health`` declares it judges (``HEALTH_METRICS``) and the H200 sets a limit for is judged,
-    on every GPU of the recorded node: a metric named there whose judge line is missing fails here, by name."""
-    judge_health(GPU_HEALTH.read(RankRecord("vm", 0, 1, 0, None, health)), judge, "vm", declared_gpus=2)
+    on every GPU of the current recording: a metric named there whose judge line is missing fails here, by name."""
+    health = json.loads(current("gpu_health").read_text())
+    judge_health(
+        GPU_HEALTH.read(RankRecord("vm", 0, 1, 0, None, health)), judge, "vm", declared_gpus=len(health["gpus"])
+    )
     limited = [m for m in HEALTH_METRICS if m in load_thresholds().limits_for("H200")]
     for gpu in health["gpus"]:
         label = f"{gpu['index']} ({gpu['pci_bus_id']})"

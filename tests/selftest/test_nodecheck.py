@@ -20,6 +20,8 @@ import pytest
 from gpuaccept.fleet.node import REASON_MAX, from_node_check, ours, reason_text
 from gpuaccept.nodecheck.cli import main
 
+from .nvml_recordings import older_gpu_health
+
 REPO = Path(__file__).resolve().parents[2]
 NVML = REPO / "fixtures" / "nvml"
 NDR = REPO / "fixtures" / "sysfs" / "hgx-h100-ndr"
@@ -30,7 +32,7 @@ CLEAN_LOG = REPO / "fixtures" / "kernel-log" / "dmesg-h100-clean.txt"
 def rec(tmp_path: Path) -> dict[str, Any]:
     """A recorded node in tmp_path: files the test edits, and the arguments that point the check at them."""
     health = tmp_path / "gpu_health.json"
-    health.write_text((NVML / "h200-2gpu.gpu_health.json").read_text())
+    health.write_text(json.dumps(older_gpu_health()))  # an older recording: a field added since "not recorded"
     links = tmp_path / "nvlink.json"
     links.write_text((NVML / "h200-2gpu.nvlink.json").read_text())
     log = tmp_path / "dmesg.txt"

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from .conftest import REPO, DevCluster, start_cluster, stop_cluster
+from .nvml_recordings import older_gpu_health_file
 from .test_nodecheck import host_site
 
 NVML = REPO / "fixtures" / "nvml"
@@ -82,7 +83,7 @@ def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         rec = tmp / "rec"
         for node in cluster.nodes:
             (rec / node).mkdir(parents=True)
-            shutil.copy(NVML / "h200-2gpu.gpu_health.json", rec / node / "gpu_health.json")
+            shutil.copy(older_gpu_health_file(), rec / node / "gpu_health.json")
             shutil.copy(NVML / "h200-2gpu.nvlink.json", rec / node / "nvlink.json")
             shutil.copy(CLEAN_LOG, rec / node / "dmesg.txt")
         wrapper = tmp / "nodecheck.sh"

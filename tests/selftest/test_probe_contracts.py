@@ -26,6 +26,7 @@ from gpuaccept.probes.probe_spec import members
 from gpuaccept.probes.specs import SPECS, PayloadError, ProbeSpec
 
 from .nccl_precontract import h200_records
+from .nvml_recordings import older_gpu_health
 from .payload_walk import deletions, keyed_by_data, loose_types, optional_keys
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -76,6 +77,9 @@ RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
         for probe in ("gdr", "hygiene", "infiniband", "visibility", "xid")
     },
 }
+#: the older ``gpu_health`` recordings among them: read through ``nvml_recordings.older_gpu_health`` (a field added
+#: to ``GpuHealth`` since is None, "not recorded"); the current one of each kind is held to the type as recorded
+OLDER_HEALTH = {"nvml/h200-2gpu.gpu_health.json", "nvml/h200-1gpu.gpu_health.json"}
 #: recordings older than their probe's contract, kept as evidence of the hardware they came from (each file's README
 #: says so) and held to no type: the new recording of that hardware is the lead's GPU run
 PRECONTRACT: dict[str, str] = {
@@ -105,13 +109,13 @@ def test_recorded_nccl_output_is_its_payload_type() -> None:
 
 
 def test_recorded_gpu_health_is_its_payload_type() -> None:
-    data = json.loads((FIXTURES / "nvml" / "h200-2gpu.gpu_health.json").read_text())
+    data = older_gpu_health()
     typed = specs.GPU_HEALTH.read(_record(data))
     assert typed["driver"] == data["driver"] and len(typed["gpus"]) == len(data["gpus"])
 
 
 def test_a_mistyped_field_is_an_error_naming_probe_node_rank_and_field() -> None:
-    data = json.loads((FIXTURES / "nvml" / "h200-2gpu.gpu_health.json").read_text())
+    data = older_gpu_health()
     data["gpus"][1]["ecc_uncorrected_volatile"] = "many"
     with pytest.raises(PayloadError) as raised:
         specs.GPU_HEALTH.validate(_record(data))
@@ -146,12 +150,8 @@ def test_every_spec_declares_its_payload_type(name: str) -> None:
 
 @pytest.mark.parametrize("fixture", sorted(RECORDED))
 def test_recorded_probe_output_is_its_payload_type(fixture: str) -> None:
-    (spec, ranks), path = RECORDED[fixture], FIXTURES / fixture
-    records = (
-        parse_records(spec.name, path.read_text(), ranks, ())
-        if path.suffix == ".out"
-        else [_record(json.loads(path.read_text()))]
-    )
+    (spec, ranks) = RECORDED[fixture]
+    records = [_record(data) for data in _recorded_payloads(fixture)]
     assert len(records) == ranks, f"{fixture}: {len(records)} results"
     for record in records:
         spec.validate(record)  # PayloadError names the probe, the rank and the field
@@ -253,7 +253,7 @@ def _recorded_payloads(fixture: str) -> list[dict[str, Any]]:
     (spec, ranks), path = RECORDED[fixture], FIXTURES / fixture
     if path.suffix == ".out":
         return [r.data for r in parse_records(spec.name, path.read_text(), ranks, ())]
-    return [json.loads(path.read_text())]
+    return [older_gpu_health(path) if fixture in OLDER_HEALTH else json.loads(path.read_text())]
 
 
 @pytest.mark.parametrize("fixture", sorted(f for f, (spec, _) in RECORDED.items() if spec.name not in OPEN))
