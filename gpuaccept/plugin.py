@@ -18,12 +18,6 @@ import pytest
 
 from gpuaccept import hookspecs
 from gpuaccept.errors import MeasurementError, ToolMissing
-from gpuaccept.fixtures import (  # noqa: F401  (registered as the plugin's fixtures)
-    gpuaccept_cluster,
-    gpuaccept_fingerprints,
-    gpuaccept_settings,
-    gpuaccept_thresholds,
-)
 from gpuaccept.fleet.drain import run_drain
 from gpuaccept.judging.baseline import BASELINE_KEY, load_session_baseline
 from gpuaccept.judging.categories import category

@@ -35,6 +35,7 @@ neither (a probe run by hand) the probe is rank 0 of 1.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import math
@@ -42,14 +43,17 @@ import os
 import socket
 import sys
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuaccept import selftest_hooks
 from gpuaccept.probes._gpu import handle_for_rank, identity
 from gpuaccept.probes._nvml import nvml
 from gpuaccept.probes._where import ran_in
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 __all__ = [
     "PART_SENTINEL",
@@ -244,6 +248,18 @@ def emit(
     for out in lines:
         sys.stdout.write(out + "\n")
         sys.stdout.flush()  # a part at a time: a rank that dies mid-way leaves whole lines behind
+
+
+def emit_read_under_root(
+    collect: Callable[[str], BaseModel], *, probe: str, doc: str, root_help: str, argv: Sequence[str] | None
+) -> None:
+    """The ``main`` of a probe that reads files under one tree and emits the record it builds from them: ``/``
+    on a node, a recorded tree (``--root``) when the selftests or an operator replay one by hand
+    (``python -m gpuaccept.probes.<probe> --root DIR``)."""
+    parser = argparse.ArgumentParser(prog=f"python -m gpuaccept.probes.{probe}", description=doc.split("\n")[0])
+    parser.add_argument("--root", default="/", help=root_help)
+    args = parser.parse_args(argv)
+    emit(collect(args.root).model_dump(mode="json"), probe=probe)
 
 
 def _staged(line: str, stage: str) -> str:

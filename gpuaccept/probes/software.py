@@ -12,7 +12,6 @@ to call unreadable.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from gpuaccept.contracts.tenant import GpuSoftware, SoftwareRecord
 from gpuaccept.probes._nvml import nvml, text
-from gpuaccept.probes._protocol import emit
+from gpuaccept.probes._protocol import emit_read_under_root
 
 __all__ = ["collect", "dcgm_exporter_version", "dcgm_version", "main", "os_release", "tool_version"]
 
@@ -130,10 +129,9 @@ def collect(root: str | Path = "/") -> SoftwareRecord:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m gpuaccept.probes.software", description=__doc__.split("\n")[0])
-    parser.add_argument("--root", default="/", help="read os-release under this tree instead of /")
-    args = parser.parse_args(argv)
-    emit(collect(args.root).model_dump(mode="json"), probe="software")
+    emit_read_under_root(
+        collect, probe="software", doc=__doc__, root_help="read os-release under this tree instead of /", argv=argv
+    )
 
 
 if __name__ == "__main__":

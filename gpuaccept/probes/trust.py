@@ -14,12 +14,11 @@
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
 from gpuaccept.contracts.tenant import TrustRecord
-from gpuaccept.probes._protocol import emit
+from gpuaccept.probes._protocol import emit_read_under_root
 
 __all__ = ["collect", "main"]
 
@@ -97,10 +96,13 @@ def collect(root: str | Path = "/") -> TrustRecord:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m gpuaccept.probes.trust", description=__doc__.split("\n")[0])
-    parser.add_argument("--root", default="/", help="read this tree instead of / (a copied sysfs, fixtures)")
-    args = parser.parse_args(argv)
-    emit(collect(args.root).model_dump(mode="json"), probe="trust")
+    emit_read_under_root(
+        collect,
+        probe="trust",
+        doc=__doc__,
+        root_help="read this tree instead of / (a copied sysfs, fixtures)",
+        argv=argv,
+    )
 
 
 if __name__ == "__main__":

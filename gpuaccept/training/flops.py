@@ -12,7 +12,7 @@ gradient checkpointing is not counted: MFU counts the model's FLOPs, not the har
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch on the nodes only: the login node plans a launch with flops_from_config alone
@@ -37,14 +37,7 @@ class FlopCount:
         return float(4 * self.frozen_matmul_params + 6 * self.adapter_params + attention)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "frozen_matmul_params": self.frozen_matmul_params,
-            "adapter_params": self.adapter_params,
-            "layers": self.layers,
-            "width": self.width,
-            "seq_len": self.seq_len,
-            "flops_per_token": self.per_token,
-        }
+        return {**asdict(self), "flops_per_token": self.per_token}
 
 
 def count_flops(model: nn.Module, config: Any, seq_len: int) -> FlopCount:

@@ -9,7 +9,7 @@ and hands later callers the same result (or error), with the command in their re
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -17,15 +17,18 @@ from gpuaccept.contracts.bench import GpuBenchError, GpuBenchRan
 from gpuaccept.fixtures import cluster, fingerprints, judge, settings, thresholds  # noqa: F401  (the tests' names)
 from gpuaccept.probes.specs import GPUBENCH
 
+if TYPE_CHECKING:
+    from gpuaccept.state import SessionState
+
 
 @pytest.fixture
-def gpubench(gpuaccept_cluster: Any) -> Callable[[str], GpuBenchRan | GpuBenchError]:
+def gpubench(gpuaccept_state: SessionState) -> Callable[[str], GpuBenchRan | GpuBenchError]:
     """``gpubench(node)``: the node's shared gpubench result, as its type (skips a node that declares no GPU). The
     step's wall is the dispatcher's, on the step's record."""
 
     def run(node: str) -> GpuBenchRan | GpuBenchError:
-        gpus = gpuaccept_cluster.require_gpus(node)
-        result = gpuaccept_cluster.run_shared(GPUBENCH, nodes=[node], tasks_per_node=1, gpus_per_task=gpus)
+        gpus = gpuaccept_state.cluster.require_gpus(node)
+        result = gpuaccept_state.cluster.run_shared(GPUBENCH, nodes=[node], tasks_per_node=1, gpus_per_task=gpus)
         return GPUBENCH.read(result.one()).root
 
     return run
