@@ -2,9 +2,8 @@
 GPUDirect RDMA path, and perftest's RDMA pairs.
 
 TypedDicts, read off each probe's ``collect``, every one ``@strict`` (an undeclared key is refused) with every
-key required and a reading not taken None; the exceptions are the seven NVLink keys the 2026-11-22 H200
-recording predates and the per-link ``telemetry`` both H200 recordings predate (``NotRequired``, named where
-they are declared, until they are recorded again).
+key required and a reading not taken None (the older H200 recordings reach these types through the named edits
+of ``tests/selftest/nvml_recordings.older_nvlink``).
 Values the kernel writes pass on as its text (``"4: ACTIVE"``); the judges parse them (``contracts/ib.py``).
 JSON keys are text: a per-link table keyed by link number arrives keyed ``"0"``, ``"1"``...
 """
@@ -16,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator
 
 # pydantic validates these where a result arrives (probes/specs.py): before Python 3.12 it needs this TypedDict
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
 from gpuaccept.contracts.strict import strict
 
@@ -103,23 +102,22 @@ class NvlinkLink(TypedDict):
     version: int | None
     remote_type: str | None
     remote_pci: str | None
-    errors: NotRequired[dict[str, str]]  # written always now; the H200 recording has it only where a getter failed
+    errors: dict[str, str]
 
 
 @strict
 class NvlinkErrors(TypedDict):
     """Counts since the driver loaded, summed over the active links (``_gpu.nvlink_error_counters``); None where
-    a link did not answer (``unread_links`` names it) or no link is active (``source`` says so). ``ecc_data``,
-    ``per_link`` and ``unread_links`` are newer than ``fixtures/nvml/h200-2gpu.nvlink.json``: required once it
-    is recorded again (``python3 -m gpuaccept.probes.nvlink --dump FILE`` on the GPU machine)."""
+    a link did not answer (``unread_links`` names it) or no link is active (``source`` says so); ``per_link``
+    keeps each link's counts."""
 
     crc_flit: int | None
     crc_data: int | None
     replay: int | None
     recovery: int | None
-    ecc_data: NotRequired[int | None]
-    per_link: NotRequired[dict[str, dict[str, int]]]
-    unread_links: NotRequired[dict[str, list[int]]]
+    ecc_data: int | None
+    per_link: dict[str, dict[str, int]]
+    unread_links: dict[str, list[int]]
     source: Literal["per_link", "no active link"]
 
 
@@ -156,18 +154,17 @@ def _telemetry_explained(telemetry: NvlinkTelemetry) -> NvlinkTelemetry:
 
 @strict
 class NvlinkState(TypedDict):
-    """A GPU's links, the common speed (the slowest active link's, None when unreadable) and where it came from
-    (``speed_mbps_per_link`` and ``speed_source`` are newer than the H200 recording, as ``NvlinkErrors``')."""
+    """A GPU's links, the common speed (the slowest active link's, None when unreadable) and where it came from,
+    the error counters and the per-link data counters."""
 
     links: list[NvlinkLink]
     active: int
     supported: int
     speed_mbps_common: int | None
-    speed_mbps_per_link: NotRequired[dict[str, int]]
-    speed_source: NotRequired[str]
+    speed_mbps_per_link: dict[str, int]
+    speed_source: str
     errors: NvlinkErrors
-    # newer than both H200 nvlink recordings (2026-11-22, 2026-12-02): required once they are recorded again
-    telemetry: NotRequired[Annotated[NvlinkTelemetry, AfterValidator(_telemetry_explained)]]
+    telemetry: Annotated[NvlinkTelemetry, AfterValidator(_telemetry_explained)]
 
 
 @strict
@@ -200,7 +197,7 @@ class NvlinkPair(TypedDict):
     a: int
     b: int
     pcie: str | None
-    pcie_error: NotRequired[str | None]  # written always now (None when read); the H200 recording has none
+    pcie_error: str | None
     p2p_nvlink_status: str
     nvlinks: int
     via: Literal["NVSwitch", "direct", "PCIe"]

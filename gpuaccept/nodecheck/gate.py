@@ -198,6 +198,9 @@ def _nvlink(n: _Node, gpus: dict[str, Any], boot: str, before: dict[str, Any]) -
             crc_data=kept["crc_data"],
             replay=kept["replay"],
             recovery=kept["recovery"],
+            ecc_data=None,  # not kept between checks (no limit reads it), nor the links' counts
+            per_link={},
+            unread_links={},
             source="per_link",
         )
         judge_link_errors(gpu, n.limited, n.node, NVLINK_ERRORS, last, crc_flit=errors["crc_flit"])

@@ -16,8 +16,8 @@ The file is read on the node, inside the probe (under srun), and keyed by the no
 healthy recording::
 
     {"readings": {                                   # every node
-        "gpu_health": "fixtures/nvml/h200-2gpu.gpu_health.json",   # a `gpu_health --dump` file
-        "nvlink": "fixtures/nvml/h200-2gpu.nvlink.json",           # a `nvlink --dump` file
+        "gpu_health": "/tmp/rec/gpu_health.json",                   # a `gpu_health --dump` file
+        "nvlink": "/tmp/rec/nvlink.json",                           # a `nvlink --dump` file
         "kernel_log": "fixtures/kernel-log/dmesg-h100-clean.txt",     # a saved dmesg/journalctl/kmsg log
         "sysfs_root": "fixtures/sysfs/hgx-h100-ndr",                  # a recorded /sys tree
         "fabric": "fixtures/fabric/gb200-gpud-1106.json"},            # published NVML fabric fields per GPU

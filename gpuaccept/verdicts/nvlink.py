@@ -91,8 +91,7 @@ def judge_link_counters(gpu: NvlinkGpu, judge: JudgeLike, node: str) -> None:
     Passes as ``all N links``; else names how many did, the links down and the links whose counters NVML
     did not give (with its return code); none given on any link is could not measure (a driver without the
     fields), never a pass nor a link fault. The counters' KiB ride along (summed, and per link), so the report
-    shows what a telemetry agent would sample. A reading without the per-link read (older than it) could
-    not measure it, never a pass."""
+    shows what a telemetry agent would sample."""
     limit = judge.declared("nvlink_links_active", node)
     want = None if limit is None or limit.min is None else int(limit.min)
     if want is None:
@@ -100,10 +99,6 @@ def judge_link_counters(gpu: NvlinkGpu, judge: JudgeLike, node: str) -> None:
         judge.unreadable("nvlink_link_counters", why, node=node, gpu=gpu_label(gpu))
         return
     state = gpu["nvlink"]
-    if "telemetry" not in state:
-        why = "the nvlink reading has no per-link counters (recorded before probes/nvlink.link_telemetry)"
-        judge.unreadable("nvlink_link_counters", why, node=node, gpu=gpu_label(gpu))
-        return
     telemetry = state["telemetry"]
     read = sorted(
         int(k) for k, v in telemetry["per_link"].items() if v["tx_kib"] is not None and v["rx_kib"] is not None
@@ -204,7 +199,7 @@ def link_errors(errors: NvlinkErrors) -> dict[str, int | None]:
 def unread_text(errors: NvlinkErrors) -> str:
     """Which NVLink counters NVML did not read, and on which links: what an operator checks by hand
     with ``nvidia-smi nvlink -e -i <gpu>``."""
-    return links_text(errors["unread_links"] if "unread_links" in errors else {})
+    return links_text(errors["unread_links"])
 
 
 def links_text(unread: Mapping[str, list[int]]) -> str:

@@ -27,7 +27,7 @@ import pytest
 from .conftest import REPO, InnerRun, run_inner, start_cluster, stop_cluster
 from .fault_proof import assert_named, assert_nothing_else_fails
 from .fault_rows import LOOPBACK_ROWS, Row, idle_links
-from .nvml_recordings import older_gpu_health_file
+from .nvml_recordings import older_gpu_health_file, older_nvlink_file
 from .test_nodecheck import host_site
 
 NODES, GPUS_PER_NODE = 6, 2
@@ -45,7 +45,7 @@ DESELECT = "not errors_under_load and not test_nccl_transport and not test_nccl_
 IDLE_COUNTERS = {"link_count": 18, "per_link": idle_links(range(18)), "errors": {}}
 COMMON = {
     "gpu_health": str(older_gpu_health_file()),  # an older recording: a field added since is "not recorded"
-    "nvlink": str(REPO / "fixtures/nvml/h200-2gpu.nvlink.json"),
+    "nvlink": str(older_nvlink_file()),
     "kernel_log": str(REPO / "fixtures/kernel-log/dmesg-h100-clean.txt"),
     "sysfs_root": str(REPO / "fixtures/sysfs/hgx-h100-ndr"),
     "gdr_sysfs_root": str(REPO / "fixtures/sysfs/hgx-h100-gdr"),

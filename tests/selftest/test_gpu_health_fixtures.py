@@ -27,7 +27,7 @@ from gpuaccept.verdicts.gpu_health import HEALTH_METRICS, decode_reasons, judge_
 from gpuaccept.verdicts.nvlink import judge_affinity, judge_nvlink, judge_topology, pair_matrix
 
 from .ending import ends
-from .nvml_recordings import current, older_gpu_health
+from .nvml_recordings import current, older_gpu_health, older_gpu_health_file, older_nvlink
 
 pytestmark = pytest.mark.selftest
 
@@ -38,7 +38,6 @@ def load_thresholds(site: Path | None = None) -> Thresholds:
     return _load(site)
 
 
-NVML = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
 GPU1 = "1 (00000000:00:07.0)"
 
 
@@ -49,7 +48,7 @@ def health() -> dict[str, Any]:
 
 @pytest.fixture()
 def links() -> dict[str, Any]:
-    return json.loads((NVML / "h200-2gpu.nvlink.json").read_text())
+    return older_nvlink()
 
 
 @pytest.fixture()
@@ -80,7 +79,7 @@ def test_every_health_metric_with_a_limit_is_judged_on_the_recorded_h200(judge: 
 
 
 def test_load_replays_the_dump(capsys: pytest.CaptureFixture[str]) -> None:
-    gpu_health.main(["--load", str(NVML / "h200-2gpu.gpu_health.json")])
+    gpu_health.main(["--load", str(older_gpu_health_file())])
     data = parse_records("gpu_health", capsys.readouterr().out, 1, ("vm",))[0].data
     assert data["driver"] == "580.159.04" and [g["index"] for g in data["gpus"]] == [0, 1]
 

@@ -26,6 +26,7 @@ from gpuaccept.verdicts.nvlink import judge_nvlink
 from gpuaccept.verdicts.slurm import GRANTED, cpus_granted_observed
 
 from .ending import ends
+from .nvml_recordings import older_nvlink
 
 pytestmark = pytest.mark.selftest
 
@@ -75,22 +76,16 @@ def test_cpu_mask_narrower_than_the_grant_fails() -> None:
 
 
 def test_unread_nvlink_counter_errors_naming_gpu_and_link() -> None:
-    thresholds = load_thresholds()
-    judge = Judge(thresholds, lambda node: "H200", lambda result: None, "selftest")
-    errors = {"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": None, "unread_links": {"recovery": [5]}}
-    errors["source"] = "per_link"
-    gpu = {
-        "index": 0,
-        "pci_bus_id": "00000000:18:00.0",
-        "nvlink": {"supported": True, "active": 18, "links": [], "speed_mbps_common": 53125, "errors": errors},
-    }
+    judge = Judge(load_thresholds(), lambda node: "H200", lambda result: None, "selftest")
+    links = older_nvlink()  # the 2 x H200 recording, 18 links up on each GPU
+    errors = links["gpus"][0]["nvlink"]["errors"]
+    errors["recovery"], errors["unread_links"] = None, {"recovery": [5]}
     with ends(
         judge,
         "error",
-        match=r"GPU 0 \(00000000:18:00.0\): nvlink_recovery_errors \(could not "
-        r"read recovery on link\(s\) 5\)",
+        match=r"GPU 0 \(00000000:00:06.0\): nvlink_recovery_errors \(could not read recovery on link\(s\) 5\)",
     ):
-        judge_nvlink({"gpus": [gpu]}, judge, "n1")
+        judge_nvlink(links, judge, "n1")
 
 
 def test_no_expectation_compares_a_literal_with_itself() -> None:

@@ -20,10 +20,9 @@ import pytest
 from gpuaccept.fleet.node import REASON_MAX, from_node_check, ours, reason_text
 from gpuaccept.nodecheck.cli import main
 
-from .nvml_recordings import older_gpu_health
+from .nvml_recordings import older_gpu_health, older_nvlink
 
 REPO = Path(__file__).resolve().parents[2]
-NVML = REPO / "fixtures" / "nvml"
 NDR = REPO / "fixtures" / "sysfs" / "hgx-h100-ndr"
 CLEAN_LOG = REPO / "fixtures" / "kernel-log" / "dmesg-h100-clean.txt"
 
@@ -34,7 +33,7 @@ def rec(tmp_path: Path) -> dict[str, Any]:
     health = tmp_path / "gpu_health.json"
     health.write_text(json.dumps(older_gpu_health()))  # an older recording: a field added since "not recorded"
     links = tmp_path / "nvlink.json"
-    links.write_text((NVML / "h200-2gpu.nvlink.json").read_text())
+    links.write_text(json.dumps(older_nvlink()))
     log = tmp_path / "dmesg.txt"
     log.write_text(CLEAN_LOG.read_text())
     sysfs = tmp_path / "sysfs"

@@ -24,10 +24,9 @@ from typing import Any
 import pytest
 
 from .conftest import REPO, DevCluster, start_cluster, stop_cluster
-from .nvml_recordings import older_gpu_health_file
+from .nvml_recordings import older_gpu_health_file, older_nvlink_file
 from .test_nodecheck import host_site
 
-NVML = REPO / "fixtures" / "nvml"
 NDR = REPO / "fixtures" / "sysfs" / "hgx-h100-ndr"
 CLEAN_LOG = REPO / "fixtures" / "kernel-log" / "dmesg-h100-clean.txt"
 HEALTH_INTERVAL_S = 5
@@ -84,7 +83,7 @@ def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         for node in cluster.nodes:
             (rec / node).mkdir(parents=True)
             shutil.copy(older_gpu_health_file(), rec / node / "gpu_health.json")
-            shutil.copy(NVML / "h200-2gpu.nvlink.json", rec / node / "nvlink.json")
+            shutil.copy(older_nvlink_file(), rec / node / "nvlink.json")
             shutil.copy(CLEAN_LOG, rec / node / "dmesg.txt")
         wrapper = tmp / "nodecheck.sh"
         site = host_site(tmp / "site.yaml")

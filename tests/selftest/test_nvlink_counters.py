@@ -26,6 +26,7 @@ from gpuaccept.probes.specs import NVLINK, PayloadError
 from gpuaccept.thresholds.loader import Thresholds, load_thresholds
 from gpuaccept.verdicts.nvlink import judge_link_counters, judge_nvlink
 
+from .nvml_recordings import H200_2GPU_LINKS, not_recorded, older_nvlink
 from .test_gpu_probes import FakeNVML
 
 pytestmark = pytest.mark.selftest
@@ -139,11 +140,11 @@ def test_a_null_counter_without_its_reason_is_refused(gb200: GB200, tmp_path: Pa
         NVLINK.validate(RankRecord("tray1", 0, 1, 0, None, data))
 
 
-def test_a_reading_without_the_per_link_read_could_not_measure(gb200: GB200, tmp_path: Path) -> None:
-    """The H200 recordings predate the read: judged, it is unmeasured, never a pass."""
-    data = json.loads(json.dumps(nvlink.collect(tmp_path)))
-    del data["gpus"][0]["nvlink"]["telemetry"]
-    judge = Judge(thresholds(), lambda node: "GB200", lambda result: None, "selftest")
-    judge_link_counters(NVLINK.read(RankRecord("tray1", 0, 1, 0, None, data))["gpus"][0], judge, "tray1")
+def test_a_recording_older_than_the_per_link_read_could_not_measure() -> None:
+    """The 2 x H200 recording predates the read (its 18 links up, no counters kept): judged, it is unmeasured
+    naming the recording, never a pass nor a link fault."""
+    data = older_nvlink()
+    judge = Judge(thresholds(), lambda node: "H200", lambda result: None, "selftest")
+    judge_link_counters(NVLINK.read(RankRecord("vm", 0, 1, 0, None, data))["gpus"][0], judge, "vm")
     (result,) = judge.results
-    assert result.verdict == "unmeasured" and "per-link counters" in result.reason
+    assert result.verdict == "unmeasured" and not_recorded(H200_2GPU_LINKS) in result.reason

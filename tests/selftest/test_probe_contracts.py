@@ -26,7 +26,7 @@ from gpuaccept.probes.probe_spec import members
 from gpuaccept.probes.specs import SPECS, PayloadError, ProbeSpec
 
 from .nccl_precontract import h200_records
-from .nvml_recordings import older_gpu_health
+from .nvml_recordings import older_gpu_health, older_nvlink
 from .payload_walk import deletions, keyed_by_data, loose_types, optional_keys
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -77,9 +77,15 @@ RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
         for probe in ("gdr", "hygiene", "infiniband", "visibility", "xid")
     },
 }
-#: the older ``gpu_health`` recordings among them: read through ``nvml_recordings.older_gpu_health`` (a field added
-#: to ``GpuHealth`` since is None, "not recorded"); the current one of each kind is held to the type as recorded
-OLDER_HEALTH = {"nvml/h200-2gpu.gpu_health.json", "nvml/h200-1gpu.gpu_health.json"}
+#: the older NVML recordings among them, read into today's contract by ``nvml_recordings`` (a field added since is
+#: None, "not recorded"; each other key they lack filled as named there); the current one of each kind is held to
+#: its type as recorded
+OLDER = {
+    "nvml/h200-2gpu.gpu_health.json": older_gpu_health,
+    "nvml/h200-1gpu.gpu_health.json": older_gpu_health,
+    "nvml/h200-2gpu.nvlink.json": older_nvlink,
+    "nvml/h200-1gpu.nvlink.json": older_nvlink,
+}
 #: recordings older than their probe's contract, kept as evidence of the hardware they came from (each file's README
 #: says so) and held to no type: the new recording of that hardware is the lead's GPU run
 PRECONTRACT: dict[str, str] = {
@@ -253,7 +259,7 @@ def _recorded_payloads(fixture: str) -> list[dict[str, Any]]:
     (spec, ranks), path = RECORDED[fixture], FIXTURES / fixture
     if path.suffix == ".out":
         return [r.data for r in parse_records(spec.name, path.read_text(), ranks, ())]
-    return [older_gpu_health(path) if fixture in OLDER_HEALTH else json.loads(path.read_text())]
+    return [OLDER[fixture](path) if fixture in OLDER else json.loads(path.read_text())]
 
 
 @pytest.mark.parametrize("fixture", sorted(f for f, (spec, _) in RECORDED.items() if spec.name not in OPEN))
