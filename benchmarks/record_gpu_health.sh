@@ -5,13 +5,12 @@
 #
 # writes, each named by the hardware:
 #   NAME.gpu_health.json   `gpu_health --dump` (every GpuHealth key, NVML's errors beside each null)
-#   NAME.nvlink.json       `nvlink --dump` (the keys the 2026-11-22 recording predates: ecc_data, per_link,
-#                          unread_links, speed_mbps_per_link, speed_source, errors on every link, pcie_error;
-#                          and telemetry, the per-link data counters both H200 recordings predate)
+#   NAME.nvlink.json       `nvlink --dump` (every NvlinkState key, the per-link data counters included)
 #   NAME.{gdr,xid,visibility,hygiene,infiniband}.out   each probe's result line as it printed it
-# Copy the two JSON files to fixtures/nvml/ beside the older ones (fixtures/nvml/README.md names each), add the
-# .out files to fixtures/node/ and to RECORDED in tests/selftest/test_probe_contracts.py; once an nvlink
-# recording has them, the seven NotRequired NVLink keys in gpuaccept/contracts/fabric.py become required.
+# Copy the two JSON files to fixtures/nvml/ as NAME-YYYY-MM-DD.*.json beside the older ones: the newest dated
+# file of a kind is the current recording the selftests replay (tests/selftest/nvml_recordings.py), held to its
+# type by tests/selftest/test_probe_contracts.py; say in fixtures/nvml/README.md what machine it is.
+# The .out files go to fixtures/node/.
 # Host-side reads only (NVML, sysfs, the kernel log): under 10 s; no Slurm needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ __all__ = [
     "older_gpu_health_file",
     "older_nvlink",
     "older_nvlink_file",
+    "read",
 ]
 
 NVML = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
@@ -46,11 +48,25 @@ H200_2GPU = NVML / "h200-2gpu.gpu_health.json"
 H200_2GPU_LINKS = NVML / "h200-2gpu.nvlink.json"
 
 
+def _dated(probe: str, kind: str) -> list[Path]:
+    return sorted(NVML.glob(f"{kind}-????-??-??.{probe}.json"))
+
+
 def current(probe: str, kind: str = "h200-1gpu") -> Path:
     """The newest dated recording of ``probe`` on ``kind`` (the one the GPU machine at hand records again)."""
-    dated = sorted(NVML.glob(f"{kind}-????-??-??.{probe}.json"))
+    dated = _dated(probe, kind)
     assert dated, f"no dated {kind} recording of {probe} in {NVML}"
     return dated[-1]
+
+
+def read(path: Path) -> dict[str, Any]:
+    """A recording ``<kind>[-<date>].<probe>.json`` in today's contract: the current one of its kind as recorded,
+    an older one (every other) through ``older_gpu_health`` or ``older_nvlink``."""
+    probe = path.name.split(".")[-2]
+    kind = re.sub(r"-\d{4}-\d\d-\d\d$", "", path.name.split(".")[0])
+    if _dated(probe, kind)[-1:] == [path]:
+        return dict(json.loads(path.read_text(encoding="utf-8")))
+    return {"gpu_health": older_gpu_health, "nvlink": older_nvlink}[probe](path)
 
 
 def not_recorded(path: Path) -> str:

@@ -25,8 +25,9 @@ from gpuaccept.probes import gdr, infiniband, perftest, specs, xid
 from gpuaccept.probes.probe_spec import members
 from gpuaccept.probes.specs import SPECS, PayloadError, ProbeSpec
 
+from . import nvml_recordings
 from .nccl_precontract import h200_records
-from .nvml_recordings import older_gpu_health, older_nvlink
+from .nvml_recordings import older_gpu_health
 from .payload_walk import deletions, keyed_by_data, loose_types, optional_keys
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -35,7 +36,6 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 #: probe's result lines (``.out``, its ranks), and the spec whose payload type it must be
 RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
     "nccl/cpu-vm-gloo-2rank.nccl.out": (specs.NCCL, 2),
-    "nvml/h200-2gpu.gpu_health.json": (specs.GPU_HEALTH, 1),
     "node/cpu-vm.hygiene.out": (specs.HYGIENE, 1),
     "node/cpu-vm.visibility.out": (specs.VISIBILITY, 1),
     "node/cpu-vm.xid.out": (specs.XID, 1),
@@ -46,7 +46,6 @@ RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
     "node/cpu-vm.gpu_health.out": (specs.GPU_HEALTH, 1),
     "node/cpu-vm.nvlink.out": (specs.NVLINK, 1),
     "node/cpu-vm.perftest.missing.out": (specs.PERFTEST, 1),
-    "nvml/h200-2gpu.nvlink.json": (specs.NVLINK, 1),
     "training/finetune-small-cpu.out": (specs.FINETUNE, 1),
     "tenant/software-535.288.01.json": (specs.SOFTWARE, 1),
     "tenant/software-580.95.05.json": (specs.SOFTWARE, 1),
@@ -68,23 +67,13 @@ RECORDED: dict[str, tuple[ProbeSpec[Any], int]] = {
     "gpu/h200.gpubench.out": (specs.GPUBENCH, 1),
     "gpu/h200.matmul.out": (specs.MATMUL, 1),
     "training/finetune-scale-h200.out": (specs.FINETUNE, 1),
-    "nvml/h200-1gpu.gpu_health.json": (specs.GPU_HEALTH, 1),
-    "nvml/h200-1gpu.nvlink.json": (specs.NVLINK, 1),
-    "nvml/h200-1gpu-2026-12-03.gpu_health.json": (specs.GPU_HEALTH, 1),
-    "nvml/h200-1gpu-2026-12-03.nvlink.json": (specs.NVLINK, 1),
+    # every NVML dump (``<hardware>[-<date>].<probe>.json``): the current one of each kind held to its type as
+    # recorded, the older ones as ``nvml_recordings.read`` brings them into it
+    **{f"nvml/{p.name}": (SPECS[p.name.split(".")[-2]], 1) for p in (FIXTURES / "nvml").glob("*.json")},
     **{
         f"node/h200-1gpu.{probe}.out": (SPECS[probe], 1)
         for probe in ("gdr", "hygiene", "infiniband", "visibility", "xid")
     },
-}
-#: the older NVML recordings among them, read into today's contract by ``nvml_recordings`` (a field added since is
-#: None, "not recorded"; each other key they lack filled as named there); the current one of each kind is held to
-#: its type as recorded
-OLDER = {
-    "nvml/h200-2gpu.gpu_health.json": older_gpu_health,
-    "nvml/h200-1gpu.gpu_health.json": older_gpu_health,
-    "nvml/h200-2gpu.nvlink.json": older_nvlink,
-    "nvml/h200-1gpu.nvlink.json": older_nvlink,
 }
 #: recordings older than their probe's contract, kept as evidence of the hardware they came from (each file's README
 #: says so) and held to no type: the new recording of that hardware is the lead's GPU run
@@ -259,7 +248,7 @@ def _recorded_payloads(fixture: str) -> list[dict[str, Any]]:
     (spec, ranks), path = RECORDED[fixture], FIXTURES / fixture
     if path.suffix == ".out":
         return [r.data for r in parse_records(spec.name, path.read_text(), ranks, ())]
-    return [OLDER[fixture](path) if fixture in OLDER else json.loads(path.read_text())]
+    return [nvml_recordings.read(path) if fixture.startswith("nvml/") else json.loads(path.read_text())]
 
 
 @pytest.mark.parametrize("fixture", sorted(f for f, (spec, _) in RECORDED.items() if spec.name not in OPEN))
