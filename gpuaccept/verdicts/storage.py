@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from gpuaccept.contracts.fsmeta import CoherencyPayload, FsmetaPayload, PathMount
 from gpuaccept.contracts.judge import JudgeLike
@@ -161,10 +161,17 @@ def per_node_limit(fs: Filesystem, rw: str) -> Limit:
     return Limit(min=figure, source=contract_source(fs, f"one node {rw}s at {figure:g} GB/s or more"))
 
 
+class Moved(TypedDict):
+    """What ``judge_speed`` reads of a save, restore or cold start (each payload type that has the two keys)."""
+
+    gbps: float | None
+    bytes: int
+
+
 def judge_speed(
     judge: JudgeLike,
     metric: str,
-    moved: Mapping[str, Any],
+    moved: Moved,
     declared: tuple[str, Filesystem] | None,
     rw: str,
     *,
@@ -310,7 +317,7 @@ def judge_checkpoint(
     wrote."""
     declared = (name, fs)
     if judge_path(saved, name, judge, saver):
-        moved = {"gbps": saved.gbps, "bytes": saved.bytes}
+        moved: Moved = {"gbps": saved.gbps, "bytes": saved.bytes}
         where = {"fspath": saved.path, "seconds": saved.seconds, "files": len(saved.files)}
         judge_speed(judge, "checkpoint_save_gbps", moved, declared, "write", node=saver, **where)
     expected = {f.name: f.sha256 for f in saved.files}
