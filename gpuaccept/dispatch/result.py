@@ -26,12 +26,12 @@ from __future__ import annotations
 import base64
 import json
 import re
-import signal
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuaccept.contracts.records import RankRecord
+from gpuaccept.dispatch.exits import describe_exit
 from gpuaccept.errors import ProbeError
 from gpuaccept.probes._protocol import PART_SENTINEL, SENTINEL, STAGE_SENTINEL
 from gpuaccept.probes.specs import ProbeSpec
@@ -40,7 +40,6 @@ __all__ = [
     "ProbeResult",
     "RankRecord",
     "check_step",
-    "describe_exit",
     "parse_records",
     "reported_ranks",
     "stage_records",
@@ -75,15 +74,6 @@ class ProbeResult:
         if len(self.records) != 1:
             raise ProbeError(f"probe {self.probe}: expected one rank, got {len(self.records)}", nodes=self.nodes)
         return self.records[0]
-
-
-def describe_exit(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"killed by signal {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exit status {returncode}"
 
 
 def _tail(text: str, lines: int = 15) -> str:
@@ -352,7 +342,7 @@ def check_step(result: ProbeResult, expected_ranks: int) -> ProbeResult:
     where = ", ".join(result.nodes)
     if result.returncode != 0:
         error = ProbeError(
-            f"probe {result.probe} on {where}: {describe_exit(result.returncode)}\n"
+            f"probe {result.probe} on {where}: {describe_exit(result.returncode, result.stderr)}\n"
             f"  stderr:\n    {_tail(result.stderr)}",
             nodes=result.nodes,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuaccept.dispatch.exits import describe_exit
 from gpuaccept.judging.verdict import EXIT_COULD_NOT_JUDGE
 from gpuaccept.probes import specs
 
@@ -37,6 +38,23 @@ def _check(run, timeout_s: float) -> None:
     assert f"no result within {timeout_s:g} s" in messages["test_fault[hang]"]
     assert run.returncode == EXIT_COULD_NOT_JUDGE  # errors only: the suite could not judge, no hardware failed
     assert "ERROR" in run.output and "4 error" in run.output, run.output[-2000:]
+
+
+#: srun 22.05's stderr when both ranks exit 3 and srun (``--kill-on-bad-exit``) terminates rank 1 before it has:
+#: test_faults_slurm's exit3 case on CI's loaded cores, 2026-12-03 (the step's status was 143)
+SRUN_BAD_EXIT = """srun: error: node1: task 0: Exited with exit code 3
+slurmstepd: error: *** STEP 27040.2 ON node1 CANCELLED AT 2026-12-03T08:32:07 ***
+srun: error: node1: task 1: Terminated
+srun: Force Terminated StepId=27040.2
+"""
+
+
+def test_a_step_srun_ended_names_the_task_that_exited_first() -> None:
+    """srun's status is its tasks' highest: the rank it terminated (143) is not the one that broke (3)."""
+    said = describe_exit(143, SRUN_BAD_EXIT)
+    assert said.startswith("exit status 143: task 0 on node1 exited with exit status 3 first"), said
+    assert describe_exit(3, SRUN_BAD_EXIT) == "exit status 3"  # the task's own status: nothing to add
+    assert describe_exit(3) == "exit status 3" and describe_exit(-9) == "killed by signal SIGKILL"
 
 
 def test_faults_local(tmp_path):
