@@ -27,7 +27,6 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
-    "COMPONENTS",
     "Bulletin",
     "Catalogue",
     "Finding",
@@ -38,9 +37,6 @@ __all__ = [
     "load_catalogue",
     "version_key",
 ]
-
-#: the components the catalogue holds, as the software probe names them
-COMPONENTS = ("gpu_driver", "dcgm", "dcgm_exporter")
 
 _NUMBERS = re.compile(r"\d+")
 #: a version the fixes can be compared with: dotted numbers first (580.95.05, 4.5.2, 3.3.5-3.4.0, v4.1.1-4.0.4)
