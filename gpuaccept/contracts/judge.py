@@ -1,4 +1,4 @@
-"""What the per-area hardware judges need from a test's ``judge`` (``gpuaccept.judging.Judge``), and the
+"""What the per-area hardware judges need from a test's ``judge`` (``gpuaccept.judging.judge.Judge``), and the
 one spelling of a GPU's label.
 
 The judges in this package record checks (``check``/``expect``/``info``/``stragglers``, and ``busy`` /
@@ -15,7 +15,7 @@ __all__ = ["JudgeLike", "gpu_label"]
 
 
 class JudgeLike(Protocol):
-    """The part of ``gpuaccept.judging.Judge`` the hardware judges use."""
+    """The part of ``gpuaccept.judging.judge.Judge`` the hardware judges use."""
 
     def check(self, metric: str, value: Any, *, node: str, **extra: Any) -> Any: ...
 
