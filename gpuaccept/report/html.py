@@ -44,15 +44,16 @@ class ReportError(Exception):
     """Something the operator must fix before a report can be built (message says what)."""
 
 
-def find_allure(root: Path, explicit: str | None = None) -> Path:
-    """``--allure``, ``$GPUACCEPT_ALLURE``, node_modules/.bin/allure in ``root``, the current folder, the
-    checkout this package runs from (editable install), or one of their parents; else ``allure`` on PATH."""
-    for candidate in (explicit, os.environ.get("GPUACCEPT_ALLURE")):
-        if candidate:
-            path = Path(candidate)
-            if not path.is_file():
-                raise ReportError(f"allure command line {path} not found")
-            return path
+def find_allure(root: Path) -> Path:
+    """``$GPUACCEPT_ALLURE``, node_modules/.bin/allure in ``root``, the current folder, the checkout this
+    package runs from (editable install), or one of their parents; else ``allure`` on PATH (``--allure``
+    names the binary itself: ``build``'s ``allure``)."""
+    candidate = os.environ.get("GPUACCEPT_ALLURE")
+    if candidate:
+        path = Path(candidate)
+        if not path.is_file():
+            raise ReportError(f"allure command line {path} not found")
+        return path
     checkout = Path(__file__).resolve().parents[2]
     for start in (root.resolve(), Path.cwd().resolve(), checkout):
         for folder in (start, *start.parents):
@@ -96,7 +97,6 @@ def build(
     name: str | None = None,
     allure: Path | None = None,
     root: Path | None = None,
-    quiet: bool = False,
 ) -> Path:
     """Generate the report; return its index.html. Raises ``ReportError`` with the fix to apply."""
     require_results(results)
@@ -112,8 +112,7 @@ def build(
     if done.returncode != 0 or not (output / "index.html").is_file():
         detail = (done.stderr or done.stdout).strip()[-2000:]
         raise subprocess.CalledProcessError(done.returncode or 1, argv, output=detail)
-    if not quiet:
-        print(done.stdout.strip())
+    print(done.stdout.strip())
     index = output / "index.html"
     index.write_text(strip_analytics(index.read_text(encoding="utf-8")), encoding="utf-8")
     return index
