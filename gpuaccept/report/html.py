@@ -146,7 +146,7 @@ def _sign_record(record: Path, signer: SigningKey) -> None:
         raise ReportError(f"{found.problem}: no summary of it is signed")
 
 
-def _reusable(html: str, target: Path, record: Path, signer: SigningKey | None) -> bool:
+def _reusable(target: Path, record: Path, signer: SigningKey | None) -> bool:
     """Whether the page the session wrote can stand for this record as it is: with a key, only a page
     this key signed, unchanged since and naming this record (a page edited since is drawn again, never
     signed over)."""
@@ -193,11 +193,7 @@ def build_summary_file(
         match = _STARTED.search(html)
         if signer is not None:
             _sign_record(record_path, signer)
-        if (
-            match is None
-            or match.group(1) != record.started.isoformat()
-            or not _reusable(html, target, record_path, signer)
-        ):
+        if match is None or match.group(1) != record.started.isoformat() or not _reusable(target, record_path, signer):
             earlier = baseline or previous_record(record_path, record)
             html = build_summary(
                 record,
