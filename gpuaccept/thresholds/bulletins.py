@@ -107,10 +107,6 @@ def line_of(component: str, version: str, listed: dict[str, Line]) -> str:
     return ".".join(str(n) for n in key[:2])
 
 
-def _line_key(line: str) -> tuple[int, ...]:
-    return version_key(line)
-
-
 def _below(component: str, version: str, bulletin: Bulletin) -> Finding | None:
     listed = bulletin.components.get(component)
     if not listed:
@@ -133,12 +129,12 @@ def _below(component: str, version: str, bulletin: Bulletin) -> Finding | None:
             why = f"{component} {version} is below {fix.fixed}, the fix on {line} of bulletin {bulletin.id}"
             return Finding(**base, fixed=fix.fixed, cves=fix.cves, why=why)
         return None
-    newer = [name for name in listed if _line_key(name) > _line_key(line)]
+    newer = [name for name in listed if version_key(name) > version_key(line)]
     if not newer:
         return None  # a line newer than every line the bulletin fixed: released after it
     cves = sorted({cve for name in newer for cve in listed[name].cves})
     why = (
-        f"{component} {version}: bulletin {bulletin.id} fixes {', '.join(sorted(listed, key=_line_key))} "
+        f"{component} {version}: bulletin {bulletin.id} fixes {', '.join(sorted(listed, key=version_key))} "
         f"and no fix for {line}"
     )
     return Finding(**base, fixed=None, cves=cves, why=why)
