@@ -218,7 +218,7 @@ def build_summary_file(
     return html, facts
 
 
-def with_summary(index: Path, summary_html: str, facts: dict[str, Any], *, single_file: bool) -> Path:
+def with_summary(index: Path, summary_html: str, facts: dict[str, Any], *, single_file: bool) -> None:
     """Put the verdict bar and the summary first in the report; refuse a page that would call out."""
     page = inject_summary(
         index.read_text(encoding="utf-8"), facts, summary_html, link=None if single_file else "summary.html"
@@ -229,7 +229,6 @@ def with_summary(index: Path, summary_html: str, facts: dict[str, Any], *, singl
     if outside:
         raise ReportError(f"{index} would load from outside when opened: {', '.join(outside[:5])}")
     index.write_text(page, encoding="utf-8")
-    return index
 
 
 def _signer(path: Path | None) -> SigningKey | None:
