@@ -41,7 +41,7 @@ class JudgeLike(Protocol):
 
 
 def gpu_label(gpu: Mapping[str, Any] | None) -> str | None:
-    """``3 (00000000:9A:00.0)``: the same spelling as ``RankRecord.gpu_label``, so results line up."""
+    """``3 (00000000:9A:00.0)``: a GPU's one spelling; ``RankRecord.gpu_label`` is it too, so results line up."""
     if not gpu:
         return None
     bus = gpu.get("pci_bus_id")
