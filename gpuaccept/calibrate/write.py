@@ -27,7 +27,7 @@ def exact_match(nvml_name: str) -> str:
     return "^" + re.escape(nvml_name) + "$"
 
 
-def _source(key: str, cal: Calibrated, runs: Runs, *, pct: float, k: float) -> str:
+def _source(cal: Calibrated, runs: Runs, *, pct: float, k: float) -> str:
     dates = sorted(set(runs.dates))
     commands = sorted(set(runs.commands))
     if cal.equal is not None:
@@ -76,7 +76,7 @@ def site_file(
             value = getattr(cal, name)
             if value is not None:
                 limit[name] = value
-        limit["source"] = _source(key, cal, runs, pct=pct, k=k)
+        limit["source"] = _source(cal, runs, pct=pct, k=k)
         own[key] = limit
     return doc
 

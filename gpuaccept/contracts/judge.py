@@ -1,4 +1,4 @@
-"""What the per-area hardware judges need from a test's ``judge`` (``gpuaccept.judging.Judge``), and the
+"""What the per-area hardware judges need from a test's ``judge`` (``gpuaccept.judging.judge.Judge``), and the
 one spelling of a GPU's label.
 
 The judges in this package record checks (``check``/``expect``/``info``/``stragglers``, and ``busy`` /
@@ -15,7 +15,7 @@ __all__ = ["JudgeLike", "gpu_label"]
 
 
 class JudgeLike(Protocol):
-    """The part of ``gpuaccept.judging.Judge`` the hardware judges use."""
+    """The part of ``gpuaccept.judging.judge.Judge`` the hardware judges use."""
 
     def check(self, metric: str, value: Any, *, node: str, **extra: Any) -> Any: ...
 
@@ -41,7 +41,7 @@ class JudgeLike(Protocol):
 
 
 def gpu_label(gpu: Mapping[str, Any] | None) -> str | None:
-    """``3 (00000000:9A:00.0)``: the same spelling as ``RankRecord.gpu_label``, so results line up."""
+    """``3 (00000000:9A:00.0)``: a GPU's one spelling; ``RankRecord.gpu_label`` is it too, so results line up."""
     if not gpu:
         return None
     bus = gpu.get("pci_bus_id")

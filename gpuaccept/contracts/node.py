@@ -13,6 +13,7 @@ from typing import Literal
 # pydantic validates these where a result arrives (probes/specs.py): before Python 3.12 it needs this TypedDict
 from typing_extensions import TypedDict
 
+from gpuaccept.contracts.container import Where
 from gpuaccept.contracts.fabric_state import FabricState
 from gpuaccept.contracts.payloads import GpuIdentity, GpuProcess
 from gpuaccept.contracts.strict import strict
@@ -27,7 +28,6 @@ __all__ = [
     "JobProcess",
     "SharedfsPayload",
     "VisibilityPayload",
-    "WhereInfo",
     "XidPayload",
 ]
 
@@ -85,16 +85,6 @@ class FingerprintStack(TypedDict):
 
 
 @strict
-class WhereInfo(TypedDict):
-    """What the process ran in (``probes/_where.where``): the image's marker, OS, runtime, Python."""
-
-    image: str | None
-    os: str | None
-    runtime: str | None
-    python: str
-
-
-@strict
 class FingerprintPayload(TypedDict):
     """A node's ``fingerprint`` result (``probes.fingerprint.collect``)."""
 
@@ -109,7 +99,7 @@ class FingerprintPayload(TypedDict):
     fabric: FabricState
     stack: FingerprintStack
     ib_hcas: list[str]
-    container: WhereInfo
+    container: Where  # what the process ran in (``probes/_where.where``)
     python_executable: str
 
 

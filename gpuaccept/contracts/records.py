@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuaccept.contracts.judge import gpu_label
+
 __all__ = ["RankRecord"]
 
 
@@ -32,7 +34,4 @@ class RankRecord:
     @property
     def gpu_label(self) -> str | None:
         """How failures name this GPU: physical index and PCI bus, e.g. ``3 (0000:9A:00.0)``."""
-        if not self.gpu:
-            return None
-        bus = self.gpu.get("pci_bus_id")
-        return f"{self.gpu.get('index')}" + (f" ({bus})" if bus else "")
+        return gpu_label(self.gpu)

@@ -13,10 +13,10 @@ from gpuaccept.dispatch.preflight import SlurmUnusable, plan_allocation
 from gpuaccept.dispatch.salloc import to_stderr
 from gpuaccept.dispatch.slurm import SlurmLauncher
 from gpuaccept.dispatch.slurm_cli import slurm_client_installed
-from gpuaccept.dispatch.step import Launcher, Step
+from gpuaccept.dispatch.step import Launcher
 from gpuaccept.settings import Settings
 
-__all__ = ["Launcher", "LocalLauncher", "SlurmLauncher", "SlurmUnusable", "Step", "choose_launcher", "make_launcher"]
+__all__ = ["SlurmUnusable", "choose_launcher", "make_launcher"]
 
 
 def choose_launcher(settings: Settings) -> str:

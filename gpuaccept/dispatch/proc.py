@@ -70,11 +70,10 @@ def run_all(
     envs: list[dict[str, str]],
     timeout_s: float,
     *,
-    kill_on_bad_exit: bool = True,
     first_signal: int = signal.SIGTERM,
     watch: Callable[[str, float], str] | None = None,
 ) -> Finished:
-    """Start every argv at once; wait until all end, one fails (if asked) or the deadline passes.
+    """Start every argv at once; wait until all end, one fails or the deadline passes.
 
     ``watch(output so far, seconds since the start)`` is asked every ``WATCH_EVERY_S``: a reason it gives
     stops the processes then, as a deadline would (``timed_out``, with ``stop_reason``): a launch whose
@@ -101,7 +100,7 @@ def run_all(
                 first_bad = next((i for i, c in enumerate(codes) if c not in (None, 0)), None)
             if all(code is not None for code in codes):
                 break
-            if kill_on_bad_exit and any(code not in (None, 0) for code in codes):
+            if any(code not in (None, 0) for code in codes):
                 break
             if time.monotonic() - start > timeout_s:
                 timed_out = True

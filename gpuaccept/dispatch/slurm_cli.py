@@ -205,13 +205,11 @@ def node_info(node: str, timeout_s: float = 30.0) -> NodeInfo:
 class PartitionInfo:
     name: str
     available: str
-    nodes: tuple[str, ...]
-    gpus_declared: bool
 
 
 def partition_info(partition: str | None) -> PartitionInfo:
-    """The named partition (or the default one): availability, nodes, whether any node has GPU gres."""
-    argv = ["sinfo", "-h", "-N", "-o", "%P|%a|%N|%G"]
+    """The named partition (or the default one) and its availability."""
+    argv = ["sinfo", "-h", "-N", "-o", "%P|%a"]
     if partition:
         argv += ["-p", partition]
     rows = [line.split("|") for line in slurm_cmd(argv).splitlines() if line.strip()]
@@ -221,9 +219,7 @@ def partition_info(partition: str | None) -> PartitionInfo:
         defaults = [r for r in rows if r[0].endswith("*")]
         rows = defaults or rows
     name = rows[0][0].rstrip("*")
-    rows = [r for r in rows if r[0].rstrip("*") == name]
-    nodes = tuple(dict.fromkeys(r[2] for r in rows))
-    return PartitionInfo(name, rows[0][1], nodes, any(gres_gpus(r[3]) > 0 for r in rows))
+    return PartitionInfo(name, rows[0][1])
 
 
 def cluster_name() -> str | None:

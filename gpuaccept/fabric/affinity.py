@@ -73,13 +73,11 @@ def line_rate_gbs(rates: Mapping[str, float], used: Iterable[str] | None = None)
     return sum(rates[h] for h in names) / 8.0
 
 
-def group_line_rate_gbs(
-    rates: Mapping[str, Mapping[str, float]], used: Mapping[str, Iterable[str] | None] | None = None
-) -> float | None:
+def group_line_rate_gbs(rates: Mapping[str, Mapping[str, float]]) -> float | None:
     """The line rate a multi-node group's busbw is judged against: its slowest node's HCAs, in GB/s.
 
-    ``rates``: node -> {hca: Gb/s} (``compute_hcas``); ``used``: node -> the HCAs its GPUs are affine to
-    (None or absent: all of the node's compute HCAs). None when a node has no compute HCA (no fabric).
+    ``rates``: node -> {hca: Gb/s} (``compute_hcas``), all of each node's compute HCAs. None when a node has
+    no compute HCA (no fabric).
     """
-    lines = [line_rate_gbs(r, (used or {}).get(node)) for node, r in rates.items()]
+    lines = [line_rate_gbs(r) for r in rates.values()]
     return min(lines) if lines and all(lines) else None

@@ -83,14 +83,13 @@ def rail_label(rail: int, hcas: Mapping[str, str | None]) -> str:
     return f"rail {rail} (" + ", ".join(f"{node} {hca or '?'}" for node, hca in hcas.items()) + ")"
 
 
-def rail_rounds(nodes: Sequence[str], good: Sequence[str] = ()) -> list[list[tuple[str, str]]]:
+def rail_rounds(nodes: Sequence[str]) -> list[list[tuple[str, str]]]:
     """Second pass for one failing rail: its nodes in disjoint pairs, a step per round.
 
-    With nodes known good on this rail (they passed it elsewhere), each suspect pairs with one of
-    them; otherwise the suspects pair around a ring, so each meets two partners and the one failing
-    with both stands out (``gpuaccept.nccl.plan.plan_rounds``).
+    No node is known good on the rail, so the suspects pair around a ring: each meets two partners and
+    the one failing with both stands out (``gpuaccept.nccl.plan.plan_rounds``).
     """
-    return plan_rounds(list(nodes), list(good))
+    return plan_rounds(list(nodes), [])
 
 
 def rail_groups_spec(pairs: Sequence[tuple[str, str]]) -> str:

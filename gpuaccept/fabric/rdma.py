@@ -27,7 +27,6 @@ class PairResult:
     lat_typical_us: float | None = None
     memory: str | None = None
     errors: list[str] = field(default_factory=list)
-    detail: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ran(self) -> bool:
@@ -58,13 +57,10 @@ def pair_results(records: Iterable[Any]) -> dict[Pairing, PairResult]:
             bw, lat = side.get("bw") or {}, side.get("lat") or {}
             if result.bw_gbps is None and bw.get("average_gbps") is not None:
                 result.bw_gbps = float(bw["average_gbps"])
-                result.detail["bw_peak"] = bw.get("peak")
-                result.detail["bw_size"] = bw.get("size")
             if result.lat_p99_us is None and lat.get("p99") is not None:
                 result.lat_p99_us, result.lat_typical_us = float(lat["p99"]), float(lat["t_typical"])
             if role == "client":
                 result.memory = side.get("memory")
-                result.detail["gpu_bus"] = side.get("gpu_bus")
             if side.get("error"):
                 node = pairing.server[0] if role == "server" else pairing.client[0]
                 result.errors.append(f"{role} {node}: {side['error']}")

@@ -49,11 +49,9 @@ class DecodeRun:
 
     tokens: list[list[int]]
     checksum: int
-    prefill_s: float
-    #: the timed steps (replays in graph mode) and their wall time; their first token is ``first_timed``
+    #: the timed steps (replays in graph mode, after one untimed warm-up step) and their wall time
     steps: int
     decode_s: float
-    first_timed: int
     #: per stream, its context (real tokens) at each timed step: the KV bytes a step reads
     contexts: list[int] = field(default_factory=list)
     capture_s: float = 0.0
@@ -204,10 +202,8 @@ class Decoder:
     def _run(self, prompts: Sequence[Sequence[int]]) -> DecodeRun:
         lengths = [len(p) for p in prompts]
         self._sync()
-        started = time.perf_counter()
         self._prefill(prompts)
         self._sync()
-        prefill_s = time.perf_counter() - started
         capture_s = 0.0
         first_timed = 1
         if self.mode == "graph":
@@ -232,10 +228,8 @@ class Decoder:
         return DecodeRun(
             tokens=self.tokens.tolist(),
             checksum=int(self.fold.item()),
-            prefill_s=prefill_s,
             steps=self.new_tokens - first_timed,
             decode_s=decode_s,
-            first_timed=first_timed,
             contexts=contexts,
             capture_s=capture_s,
         )

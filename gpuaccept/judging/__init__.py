@@ -7,7 +7,3 @@ and "what changed" read; ``trajectory`` how two training curves compare (the fle
 records their checks is ``verdicts.trajectory``); ``categories`` why a test did not pass. No domain's
 judging lives here: NCCL's group and blame rules are in ``verdicts/nccl*.py``.
 """
-
-from gpuaccept.judging.judge import Judge, judge_value, no_limit_message
-
-__all__ = ["Judge", "judge_value", "no_limit_message"]

@@ -143,7 +143,7 @@ def _readers(args: argparse.Namespace, node: str, context: str, state: NodeState
         "kernel_log": lambda: readers.read_kernel_log(sources),
         "ib": lambda: readers.read_ib(sources),
         "hygiene": lambda: readers.read_hygiene(sources),
-        "versions": lambda: readers.read_versions(sources),
+        "versions": readers.read_versions,
         "expected": lambda: _read_expected(expected),
         "slurm": lambda: _declared(args, node, context, state),
     }

@@ -196,7 +196,7 @@ def read_hygiene(sources: Sources) -> dict[str, Any]:
     return data
 
 
-def read_versions(sources: Sources) -> dict[str, Any]:
+def read_versions() -> dict[str, Any]:
     """The training stack's versions (torch, NCCL) as the fingerprint probe reads them, without torch."""
     progress("NCCL version (ncclGetVersion in the libnccl torch loads)")
     return _python_stack(True)

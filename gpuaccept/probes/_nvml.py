@@ -25,10 +25,10 @@ def text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def safe(call: Callable[[], T], default: T | None = None) -> T | str | None:
+def safe(call: Callable[[], T]) -> T | str:
     """Call an NVML getter; "not supported" and friends become a readable string, not a crash."""
     try:
         return call()
     except Exception as exc:
         name = type(exc).__name__
-        return default if default is not None else f"unavailable ({name})"
+        return f"unavailable ({name})"

@@ -1,9 +1,10 @@
 """PCI devices as sysfs shows them: GPUs, HCAs, the bridge chain above each, config space, IOMMU group.
 
-Probe-side helpers (plain file reads under ``--sysfs-root``), shared by the ``gdr`` and ``perftest``
-probes. ``/sys/bus/pci/devices/<bdf>`` is a symlink into ``/sys/devices/pci<dom>:<bus>/<root port>/
-<switch port>/.../<bdf>``: the path *is* the PCIe tree, so two devices' common prefix is the bridge
-they meet at. A recorded tree uses the same relative links, so CI reads it exactly as a node's /sys.
+Probe-side helpers (plain file reads under ``--sysfs-root``), shared by the ``gdr`` and ``perftest`` probes
+(``read_text`` by the ``infiniband`` probe too). ``/sys/bus/pci/devices/<bdf>`` is a symlink into
+``/sys/devices/pci<dom>:<bus>/<root port>/<switch port>/.../<bdf>``: the path *is* the PCIe tree, so two
+devices' common prefix is the bridge they meet at. A recorded tree uses the same relative links, so CI reads
+it exactly as a node's /sys.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import os
 import re
 from pathlib import Path
 
-__all__ = ["chain", "gpus", "hca_bdf", "iommu_type", "read_config"]
+__all__ = ["chain", "gpus", "hca_bdf", "iommu_type", "read_config", "read_text"]
 
 _BDF = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 NVIDIA = "0x10de"
 
 
-def _read(path: Path) -> str | None:
+def read_text(path: Path) -> str | None:
+    """A sysfs or procfs file's text, stripped; None when it cannot be read (absent on this kernel or device)."""
     try:
         return path.read_text().strip()
     except OSError:
@@ -37,7 +39,7 @@ def gpus(root: Path) -> list[str]:
     base = root / "bus" / "pci" / "devices"
     out = []
     for dev in sorted(base.iterdir()) if base.is_dir() else []:
-        vendor, klass = _read(dev / "vendor"), _read(dev / "class") or ""
+        vendor, klass = read_text(dev / "vendor"), read_text(dev / "class") or ""
         if vendor == NVIDIA and klass.startswith(("0x0302", "0x0300")):
             out.append(dev.name)
     return out
@@ -49,7 +51,7 @@ def hca_bdf(root: Path, hca: str) -> str | None:
     name = Path(os.path.realpath(device)).name
     if _BDF.match(name):
         return name
-    for line in (_read(device / "uevent") or "").splitlines():
+    for line in (read_text(device / "uevent") or "").splitlines():
         if line.startswith("PCI_SLOT_NAME="):
             return line.split("=", 1)[1]
     return None
@@ -68,4 +70,4 @@ def iommu_type(root: Path, bdf: str) -> str:
     group = root / "bus" / "pci" / "devices" / bdf / "iommu_group"
     if not group.exists():
         return "none"
-    return _read(group / "type") or "unreadable"
+    return read_text(group / "type") or "unreadable"

@@ -45,7 +45,6 @@ from gpuaccept.probes._stall_child import PAGE, Progress, current, receive, serv
 from gpuaccept.timelimits import STALL_S
 
 __all__ = [
-    "STALL_BASIS",
     "STALL_LIMIT_S",
     "Progress",
     "Stalled",
@@ -63,8 +62,6 @@ T = TypeVar("T")
 
 #: the longest one filesystem call may take before the probe reports it stalled (``timelimits.STALL_S``)
 STALL_LIMIT_S = STALL_S
-#: where that limit comes from, for the probes' specs and docs
-STALL_BASIS = "NVIDIA's 2026 cloud requirements: an I/O request stalled beyond 60 s counts as unavailability"
 #: how long a process sent SIGKILL (the I/O child, fio's) is given to exit before what is left of it is named
 EXIT_WAIT_S = 2.0
 

@@ -13,9 +13,9 @@ imports ``_protocol`` to emit, so the two would otherwise import each other.
 from __future__ import annotations
 
 from gpuaccept.probes._protocol import emit
-from gpuaccept.probes._where import MARKER, ran_in, where
+from gpuaccept.probes._where import where
 
-__all__ = ["MARKER", "ran_in", "where"]
+__all__ = ["where"]
 
 
 def main() -> None:

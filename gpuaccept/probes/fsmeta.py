@@ -33,7 +33,7 @@ from gpuaccept.probes._fsmeta_barrier import Barrier, rmdir, unlink
 from gpuaccept.probes._protocol import emit, rank_info
 from gpuaccept.probes._stall import STALL_LIMIT_S, Progress, Stalled, TimedOut, call, run, step_token
 
-__all__ = ["Barrier", "main", "measure"]
+__all__ = ["main", "measure"]
 
 #: the shared directory's name under --path: one per step, so two runs never meet
 PREFIX = "gpuaccept-fsmeta-"

@@ -23,7 +23,7 @@ from typing import Any
 from gpuaccept.contracts.fabric import GdrPeermem
 from gpuaccept.fabric.gdr import ConfigTooShort, acs_control, bridges_between, nearest
 from gpuaccept.probes import _inject
-from gpuaccept.probes._pci import chain, gpus, hca_bdf, iommu_type, read_config
+from gpuaccept.probes._pci import chain, gpus, hca_bdf, iommu_type, read_config, read_text
 from gpuaccept.probes._protocol import emit
 
 __all__ = ["collect"]
@@ -31,13 +31,6 @@ __all__ = ["collect"]
 CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124  # cuda.h, CUDA 11.7+
 CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 33, 34, 50
 PEERMEM_FILES = tuple(GdrPeermem.__annotations__)
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
 
 
 def cuda_dmabuf() -> dict[str, Any]:
@@ -101,14 +94,14 @@ def collect(root: Path = Path("/sys"), proc: Path = Path("/proc"), cuda: bool = 
         out_gpus.append(
             {"bdf": bdf, "chain": gchain, "iommu": iommu_type(root, bdf), "shared_prefix": common, "paths": paths}
         )
-    version = _read(proc / "driver" / "nvidia" / "version") or ""
+    version = read_text(proc / "driver" / "nvidia" / "version") or ""
     return _inject.edited(
         "gdr",
         {
             "sysfs_root": str(root),
             "peermem": {f: (root / f).exists() for f in PEERMEM_FILES},
-            "kernel": _read(proc / "sys" / "kernel" / "osrelease"),
-            "cmdline_iommu": [t for t in (_read(proc / "cmdline") or "").split() if "iommu" in t],
+            "kernel": read_text(proc / "sys" / "kernel" / "osrelease"),
+            "cmdline_iommu": [t for t in (read_text(proc / "cmdline") or "").split() if "iommu" in t],
             "iommu_devices": sorted(p.name for p in (root / "class" / "iommu").iterdir())
             if (root / "class" / "iommu").is_dir()
             else [],

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaccept.probes import _inject
+from gpuaccept.probes._pci import read_text
 from gpuaccept.probes._protocol import emit
 
 __all__ = ["collect"]
@@ -30,15 +31,8 @@ HCA_FILES = ("node_type", "hca_type", "fw_ver", "board_id", "node_guid")
 PORT_FILES = ("state", "phys_state", "rate", "link_layer", "lid", "sm_lid")
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
 def _counter(path: Path) -> int | str | None:
-    raw = _read(path)
+    raw = read_text(path)
     if raw is None:
         return None
     try:
@@ -52,7 +46,7 @@ def _pci(device: Path) -> str | None:
     real = os.path.realpath(device)
     if ":" in Path(real).name:
         return Path(real).name
-    uevent = _read(device / "uevent") or ""
+    uevent = read_text(device / "uevent") or ""
     for line in uevent.splitlines():
         if line.startswith("PCI_SLOT_NAME="):
             return line.split("=", 1)[1]
@@ -68,8 +62,8 @@ def collect(sysfs_root: Path = Path("/sys")) -> dict[str, Any]:
         return {"present": False, "path": str(base), "hcas": {}, **stamp}
     hcas: dict[str, Any] = {}
     for dev in sorted(base.iterdir()):
-        hca: dict[str, Any] = {key: _read(dev / key) for key in HCA_FILES}
-        numa = _read(dev / "device" / "numa_node")
+        hca: dict[str, Any] = {key: read_text(dev / key) for key in HCA_FILES}
+        numa = read_text(dev / "device" / "numa_node")
         hca["numa_node"] = int(numa) if numa not in (None, "") and numa.lstrip("-").isdigit() else None
         hca["pci"] = _pci(dev / "device")
         ports: dict[str, Any] = {}
@@ -77,7 +71,7 @@ def collect(sysfs_root: Path = Path("/sys")) -> dict[str, Any]:
         port_dirs = list(ports_dir.iterdir()) if ports_dir.is_dir() else []
         port_dirs.sort(key=lambda p: int(p.name) if p.name.isdigit() else 0)
         for port in port_dirs:
-            entry: dict[str, Any] = {key: _read(port / key) for key in PORT_FILES}
+            entry: dict[str, Any] = {key: read_text(port / key) for key in PORT_FILES}
             counters_dir = port / "counters"
             entry["counters"] = (
                 {c.name: _counter(c) for c in sorted(counters_dir.iterdir()) if c.is_file()}

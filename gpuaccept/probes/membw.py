@@ -32,13 +32,12 @@ def measure(
     repeats: int,
     warmup_s: float,
     during: Callable[[], None] | None,
-    devices: list[Any] | None = None,
-    timer: Any = None,
-    seen: list[Sample | None] | None = None,
+    devices: list[Any],
+    timer: Any,
+    seen: list[Sample | None] | None,
 ) -> list[MembwSize]:
     """One device copy of ``size`` bytes per lane, every device at once; per device its median TB/s, with the
     NVML sample ``during`` took into ``seen`` (None per device when none was given)."""
-    devices = devices or [torch.device("cuda", 0)]
     lanes = []
     for device in devices:
         src = torch.empty(size, dtype=torch.uint8, device=device).random_(0, 255)
@@ -72,13 +71,11 @@ def measure_sizes(
     sizes: list[int],
     repeats: int,
     warmup_s: float,
-    devices: list[Any] | None = None,
-    ordinals: list[int] | None = None,
-    timer: Any = None,
+    devices: list[Any],
+    ordinals: list[int],
+    timer: Any,
 ) -> list[MembwFigures]:
     """Every size in turn on every device at once; per device the best size's TB/s and each size's figures."""
-    devices = devices or [torch.device("cuda", 0)]
-    ordinals = ordinals if ordinals is not None else list(range(len(devices)))
     by_size: list[list[MembwSize]] = [[] for _ in devices]
     for size in sizes:
         seen, sample = pre.sampler(ordinals)

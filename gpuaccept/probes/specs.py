@@ -41,7 +41,7 @@ from gpuaccept.contracts.payloads import HealthRecord
 from gpuaccept.contracts.storage import CheckpointPayload, FioPayload
 from gpuaccept.contracts.tenant import AgentRecord, ResidueRecord, SoftwareRecord, TrustRecord
 from gpuaccept.nccl.plan import op_timeout_args
-from gpuaccept.probes.probe_spec import PayloadError, ProbeSpec, type_name
+from gpuaccept.probes.probe_spec import PayloadError, ProbeSpec
 from gpuaccept.timelimits import STALL_S, TimeLimit
 from gpuaccept.training.budget import limit_of_args
 
@@ -81,7 +81,6 @@ __all__ = [
     "PayloadError",
     "ProbeSpec",
     "container_start",
-    "type_name",
 ]
 
 #: where every probe module lives: a spec's module is ``gpuaccept.probes.<name>``, its name what records show

@@ -86,11 +86,9 @@ CATEGORIES: list[dict[str, Any]] = [
 ]
 
 
-def write_categories(directory: Path) -> Path:
+def write_categories(directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "categories.json"
-    path.write_text(json.dumps(CATEGORIES, indent=2) + "\n")
-    return path
+    (directory / "categories.json").write_text(json.dumps(CATEGORIES, indent=2) + "\n")
 
 
 def _escape(text: str, key: bool) -> str:
@@ -112,12 +110,10 @@ def _escape(text: str, key: bool) -> str:
     return "".join(out)
 
 
-def write_environment(directory: Path, values: Mapping[str, str]) -> Path:
+def write_environment(directory: Path, values: Mapping[str, str]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "environment.properties"
     lines = [f"{_escape(k, key=True)}={_escape(v, key=False)}" for k, v in values.items()]
-    path.write_text("\n".join(lines) + "\n", encoding="ascii")
-    return path
+    (directory / "environment.properties").write_text("\n".join(lines) + "\n", encoding="ascii")
 
 
 _UNESCAPE = {"n": "\n", "t": "\t", "r": "\r", "f": "\f"}

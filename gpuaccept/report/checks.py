@@ -91,9 +91,9 @@ def _counts(checks: Sequence[MetricResult]) -> dict[str, int]:
     return {v: sum(1 for c in checks if c.verdict == v) for v in ("pass", "fail", "info", "unjudged")}
 
 
-def checks_html(checks: Sequence[MetricResult], description: str | None = None) -> str:
+def checks_html(checks: Sequence[MetricResult]) -> str:
     """A table of the checks as a standalone HTML page (Allure's "checks" attachment)."""
-    return render("checks.html.j2", rows=_rows(checks), counts=_counts(checks), description=description or "")
+    return render("checks.html.j2", rows=_rows(checks), counts=_counts(checks))
 
 
 def checks_markdown(checks: Sequence[MetricResult], description: str | None = None) -> str:

@@ -44,15 +44,16 @@ class ReportError(Exception):
     """Something the operator must fix before a report can be built (message says what)."""
 
 
-def find_allure(root: Path, explicit: str | None = None) -> Path:
-    """``--allure``, ``$GPUACCEPT_ALLURE``, node_modules/.bin/allure in ``root``, the current folder, the
-    checkout this package runs from (editable install), or one of their parents; else ``allure`` on PATH."""
-    for candidate in (explicit, os.environ.get("GPUACCEPT_ALLURE")):
-        if candidate:
-            path = Path(candidate)
-            if not path.is_file():
-                raise ReportError(f"allure command line {path} not found")
-            return path
+def find_allure(root: Path) -> Path:
+    """``$GPUACCEPT_ALLURE``, node_modules/.bin/allure in ``root``, the current folder, the checkout this
+    package runs from (editable install), or one of their parents; else ``allure`` on PATH (``--allure``
+    names the binary itself: ``build``'s ``allure``)."""
+    candidate = os.environ.get("GPUACCEPT_ALLURE")
+    if candidate:
+        path = Path(candidate)
+        if not path.is_file():
+            raise ReportError(f"allure command line {path} not found")
+        return path
     checkout = Path(__file__).resolve().parents[2]
     for start in (root.resolve(), Path.cwd().resolve(), checkout):
         for folder in (start, *start.parents):
@@ -96,7 +97,6 @@ def build(
     name: str | None = None,
     allure: Path | None = None,
     root: Path | None = None,
-    quiet: bool = False,
 ) -> Path:
     """Generate the report; return its index.html. Raises ``ReportError`` with the fix to apply."""
     require_results(results)
@@ -112,8 +112,7 @@ def build(
     if done.returncode != 0 or not (output / "index.html").is_file():
         detail = (done.stderr or done.stdout).strip()[-2000:]
         raise subprocess.CalledProcessError(done.returncode or 1, argv, output=detail)
-    if not quiet:
-        print(done.stdout.strip())
+    print(done.stdout.strip())
     index = output / "index.html"
     index.write_text(strip_analytics(index.read_text(encoding="utf-8")), encoding="utf-8")
     return index
@@ -147,7 +146,7 @@ def _sign_record(record: Path, signer: SigningKey) -> None:
         raise ReportError(f"{found.problem}: no summary of it is signed")
 
 
-def _reusable(html: str, target: Path, record: Path, signer: SigningKey | None) -> bool:
+def _reusable(target: Path, record: Path, signer: SigningKey | None) -> bool:
     """Whether the page the session wrote can stand for this record as it is: with a key, only a page
     this key signed, unchanged since and naming this record (a page edited since is drawn again, never
     signed over)."""
@@ -194,11 +193,7 @@ def build_summary_file(
         match = _STARTED.search(html)
         if signer is not None:
             _sign_record(record_path, signer)
-        if (
-            match is None
-            or match.group(1) != record.started.isoformat()
-            or not _reusable(html, target, record_path, signer)
-        ):
+        if match is None or match.group(1) != record.started.isoformat() or not _reusable(target, record_path, signer):
             earlier = baseline or previous_record(record_path, record)
             html = build_summary(
                 record,
@@ -223,7 +218,7 @@ def build_summary_file(
     return html, facts
 
 
-def with_summary(index: Path, summary_html: str, facts: dict[str, Any], *, single_file: bool) -> Path:
+def with_summary(index: Path, summary_html: str, facts: dict[str, Any], *, single_file: bool) -> None:
     """Put the verdict bar and the summary first in the report; refuse a page that would call out."""
     page = inject_summary(
         index.read_text(encoding="utf-8"), facts, summary_html, link=None if single_file else "summary.html"
@@ -234,7 +229,6 @@ def with_summary(index: Path, summary_html: str, facts: dict[str, Any], *, singl
     if outside:
         raise ReportError(f"{index} would load from outside when opened: {', '.join(outside[:5])}")
     index.write_text(page, encoding="utf-8")
-    return index
 
 
 def _signer(path: Path | None) -> SigningKey | None:

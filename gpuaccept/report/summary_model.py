@@ -41,7 +41,6 @@ __all__ = [
     "area_of",
     "cluster_verdict",
     "overview",
-    "verdict_text",
 ]
 
 #: The matrix row of tests that ran on several nodes at once (NCCL scales, multi-node training).

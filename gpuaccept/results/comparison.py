@@ -18,11 +18,8 @@ from gpuaccept.results.metrics import MetricResult
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SIDE_BY_SIDE_COLUMNS", "STATUSES", "Comparison", "comparison_of", "regressed", "side_by_side"]
+__all__ = ["SIDE_BY_SIDE_COLUMNS", "Comparison", "comparison_of", "regressed", "side_by_side"]
 
-#: What a compared figure did since the baseline run (``new``: the baseline has no such check);
-#: ``not measured now`` is the side-by-side table's word for a baseline check this run did not make.
-STATUSES = ("regressed", "changed", "improved", "within tolerance", "same", "new")
 SIDE_BY_SIDE_COLUMNS = (
     "metric",
     "node",
@@ -46,6 +43,9 @@ class Comparison:
     value: float | str | None
     #: the baseline record's stable name (``20261101T000000Z.json``)
     file: str
+    #: what the figure did since the baseline run: regressed, changed, improved, within tolerance, same, or new
+    #: (the baseline has no such check); ``not measured now`` is the side-by-side table's word for a baseline
+    #: check this run did not make
     status: str
     #: (now - baseline) / |baseline| in %; None for a non-number, ±inf from a baseline of 0
     delta_pct: float | None

@@ -27,7 +27,6 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
-    "COMPONENTS",
     "Bulletin",
     "Catalogue",
     "Finding",
@@ -38,9 +37,6 @@ __all__ = [
     "load_catalogue",
     "version_key",
 ]
-
-#: the components the catalogue holds, as the software probe names them
-COMPONENTS = ("gpu_driver", "dcgm", "dcgm_exporter")
 
 _NUMBERS = re.compile(r"\d+")
 #: a version the fixes can be compared with: dotted numbers first (580.95.05, 4.5.2, 3.3.5-3.4.0, v4.1.1-4.0.4)
@@ -111,10 +107,6 @@ def line_of(component: str, version: str, listed: dict[str, Line]) -> str:
     return ".".join(str(n) for n in key[:2])
 
 
-def _line_key(line: str) -> tuple[int, ...]:
-    return version_key(line)
-
-
 def _below(component: str, version: str, bulletin: Bulletin) -> Finding | None:
     listed = bulletin.components.get(component)
     if not listed:
@@ -137,12 +129,12 @@ def _below(component: str, version: str, bulletin: Bulletin) -> Finding | None:
             why = f"{component} {version} is below {fix.fixed}, the fix on {line} of bulletin {bulletin.id}"
             return Finding(**base, fixed=fix.fixed, cves=fix.cves, why=why)
         return None
-    newer = [name for name in listed if _line_key(name) > _line_key(line)]
+    newer = [name for name in listed if version_key(name) > version_key(line)]
     if not newer:
         return None  # a line newer than every line the bulletin fixed: released after it
     cves = sorted({cve for name in newer for cve in listed[name].cves})
     why = (
-        f"{component} {version}: bulletin {bulletin.id} fixes {', '.join(sorted(listed, key=_line_key))} "
+        f"{component} {version}: bulletin {bulletin.id} fixes {', '.join(sorted(listed, key=version_key))} "
         f"and no fix for {line}"
     )
     return Finding(**base, fixed=None, cves=cves, why=why)

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gpuaccept.contracts.nccl_formulas import COLLECTIVES
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.schema import Limit
 
@@ -106,9 +107,8 @@ class TestSpec:
 #: without one (L40S) leaves them to the site file that declares its network (as
 #: fixtures/site/h200-socket-net.yaml does) or to ``gpuaccept-calibrate``; until then the tests
 #: ERROR naming each of them.
-_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast")
 NETWORK_METRICS = frozenset(
-    [f"nccl_rail_{c}_busbw_gbs" for c in _COLLECTIVES[:3]] + [f"nccl_{c}_busbw_multinode_gbs" for c in _COLLECTIVES]
+    [f"nccl_rail_{c}_busbw_gbs" for c in COLLECTIVES[:3]] + [f"nccl_{c}_busbw_multinode_gbs" for c in COLLECTIVES]
 )
 
 #: metrics a test judges only on GPU nodes (on a CPU node the gloo ranks have no GPU to watch)

@@ -242,7 +242,7 @@ def _check_broad_site_skus(path: Path, data: ThresholdsFile, packaged: dict[str,
                     )
 
 
-def _merge_storage(path: Path, merged: StorageSection, data: ThresholdsFile) -> StorageSection:
+def _merge_storage(merged: StorageSection, data: ThresholdsFile) -> StorageSection:
     """The file's presets and filesystems over those before it (a later file's entry of the same name wins);
     its stall limit where it sets one."""
     given = data.storage
@@ -287,7 +287,7 @@ def load_thresholds(site: Path | None = None, *, defaults: Path | None = None, s
     domain: DomainSite | None = None
     for path in files:
         data = _read(path)
-        storage = _merge_storage(path, storage, data)
+        storage = _merge_storage(storage, data)
         tenant = data.tenant or tenant
         domain = data.domain or domain
         file_digests[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()

@@ -20,17 +20,16 @@ versions the site approved (fnmatch patterns: ``580.159.*``), judged where given
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["APPROVABLE", "AgentDeclaration", "Component", "Requirement", "RootOfTrust", "TenantSite"]
+__all__ = ["AgentDeclaration", "Component", "Requirement", "RootOfTrust", "TenantSite"]
 
 #: a root-of-trust item: required, not required, or declared absent (the platform has none)
 Requirement = bool | Literal["absent"]
 #: the components an approved list can name (the software probe's fields; ``os`` is "<ID> <VERSION_ID>")
 Component = Literal["gpu_driver", "cuda_driver", "vbios", "kernel", "os", "dcgm", "dcgm_exporter"]
-APPROVABLE: tuple[str, ...] = get_args(Component)
 
 
 class _Model(BaseModel):

@@ -87,9 +87,7 @@ def unmerged_speed(model: nn.Module, prompt: list[int], new: int, pad: int) -> f
         return round(1 / decoder.run([prompt]).step_s, 2)
 
 
-def _model_report(
-    model: nn.Module, tokenizer: Any, test_ex: list[Example], rt: Runtime, batch: int, pad: int
-) -> dict[str, Any]:
+def _model_report(model: nn.Module, test_ex: list[Example], rt: Runtime, batch: int, pad: int) -> dict[str, Any]:
     model.to(rt.device).eval()
     loss = evaluate(model, test_ex, rt, batch, pad)
     return {"eval_loss": loss, "perplexity": math.exp(loss) if math.isfinite(loss) and loss < 700 else float("inf")}
@@ -118,10 +116,10 @@ def compare(
 
     local = Runtime(rank=0, world=1, local_rank=rt.local_rank, device=rt.device, node=rt.node)
     started = time.monotonic()
-    base_report = _model_report(base, tokenizer, test_ex, local, batch, pad)
+    base_report = _model_report(base, test_ex, local, batch, pad)
     base_report["serving"] = serving(base, tokenizer, test_ex, rt.device)
     tuned = PeftModel.from_pretrained(base, str(adapter_path))
-    tuned_report = _model_report(tuned, tokenizer, test_ex, local, batch, pad)
+    tuned_report = _model_report(tuned, test_ex, local, batch, pad)
     tuned_report["unmerged_tokens_per_s"] = unmerged_speed(tuned, test_ex[0]["prompt_ids"], new_tokens, pad)
     merged = tuned.merge_and_unload()  # type: ignore[operator]
     tuned_report["serving"] = serving(merged, tokenizer, test_ex, rt.device, check_eager=True)

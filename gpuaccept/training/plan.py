@@ -37,7 +37,7 @@ def tokens_per_step(cfg: TrainConfig) -> int:
     return (ROWS_MAX if cfg.auto_rows else cfg.batch_size) * cfg.seq_len
 
 
-def _model_config(cfg: TrainConfig, model_path: Path | None, default: Path) -> dict[str, object] | None:
+def _model_config(model_path: Path | None, default: Path) -> dict[str, object] | None:
     path = (model_path / "config.json") if model_path else default
     try:
         loaded: dict[str, object] = json.loads(path.read_text())
@@ -55,7 +55,7 @@ def planned_figures(shape: LaunchShape, strategy: str, model_path: Path | None) 
 
 def flops_per_token(cfg: TrainConfig, model_path: Path | None) -> float | None:
     """FLOPs per trained token from the model's config.json (the built-in 7B's, or the checkpoint's)."""
-    config = _model_config(cfg, model_path, FIXTURES / "qwen2-7b.json")
+    config = _model_config(model_path, FIXTURES / "qwen2-7b.json")
     if config is None:
         return None
     targets = tuple(cfg.lora_targets) or LINEAR_MODULES
@@ -163,7 +163,7 @@ def _weight_bytes(shape: LaunchShape, model_path: Path | None) -> int | None:
     """The base model's bytes (every linear and output layer, and the input embedding), from its config.json in
     the dtype the launch holds it in: what the merged weights' save and cold start move."""
     cfg = run_config(shape, "solo", model_path)
-    config = _model_config(cfg, model_path, cfg.model_config)
+    config = _model_config(model_path, cfg.model_config)
     if config is None:
         return None
     count = flops_from_config(config, cfg.lora_r, LINEAR_MODULES, cfg.seq_len).frozen_matmul_params

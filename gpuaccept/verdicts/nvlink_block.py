@@ -27,7 +27,6 @@ from gpuaccept.contracts.nccl_sweep import GroupTable
 from gpuaccept.thresholds.domain_site import DomainSite
 
 __all__ = [
-    "BLOCK_METRICS",
     "ONE_BLOCK",
     "ONE_CLIQUE",
     "Clique",
@@ -39,7 +38,6 @@ __all__ = [
 
 #: a GPU's NVLink domain: (ClusterUUID, CliqueId), as the fabric reports it once Completed
 Clique = tuple[str, int]
-BLOCK_METRICS = ("nvlink_block_one_clique", "nvlink_clique_one_block", "nvlink_block_trays")
 ONE_CLIQUE = "one clique"
 ONE_BLOCK = "one block"
 #: how busbw at a scale without a cited figure is derived from the 72-GPU one, and why: NVLS all_reduce and

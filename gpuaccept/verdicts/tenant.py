@@ -32,11 +32,7 @@ from gpuaccept.thresholds.bulletins import Catalogue, UnreadableVersion, finding
 from gpuaccept.thresholds.tenant_site import RootOfTrust, TenantSite
 
 __all__ = [
-    "AGENT_METRICS",
-    "BULLETIN_METRICS",
     "NO_KNOWN_VULNERABLE",
-    "RESIDUE_METRICS",
-    "TRUST_METRICS",
     "agents_absent",
     "judge_agents",
     "judge_approved",
@@ -50,15 +46,6 @@ __all__ = [
     "trust_absent",
 ]
 
-RESIDUE_METRICS = (
-    "gpu_residue_pattern_bytes",
-    "gpu_residue_nonzero_bytes",
-    "gpu_residue_inherited_nonzero_bytes",
-    "gpu_residue_scanner_proof",
-)
-BULLETIN_METRICS = ("software_bulletin", "software_approved", "software_version")
-TRUST_METRICS = ("uefi_boot", "secure_boot", "tpm_version", "root_of_trust")
-AGENT_METRICS = ("health_agent_running", "health_agent_answering", "health_agent_gpus")
 #: what ``software_bulletin`` expects of every installed component
 NO_KNOWN_VULNERABLE = "no known-vulnerable version"
 

@@ -121,13 +121,11 @@ def plot_busbw(
     *,
     title: str,
     thresholds: Mapping[str, float | None] | None = None,
-    reference: Mapping[str, float] | None = None,
 ) -> Path:
     """Write a test's sweep as a PNG and return its path.
 
     ``series[collective][label]`` is a list of ``(size in bytes, busbw GB/s)``; ``thresholds[collective]``
-    is drawn as a dashed red line (the minimum in force), ``reference[collective]`` as a dotted grey one
-    (e.g. nccl-tests' figure on the same GPUs).
+    is drawn as a dashed red line (the minimum in force).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -149,9 +147,6 @@ def plot_busbw(
         limit = (thresholds or {}).get(collective)
         if limit is not None:
             ax.axhline(limit, color="red", linestyle="--", linewidth=1.2, label=f"min {limit:g} GB/s")
-        ref = (reference or {}).get(collective)
-        if ref is not None:
-            ax.axhline(ref, color="grey", linestyle=":", linewidth=1.2, label=f"reference {ref:g} GB/s")
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: _size_label(x)))
         ax.set_title(collective)
