@@ -23,7 +23,7 @@ import pytest
 
 from gpuaccept.judging.fields import FINGERPRINT_FIELDS, field_value
 from gpuaccept.results.comparison import Comparison
-from gpuaccept.results.metrics import MetricResult
+from gpuaccept.results.metrics import MetricResult, number
 from gpuaccept.results.record import RecordError, RunRecord, is_latest, read_record
 
 if TYPE_CHECKING:
@@ -79,13 +79,6 @@ def summarize_changes(changes: Iterable[FingerprintChange]) -> list[str]:
     for change in changes:
         grouped.setdefault((change.field, str(change.before), str(change.after)), []).append(change.node)
     return [f"{field} {was} -> {now} on {', '.join(nodes)}" for (field, was, now), nodes in grouped.items()]
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
 
 
 def _delta_pct(base: float, now: float) -> float:
@@ -193,7 +186,7 @@ class Baseline:
         entry = self.find(result.metric, result.node, result.subject, result.test)
         if entry is None:
             return Comparison(None, self.name, "new", None, tolerance, better)
-        now, base = _number(result.value), _number(entry.value)
+        now, base = number(result.value), number(entry.value)
         delta = _delta_pct(base, now) if now is not None and base is not None else None
         if delta is None or better == "equal":
             status = "same" if entry.value == result.value else "changed"

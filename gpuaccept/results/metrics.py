@@ -14,10 +14,11 @@ It is the unit of the run record, the report and the terminal summary. Verdicts:
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["JUDGED", "SUBJECT_KINDS", "MetricResult", "SubjectKind", "Verdict", "bounds_text", "subject_of"]
+__all__ = ["JUDGED", "SUBJECT_KINDS", "MetricResult", "SubjectKind", "Verdict", "bounds_text", "number", "subject_of"]
 
 Verdict = Literal["pass", "fail", "info", "unjudged", "unmeasured", "measured"]
 #: What a check is about, beside its node: the node itself, one GPU (``3 (0000:9A:00.0)``), a GPU pair
@@ -162,6 +163,15 @@ class MetricResult:
         if isinstance(old, dict) and "status" not in old:  # run/1 and /2: only a regression carried it
             data["extra"] = {**data["extra"], "baseline": _regression_of_run2(old, raw.get("value"))}
         return cls(**data)
+
+
+def number(value: Any) -> float | None:
+    """A check's value as a finite float, or None (bools, strings, NaN and infinities are no figure to compare
+    with the baseline's or to draw)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    result = float(value)
+    return result if math.isfinite(result) else None
 
 
 def bounds_text(low: float | None, high: float | None, equal: float | str | None) -> str:

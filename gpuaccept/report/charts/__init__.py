@@ -15,9 +15,8 @@ attachment, and the functions that pick the data are pure (unit-tested).
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuaccept.thresholds.schema import Display
 
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
 
     from gpuaccept.thresholds.schema import MetricSpec
 
-__all__ = ["FLOOR", "Catalogue", "display_of", "number", "png"]
+__all__ = ["FLOOR", "Catalogue", "display_of", "png"]
 
 #: The metric catalogue (``Thresholds.metrics``): metric name -> what it is, its display hints included.
 Catalogue = Mapping[str, "MetricSpec"]
@@ -39,14 +38,6 @@ def display_of(catalogue: Catalogue, metric: str) -> Display:
     """The metric's display hints (the defaults for a metric the catalogue does not know)."""
     spec = catalogue.get(metric)
     return spec.display if spec is not None else _PLAIN
-
-
-def number(value: Any) -> float | None:
-    """A finite float, or None (bools, strings, NaN and infinities are not figures to draw)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    result = float(value)
-    return result if math.isfinite(result) else None
 
 
 def png(fig: Figure, dpi: int = 100) -> bytes:

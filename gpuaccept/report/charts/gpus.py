@@ -10,8 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuaccept.report.charts import Catalogue, display_of, number, png
-from gpuaccept.results.metrics import MetricResult
+from gpuaccept.report.charts import Catalogue, display_of, png
+from gpuaccept.results.metrics import MetricResult, number
 
 __all__ = ["HeatPanel", "bar_metrics", "heat_columns", "heat_panels", "heatmap_png", "per_gpu_bars"]
 

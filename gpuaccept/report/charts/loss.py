@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.report.charts import FLOOR, Catalogue, display_of, number, png
-from gpuaccept.results.metrics import MetricResult
+from gpuaccept.report.charts import FLOOR, Catalogue, display_of, png
+from gpuaccept.results.metrics import MetricResult, number
 from gpuaccept.training.report import WINDOW, rolling_mean
 
 __all__ = ["LossRun", "artifacts", "loss_curve_png", "loss_png", "loss_runs", "loss_runs_from_checks", "loss_target"]

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuaccept.contracts.nccl_formulas import COLLECTIVES
-from gpuaccept.report.charts import FLOOR, Catalogue, display_of, number, png
-from gpuaccept.results.metrics import MetricResult
+from gpuaccept.report.charts import FLOOR, Catalogue, display_of, png
+from gpuaccept.results.metrics import MetricResult, number
 from gpuaccept.verdicts.nccl_lines import metric_name
 
 __all__ = ["NcclScale", "Series", "nccl_png", "nccl_scales", "plot_busbw"]
