@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from gpuaccept.errors import ToolMissing
 from gpuaccept.judging.outcome import BUSY_METRIC
-from gpuaccept.results.metrics import SUBJECT_KINDS, MetricResult, SubjectKind
+from gpuaccept.results.metrics import SUBJECT_KINDS, MetricResult, SubjectKind, Verdict
 from gpuaccept.thresholds.loader import Thresholds
 from gpuaccept.thresholds.schema import Limit, MetricSpec
 
@@ -175,7 +175,15 @@ class Judge:
     # ---- the three ways to hand over a measurement ---------------------------------------------------
 
     def check(
-        self, metric: str, value: Any, *, node: str, scale: int | None = None, limit: Limit | None = None, **extra: Any
+        self,
+        metric: str,
+        value: Any,
+        *,
+        node: str,
+        scale: int | None = None,
+        limit: Limit | None = None,
+        unread: str = NO_VALUE,
+        **extra: Any,
     ) -> MetricResult:
         """Judge ``value`` against the node's SKU limit (``<metric>@<scale>`` first when ``scale`` is given), or
         against ``limit`` where the site declared one for this very check (a filesystem's contract: storage is
@@ -185,14 +193,18 @@ class Judge:
         ``hca=``, ``rail=``, ``rank=``, ``field=``, ``partition=``, ``fspath=``); the rest of ``extra`` rides along on
         the record. An informational metric without a limit is recorded as ``info``; any other metric
         without a limit is ``unjudged`` and makes the test an ERROR.
+
+        A ``value`` of None is a reading not taken (``unread`` says why): could not measure (an ERROR) where
+        the figure is judged, and ``info`` where it is only shown, an informational metric with no limit here
+        (passed, or the SKU's): a driver without a figure nothing judges on this SKU is no fault of the node.
         """
         spec = self._spec(metric)
         if spec.kind == "expectation":
             raise TypeError(f"{metric} is an expectation: use judge.expect(...)")
         if value is None:
-            return self.unreadable(
-                metric, NO_VALUE, node=node, **(extra if scale is None else {**extra, "scale": scale})
-            )
+            subject = extra if scale is None else {**extra, "scale": scale}
+            shown = spec.informational and limit is None and self._limit(metric, self._sku_of(node), scale) is None
+            return self._unread(metric, unread, node, subject, "info" if shown else "unmeasured")
         sku = self._sku_of(node)
         result = self._make(metric, value, node, extra if scale is None else {**extra, "scale": scale}, sku)
         limit = limit if limit is not None else self._limit(metric, sku, scale)
@@ -262,9 +274,12 @@ class Judge:
         The one way a judge says "could not measure" (a reading missing, a result without the figures it
         needs, a datasheet figure a rule divides by): it records this and returns, and the plugin ends the
         test from its checks (``judging.outcome``); no judge raises for it."""
+        return self._unread(metric, why, node, subject, "unmeasured")
+
+    def _unread(self, metric: str, why: str, node: str, subject: dict[str, Any], verdict: Verdict) -> MetricResult:
         spec = self._spec(metric)
         result = self._make(metric, "unreadable", node, dict(subject), sku="")
-        result.unit, result.verdict, result.reason = spec.unit, "unmeasured", why
+        result.unit, result.verdict, result.reason = spec.unit, verdict, why
         return self._record(result)
 
     def tool_missing(self, check: str, tool: str, *, node: str, detail: str = "") -> None:

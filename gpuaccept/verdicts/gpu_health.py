@@ -101,12 +101,9 @@ def decode_reasons(mask: int | None) -> tuple[list[str], list[str]]:
 
 
 def _checked(judge: JudgeLike, metric: str, value: Any, node: str, gpu: str | None, why: str, **extra: Any) -> None:
-    """``judge.check`` unless the reading is missing; then record it unreadable with ``why`` (NVML's error, which
-    the payload type makes the probe write beside every None): an error, never a pass."""
-    if value is None:
-        judge.unreadable(metric, f"NVML gave no value ({why})", node=node, gpu=gpu)
-        return
-    judge.check(metric, value, node=node, gpu=gpu, **extra)
+    """``judge.check``; a missing reading goes with ``why`` (NVML's error, which the payload type makes the probe
+    write beside every None): could not measure where the figure is judged, never a pass."""
+    judge.check(metric, value, node=node, gpu=gpu, unread=f"NVML gave no value ({why})", **extra)
 
 
 def _why(gpu: GpuHealth, reading: str) -> str:

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpuaccept.judging.judge import Judge
 from gpuaccept.thresholds.loader import ThresholdsError, default_path, load_thresholds
+from gpuaccept.thresholds.schema import Limit
 
 from .conftest import REPO
 
@@ -93,3 +95,23 @@ def test_both_keys_at_once_are_refused(tmp_path: Path) -> None:
     path = _copy(tmp_path, lambda d: d["metrics"]["gpu_temperature_c"].update({"limit_optional": True}))
     with pytest.raises(ThresholdsError, match="report_only and limit_optional both"):
         load_thresholds(defaults=path)
+
+
+def test_a_reading_not_taken_is_an_error_only_where_it_is_judged() -> None:
+    """A None handed to ``judge.check``: could not measure where the figure is judged (a SKU's limit, or one the
+    check passes), ``info`` where nothing would judge it (a driver without a figure only shown is no node fault)."""
+    metric, judged_on = next(
+        (m, sku)
+        for m, spec in sorted(PACKAGED.metrics.items())
+        if spec.limit_optional
+        for sku in sorted(PACKAGED.skus)
+        if m in PACKAGED.limits_for(sku)
+    )
+    unlimited = next(sku for sku in sorted(PACKAGED.skus) if metric not in PACKAGED.limits_for(sku))
+    skus = {"judged": judged_on, "shown": unlimited}
+    judge = Judge(PACKAGED, skus.__getitem__, lambda result: None, "selftest")
+    judge.check(metric, None, node="judged", unread="NVML gave no value (NVMLError_NotSupported)")
+    judge.check(metric, None, node="shown", unread="NVML gave no value (NVMLError_NotSupported)")
+    judge.check(metric, None, node="shown", limit=Limit(min=1, source="a site's contract"))
+    assert [r.verdict for r in judge.results] == ["unmeasured", "info", "unmeasured"], (metric, skus)
+    assert all(r.reason == "NVML gave no value (NVMLError_NotSupported)" for r in judge.results[:2])
