@@ -120,14 +120,22 @@ def attribute(pair_ok: Mapping[Pair, bool], suspects: Iterable[str], good: Itera
 
 
 def judge_cleared(
-    suspect: str, tables: Mapping[int, Sequence[GroupTable]], nodes: Sequence[str], role: str, judge: Judge
+    suspect: str,
+    tables: Mapping[int, Sequence[GroupTable]],
+    nodes: Sequence[str],
+    role: str,
+    judge: Judge,
+    suspects: Iterable[str] = (),
 ) -> None:
     """A node no failing group made a suspect: judged on its own worst all_reduce figure over the scales.
 
-    No "not at fault" expectation: the blame rule did not run, and an expected value written twice could
-    not fail. A node that sat out every scale of the nodes left could not be measured: recorded unreadable."""
+    A group holding a suspect is left out where the node has a figure without one: that group's figure is the
+    suspect's, on trial in the second pass (a healthy node that passed beside a healthy partner at 2 nodes and
+    then shared the 4-node group with the slow node carried the slow node's figure, and failed beside it). No "not
+    at fault" expectation: the blame rule did not run, and an expected value written twice could not fail. A node
+    that sat out every scale of the nodes left could not be measured: recorded unreadable."""
     figures = [
-        (row.busbw, s, t.label)
+        (row.busbw, s, t.label, bool(set(suspects) & set(t.nodes)))
         for s, ts in tables.items()
         for t in ts
         if suspect in t.nodes and (row := t.largest("all_reduce")) is not None
@@ -136,7 +144,8 @@ def judge_cleared(
         why = f"in no NCCL group of the nodes left ({', '.join(nodes)})"
         judge.unreadable(metric_name("all_reduce", True), why, node=suspect, role=role)
         return
-    worst = min(figures)
+    own = [f for f in figures if not f[3]] or figures
+    worst = min(own)
     judge.check(
         metric_name("all_reduce", True), round(worst[0], 2), node=suspect, scale=worst[1], group=worst[2], role=role
     )

@@ -209,7 +209,7 @@ def node_verdict(
     if first is None or suspect not in suspects:  # no failing scale: no suspect
         role = "every group passed" if not failing else f"not a suspect (suspects: {', '.join(suspects) or 'none'})"
         print(f"{suspect}: {role}")
-        judge_cleared(suspect, tables, nodes, role, judge)
+        judge_cleared(suspect, tables, nodes, role, judge, suspects)
         return
     floor, pct = pair_limits(judge, suspect)
     limits = (floor, pair_reference(tables, failing), pct)

@@ -16,7 +16,7 @@ from gpuaccept.nccl.plan import NodePlan, plan_rounds, scale_groups, scales_for,
 from gpuaccept.thresholds.loader import load_thresholds
 from gpuaccept.thresholds.schema import Limit
 from gpuaccept.verdicts.nccl import group_failures, slow_groups
-from gpuaccept.verdicts.nccl_blame import attribute, judge_blame, pair_outcome, pair_reference
+from gpuaccept.verdicts.nccl_blame import attribute, judge_blame, judge_cleared, pair_outcome, pair_reference
 from gpuaccept.verdicts.nccl_lines import median_busbw
 
 pytestmark = pytest.mark.selftest
@@ -91,6 +91,29 @@ def test_the_verdict_names_the_slow_node_and_clears_its_partners():
     assert [r.node for r in judge.failures()] == ["node3"] and verdicts["node3"].value == "at fault"
     assert all(e["partner"] in good for e in verdicts["node3"].extra["pairs"])
     assert f"at scale {first}" in verdicts["node3"].extra["first_pass"]
+
+
+def test_a_cleared_node_is_not_judged_on_the_suspects_group():
+    """node1 passed beside node2 at 2 nodes and shared the 4-node group with the slowed node4 (CI, 2026-12-03: the
+    slow-tray run's node1 and node2 FAILED the CPU SKU's 0.03 GB/s floor on the 4-node group's 0.02): judged on
+    its own pair, it passes. node5, whose 4-node group holds no suspect, is still judged on that group's figure."""
+    t = _table
+    tables = {
+        2: [
+            t(("node1", "node2"), 0.5),
+            t(("node3", "node4"), 0.02),
+            t(("node5", "node6"), 0.5),
+            t(("node7", "node8"), 0.5),
+        ],
+        4: [t(("node1", "node2", "node3", "node4"), 0.02), t(("node5", "node6", "node7", "node8"), 0.02)],
+        8: [t(tuple(f"node{i}" for i in range(1, 9)), 0.02)],
+    }
+    nodes = [f"node{i}" for i in range(1, 9)]
+    judge = Judge(load_thresholds(), lambda node: "cpu", lambda result: None, "selftest")
+    for node in ("node1", "node2", "node5"):
+        judge_cleared(node, tables, nodes, "not a suspect", judge, suspects=["node3", "node4"])
+    verdicts = {r.node: (r.verdict, r.extra["scale"], r.value) for r in judge.results}
+    assert verdicts == {"node1": ("pass", 2, 0.5), "node2": ("pass", 2, 0.5), "node5": ("fail", 4, 0.02)}
 
 
 @pytest.mark.parametrize("count", [4, 5, 8, 16])
