@@ -242,24 +242,32 @@ def _shard_bytes(path: Path, source: str) -> int:
 def check_writable(folder: Path, what: str) -> None:
     """That the run can write ``folder``: found now, not when the record is written at the end. A real entry
     is made and removed (``os.access`` is no proof: it is always true for root, also on ``/proc``), and a
-    folder that does not exist yet is made for the proof and removed again, with every parent it needed."""
+    folder that does not exist yet is made for the proof and removed again, with every parent it needed, except
+    one another run started beside this one made or writes in meanwhile (one of two runs at once exited 3 on
+    ``Directory not empty: 'reports'`` when the other's Allure folder had gone in between)."""
     made: list[Path] = []
     try:
-        missing = folder.absolute()
+        missing, needed = folder.absolute(), []
         while not missing.exists():
-            made.append(missing)
+            needed.append(missing)
             missing = missing.parent
-        for path in reversed(made):
-            path.mkdir()
+        for path in reversed(needed):
+            try:
+                path.mkdir()
+            except FileExistsError:  # another run started in the same folder made it meanwhile: its, not ours
+                continue
+            made.append(path)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".gpuaccept-write-check-")
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
         raise InputError(f"{what}: cannot write in {folder}: {exc.strerror or exc}") from None
     finally:
-        for path in made:
-            if path.is_dir():
+        for path in reversed(made):
+            try:
                 path.rmdir()
+            except OSError:  # a run started beside this one writes in it now (its Allure folder): it stays
+                pass
 
 
 def check_inputs(

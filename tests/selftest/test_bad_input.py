@@ -11,13 +11,15 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from gpuaccept.inputs import InputError, check_dataset, read_chat_jsonl
+from gpuaccept.inputs import InputError, check_dataset, check_writable, read_chat_jsonl
 from gpuaccept.judging.baseline import Baseline
 from gpuaccept.judging.verdict import EXIT_TEST_HOOKS
 from gpuaccept.nodecheck.cli import main as node_check
@@ -278,6 +280,21 @@ def test_two_runs_at_once_keep_two_records_and_two_allure_folders(tmp_path):
     assert len(folders) == 2 and all(any(f.glob("*-result.json")) for f in folders), folders
     latest = (suite / "reports" / "allure-results").resolve()
     assert latest in [f.resolve() for f in folders]
+
+
+def test_the_write_check_leaves_a_folder_another_run_writes_in_meanwhile(tmp_path, monkeypatch):
+    """The race behind the test above's rare exit 3: this run made ``reports/`` for its write check, the other run
+    claimed its Allure folder in it before this one removed it again."""
+    reports = tmp_path / "reports"
+    real = tempfile.mkstemp
+
+    def other_run_claims_a_folder(**kwargs: Any) -> tuple[int, str]:
+        claim_run_folder(reports)
+        return real(**kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", other_run_claims_a_folder)
+    check_writable(reports / "runs", "the run record's folder")
+    assert [p.name for p in reports.iterdir()] == ["allure"]
 
 
 def test_a_latest_baseline_is_named_by_its_own_record_whatever_its_suffix(tmp_path):
