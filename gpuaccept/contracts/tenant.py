@@ -41,27 +41,29 @@ class TopValue(_Payload):
 
 
 class ResidueGpu(_Payload):
-    """One GPU's fill or scan: its identity, what was covered and (for a scan) what was found."""
+    """One GPU's fill or scan: its identity, what was covered and (for a scan) what was found. Every key is written;
+    what a mode does not read is ``null`` (a fill writes no scan figures: its memory holds the pattern it wrote)."""
 
     index: int
-    uuid: str | None = None
-    pci_bus_id: str | None = None
-    name: str | None = None
+    uuid: str | None  # NVML's; null where NVML did not answer
+    pci_bus_id: str | None
+    name: str
     total_bytes: int
     free_bytes: int  # cudaMemGetInfo's free memory before the probe allocated
     bytes: int  # bytes filled (fill) or scanned (scan, plant)
-    pattern_bytes: int = 0  # bytes in words equal to this run's pattern at their offset in a 4 KiB page
-    tag_bytes: int = 0  # bytes in words whose high 32 bits are this run's tag (looser; random data hits 2**-32)
-    nonzero_bytes: int = 0  # non-zero bytes anywhere in the scanned memory
-    top_values: list[TopValue] = []  # the commonest non-zero words of a strided sample
-    sampled_words: int = 0  # how many words that sample held
-    seconds: float = 0.0
+    #: scan and plant: bytes in words equal to this run's pattern at their offset in a 4 KiB page
+    pattern_bytes: int | None
+    tag_bytes: int | None  # bytes in words whose high 32 bits are this run's tag (looser; random data hits 2**-32)
+    nonzero_bytes: int | None  # non-zero bytes anywhere in the scanned memory
+    top_values: list[TopValue] | None  # the commonest non-zero words of a strided sample
+    sampled_words: int | None  # how many words that sample held
+    seconds: float
     #: fill: what the allocation held before the pattern went in, i.e. what the GPU's previous job left
-    inherited_nonzero_bytes: int | None = None
-    inherited_top_values: list[TopValue] = []
+    inherited_nonzero_bytes: int | None
+    inherited_top_values: list[TopValue] | None
     #: scan with ``--plant-seed``: the scanner's proof in the same process (the planted pattern's bytes found)
-    proof_bytes: int | None = None
-    proof_pattern_bytes: int | None = None
+    proof_bytes: int | None
+    proof_pattern_bytes: int | None
 
 
 class ResidueRecord(_Payload):
@@ -73,8 +75,8 @@ class ResidueRecord(_Payload):
     seed: int
     tag: str  # the pattern's high 32 bits, hex: what an operator greps a dump for
     cuda: bool
-    why: str | None = None  # why no GPU was measured (no CUDA, no torch)
-    gpus: list[ResidueGpu] = []
+    why: str | None  # why no GPU was measured (no CUDA, no torch)
+    gpus: list[ResidueGpu]
 
 
 # ---- SEC22: root of trust (probes/trust.py) ----------------------------------------------------------------

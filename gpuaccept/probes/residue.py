@@ -31,7 +31,7 @@ import argparse
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +41,7 @@ from gpuaccept.probes._protocol import emit, gpu_identity
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["collect", "fill", "main", "page_pattern", "scan", "tag_of"]
+__all__ = ["collect", "fill", "gpu_entry", "main", "page_pattern", "scan", "tag_of"]
 
 #: 64-bit words per 4 KiB page: the period of the pattern
 PAGE_WORDS = 512
@@ -52,6 +52,18 @@ MIN_CHUNK = 2 * 2**20
 BYTE_SLICE = 32 * 2**20
 #: words of each chunk sampled for the commonest non-zero values
 SAMPLE_WORDS = 1 << 16
+#: what a step reads beside the bytes it covered, each ``null`` where its mode does not read it (``ResidueGpu``)
+_READ_BY_MODE = (
+    "pattern_bytes",
+    "tag_bytes",
+    "nonzero_bytes",
+    "top_values",
+    "sampled_words",
+    "inherited_nonzero_bytes",
+    "inherited_top_values",
+    "proof_bytes",
+    "proof_pattern_bytes",
+)
 #: the multiplier of the in-page hash: odd and below 2**31, so (offset < 2**9) * it + seed stays in int64
 _MUL = 0x5BD1E995
 
@@ -187,7 +199,7 @@ def _one_gpu(
     budget = max(0, free - reserve)
     started = time.perf_counter()
     chunks = allocate(device, budget)
-    found: dict[str, Any] = {"bytes": 0}
+    found: dict[str, Any] = {}
     if mode == "fill":
         before = scan(chunks, seed)  # what the previous job on this GPU left this new process
         found.update(inherited_nonzero_bytes=before["nonzero_bytes"], inherited_top_values=before["top_values"])
@@ -196,7 +208,7 @@ def _one_gpu(
     if mode == "plant":
         chunks, _ = _planted(device, chunks, seed, budget)
     if mode in ("scan", "plant"):
-        found = scan(chunks, seed)
+        found.update(scan(chunks, seed))
         torch.cuda.synchronize(device)
     if mode == "scan" and plant_seed is not None:
         chunks, _ = _planted(device, chunks, plant_seed, budget)
@@ -204,15 +216,25 @@ def _one_gpu(
         found.update(proof_bytes=proof["bytes"], proof_pattern_bytes=proof["pattern_bytes"])
     seconds = time.perf_counter() - started
     chunks.clear()
+    ident = {**ident, "index": int(ident.get("index", ordinal))}
+    ident["name"] = ident.get("name") or torch.cuda.get_device_name(device)
+    return gpu_entry(ident, found, total=int(total), free=int(free), seconds=round(seconds, 3))
+
+
+def gpu_entry(
+    ident: Mapping[str, Any], found: Mapping[str, Any], *, total: int, free: int, seconds: float
+) -> ResidueGpu:
+    """One GPU's entry: its identity (``index`` and ``name``, NVML's ``uuid`` and ``pci_bus_id`` where it answered),
+    the bytes its step covered and what it read (``found``); each reading its mode does not take is null."""
     return ResidueGpu(
-        index=int(ident.get("index", ordinal)),
+        index=ident["index"],
         uuid=ident.get("uuid"),
         pci_bus_id=ident.get("pci_bus_id"),
-        name=ident.get("name") or torch.cuda.get_device_name(device),
-        total_bytes=int(total),
-        free_bytes=int(free),
-        seconds=round(seconds, 3),
-        **found,
+        name=ident["name"],
+        total_bytes=total,
+        free_bytes=free,
+        seconds=seconds,
+        **{**dict.fromkeys(_READ_BY_MODE), **found},
     )
 
 
@@ -222,9 +244,9 @@ def collect(mode: str, seed: int, reserve_mib: int = 512, plant_seed: int | None
     try:
         import torch
     except ImportError as exc:
-        return ResidueRecord(mode=mode, seed=seed, tag=tag, cuda=False, why=f"torch does not import: {exc}")  # type: ignore[arg-type]
+        return ResidueRecord(mode=mode, seed=seed, tag=tag, cuda=False, why=f"torch does not import: {exc}", gpus=[])  # type: ignore[arg-type]
     if not torch.cuda.is_available():
-        return ResidueRecord(mode=mode, seed=seed, tag=tag, cuda=False, why="no CUDA device visible")  # type: ignore[arg-type]
+        return ResidueRecord(mode=mode, seed=seed, tag=tag, cuda=False, why="no CUDA device visible", gpus=[])  # type: ignore[arg-type]
     # every GPU at once, a thread each: the work is the GPU's (a CUDA wait releases the GIL), so a node of eight
     # takes about what one takes (four H200 one after the other: 33 s of the tenant section's two steps)
     count = torch.cuda.device_count()
@@ -234,7 +256,7 @@ def collect(mode: str, seed: int, reserve_mib: int = 512, plant_seed: int | None
     with ThreadPoolExecutor(max_workers=count) as pool:
         gpus = list(pool.map(lambda i: _one_gpu(i, idents[i], mode, seed, reserve, plant_seed), range(count)))
     torch.cuda.empty_cache()
-    return ResidueRecord(mode=mode, seed=seed, tag=tag, cuda=True, gpus=gpus)  # type: ignore[arg-type]
+    return ResidueRecord(mode=mode, seed=seed, tag=tag, cuda=True, why=None, gpus=gpus)  # type: ignore[arg-type]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -98,11 +98,11 @@ def judge_residue(scan: ResidueRecord, judge: JudgeLike, node: str, fill: Residu
         )
 
 
-def _held(nonzero: int | None, top: Sequence[TopValue]) -> str:
+def _held(nonzero: int | None, top: Sequence[TopValue] | None) -> str:
     """What a scan saw, in words: zeros, or the commonest non-zero words of its sample."""
     if not nonzero:
         return "zeros"
-    return ", ".join(f"{v.value} x{v.words}" for v in top) or "non-zero bytes"
+    return ", ".join(f"{v.value} x{v.words}" for v in top or ()) or "non-zero bytes"
 
 
 def judge_inherited(fill: ResidueRecord, judge: JudgeLike, node: str) -> None:

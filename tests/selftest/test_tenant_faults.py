@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -61,9 +62,13 @@ def _judge(site: Path | None = None, sku: str = "H100-SXM-80GB") -> Judge:
 
 def _scan_gpu(index: int, chunks: list[torch.Tensor], seed: int) -> ResidueGpu:
     found = residue.scan(chunks, seed)
-    return ResidueGpu(
-        index=index, pci_bus_id=f"00000000:{index + 6:02X}:00.0", total_bytes=2 * MIB, free_bytes=2 * MIB, **found
-    )
+    return _entry(index, found)
+
+
+def _entry(index: int, found: dict[str, Any], total: int = 2 * MIB) -> ResidueGpu:
+    """GPU ``index``'s entry as the probe builds it (``residue.gpu_entry``) from what a step read on CPU tensors."""
+    ident = {"index": index, "name": "CPU tensors", "pci_bus_id": f"00000000:{index + 6:02X}:00.0"}
+    return residue.gpu_entry(ident, found, total=total, free=total, seconds=0.0)
 
 
 def test_residue_left_for_the_next_job_fails_that_gpu() -> None:
@@ -78,13 +83,15 @@ def test_residue_left_for_the_next_job_fails_that_gpu() -> None:
         seed=seed,
         tag=f"0x{residue.tag_of(seed):08x}",
         cuda=True,
-        gpus=[ResidueGpu(index=i, total_bytes=2 * MIB, free_bytes=2 * MIB, bytes=filled) for i in (0, 1)],
+        why=None,
+        gpus=[_entry(i, {"bytes": filled}) for i in (0, 1)],
     )
     scan = ResidueRecord(
         mode="scan",
         seed=seed,
         tag=fill.tag,
         cuda=True,
+        why=None,
         gpus=[
             _scan_gpu(0, [torch.zeros(MIB // 8, dtype=torch.int64)], seed),
             _scan_gpu(1, [handed_over], seed),
@@ -105,7 +112,7 @@ def test_a_blind_scanner_fails_its_proof() -> None:
     the same scanner would prove nothing."""
     chunks = [torch.zeros(MIB // 8, dtype=torch.int64)]
     residue.fill(chunks, seed=5)
-    plant = ResidueRecord(mode="plant", seed=6, tag="0x0", cuda=True, gpus=[_scan_gpu(0, chunks, seed=6)])
+    plant = ResidueRecord(mode="plant", seed=6, tag="0x0", cuda=True, why=None, gpus=[_scan_gpu(0, chunks, seed=6)])
     judge = _judge()
     with ends(judge, "failed", match=r"node2 GPU 0 .*gpu_residue_scanner_proof = not found in 1048576 bytes scanned"):
         judge_scanner_proof(plant, judge, "node2")
@@ -121,15 +128,15 @@ def test_a_previous_jobs_bytes_fail_the_inherited_scan() -> None:
         seed=1,
         tag="0x0",
         cuda=True,
+        why=None,
         gpus=[
-            ResidueGpu(
-                index=i,
-                pci_bus_id=f"00000000:{i + 6:02X}:00.0",
-                total_bytes=2 * MIB,
-                free_bytes=2 * MIB,
-                bytes=MIB,
-                inherited_nonzero_bytes=found["nonzero_bytes"],
-                inherited_top_values=found["top_values"],
+            _entry(
+                i,
+                {
+                    "bytes": MIB,
+                    "inherited_nonzero_bytes": found["nonzero_bytes"],
+                    "inherited_top_values": found["top_values"],
+                },
             )
             for i, found in enumerate((clean, held))
         ],
@@ -145,14 +152,18 @@ def test_a_previous_jobs_bytes_fail_the_inherited_scan() -> None:
 def test_the_scan_steps_own_proof_is_judged() -> None:
     """The scan step plants another seed after its scan (``--plant-seed``): found, the proof passes; a scan step
     that planted nothing is unmeasured, never a pass."""
-    proof = ResidueGpu(index=0, total_bytes=MIB, free_bytes=MIB, bytes=MIB, proof_bytes=MIB, proof_pattern_bytes=MIB)
+    proof = _entry(0, {"bytes": MIB, "proof_bytes": MIB, "proof_pattern_bytes": MIB}, total=MIB)
     judge = _judge()
     with ends(judge, "passed"):
-        judge_scanner_proof(ResidueRecord(mode="scan", seed=1, tag="0x0", cuda=True, gpus=[proof]), judge, "node2")
-    bare = ResidueGpu(index=0, total_bytes=MIB, free_bytes=MIB, bytes=MIB)
+        judge_scanner_proof(
+            ResidueRecord(mode="scan", seed=1, tag="0x0", cuda=True, why=None, gpus=[proof]), judge, "node2"
+        )
+    bare = _entry(0, {"bytes": MIB}, total=MIB)
     judge = _judge()
     with ends(judge, "error", match="the scan step planted no pattern"):
-        judge_scanner_proof(ResidueRecord(mode="scan", seed=1, tag="0x0", cuda=True, gpus=[bare]), judge, "node2")
+        judge_scanner_proof(
+            ResidueRecord(mode="scan", seed=1, tag="0x0", cuda=True, why=None, gpus=[bare]), judge, "node2"
+        )
 
 
 # ---- software ------------------------------------------------------------------------------------------------

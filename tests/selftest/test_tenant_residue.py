@@ -4,14 +4,19 @@ naming the bytes found."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from gpuaccept.contracts.tenant import ResidueGpu, ResidueRecord
-from gpuaccept.probes import residue
+from gpuaccept.dispatch.result import parse_records
+from gpuaccept.probes import residue, specs
 from gpuaccept.verdicts.tenant import judge_residue, judge_scanner_proof, residue_absent
 
 from ._tenant_judge import RecordingJudge
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 pytestmark = pytest.mark.selftest
 
@@ -83,33 +88,38 @@ def test_no_cuda_reports_why(monkeypatch: pytest.MonkeyPatch) -> None:
     assert residue_absent(record, "n1") == "n1: no GPU to scan (no CUDA device visible)"
 
 
+#: one H200's scan step as the probe wrote it (fixtures/tenant/README.md): the GPUs below are it, renumbered
+SCANNED = specs.RESIDUE.read(
+    parse_records("residue", (FIXTURES / "tenant" / "h200-1gpu.residue-scan.out").read_text(), 1, ())[0]
+).gpus[0]
+
+
 def _gpu(index: int, pattern: int, nonzero: int = 0) -> ResidueGpu:
-    return ResidueGpu(
-        index=index,
-        uuid=f"GPU-{index}",
-        pci_bus_id=f"00000000:{index:02X}:00.0",
-        total_bytes=80 * 2**30,
-        free_bytes=79 * 2**30,
-        bytes=78 * 2**30,
-        pattern_bytes=pattern,
-        nonzero_bytes=nonzero,
+    return SCANNED.model_copy(
+        update={
+            "index": index,
+            "uuid": f"GPU-{index}",
+            "pci_bus_id": f"00000000:{index:02X}:00.0",
+            "pattern_bytes": pattern,
+            "nonzero_bytes": nonzero,
+        }
     )
 
 
 def test_judge_fails_the_gpu_with_residue_and_shows_what_the_driver_left() -> None:
-    scan = ResidueRecord(mode="scan", seed=7, tag="0x1", cuda=True, gpus=[_gpu(0, 0), _gpu(1, 4096, 4096)])
-    fill = ResidueRecord(mode="fill", seed=7, tag="0x1", cuda=True, gpus=[_gpu(0, 0), _gpu(1, 0)])
+    scan = ResidueRecord(mode="scan", seed=7, tag="0x1", cuda=True, why=None, gpus=[_gpu(0, 0), _gpu(1, 4096, 4096)])
+    fill = ResidueRecord(mode="fill", seed=7, tag="0x1", cuda=True, why=None, gpus=[_gpu(0, 0), _gpu(1, 0)])
     judge = RecordingJudge()
     judge_residue(scan, judge, "n1", fill)
     checks = {c.extra["gpu"]: c.value for c in judge.of("gpu_residue_pattern_bytes")}
     assert checks == {"0 (00000000:00:00.0)": 0, "1 (00000000:01:00.0)": 4096}
     left = {c.extra["gpu"]: c.extra["driver_left"] for c in judge.of("gpu_residue_nonzero_bytes")}
     assert left["0 (00000000:00:00.0)"] == "zeros"
-    assert judge.of("gpu_residue_pattern_bytes")[1].extra["filled_bytes"] == 78 * 2**30
+    assert judge.of("gpu_residue_pattern_bytes")[1].extra["filled_bytes"] == SCANNED.bytes
 
 
 def test_scanner_proof_fails_where_the_planted_pattern_is_not_found() -> None:
-    plant = ResidueRecord(mode="plant", seed=7, tag="0x1", cuda=True, gpus=[_gpu(0, 2**30), _gpu(1, 0)])
+    plant = ResidueRecord(mode="plant", seed=7, tag="0x1", cuda=True, why=None, gpus=[_gpu(0, 2**30), _gpu(1, 0)])
     judge = RecordingJudge()
     judge_scanner_proof(plant, judge, "n1")
     assert [c.passed for c in judge.of("gpu_residue_scanner_proof")] == [True, False]
