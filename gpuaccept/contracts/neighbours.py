@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["FIGURES", "BusyGpu", "Figure", "NeighbourGpu", "NeighbourProcess", "NeighboursRecord", "ratio_pct"]
+__all__ = ["FIGURES", "UNITS", "BusyGpu", "Figure", "NeighbourGpu", "NeighbourProcess", "NeighboursRecord", "ratio_pct"]
 
 #: the figures each GPU is measured by: bf16 matmul TFLOP/s, HBM device-copy TB/s, pinned host-to-device GB/s
 Figure = Literal["matmul", "hbm", "h2d"]
@@ -34,15 +34,15 @@ class NeighbourProcess(_Payload):
     """A process found on a GPU before a child touched CUDA (NVML's view): someone else's work."""
 
     pid: int
-    name: str | None = None
-    used_mib: float | None = None
+    name: str | None  # null where NVML names no process
+    used_mib: float | None  # null where NVML gives no figure (NVML_VALUE_NOT_AVAILABLE)
 
 
 class BusyGpu(_Payload):
     """A GPU others' processes used while a phase measured it: its figures measured the sharing."""
 
     gpu: int
-    pci_bus_id: str | None = None
+    pci_bus_id: str | None
     phase: Literal["solo", "together"]
     processes: list[NeighbourProcess]
 
@@ -52,13 +52,17 @@ class NeighbourGpu(_Payload):
     (``together``), and the ratio in percent. Keys of the dicts are ``FIGURES``."""
 
     index: int
-    uuid: str | None = None
-    pci_bus_id: str | None = None
-    name: str | None = None
+    uuid: str | None  # NVML's identity; null where a half had no NVML
+    pci_bus_id: str | None
+    name: str | None
     half: Literal["A", "B"]
     solo: dict[Figure, float | None]
     together: dict[Figure, float | None]
     ratio_pct: dict[Figure, float | None]
+
+
+#: each figure's unit, as the record says it
+UNITS: dict[Figure, str] = {"matmul": "TFLOP/s", "hbm": "TB/s", "h2d": "GB/s"}
 
 
 class NeighboursRecord(_Payload):
@@ -66,8 +70,8 @@ class NeighboursRecord(_Payload):
     window ran. ``why`` says why no GPU was measured (fewer than two GPUs, no CUDA); ``gpus`` is then empty."""
 
     seconds: float
-    halves: dict[Literal["A", "B"], list[int]] = {}
-    gpus: list[NeighbourGpu] = []
-    busy: list[BusyGpu] = []
-    units: dict[Figure, str] = {"matmul": "TFLOP/s", "hbm": "TB/s", "h2d": "GB/s"}
-    why: str | None = None
+    halves: dict[Literal["A", "B"], list[int]]
+    gpus: list[NeighbourGpu]
+    busy: list[BusyGpu]
+    units: dict[Figure, str]
+    why: str | None

@@ -53,7 +53,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpuaccept.contracts.neighbours import FIGURES, BusyGpu, NeighbourGpu, NeighboursRecord, ratio_pct
+from gpuaccept.contracts.neighbours import FIGURES, UNITS, BusyGpu, NeighbourGpu, NeighboursRecord, ratio_pct
 from gpuaccept.probes._bench import Lane, Preflight, median, preflight
 from gpuaccept.probes._gpu import foreign_processes
 from gpuaccept.probes._neighbour_halves import HALVES, START_S, HalfGone, run_half, run_limit, split
@@ -207,7 +207,8 @@ def child(half: str, folder: Path, seconds: float) -> None:
     measure = functools.partial(_measure, torch, devices, seconds)
     phases = run_half(half, folder, seconds, measure, functools.partial(_busy, pre, own))
     gpus: list[Mapping[str, object]] = [*pre.gpus] or [
-        {"index": int(t) if t.isdigit() else i} for i, t in enumerate(visible_devices())
+        {"index": int(t) if t.isdigit() else i, "uuid": None, "pci_bus_id": None, "name": None}
+        for i, t in enumerate(visible_devices())
     ]
     (folder / f"{half}.json").write_text(json.dumps({"gpus": gpus, "phases": phases}))
 
@@ -293,7 +294,11 @@ def merge(solo: dict[str, dict[str, Any]], together: dict[str, dict[str, Any]], 
             gpus.append(NeighbourGpu(**ident, half=half, solo=figures, together=beside, ratio_pct=ratios))
         busy += [BusyGpu(**entry, phase="solo") for entry in alone["busy"]]
         busy += [BusyGpu(**entry, phase="together") for entry in both["busy"]]
-    return NeighboursRecord(seconds=seconds, halves=halves, gpus=gpus, busy=busy)  # type: ignore[arg-type]
+    return NeighboursRecord(seconds=seconds, halves=halves, gpus=gpus, busy=busy, units=UNITS, why=None)  # type: ignore[arg-type]
+
+
+def _unmeasured(seconds: float, why: str) -> NeighboursRecord:
+    return NeighboursRecord(seconds=seconds, halves={}, gpus=[], busy=[], units=UNITS, why=why)
 
 
 def collect(seconds: float) -> NeighboursRecord:
@@ -302,14 +307,14 @@ def collect(seconds: float) -> NeighboursRecord:
     devices = visible_devices()
     if len(devices) < 2:
         how = "" if devices or "CUDA_VISIBLE_DEVICES" in os.environ or nvml() else " (no NVML, no CUDA_VISIBLE_DEVICES)"
-        return NeighboursRecord(seconds=seconds, why=f"{len(devices)} GPU(s) visible{how}: two halves need at least 2")
+        return _unmeasured(seconds, f"{len(devices)} GPU(s) visible{how}: two halves need at least 2")
     halves = split(devices)
     with tempfile.TemporaryDirectory(prefix="gpuaccept-neighbours-") as tmp:
         print(f"neighbours: halves {halves}, barriers in {tmp}", file=sys.stderr, flush=True)
         try:
             results = _run(halves, Path(tmp), seconds)
         except HalfFailed as failed:
-            return NeighboursRecord(seconds=seconds, why=str(failed))
+            return _unmeasured(seconds, str(failed))
     solo = {name: {"gpus": r["gpus"], **r["phases"]["solo"]} for name, r in results.items()}
     together = {name: {"gpus": r["gpus"], **r["phases"]["together"]} for name, r in results.items()}
     return merge(solo, together, seconds)
