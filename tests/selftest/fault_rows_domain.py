@@ -86,7 +86,7 @@ DOMAIN_ROWS: tuple[Row, ...] = (
         "a slow compute tray in an NVLink domain (judged against its block peers: no domain floor below 72 GPUs)",
         "`GPUACCEPT_FAULT_SLOW_NODE=node4` (`_SLOW_S=0.05`): block b1's fourth tray's NCCL ranks sleep before every "
         "collective launch; 8 nodes under 26.05 in blocks b1 = node[1-4] and b2 = node[5-8], gloo, the site's "
-        "`straggler_pct` 75 (healthy loopback groups spread 2x)",
+        "`straggler_pct` 95 (healthy loopback pairs spread up to 4.7x; the slowed tray is 1.1% of its peers)",
         "`test_domain_tray_at_fault` FAILED: `nccl_node_verdict = at fault` on node4 alone (its pair node3+node4 "
         "straggles 13x below node1+node2 and misses the CPU SKU's 2-node floor; paired with known-good node2 it "
         "still fails); node3 cleared by its pair with node1; every tray of b2 passes",
