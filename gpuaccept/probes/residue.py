@@ -52,18 +52,6 @@ MIN_CHUNK = 2 * 2**20
 BYTE_SLICE = 32 * 2**20
 #: words of each chunk sampled for the commonest non-zero values
 SAMPLE_WORDS = 1 << 16
-#: what a step reads beside the bytes it covered, each ``null`` where its mode does not read it (``ResidueGpu``)
-_READ_BY_MODE = (
-    "pattern_bytes",
-    "tag_bytes",
-    "nonzero_bytes",
-    "top_values",
-    "sampled_words",
-    "inherited_nonzero_bytes",
-    "inherited_top_values",
-    "proof_bytes",
-    "proof_pattern_bytes",
-)
 #: the multiplier of the in-page hash: odd and below 2**31, so (offset < 2**9) * it + seed stays in int64
 _MUL = 0x5BD1E995
 
@@ -225,17 +213,18 @@ def gpu_entry(
     ident: Mapping[str, Any], found: Mapping[str, Any], *, total: int, free: int, seconds: float
 ) -> ResidueGpu:
     """One GPU's entry: its identity (``index`` and ``name``, NVML's ``uuid`` and ``pci_bus_id`` where it answered),
-    the bytes its step covered and what it read (``found``); each reading its mode does not take is null."""
-    return ResidueGpu(
-        index=ident["index"],
-        uuid=ident.get("uuid"),
-        pci_bus_id=ident.get("pci_bus_id"),
-        name=ident["name"],
-        total_bytes=total,
-        free_bytes=free,
-        seconds=seconds,
-        **{**dict.fromkeys(_READ_BY_MODE), **found},
-    )
+    the bytes its step covered and what it read (``found``); each reading its mode does not take is null (a key
+    ``ResidueGpu`` requires as a number, left out, is refused by the type)."""
+    given = {
+        "index": ident["index"],
+        "uuid": ident.get("uuid"),
+        "pci_bus_id": ident.get("pci_bus_id"),
+        "name": ident["name"],
+        "total_bytes": total,
+        "free_bytes": free,
+        "seconds": seconds,
+    }
+    return ResidueGpu.model_validate({**dict.fromkeys(ResidueGpu.model_fields), **found, **given})
 
 
 def collect(mode: str, seed: int, reserve_mib: int = 512, plant_seed: int | None = None) -> ResidueRecord:

@@ -125,7 +125,7 @@ def judge_cleared(
     nodes: Sequence[str],
     role: str,
     judge: Judge,
-    suspects: Iterable[str] = (),
+    suspects: Iterable[str],
 ) -> None:
     """A node no failing group made a suspect: judged on its own worst all_reduce figure over the scales.
 
@@ -134,8 +134,9 @@ def judge_cleared(
     then shared the 4-node group with the slow node carried the slow node's figure, and failed beside it). No "not
     at fault" expectation: the blame rule did not run, and an expected value written twice could not fail. A node
     that sat out every scale of the nodes left could not be measured: recorded unreadable."""
+    on_trial = set(suspects)
     figures = [
-        (row.busbw, s, t.label, bool(set(suspects) & set(t.nodes)))
+        (row.busbw, s, t.label, on_trial.isdisjoint(t.nodes))
         for s, ts in tables.items()
         for t in ts
         if suspect in t.nodes and (row := t.largest("all_reduce")) is not None
@@ -144,7 +145,7 @@ def judge_cleared(
         why = f"in no NCCL group of the nodes left ({', '.join(nodes)})"
         judge.unreadable(metric_name("all_reduce", True), why, node=suspect, role=role)
         return
-    own = [f for f in figures if not f[3]] or figures
+    own = [f for f in figures if f[3]] or figures
     worst = min(own)
     judge.check(
         metric_name("all_reduce", True), round(worst[0], 2), node=suspect, scale=worst[1], group=worst[2], role=role
